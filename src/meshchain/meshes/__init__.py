@@ -1,0 +1,23 @@
+"""Mesh readers and generators.
+
+Readers and generators return plain NumPy containers (:class:`AirfoilMesh`,
+:class:`UnstructuredMesh`); their ``declare()`` methods turn them into meshchain
+sets, maps and dats.
+"""
+
+from .op2 import AirfoilMesh, read_op2_ascii, write_op2_ascii
+from .naca import naca0012
+from .generators import UnstructuredMesh, structured_quads, structured_tris, jittered_delaunay
+from .meshio_reader import read_meshio
+
+__all__ = [
+    "AirfoilMesh",
+    "read_op2_ascii",
+    "write_op2_ascii",
+    "naca0012",
+    "UnstructuredMesh",
+    "structured_quads",
+    "structured_tris",
+    "jittered_delaunay",
+    "read_meshio",
+]
