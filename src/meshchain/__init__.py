@@ -1,0 +1,46 @@
+"""meshchain: unstructured-mesh parallel loops in Python, fast on CPUs, GPUs and clusters.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> cells = mc.Set(4, "cells")
+>>> q = mc.Dat(cells, 1, np.arange(4.0), "q")
+>>> biggest = mc.Global(1, -np.inf, "biggest")
+>>> @mc.kernel
+... def peak(a, m):
+...     m[0] = max(m[0], a[0])
+>>> mc.par_loop(peak, cells, q(mc.READ), biggest(mc.MAX))
+>>> float(biggest.value[0])
+3.0
+"""
+
+from .access import INC, MAX, MIN, READ, RW, WRITE, Access
+from .errors import (
+    AccessModeError,
+    ArgumentCountError,
+    BackendUnavailableError,
+    CompilationError,
+    ConfigurationError,
+    DataShapeError,
+    DeclarationError,
+    KernelError,
+    KernelRuntimeError,
+    LoopError,
+    MapError,
+    MeshchainError,
+    SetMismatchError,
+)
+from .kernel import Kernel, kernel
+from .runtime import configure, flush, get_runtime, par_loop, reset_runtime, stats
+from .types import Arg, Dat, Global, Map, MapIndex, Set
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
+    "Set", "Map", "MapIndex", "Dat", "Global", "Arg",
+    "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime",
+    "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
+    "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
+    "ConfigurationError", "BackendUnavailableError",
+]

@@ -1,0 +1,103 @@
+"""The reference backend: plain Python and NumPy, one iteration after another.
+
+It is slow and simple on purpose: every other execution path is tested against it.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> mc.configure(backend="reference")
+>>> cells = mc.Set(3, "cells")
+>>> q = mc.Dat(cells, 1, [1.0, 2.0, 3.0], "q")
+>>> total = mc.Global(1, 0.0, "total")
+>>> @mc.kernel
+... def add(a, s):
+...     s[0] += a[0]
+>>> mc.par_loop(add, cells, q(mc.READ), total(mc.INC))
+>>> total.value.tolist()
+[6.0]
+>>> mc.configure(backend="numba")
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..access import Access
+from ..errors import AccessModeError, KernelRuntimeError
+from ..types.args import DIRECT, GLOBAL, INDIRECT
+from .base import Backend, readonly
+
+__all__ = ["ReferenceBackend"]
+
+
+class ReferenceBackend(Backend):
+    """Runs ``kernel.func`` in Python for each element in order."""
+
+    name = "reference"
+
+    def run(self, loop, plan, record) -> None:
+        accessors = [_accessor(arg) for arg in loop.args]
+        func = loop.kernel.func
+        for e in range(loop.iterset.size):
+            views = [get(e) for get, _ in accessors]
+            try:
+                func(*views)
+            except (IndexError, ValueError) as exc:
+                raise _kernel_failure(loop, e, exc) from None
+            for (_, put), view in zip(accessors, views):
+                if put is not None:
+                    put(e, view)
+
+
+def _accessor(arg):
+    """``(get(e) -> view, put(e, view) or None)`` for one argument."""
+    array = arg.data._data
+    source = readonly(array) if arg.access is Access.READ else array
+    if arg.kind == GLOBAL:
+        return (lambda e: source), None
+    if arg.kind == DIRECT:
+        return (lambda e: source[e]), None
+    values = arg.map.values
+    if arg.kind == INDIRECT:
+        column = values[:, arg.index]
+        return (lambda e: source[column[e]]), None
+    return _whole_map_accessor(arg.access, array, values)
+
+
+def _whole_map_accessor(access, array, values):
+    arity = values.shape[1]
+    if access is Access.INC:
+        def get(e):
+            return np.zeros((arity, array.shape[1]), dtype=array.dtype)
+
+        def put(e, view):
+            for r in range(arity):
+                array[values[e, r]] += view[r]
+
+        return get, put
+
+    def gather(e):
+        return array[values[e]]  # a copy, like the compiled backends' buffers
+
+    if access is Access.READ:
+        return gather, None
+
+    def scatter(e, view):
+        for r in range(arity):
+            array[values[e, r]] = view[r]
+
+    return gather, scatter
+
+
+def _kernel_failure(loop, element, exc):
+    text = str(exc)
+    if "read-only" in text:
+        return AccessModeError(
+            f"kernel {loop.kernel.name!r} in loop {loop.name!r} wrote to an argument declared READ "
+            f"(element {element}); declare it WRITE, RW or INC."
+        )
+    return KernelRuntimeError(
+        f"kernel {loop.kernel.name!r} in loop {loop.name!r} failed at element {element} of "
+        f"{loop.iterset.name!r}: {type(exc).__name__}: {text}; check the kernel's indexing against the "
+        f"argument views {[a.view_shape for a in loop.args]}."
+    )

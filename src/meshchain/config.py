@@ -1,0 +1,105 @@
+"""Configuration: ``mc.configure(...)`` and ``MESHCHAIN_*`` environment variables.
+
+Examples
+--------
+>>> from meshchain.config import Config
+>>> Config.from_env({"MESHCHAIN_BACKEND": "reference"}).backend
+'reference'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigurationError
+
+__all__ = ["Config", "BACKENDS"]
+
+BACKENDS = ("numba", "reference", "cupy")
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "meshchain"
+
+
+@dataclass(frozen=True)
+class Config:
+    """All run-time options. Every field can also be set by ``MESHCHAIN_<FIELD>``.
+
+    Attributes
+    ----------
+    backend : str
+        ``"numba"`` (default), ``"reference"`` (the NumPy/Python oracle) or ``"cupy"``.
+    threads : int or None
+        Threads for the numba backend; ``None`` uses all of Numba's threads.
+    cache_dir : Path
+        Where generated code and compiled objects are kept (reused by later processes).
+    block_size : int
+        Iterations per block: blocks are coloured and run by threads; the same for any
+        thread count, so results are bit-identical whatever ``threads`` is.
+    trace_length : int
+        Loops recorded before the trace is executed; 1 runs every loop at once.
+    debug : bool
+        Bounds-check every kernel in compiled backends.
+    """
+
+    backend: str = "numba"
+    threads: int | None = None
+    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    block_size: int = 512
+    trace_length: int = 1
+    debug: bool = False
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ConfigurationError(f"backend {self.backend!r} is unknown; choose one of {', '.join(BACKENDS)}.")
+        for field, low in (("block_size", 1), ("trace_length", 1)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"{field} must be an integer >= {low}, got {value!r}.")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+            raise ConfigurationError(f"threads must be a positive integer or None, got {self.threads!r}.")
+        if not isinstance(self.debug, bool):
+            raise ConfigurationError(f"debug must be True or False, got {self.debug!r}.")
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+    def replace(self, **options) -> "Config":
+        """A copy with ``options`` changed; unknown option names raise ConfigurationError."""
+        unknown = set(options) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {', '.join(sorted(unknown))}; valid: {', '.join(f.name for f in dataclasses.fields(self))}."
+            )
+        return dataclasses.replace(self, **options)
+
+    @classmethod
+    def from_env(cls, environ=None) -> "Config":
+        """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``, ``_DEBUG``."""
+        environ = os.environ if environ is None else environ
+        options = {}
+        for field in dataclasses.fields(cls):
+            raw = environ.get(f"MESHCHAIN_{field.name.upper()}")
+            if raw is not None:
+                options[field.name] = _parse(field.name, raw)
+        return cls(**options)
+
+
+def _parse(name: str, raw: str):
+    if name in ("backend", "cache_dir"):
+        return raw
+    if name == "debug":
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigurationError(f"MESHCHAIN_DEBUG={raw!r}: use 1 or 0.")
+    if name == "threads" and raw.lower() in ("", "none", "all"):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"MESHCHAIN_{name.upper()}={raw!r} is not an integer.") from None

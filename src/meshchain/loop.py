@@ -1,0 +1,185 @@
+"""Parallel-loop records: validated at ``par_loop`` time, executed by a backend later.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> from meshchain.loop import make_loop
+>>> cells = mc.Set(2, "cells")
+>>> q = mc.Dat(cells, 1, [1.0, 2.0], "q")
+>>> @mc.kernel
+... def twice(a):
+...     a[0] *= 2
+>>> loop = make_loop(twice, cells, (q(mc.RW),))
+>>> loop.name, [s.kind for s in loop.specs]
+('twice', ['direct'])
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from .access import Access
+from .errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
+from .kernel import Kernel
+from .types import Arg, Set
+from .types.args import GLOBAL
+
+__all__ = ["ParLoop", "ArgSpec", "make_loop"]
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """What code generation needs to know of one argument (hashable).
+
+    ``slot`` numbers the distinct dats/globals of the loop, ``map_slot`` the distinct maps.
+    """
+
+    kind: str
+    access: Access
+    dim: int
+    dtype: str
+    arity: int
+    index: int
+    slot: int
+    map_slot: int
+
+
+@dataclass(frozen=True, eq=False)
+class ParLoop:
+    """One recorded parallel loop."""
+
+    kernel: Kernel
+    iterset: Set
+    args: tuple
+    name: str
+    specs: tuple
+    data: tuple  # distinct Dat/Global objects, in slot order
+    maps: tuple  # distinct Map objects, in map_slot order
+
+    @property
+    def indirect_writes(self) -> tuple:
+        """``(map, index)`` pairs (index ``None`` = every column) through which the loop writes."""
+        return tuple(
+            (a.map, a.index) for a in self.args if a.map is not None and a.access is not Access.READ
+        )
+
+    def __repr__(self) -> str:
+        return f"par_loop({self.name}, {self.iterset.name}, {', '.join(map(repr, self.args))})"
+
+
+_wrapped = weakref.WeakKeyDictionary()
+
+
+def as_kernel(kernel) -> Kernel:
+    """Accept a :class:`Kernel` or wrap a plain Python function (once)."""
+    if isinstance(kernel, Kernel):
+        return kernel
+    if isinstance(kernel, types.FunctionType):
+        if kernel not in _wrapped:
+            _wrapped[kernel] = Kernel(kernel)
+        return _wrapped[kernel]
+    raise LoopError(f"par_loop: the first argument must be a kernel (decorate it with @mc.kernel), got {type(kernel).__name__}.")
+
+
+def make_loop(kernel, iterset, args, name=None) -> ParLoop:
+    """Validate a ``par_loop`` call and build its record."""
+    kernel = as_kernel(kernel)
+    name = name or kernel.name
+    if not isinstance(iterset, Set):
+        raise SetMismatchError(f"par_loop {name!r}: the iteration set must be a meshchain.Set, got {type(iterset).__name__}.")
+    for position, arg in enumerate(args):
+        _check_arg(arg, position, iterset, name)
+    if len(args) != len(kernel.params):
+        raise ArgumentCountError(
+            f"par_loop {name!r}: kernel {kernel.name!r} takes {len(kernel.params)} argument(s) "
+            f"({', '.join(kernel.params)}) but the loop passes {len(args)}; pass one loop argument per kernel parameter."
+        )
+    _check_races(args, name)
+    for arg in args:
+        if arg.access is Access.RW and arg.map is not None:
+            _check_exclusive(arg, name)
+    data, maps = _distinct(a.data for a in args), _distinct(a.map for a in args if a.map is not None)
+    specs = tuple(_spec(a, data, maps) for a in args)
+    return ParLoop(kernel, iterset, tuple(args), name, specs, data, maps)
+
+
+def _check_arg(arg, position: int, iterset: Set, name: str) -> None:
+    if not isinstance(arg, Arg):
+        hint = " call it with an access mode, e.g. x(mc.READ)" if hasattr(arg, "is_global") else ""
+        raise LoopError(f"par_loop {name!r}: argument {position} is a {type(arg).__name__}, not a loop argument;{hint}.")
+    if arg.data.is_global:
+        return
+    if arg.map is None and arg.data.dataset is not iterset:
+        raise SetMismatchError(
+            f"par_loop {name!r} over {iterset.name!r}: direct argument {position} (Dat {arg.data.name!r}) lives on "
+            f"{arg.data.dataset.name!r}; reach it through a map from {iterset.name!r}."
+        )
+    if arg.map is not None and arg.map.source is not iterset:
+        raise SetMismatchError(
+            f"par_loop {name!r} over {iterset.name!r}: argument {position} uses map {arg.map.name!r}, whose source set "
+            f"is {arg.map.source.name!r}; use a map from {iterset.name!r}."
+        )
+
+
+def _check_races(args, name: str) -> None:
+    """One object may be written by several args only if all of them increment it."""
+    modes: dict[int, list] = {}
+    for arg in args:
+        modes.setdefault(id(arg.data), []).append(arg)
+    for uses in modes.values():
+        written = [a for a in uses if a.access.writes]
+        if not written or len(uses) == 1:
+            continue
+        kinds = {a.access for a in uses}
+        if kinds != {Access.INC}:
+            raise AccessModeError(
+                f"par_loop {name!r}: {uses[0].data.name!r} is passed {len(uses)} times with modes "
+                f"{', '.join(a.access.value for a in uses)}; an object written in a loop may appear more than once "
+                f"only if every use is INC — split the loop or pass it once."
+            )
+
+
+_exclusive_cache = weakref.WeakKeyDictionary()
+
+
+def _check_exclusive(arg: Arg, name: str) -> None:
+    """An indirect RW argument must reach each target element from at most one iteration.
+
+    Otherwise the result would depend on the order the iterations run in (a race).
+    Indirect WRITE is allowed: when several iterations write one element, which value
+    survives is deterministic for a given mesh and block size, but unspecified.
+    """
+    per_map = _exclusive_cache.setdefault(arg.map, {})
+    if arg.index not in per_map:
+        values = arg.map.values if arg.index is None else arg.map.values[:, arg.index]
+        counts = np.bincount(values.ravel(), minlength=arg.map.target.size)
+        per_map[arg.index] = int(np.argmax(counts)) if counts.size and counts.max() > 1 else -1
+    element = per_map[arg.index]
+    if element >= 0:
+        path = arg.map.name if arg.index is None else f"{arg.map.name}[{arg.index}]"
+        raise AccessModeError(
+            f"par_loop {name!r}: {arg.data.name!r} is accessed RW through {path}, but element {element} of "
+            f"{arg.map.target.name!r} is reached more than once, so the result would depend on the iteration "
+            f"order; use INC to combine contributions, or READ it here and write it in a loop over "
+            f"{arg.map.target.name!r}."
+        )
+
+
+def _distinct(objects) -> tuple:
+    seen = {}
+    for obj in objects:
+        seen.setdefault(id(obj), obj)
+    return tuple(seen.values())
+
+
+def _spec(arg: Arg, data: tuple, maps: tuple) -> ArgSpec:
+    slot = next(i for i, d in enumerate(data) if d is arg.data)
+    map_slot = -1 if arg.map is None else next(i for i, m in enumerate(maps) if m is arg.map)
+    arity = 0 if arg.map is None else arg.map.arity
+    index = -1 if arg.index is None else arg.index
+    kind = GLOBAL if arg.data.is_global else arg.kind
+    return ArgSpec(kind, arg.access, arg.data.dim, arg.data.dtype.str, arity, index, slot, map_slot)

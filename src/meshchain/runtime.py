@@ -1,0 +1,171 @@
+"""The one runtime object: configuration, the trace of pending loops, caches and stats.
+
+``par_loop`` records a loop in the trace; the trace is executed when it reaches
+``config.trace_length`` loops (1 by default: every loop runs at once) or when
+something forces it (reading ``dat.data``, ``global.value``, ``mc.flush()``).
+Tests call :func:`reset_runtime` to start from a clean state.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .backends import make_backend
+from .config import Config
+from .inspector import colour_blocks, touched_keys
+from .lazy import Trace
+from .loop import make_loop
+from .stats import StatsRecorder
+
+__all__ = ["Runtime", "get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats"]
+
+
+class Runtime:
+    """Holds everything mutable in meshchain. Use :func:`get_runtime`, do not build one."""
+
+    def __init__(self, config: Config | None = None):
+        self.config = config if config is not None else Config.from_env()
+        self.trace = Trace()
+        self.recorder = StatsRecorder()
+        self._plans: dict = {}
+        self._backend = None
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = make_backend(self.config.backend, self)
+        return self._backend
+
+    def reconfigure(self, **options) -> None:
+        new = self.config.replace(**options)
+        self.flush()
+        if new.backend != self.config.backend or new.threads != self.config.threads or new.cache_dir != self.config.cache_dir:
+            self._backend = None
+        if new.block_size != self.config.block_size:
+            self._plans.clear()
+        self.config = new
+        self.backend  # noqa: B018 - build now so that bad options fail inside configure()
+
+    def record(self, loop) -> None:
+        self.trace.append(loop)
+        if len(self.trace) >= self.config.trace_length:
+            self.flush()
+
+    def flush(self) -> None:
+        for loop in self.trace.take():
+            self.execute(loop)
+
+    def force_read(self, obj) -> None:
+        """Run whatever must finish before ``obj`` is read (for now: every pending loop)."""
+        if self.trace:
+            self.flush()
+
+    def force_write(self, obj) -> None:
+        """Run whatever must finish before ``obj`` is overwritten by the user."""
+        if self.trace:
+            self.flush()
+
+    def execute(self, loop) -> None:
+        record = self.recorder.loop(loop.name)
+        backend = self.backend
+        plan = self.plan_for(loop, record) if backend.needs_plan else None
+        backend.run(loop, plan, record)
+        record.calls += 1
+        record.iterations += loop.iterset.size
+        record.core_iterations += loop.iterset.size
+        if plan is not None:
+            record.colours = plan.ncolours
+
+    def plan_for(self, loop, record):
+        """The block-colouring plan of ``loop`` (cached by its iteration set and write maps)."""
+        writes = loop.indirect_writes
+        key = (loop.iterset, tuple((id(m), i) for m, i in writes))
+        plan = self._plans.get(key)
+        if plan is None:
+            start = time.perf_counter()
+            size = loop.iterset.size
+            touch, nkeys = touched_keys(0, size, writes)
+            plan = colour_blocks(0, size, block_size=self.config.block_size, touch=touch, nkeys=nkeys)
+            self._plans[key] = (plan, tuple(m for m, _ in writes))  # keep the maps alive with the key
+            record.time_plan += time.perf_counter() - start
+            return plan
+        return plan[0]
+
+
+_runtime: Runtime | None = None
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime (created on first use from ``MESHCHAIN_*`` variables)."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime()
+    return _runtime
+
+
+def reset_runtime(**options) -> Runtime:
+    """Drop all pending loops, caches and statistics; start again from env + ``options``."""
+    global _runtime
+    _runtime = Runtime(Config.from_env().replace(**options))
+    return _runtime
+
+
+def par_loop(kernel, iterset, *args, name=None) -> None:
+    """Apply ``kernel`` to every element of ``iterset``.
+
+    Parameters
+    ----------
+    kernel : Kernel
+        Takes one view per argument.
+    iterset : Set
+        The set to iterate over.
+    *args : Arg
+        ``dat(mode)``, ``dat(mode, map[i])``, ``dat(mode, map)`` or ``glob(mode)``.
+    name : str, keyword-only
+        Loop name for statistics and chain configuration (default: the kernel's name).
+
+    Examples
+    --------
+    >>> import numpy as np, meshchain as mc
+    >>> nodes, edges = mc.Set(3, "nodes"), mc.Set(2, "edges")
+    >>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")
+    >>> deg = mc.Dat(nodes, 1, None, "deg", dtype=np.int32)
+    >>> @mc.kernel
+    ... def count(a, b):
+    ...     a[0] += 1
+    ...     b[0] += 1
+    >>> mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
+    >>> deg.data[:, 0].tolist()
+    [1, 2, 1]
+    """
+    runtime = get_runtime()
+    runtime.record(make_loop(kernel, iterset, args, name))
+
+
+def flush() -> None:
+    """Execute every pending loop now."""
+    get_runtime().flush()
+
+
+def configure(**options) -> None:
+    """Change options (see :class:`~meshchain.config.Config`); pending loops run first.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> mc.configure(block_size=256)
+    >>> mc.get_runtime().config.block_size
+    256
+    >>> mc.configure(block_size=512)
+    """
+    get_runtime().reconfigure(**options)
+
+
+def stats(*, reset: bool = False):
+    """A snapshot of per-loop statistics (:class:`~meshchain.stats.Stats`); ``reset`` clears them."""
+    runtime = get_runtime()
+    runtime.flush()
+    snapshot = runtime.recorder.snapshot(runtime.config.backend)
+    if reset:
+        runtime.recorder.reset()
+    return snapshot

@@ -1,0 +1,77 @@
+"""Per-loop statistics, returned by ``mc.stats()``.
+
+Examples
+--------
+>>> from meshchain.stats import LoopStats
+>>> LoopStats("update").calls
+0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+__all__ = ["LoopStats", "Stats", "StatsRecorder"]
+
+
+@dataclass
+class LoopStats:
+    """Counters of one named loop (summed over its calls)."""
+
+    name: str
+    calls: int = 0
+    iterations: int = 0
+    core_iterations: int = 0
+    halo_iterations: int = 0
+    exchanges: int = 0
+    messages: int = 0
+    bytes_sent: int = 0
+    time_compute: float = 0.0
+    time_plan: float = 0.0
+    time_compile: float = 0.0
+    time_wait: float = 0.0
+    compilations: int = 0
+    cache_hits: int = 0
+    colours: int = 0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of the statistics; ``loops`` maps loop names to :class:`LoopStats`."""
+
+    loops: dict = field(default_factory=dict)
+    backend: str = ""
+
+    def as_dict(self) -> dict:
+        return {"backend": self.backend, "loops": {k: v.as_dict() for k, v in self.loops.items()}}
+
+    def __str__(self) -> str:
+        header = f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
+        rows = [header] + [
+            f"{s.name:<20}{s.calls:>8}{s.iterations:>14}{s.colours:>8}{s.time_compute:>12.4f}{s.time_compile:>11.3f}"
+            for s in self.loops.values()
+        ]
+        return "\n".join(rows)
+
+
+class StatsRecorder:
+    """Mutable counters owned by the runtime."""
+
+    def __init__(self):
+        self.loops: dict[str, LoopStats] = {}
+
+    def loop(self, name: str) -> LoopStats:
+        record = self.loops.get(name)
+        if record is None:
+            record = self.loops[name] = LoopStats(name)
+        return record
+
+    def snapshot(self, backend: str) -> Stats:
+        return Stats({k: dataclasses.replace(v) for k, v in self.loops.items()}, backend)
+
+    def reset(self) -> None:
+        self.loops.clear()

@@ -1,0 +1,169 @@
+"""Dats (data on a set) and Globals (small arrays shared by all elements)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..access import DAT_MODES, GLOBAL_MODES, Access
+from ..errors import AccessModeError, DataShapeError, SetMismatchError
+from ._checks import as_storage, check_count, check_name, resolve_dtype
+from .args import Arg
+from .maps import Map, MapIndex
+from .sets import Set
+
+__all__ = ["Dat", "Global"]
+
+
+def _check_access(access, owner: str, allowed, advice: str) -> Access:
+    if not isinstance(access, Access):
+        raise AccessModeError(f"{owner}: access must be one of mc.READ, mc.WRITE, mc.RW, mc.INC, mc.MIN, mc.MAX, got {access!r}.")
+    if access not in allowed:
+        raise AccessModeError(f"{owner}: access {access.value} is not allowed; {advice}")
+    return access
+
+
+def _runtime():
+    from ..runtime import get_runtime
+
+    return get_runtime()
+
+
+class Dat:
+    """Data attached to every element of a set: an array of shape ``(set.size, dim)``.
+
+    Parameters
+    ----------
+    dataset : Set
+        The set the data lives on.
+    dim : int
+        Values per element (``>= 1``).
+    data : array_like, optional
+        Initial values, shape ``(size, dim)`` (or ``(size,)`` when ``dim == 1``); copied.
+        ``None`` gives zeros.
+    name : str, optional
+    dtype : numpy dtype, keyword-only
+        float64 (default), float32, int32 or int64.
+
+    Examples
+    --------
+    >>> import numpy as np, meshchain as mc
+    >>> nodes = mc.Set(3, "nodes")
+    >>> x = mc.Dat(nodes, 2, np.arange(6.0).reshape(3, 2), "x")
+    >>> x.data[2].tolist()
+    [4.0, 5.0]
+    """
+
+    is_global = False
+
+    def __init__(self, dataset, dim, data=None, name=None, *, dtype=None):
+        self.name = check_name(name, "dat")
+        if not isinstance(dataset, Set):
+            raise DataShapeError(f"Dat {self.name!r}: dataset must be a meshchain.Set, got {type(dataset).__name__}.")
+        self.dataset = dataset
+        self.dim = check_count(dim, f"Dat {self.name!r} dim", minimum=1, error=DataShapeError)
+        what = f"Dat {self.name!r} on {dataset.name!r}"
+        self.dtype = resolve_dtype(data, dtype, what)
+        shape = (dataset.size, self.dim)
+        if data is None:
+            self._data = np.zeros(shape, dtype=self.dtype)
+        else:
+            self._data = as_storage(data, self.dtype, shape, what, fix=f"pass one row of {self.dim} values per element of {dataset.name!r}.")
+
+    def __call__(self, access, path=None) -> Arg:
+        """Make a loop argument: ``dat(mode)`` (direct), ``dat(mode, map[i])`` or ``dat(mode, map)``."""
+        owner = f"Dat {self.name!r}"
+        access = _check_access(access, owner, DAT_MODES, "dats take READ, WRITE, RW or INC (MIN/MAX are for Globals).")
+        if path is None:
+            return Arg(self, access)
+        if isinstance(path, MapIndex):
+            map_, index = path.map, path.index
+        elif isinstance(path, Map):
+            map_, index = path, None
+        else:
+            raise SetMismatchError(f"{owner}: the path must be a Map or map[i], got {type(path).__name__}.")
+        if map_.target is not self.dataset:
+            raise SetMismatchError(
+                f"{owner} lives on {self.dataset.name!r} but map {map_.name!r} points to {map_.target.name!r}; "
+                f"use a map whose target is {self.dataset.name!r}."
+            )
+        return Arg(self, access, map_, index)
+
+    @property
+    def data(self) -> np.ndarray:
+        """The values, shape ``(size, dim)``; forces pending loops. Writable."""
+        _runtime().force_read(self)
+        return self._data
+
+    @property
+    def data_ro(self) -> np.ndarray:
+        """A read-only view of the values; forces pending loops."""
+        _runtime().force_read(self)
+        view = self._data.view()
+        view.flags.writeable = False
+        return view
+
+    def __repr__(self) -> str:
+        return f"Dat({self.dataset.name}, {self.dim}, {self.name!r}, dtype={self.dtype})"
+
+
+class Global:
+    """A small array shared by every element: read by kernels or reduced into.
+
+    Parameters
+    ----------
+    dim : int
+        Number of values (``>= 1``).
+    value : scalar or array_like, optional
+        Initial value(s), default 0.
+    name : str, optional
+    dtype : numpy dtype, keyword-only
+        float64 (default for float values), float32, int32 or int64.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> total = mc.Global(1, 0.0, "total")
+    >>> total.value.tolist()
+    [0.0]
+    """
+
+    is_global = True
+
+    def __init__(self, dim, value=0.0, name=None, *, dtype=None):
+        self.name = check_name(name, "global")
+        self.dim = check_count(dim, f"Global {self.name!r} dim", minimum=1, error=DataShapeError)
+        self.dtype = resolve_dtype(value, dtype, f"Global {self.name!r}")
+        self._data = self._coerce(value)
+
+    def _coerce(self, value) -> np.ndarray:
+        what = f"Global {self.name!r}"
+        array = np.asarray(value)
+        if array.ndim == 0:
+            array = np.full(self.dim, array)
+        return as_storage(array, self.dtype, (self.dim,), what, fix=f"pass a scalar or {self.dim} values.")
+
+    def __call__(self, access, path=None) -> Arg:
+        """Make a loop argument: ``glob(mc.READ)`` or a reduction ``INC``/``MIN``/``MAX``."""
+        owner = f"Global {self.name!r}"
+        if path is not None:
+            raise SetMismatchError(f"{owner}: globals are not reached through maps; call {self.name}(mode) without a map.")
+        _check_access(
+            access, owner, GLOBAL_MODES,
+            "a global is shared by all elements, so it can only be read (READ) or reduced into (INC, MIN, MAX); "
+            "to change it, set .value between loops.",
+        )
+        return Arg(self, access)
+
+    @property
+    def value(self) -> np.ndarray:
+        """A copy of the current value, shape ``(dim,)``; forces pending loops."""
+        _runtime().force_read(self)
+        return self._data.copy()
+
+    @value.setter
+    def value(self, new) -> None:
+        _runtime().force_write(self)
+        self._data[...] = self._coerce(new)
+
+    def __repr__(self) -> str:
+        return f"Global({self.dim}, {self.name!r}, dtype={self.dtype})"

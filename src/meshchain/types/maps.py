@@ -1,0 +1,111 @@
+"""Maps: connectivity from one set to another."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import MapError
+from ._checks import check_count, check_name
+from .sets import Set
+
+__all__ = ["Map", "MapIndex"]
+
+
+class Map:
+    """Connectivity: each element of ``source`` points at ``arity`` elements of ``target``.
+
+    Parameters
+    ----------
+    source, target : Set
+        The sets the map goes from and to.
+    arity : int
+        Number of target elements per source element (``>= 1``).
+    values : array_like of int, shape (source.size, arity)
+        Target indices in global numbering, each in ``[0, target.size)``.
+    name : str, optional
+        Name used in messages and statistics.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> nodes, edges = mc.Set(3, "nodes"), mc.Set(2, "edges")
+    >>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")
+    >>> e2n[1].index, e2n.values[1].tolist()
+    (1, [1, 2])
+    """
+
+    __slots__ = ("source", "target", "arity", "values", "name", "_indices", "__weakref__")
+
+    def __init__(self, source, target, arity, values, name=None):
+        self.name = check_name(name, "map")
+        for role, s in (("source", source), ("target", target)):
+            if not isinstance(s, Set):
+                raise MapError(f"Map {self.name!r}: {role} must be a meshchain.Set, got {type(s).__name__}.")
+        self.source, self.target = source, target
+        self.arity = check_count(arity, f"Map {self.name!r} arity", minimum=1, error=MapError)
+        self.values = _checked_values(values, source, target, self.arity, self.name)
+        self._indices = tuple(MapIndex(self, i) for i in range(self.arity))
+
+    def __getitem__(self, index) -> "MapIndex":
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise MapError(f"Map {self.name!r}: index must be an int in [0, {self.arity}), got {index!r}.")
+        if not 0 <= index < self.arity:
+            raise MapError(
+                f"Map {self.name!r} has arity {self.arity}: index {index} is out of range; "
+                f"use {self.name}[0] ... {self.name}[{self.arity - 1}]."
+            )
+        return self._indices[index]
+
+    def __repr__(self) -> str:
+        return f"Map({self.source.name} -> {self.target.name}, arity={self.arity}, {self.name!r})"
+
+
+class MapIndex:
+    """One column of a map, ``map[i]``: an argument through it sees one target element."""
+
+    __slots__ = ("map", "index")
+
+    def __init__(self, map_: Map, index: int):
+        self.map = map_
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"{self.map.name}[{self.index}]"
+
+
+def _checked_values(values, source: Set, target: Set, arity: int, name: str) -> np.ndarray:
+    expected = (source.size, arity)
+    if values is None:
+        raise MapError(f"Map {name!r}: values are missing; pass an integer array of shape {expected}.")
+    array = np.asarray(values)
+    if array.size == 0 and source.size == 0:
+        array = array.reshape(0, arity).astype(np.int64)
+    if array.shape != expected and not (arity == 1 and array.shape == (source.size,)):
+        raise MapError(
+            f"Map {name!r} ({source.name} -> {target.name}, arity {arity}): values have shape {array.shape}, "
+            f"expected {expected}; pass one row of {arity} target indices per element of {source.name!r}."
+        )
+    if array.dtype.kind not in "iu":
+        raise MapError(
+            f"Map {name!r}: values must be integers, got dtype {array.dtype}; convert with .astype(np.int64)."
+        )
+    array = array.reshape(expected)
+    if array.size:
+        low, high = int(array.min()), int(array.max())
+        if low < 0:
+            row = int(np.argwhere(array < 0)[0][0])
+            raise MapError(
+                f"Map {name!r}: value {low} is negative (row {row}); map values are 0-based indices into "
+                f"{target.name!r} (size {target.size}) — convert 1-based data with values - 1."
+            )
+        if high >= target.size:
+            row = int(np.argwhere(array >= target.size)[0][0])
+            raise MapError(
+                f"Map {name!r}: value {high} at row {row} is out of range for target set {target.name!r} "
+                f"of size {target.size}; values must lie in [0, {target.size})."
+            )
+    dtype = np.int32 if target.size <= np.iinfo(np.int32).max else np.int64
+    stored = np.ascontiguousarray(array, dtype=dtype)
+    stored = stored.copy() if stored is array or np.shares_memory(stored, array) else stored
+    stored.flags.writeable = False
+    return stored

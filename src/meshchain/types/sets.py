@@ -1,0 +1,40 @@
+"""Sets: the mesh entities that loops iterate over and data lives on."""
+
+from __future__ import annotations
+
+import itertools
+
+from ._checks import check_count, check_name
+
+__all__ = ["Set"]
+
+_counter = itertools.count()
+
+
+class Set:
+    """A set of mesh entities (nodes, edges, cells, ...).
+
+    Parameters
+    ----------
+    size : int
+        Number of elements (``>= 0``), in global numbering.
+    name : str, optional
+        Name used in messages and statistics.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> cells = mc.Set(4, "cells")
+    >>> cells.size, cells.name
+    (4, 'cells')
+    """
+
+    __slots__ = ("size", "name", "_uid")
+
+    def __init__(self, size, name=None):
+        self.size = check_count(size, f"Set {name or ''} size".replace("  ", " "), minimum=0)
+        self._uid = next(_counter)
+        self.name = check_name(name, f"set{self._uid}")
+
+    def __repr__(self) -> str:
+        return f"Set({self.size}, {self.name!r})"
