@@ -19,6 +19,7 @@ from __future__ import annotations
 import types
 import weakref
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,8 +32,7 @@ from .types.args import GLOBAL
 __all__ = ["ParLoop", "ArgSpec", "make_loop"]
 
 
-@dataclass(frozen=True)
-class ArgSpec:
+class ArgSpec(NamedTuple):
     """What code generation needs to know of one argument (hashable).
 
     ``slot`` numbers the distinct dats/globals of the loop, ``map_slot`` the distinct maps.
@@ -102,9 +102,10 @@ def make_loop(kernel, iterset, args, name=None) -> ParLoop:
     for arg in args:
         if arg.access is Access.RW and arg.map is not None:
             _check_exclusive(arg, name)
-    data, maps = _distinct(a.data for a in args), _distinct(a.map for a in args if a.map is not None)
-    specs = tuple(_spec(a, data, maps) for a in args)
-    return ParLoop(kernel, iterset, tuple(args), name, specs, data, maps)
+    data_slots = _slots(a.data for a in args)
+    map_slots = _slots(a.map for a in args if a.map is not None)
+    specs = tuple(_spec(a, data_slots, map_slots) for a in args)
+    return ParLoop(kernel, iterset, tuple(args), name, specs, _objects(data_slots), _objects(map_slots))
 
 
 def _check_arg(arg, position: int, iterset: Set, name: str) -> None:
@@ -169,16 +170,22 @@ def _check_exclusive(arg: Arg, name: str) -> None:
         )
 
 
-def _distinct(objects) -> tuple:
-    seen = {}
+def _slots(objects) -> dict:
+    """``id(object) -> (slot, object)`` for the distinct objects, numbered in order of appearance."""
+    slots: dict = {}
     for obj in objects:
-        seen.setdefault(id(obj), obj)
-    return tuple(seen.values())
+        if id(obj) not in slots:
+            slots[id(obj)] = (len(slots), obj)
+    return slots
 
 
-def _spec(arg: Arg, data: tuple, maps: tuple) -> ArgSpec:
-    slot = next(i for i, d in enumerate(data) if d is arg.data)
-    map_slot = -1 if arg.map is None else next(i for i, m in enumerate(maps) if m is arg.map)
+def _objects(slots: dict) -> tuple:
+    return tuple(obj for _, obj in slots.values())
+
+
+def _spec(arg: Arg, data_slots: dict, map_slots: dict) -> ArgSpec:
+    slot = data_slots[id(arg.data)][0]
+    map_slot = -1 if arg.map is None else map_slots[id(arg.map)][0]
     arity = 0 if arg.map is None else arg.map.arity
     index = -1 if arg.index is None else arg.index
     kind = GLOBAL if arg.data.is_global else arg.kind

@@ -46,7 +46,7 @@ class NumbaBackend(Backend):
     def run(self, loop, plan, record) -> None:
         executor = self._executor(loop, record)
         arrays = executor.arrays(loop, plan)
-        before = len(executor.dispatcher.signatures)
+        before = len(executor.dispatcher.overloads)
         hits = _cache_hits(executor.dispatcher)
         start = time.perf_counter()
         try:
@@ -59,7 +59,7 @@ class NumbaBackend(Backend):
                 f"(view shapes {[a.view_shape for a in loop.args]}); generated source: {executor.path}"
             ) from None
         elapsed = time.perf_counter() - start
-        if len(executor.dispatcher.signatures) > before:
+        if len(executor.dispatcher.overloads) > before:
             record.time_compile += elapsed
             record.compilations += 1
             record.cache_hits += _cache_hits(executor.dispatcher) - hits
@@ -99,11 +99,21 @@ class _Executor:
         data = [
             _readonly_cached(obj) if ro else obj._data for obj, ro in zip(loop.data, self.read_only)
         ]
-        maps = [m.values for m in loop.maps]
+        maps = [_unsigned(m) for m in loop.maps]
         partials = [
             np.empty((plan.nblocks, loop.specs[i].dim), dtype=loop.args[i].data.dtype) for i in self.reductions
         ]
         return [plan.block_starts, plan.block_order, plan.colour_offsets, *data, *maps, *partials]
+
+
+def _unsigned(map_):
+    """The map's values viewed as unsigned integers (validated >= 0): indexing with them
+    needs no negative-index wraparound in the compiled code."""
+    view = getattr(map_, "_unsigned_view", None)
+    if view is None:
+        view = map_.values.view(np.dtype(map_.values.dtype.str.replace("i", "u")))
+        map_._unsigned_view = view
+    return view
 
 
 def _readonly_cached(obj):

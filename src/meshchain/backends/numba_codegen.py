@@ -13,7 +13,7 @@ Examples
 >>> q = mc.Dat(cells, 1, None, "q")
 >>> k = mc.Kernel.from_source("def one(a):\\n    a[0] = 1.0\\n")
 >>> src = loop_source(make_loop(k, cells, (q(mc.WRITE),)), boundscheck=False)
->>> "_mc_kernel(_mc_d0[_mc_e])" in src
+>>> "_mc_d0[_mc_e, 0] = 1.0" in src
 True
 """
 
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..access import Access
 from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
+from .inline import index_name, inline_body, reductions_of, scalar_reduction
 
 __all__ = ["loop_source", "reduction_args"]
 
@@ -39,16 +40,17 @@ from numba import njit as _mc_njit, prange as _mc_prange
 
 def reduction_args(specs) -> list[int]:
     """Positions of global arguments reduced by the loop (INC/MIN/MAX)."""
-    return [i for i, s in enumerate(specs) if s.kind == GLOBAL and s.access is not Access.READ]
+    return reductions_of(specs)
 
 
 def loop_source(loop, *, boundscheck: bool) -> str:
     """The full text of the generated module for ``loop``."""
-    specs = loop.specs
     parts = [_HEADER.format(loop=loop.name, kernel=loop.kernel.name)]
     parts += [c.source for c in loop.kernel.constants()]
-    parts.append(_kernel_definition(loop.kernel, boundscheck))
-    parts.append(_loop_definition(specs, boundscheck))
+    body = inline_body(loop)
+    if body is None:
+        parts.append(_kernel_definition(loop.kernel, boundscheck))
+    parts.append(_loop_definition(loop.specs, body, boundscheck))
     return "\n\n".join(parts) + "\n"
 
 
@@ -59,7 +61,12 @@ def _kernel_definition(kernel, boundscheck: bool) -> str:
     return decorator + "\n" + ast.unparse(tree)
 
 
-def _loop_definition(specs, boundscheck: bool) -> str:
+def _loop_definition(specs, body, boundscheck: bool) -> str:
+    """``_mc_loop``: colours in order, blocks of a colour on threads, elements in a block in order.
+
+    ``body`` is the inlined kernel (see :mod:`.inline`) or None to call ``_mc_kernel``.
+    """
+    inlined = body is not None
     nslots = max((s.slot for s in specs), default=-1) + 1
     nmaps = max((s.map_slot for s in specs), default=-1) + 1
     reductions = reduction_args(specs)
@@ -73,14 +80,23 @@ def _loop_definition(specs, boundscheck: bool) -> str:
         "        for _mc_i in _mc_prange(_mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]):",
         "            _mc_b = _mc_order[_mc_i]",
     ]
-    body = "            "
-    lines += [body + line for i, s in enumerate(specs) for line in _block_prologue(i, s)]
-    lines.append(body + "for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):")
-    inner = body + "    "
-    lines += [inner + line for i, s in enumerate(specs) for line in _before_kernel(i, s)]
-    lines.append(inner + f"_mc_kernel({', '.join(_view(i, s) for i, s in enumerate(specs))})")
-    lines += [inner + line for i, s in enumerate(specs) for line in _after_kernel(i, s)]
-    lines += [body + f"_mc_p{i}[_mc_b, :] = _mc_r{i}" for i in reductions]
+    block, element = "            ", "                "
+    lines += [block + line for i, s in enumerate(specs) for line in _block_prologue(i, s, inlined)]
+    lines.append(block + "for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):")
+    if inlined:
+        indirect = {index_name(s): s for s in specs if s.kind == INDIRECT}
+        lines += [element + f"{name} = _mc_m{s.map_slot}[_mc_e, {s.index}]" for name, s in indirect.items()]
+    lines += [element + line for i, s in enumerate(specs) for line in _before_kernel(i, s)]
+    if inlined:
+        lines += [element + line for line in body]
+    else:
+        lines.append(element + f"_mc_kernel({', '.join(_view(i, s) for i, s in enumerate(specs))})")
+    lines += [element + line for i, s in enumerate(specs) for line in _after_kernel(i, s)]
+    for i in reductions:
+        if inlined:
+            lines += [block + f"_mc_p{i}[_mc_b, {k}] = {scalar_reduction(i, k)}" for k in range(specs[i].dim)]
+        else:
+            lines.append(block + f"_mc_p{i}[_mc_b, :] = _mc_r{i}")
     for i in reductions:
         lines += ["    " + line for line in _final_reduction(i, specs[i])]
     return "\n".join(lines)
@@ -90,9 +106,13 @@ def _numpy_type(spec) -> str:
     return "_mc_np." + np.dtype(spec.dtype).name
 
 
-def _block_prologue(i, s) -> list[str]:
+def _block_prologue(i, s, inlined: bool) -> list[str]:
     if s.kind == WHOLE_MAP:
         return [f"_mc_w{i} = _mc_np.empty(({s.arity}, {s.dim}), dtype={_numpy_type(s)})"]
+    if inlined and s.kind == GLOBAL and s.access is Access.INC:
+        return [f"{scalar_reduction(i, k)} = {_numpy_type(s)}(0)" for k in range(s.dim)]
+    if inlined and s.kind == GLOBAL and s.access in (Access.MIN, Access.MAX):
+        return [f"{scalar_reduction(i, k)} = _mc_d{s.slot}[{k}]" for k in range(s.dim)]
     if s.kind == GLOBAL and s.access is Access.INC:
         return [f"_mc_r{i} = _mc_np.zeros({s.dim}, dtype={_numpy_type(s)})"]
     if s.kind == GLOBAL and s.access in (Access.MIN, Access.MAX):

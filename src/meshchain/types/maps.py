@@ -34,7 +34,7 @@ class Map:
     (1, [1, 2])
     """
 
-    __slots__ = ("source", "target", "arity", "values", "name", "_indices", "__weakref__")
+    __slots__ = ("source", "target", "arity", "values", "name", "_indices", "_unsigned_view", "__weakref__")
 
     def __init__(self, source, target, arity, values, name=None):
         self.name = check_name(name, "map")

@@ -1,0 +1,99 @@
+"""Inline a kernel's body into a generated loop, indexing the loop's arrays directly.
+
+Compiled loops are fastest when the kernel body sits inside the iteration loop with
+no per-element array views: ``q[n]`` on a direct argument becomes ``_mc_d1[_mc_e, n]``,
+``x1[0]`` through ``pedge[0]`` becomes ``_mc_d0[_mc_i0_0, 0]`` (the map value is loaded
+once per iteration), and a reduction ``rms[0] += ...`` becomes a scalar local that
+stays in a register. A kernel whose views escape (passed to a function, aliased,
+indexed with a non-constant reduction index) or that uses ``return`` is not inlined:
+the code generator then calls it as a function instead.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> from meshchain.loop import make_loop
+>>> from meshchain.backends.inline import inline_body
+>>> cells = mc.Set(2, "cells")
+>>> q, s = mc.Dat(cells, 2, None, "q"), mc.Global(1, 0.0, "s")
+>>> k = mc.Kernel.from_source("def f(a, t):\\n    t[0] += a[1]\\n")
+>>> print("\\n".join(inline_body(make_loop(k, cells, (q(mc.READ), s(mc.INC))))))
+_mc_r1_0 += _mc_d0[_mc_e, 1]
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from ..access import Access
+from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
+
+__all__ = ["inline_body", "index_name", "scalar_reduction"]
+
+
+def index_name(spec) -> str:
+    """The local holding ``map[e, index]`` for an indirect argument."""
+    return f"_mc_i{spec.map_slot}_{spec.index}"
+
+
+def scalar_reduction(i: int, component: int) -> str:
+    """The scalar local accumulating component ``component`` of reduction argument ``i``."""
+    return f"_mc_r{i}_{component}"
+
+
+def inline_body(loop) -> list[str] | None:
+    """The kernel body rewritten for the generated loop, or None when it cannot be inlined."""
+    tree = copy.deepcopy(loop.kernel.tree)
+    if any(isinstance(n, ast.Return) for n in ast.walk(tree)):
+        return None
+    if any(isinstance(n, ast.Name) and n.id.startswith("_mc_") for n in ast.walk(tree)):
+        return None
+    rewriter = _Rewriter(dict(zip(loop.kernel.params, enumerate(loop.specs))))
+    body = [rewriter.visit(statement) for statement in tree.body]
+    if rewriter.escaped:
+        return None
+    return [line for statement in body for line in ast.unparse(statement).splitlines()]
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, params):
+        self.params = params  # name -> (argument position, spec)
+        self.escaped = False
+
+    def visit_Subscript(self, node):
+        if not (isinstance(node.value, ast.Name) and node.value.id in self.params):
+            return self.generic_visit(node)
+        position, spec = self.params[node.value.id]
+        node.slice = self.visit(node.slice)
+        if spec.kind in (DIRECT, INDIRECT):
+            row = "_mc_e" if spec.kind == DIRECT else index_name(spec)
+            node.value = ast.Name(f"_mc_d{spec.slot}", ast.Load())
+            node.slice = ast.Tuple([ast.Name(row, ast.Load()), node.slice], ast.Load())
+            return node
+        if spec.kind == WHOLE_MAP:
+            node.value = ast.Name(f"_mc_w{position}", ast.Load())
+            return node
+        if spec.access is Access.READ:
+            node.value = ast.Name(f"_mc_d{spec.slot}", ast.Load())
+            return node
+        component = _constant_index(node.slice, spec.dim)
+        if component is None:
+            self.escaped = True
+            return node
+        return ast.copy_location(ast.Name(scalar_reduction(position, component), type(node.ctx)()), node)
+
+    def visit_Name(self, node):
+        if node.id in self.params:
+            self.escaped = True  # the whole view is used (call argument, alias, len, ...)
+        return node
+
+
+def _constant_index(index, dim: int) -> int | None:
+    if isinstance(index, ast.Constant) and type(index.value) is int and -dim <= index.value < dim:
+        return index.value % dim
+    return None
+
+
+def reductions_of(specs) -> list[int]:
+    """Positions of reduced globals (INC/MIN/MAX)."""
+    return [i for i, s in enumerate(specs) if s.kind == GLOBAL and s.access is not Access.READ]
