@@ -183,9 +183,6 @@ def uses_helper(a):
     a[0] = helper(1.0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Kernel.constants() snapshots only the kernel's own free names; a global read by a "
-    "helper function (HELPER_SCALE) is not re-resolved, so the numba backend keeps the old value"))
 def test_numba_sees_a_changed_helper_global(monkeypatch):
     mc.configure(backend="numba")
     assert run_on_cells(uses_helper) == [10.0] * 3
@@ -201,9 +198,6 @@ def uses_table(a):
     a[0] = MUTABLE_TABLE[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (or undocumented limitation): a constant array mutated in place keeps its old value on the "
-    "numba backend (Kernel.constants compares identities) while the reference backend sees the new value"))
 def test_constant_array_mutated_in_place(monkeypatch):
     monkeypatch.setitem(globals(), "MUTABLE_TABLE", np.array([1.0, 2.0]))
     mc.configure(backend="reference")
@@ -294,10 +288,6 @@ def test_index_safety_names_the_file_of_a_decorated_kernel():
         index_safety(decorated, [(2,)])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: index_safety is unsound when an inner for loop rebinds the outer loop variable: after the "
-    "inner loop `i` is 3 but the checker still uses the outer range, so numba runs without bounds checks "
-    "and writes outside the view (heap corruption)"))
 def test_index_safety_inner_loop_rebinds_outer_variable():
     source = "def f(a):\n    for i in range(2):\n        for i in range(4):\n            pass\n        a[i] = 0\n"
     assert index_safety(k(source), [(2,)]) is False

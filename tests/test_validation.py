@@ -137,7 +137,6 @@ def test_dat_integer_overflow(mesh):
         mc.Dat(mesh["nodes"], 1, np.array([2**40, 0, 0]), "x", dtype=np.int32)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: unsigned data is cast to a signed dtype without a range check (wraps silently)")
 def test_dat_unsigned_overflow(mesh):
     data = np.array([2**32 - 1, 0, 0], dtype=np.uint32)
     with pytest.raises(mc.DataShapeError, match=r"Dat 'x' on 'nodes': values do not fit in int32"):
@@ -216,7 +215,7 @@ def test_access_mode_not_an_access(mesh, owner):
 
 def test_dat_passed_without_access_mode(mesh):
     x = mc.Dat(mesh["nodes"], 1, None, "pressure")
-    with pytest.raises(mc.LoopError, match=r"par_loop 'set_first': argument 0 is a Dat, not a loop argument; call it with an access mode"):
+    with pytest.raises(mc.LoopError, match=r"par_loop 'set_first': argument 0 is Dat 'pressure' without an access mode; pass pressure\(mc.READ\)"):
         mc.par_loop(set_first, mesh["nodes"], x)
 
 
@@ -278,7 +277,6 @@ def test_kernel_source_with_two_functions():
         mc.Kernel.from_source("def f(a):\n    pass\ndef g(a):\n    pass\n")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Kernel.from_source lets a raw SyntaxError escape (compile() runs before the KernelError check)")
 def test_kernel_source_with_syntax_error():
     with pytest.raises(mc.KernelError, match=r"kernel .*cannot parse"):
         mc.Kernel.from_source("def k(a):\n    a[0] =\n")
@@ -289,10 +287,6 @@ def test_kernel_not_a_function():
         mc.kernel(3)
 
 
-UNDEFINED_REFERENCE_BUG = (
-    "BUG: kernel globals are only resolved (Kernel.constants) by the numba backend; the reference "
-    "backend runs the Python function as is (NameError escapes raw; sum() and dict globals are accepted)"
-)
 SOME_DICT = {"scale": 2.0}
 
 
@@ -319,9 +313,7 @@ BAD_GLOBALS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_GLOBALS))
-def test_kernel_bad_global(backend, case, request, mesh):
-    if backend == "reference":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=UNDEFINED_REFERENCE_BUG))
+def test_kernel_bad_global(backend, case, mesh):
     kernel, message = BAD_GLOBALS[case]
     x = mc.Dat(mesh["nodes"], 1, None, "x")
     with pytest.raises(mc.KernelError, match=message):
@@ -334,11 +326,7 @@ def constant_out_of_bounds(a):
     a[5] = 2.0
 
 
-def test_kernel_constant_index_out_of_bounds(backend, request, mesh):
-    if backend == "reference":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "BUG: index_safety only runs in the numba backend; the reference backend reports a "
-            "KernelRuntimeError at run time that names neither the line nor the index expression")))
+def test_kernel_constant_index_out_of_bounds(backend, mesh):
     x = mc.Dat(mesh["nodes"], 2, None, "x")
     line = constant_out_of_bounds.first_line + 3
     with pytest.raises(mc.KernelError, match=(
@@ -365,7 +353,6 @@ def write_whole_map(a):
     a[1, 0] = 5.0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: writes to a READ whole-map view go to a private copy and are silently dropped on both backends")
 def test_kernel_writes_a_read_whole_map_argument(backend, mesh):
     x = mc.Dat(mesh["nodes"], 1, np.arange(3.0), "x")
     with pytest.raises(mc.AccessModeError, match=r"kernel 'write_whole_map'.*declared READ"):
@@ -464,9 +451,7 @@ def test_runtime_out_of_bounds_never_crashes(backend_name, meshchain_cache_dir, 
 
 @pytest.mark.parametrize(
     "backend_name",
-    ["reference", pytest.param("numba", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: an IndexError raised inside the prange loop surfaces as SystemError "
-        "('CPUDispatcher(...) returned a result with an exception set'), which the numba backend does not catch")))],
+    ["reference", "numba"],
 )
 def test_runtime_out_of_bounds_is_kernel_runtime_error(backend_name, meshchain_cache_dir, tmp_path_factory):
     result = run_out_of_bounds_script(backend_name, meshchain_cache_dir, tmp_path_factory)
@@ -508,7 +493,6 @@ def test_configure_unavailable_backend():
         mc.configure(backend="cupy")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Runtime.reconfigure stores the new config before building the backend, so a refused configure() leaves the runtime broken")
 def test_refused_configure_leaves_runtime_usable():
     import numba
 

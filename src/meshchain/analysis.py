@@ -22,7 +22,7 @@ import ast
 
 from .errors import KernelError
 
-__all__ = ["index_safety"]
+__all__ = ["index_safety", "written_params"]
 
 Interval = tuple[int, int]
 
@@ -42,12 +42,38 @@ def index_safety(kernel, shapes) -> bool:
     return checker.proven
 
 
+def written_params(kernel) -> set[str]:
+    """Parameters the kernel assigns through a subscript (``p[...] = ...``, ``p[...] += ...``).
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> written_params(mc.Kernel.from_source("def f(a, b):\\n    b[0] = a[0]\\n"))
+    {'b'}
+    """
+    params = set(kernel.params)
+    written = set()
+    for node in ast.walk(kernel.tree):
+        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+            base = node.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in params:
+                written.add(base.id)
+    return written
+
+
 def _stored_names(tree) -> dict[str, int]:
-    """Count the assignments to each name, leaving out plain ``for name in ...`` targets."""
-    loop_targets = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)}
+    """Count the assignments to each name. A plain ``for name in ...`` target counts only when
+    the name is bound by more than one loop (nested loops reusing a name leave it changed)."""
+    loop_targets = [n.target for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)]
+    loops_per_name: dict[str, int] = {}
+    for target in loop_targets:
+        loops_per_name[target.id] = loops_per_name.get(target.id, 0) + 1
+    single_loop_targets = {id(t) for t in loop_targets if loops_per_name[t.id] == 1}
     counts: dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in loop_targets:
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in single_loop_targets:
             counts[node.id] = counts.get(node.id, 0) + 1
     return counts
 

@@ -22,10 +22,12 @@ import builtins
 import inspect
 import textwrap
 import types
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
+from .analysis import index_safety, written_params
 from .errors import KernelError
 
 __all__ = ["Kernel", "kernel", "Constant"]
@@ -54,13 +56,15 @@ MAX_CONSTANT_ARRAY = 4096
 class Constant:
     """A global a kernel reads, frozen for code generation.
 
-    ``kind`` is ``"module"``, ``"value"`` (number, tuple or small array) or ``"function"``.
+    ``kind`` is ``"module"``, ``"value"`` (number, tuple or small array) or ``"function"``
+    (then ``helper`` is its :class:`Kernel`).
     """
 
     name: str
     kind: str
     value: object
     source: str  # one or more lines of Python that define ``name`` in generated code
+    helper: object = None
 
 
 class Kernel:
@@ -87,8 +91,11 @@ class Kernel:
         self.tree = _parse_definition(self.source, self.name)
         self.params = _parameters(self.tree, self.name)
         self.free_names = _free_names(self.tree, self.params, self.name, self.where)
+        self.written_params = frozenset(written_params(self))
         self._snapshot: tuple | None = None
         self._constants: tuple[Constant, ...] = ()
+        self._helpers: tuple[Kernel, ...] = ()
+        self._safety: dict = {}
 
     @classmethod
     def from_source(cls, source: str, *, name=None, namespace=None) -> "Kernel":
@@ -102,7 +109,10 @@ class Kernel:
         ('a',)
         """
         namespace = {} if namespace is None else dict(namespace)
-        code = compile(textwrap.dedent(source), f"<meshchain kernel {name or 'source'}>", "exec")
+        try:
+            code = compile(textwrap.dedent(source), f"<meshchain kernel {name or 'source'}>", "exec")
+        except SyntaxError as exc:
+            raise KernelError(f"kernel {name or '(from_source)'!r}: cannot parse its source: {exc}") from None
         before = set(namespace)
         exec(code, namespace)  # noqa: S102 - the user's own kernel text
         defined = [k for k, v in namespace.items() if k not in before and isinstance(v, types.FunctionType)]
@@ -116,14 +126,37 @@ class Kernel:
         return f"{self.filename}:{self.first_line + line - 1}"
 
     def constants(self) -> tuple[Constant, ...]:
-        """Resolve the kernel's globals now; cheap when nothing changed since last time."""
-        env = self.func.__globals__
-        snapshot = tuple(env.get(n, _MISSING) for n in self.free_names)
-        if self._snapshot is not None and all(a is b for a, b in zip(snapshot, self._snapshot)):
+        """Resolve the kernel's globals now; cheap when nothing changed since last time.
+
+        A change is a global rebound to another object, a constant array modified in
+        place, or either of those in a helper function the kernel calls.
+        """
+        if self.unchanged():
             return self._constants
-        self._constants = tuple(self._resolve(n, v) for n, v in zip(self.free_names, snapshot) if not _is_builtin(n, v))
-        self._snapshot = snapshot
+        env = self.func.__globals__
+        values = [env.get(n, _MISSING) for n in self.free_names]
+        self._constants = tuple(self._resolve(n, v) for n, v in zip(self.free_names, values) if not _is_builtin(n, v))
+        self._helpers = tuple(c.helper for c in self._constants if c.kind == "function")
+        self._snapshot = tuple(_fingerprint(v) for v in values)
         return self._constants
+
+    def unchanged(self) -> bool:
+        """True when the globals resolved by the last :meth:`constants` call are still current."""
+        if self._snapshot is None:
+            return False
+        env = self.func.__globals__
+        for name, old in zip(self.free_names, self._snapshot):
+            new = _fingerprint(env.get(name, _MISSING))
+            if new is not old and not (type(new) is tuple and new == old):
+                return False
+        return all(helper.unchanged() for helper in self._helpers)
+
+    def index_safety(self, shapes) -> bool:
+        """Cached :func:`meshchain.analysis.index_safety` for these view shapes."""
+        shapes = tuple(shapes)
+        if shapes not in self._safety:
+            self._safety[shapes] = index_safety(self, shapes)
+        return self._safety[shapes]
 
     def _resolve(self, name: str, value) -> Constant:
         if value is _MISSING and hasattr(builtins, name):
@@ -168,6 +201,14 @@ kernel.from_source = Kernel.from_source
 # --- source and AST ---------------------------------------------------------------------------
 
 _MISSING = object()
+
+
+def _fingerprint(value):
+    """What must stay the same for a resolved global to stay valid: the object itself, or
+    for an array its contents (arrays can change in place)."""
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return value
 
 
 def _read_source(func, name: str) -> str:
@@ -260,9 +301,14 @@ def _literal(value) -> str | None:
     return None
 
 
+_helper_kernels = weakref.WeakKeyDictionary()
+
+
 def _function_constant(name: str, func) -> Constant:
-    helper = Kernel(func)
+    helper = _helper_kernels.get(func)
+    if helper is None:
+        helper = _helper_kernels[func] = Kernel(func)
     body = ast.unparse(helper.tree).replace(f"def {helper.tree.name}(", f"def {name}(", 1)
     lines = [c.source for c in helper.constants()]
     lines += ["@_mc_njit(inline='always')", body]
-    return Constant(name, "function", func, "\n".join(lines))
+    return Constant(name, "function", func, "\n".join(lines), helper)

@@ -99,6 +99,7 @@ def make_loop(kernel, iterset, args, name=None) -> ParLoop:
             f"({', '.join(kernel.params)}) but the loop passes {len(args)}; pass one loop argument per kernel parameter."
         )
     _check_races(args, name)
+    _check_kernel(kernel, args, name)
     for arg in args:
         if arg.access is Access.RW and arg.map is not None:
             _check_exclusive(arg, name)
@@ -110,8 +111,12 @@ def make_loop(kernel, iterset, args, name=None) -> ParLoop:
 
 def _check_arg(arg, position: int, iterset: Set, name: str) -> None:
     if not isinstance(arg, Arg):
-        hint = " call it with an access mode, e.g. x(mc.READ)" if hasattr(arg, "is_global") else ""
-        raise LoopError(f"par_loop {name!r}: argument {position} is a {type(arg).__name__}, not a loop argument;{hint}.")
+        if hasattr(arg, "is_global"):
+            raise LoopError(
+                f"par_loop {name!r}: argument {position} is {type(arg).__name__} {arg.name!r} without an access "
+                f"mode; pass {arg.name}(mc.READ) (or another mode) instead."
+            )
+        raise LoopError(f"par_loop {name!r}: argument {position} is a {type(arg).__name__}, not a loop argument.")
     if arg.data.is_global:
         return
     if arg.map is None and arg.data.dataset is not iterset:
@@ -141,6 +146,19 @@ def _check_races(args, name: str) -> None:
                 f"par_loop {name!r}: {uses[0].data.name!r} is passed {len(uses)} times with modes "
                 f"{', '.join(a.access.value for a in uses)}; an object written in a loop may appear more than once "
                 f"only if every use is INC — split the loop or pass it once."
+            )
+
+
+def _check_kernel(kernel: Kernel, args, name: str) -> None:
+    """Backend-independent kernel checks: its globals resolve, its constant indices fit the
+    views, and it does not assign to an argument declared READ."""
+    kernel.constants()
+    kernel.index_safety(a.view_shape for a in args)
+    for param, arg in zip(kernel.params, args):
+        if arg.access is Access.READ and param in kernel.written_params:
+            raise AccessModeError(
+                f"kernel {kernel.name!r} in loop {name!r} writes to {param!r}, an argument declared READ "
+                f"({arg!r}); declare it WRITE, RW or INC, or stop writing to it."
             )
 
 

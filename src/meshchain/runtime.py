@@ -37,14 +37,22 @@ class Runtime:
         return self._backend
 
     def reconfigure(self, **options) -> None:
+        """Apply new options; if they are refused, the runtime keeps its old configuration."""
         new = self.config.replace(**options)
         self.flush()
-        if new.backend != self.config.backend or new.threads != self.config.threads or new.cache_dir != self.config.cache_dir:
+        old_config, old_backend = self.config, self._backend
+        if new.backend != old_config.backend or new.threads != old_config.threads or new.cache_dir != old_config.cache_dir:
             self._backend = None
-        if new.block_size != self.config.block_size:
-            self._plans.clear()
         self.config = new
-        self.backend  # noqa: B018 - build now so that bad options fail inside configure()
+        try:
+            self.backend  # noqa: B018 - build now so that bad options fail inside configure()
+        except Exception:
+            self.config, self._backend = old_config, old_backend
+            if old_backend is not None and hasattr(old_backend, "restore"):
+                old_backend.restore()
+            raise
+        if new.block_size != old_config.block_size:
+            self._plans.clear()
 
     def record(self, loop) -> None:
         self.trace.append(loop)
@@ -52,8 +60,18 @@ class Runtime:
             self.flush()
 
     def flush(self) -> None:
-        for loop in self.trace.take():
-            self.execute(loop)
+        loops = self.trace.take()
+        for position, loop in enumerate(loops):
+            try:
+                self.execute(loop)
+            except Exception as exc:
+                later = loops[position + 1 :]
+                if later:
+                    exc.add_note(
+                        f"meshchain: {len(later)} loop(s) recorded after {loop.name!r} were discarded: "
+                        f"{', '.join(l.name for l in later)}"
+                    )
+                raise
 
     def force_read(self, obj) -> None:
         """Run whatever must finish before ``obj`` is read (for now: every pending loop)."""

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from ..access import Access
-from ..analysis import index_safety
 from ..errors import AccessModeError, BackendUnavailableError, CompilationError, ConfigurationError, KernelRuntimeError
 from .base import Backend, readonly
 from .numba_codegen import loop_source, reduction_args
@@ -41,7 +40,12 @@ class NumbaBackend(Backend):
             raise BackendUnavailableError(f"the numba backend needs the numba package: {exc}") from None
         self._numba = numba
         self._executors: dict = {}
-        set_threads(numba, runtime.config.threads)
+        self._threads = runtime.config.threads
+        set_threads(numba, self._threads)
+
+    def restore(self) -> None:
+        """Re-apply this backend's thread count (after another configuration was refused)."""
+        set_threads(self._numba, self._threads)
 
     def run(self, loop, plan, record) -> None:
         executor = self._executor(loop, record)
@@ -53,7 +57,8 @@ class NumbaBackend(Backend):
             executor.dispatcher(*arrays)
         except self._numba.core.errors.NumbaError as exc:
             raise _compile_failure(loop, executor.path, exc) from None
-        except IndexError as exc:
+        except (IndexError, SystemError) as exc:
+            # an IndexError raised inside a prange region surfaces as SystemError
             raise KernelRuntimeError(
                 f"kernel {loop.kernel.name!r} in loop {loop.name!r}: {exc}; an index fell outside an argument view "
                 f"(view shapes {[a.view_shape for a in loop.args]}); generated source: {executor.path}"
@@ -78,7 +83,7 @@ class NumbaBackend(Backend):
 
     def _build(self, loop) -> "_Executor":
         config = self.runtime.config
-        safe = index_safety(loop.kernel, [a.view_shape for a in loop.args])
+        safe = loop.kernel.index_safety(a.view_shape for a in loop.args)
         source = loop_source(loop, boundscheck=config.debug or not safe)
         module, path = import_generated(source, loop.kernel.name, Path(config.cache_dir) / "numba")
         return _Executor(module._mc_loop, path, loop.specs)

@@ -42,7 +42,7 @@ class ReferenceBackend(Backend):
             views = [get(e) for get, _ in accessors]
             try:
                 func(*views)
-            except (IndexError, ValueError) as exc:
+            except (IndexError, ValueError, ArithmeticError) as exc:
                 raise _kernel_failure(loop, e, exc) from None
             for (_, put), view in zip(accessors, views):
                 if put is not None:

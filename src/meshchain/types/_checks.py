@@ -66,7 +66,7 @@ def as_storage(data, dtype: np.dtype, shape: tuple[int, ...], what: str, *, fix:
                 f"{what}: cannot store {array.dtype} data as {dtype} without losing information; "
                 f"convert the data first or pass dtype={array.dtype}."
             )
-        if dtype.kind == "i" and array.dtype.kind == "i" and array.size:
+        if dtype.kind == "i" and array.dtype.kind in "iu" and array.size:
             info = np.iinfo(dtype)
             if array.min() < info.min or array.max() > info.max:
                 raise DataShapeError(f"{what}: values do not fit in {dtype}; pass dtype=np.int64.")
