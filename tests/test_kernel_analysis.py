@@ -299,7 +299,7 @@ def test_index_safety_inner_loop_rebinds_outer_variable():
 def test_config_defaults():
     config = Config.from_env({})
     assert (config.backend, config.threads, config.block_size, config.trace_length, config.debug) == (
-        "numba", None, 512, 1, False)
+        "numba", None, 2048, 1, False)
     assert isinstance(config.cache_dir, Path) and config.cache_dir.name == "meshchain"
 
 
@@ -332,7 +332,7 @@ def test_config_is_immutable_and_replace_copies():
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.block_size = 3
     changed = config.replace(block_size=3)
-    assert changed.block_size == 3 and config.block_size == 512
+    assert changed.block_size == 3 and config.block_size == 2048
     with pytest.raises(mc.ConfigurationError, match=r"unknown option\(s\) blocksize; valid: .*block_size"):
         config.replace(blocksize=3)
 

@@ -50,7 +50,7 @@ class Config:
     backend: str = "numba"
     threads: int | None = None
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
-    block_size: int = 512
+    block_size: int = 2048
     trace_length: int = 1
     debug: bool = False
 

@@ -174,7 +174,7 @@ def configure(**options) -> None:
     >>> mc.configure(block_size=256)
     >>> mc.get_runtime().config.block_size
     256
-    >>> mc.configure(block_size=512)
+    >>> mc.configure(block_size=2048)
     """
     get_runtime().reconfigure(**options)
 

@@ -4,7 +4,10 @@ Compiled loops are fastest when the kernel body sits inside the iteration loop w
 no per-element array views: ``q[n]`` on a direct argument becomes ``_mc_d1[_mc_e, n]``,
 ``x1[0]`` through ``pedge[0]`` becomes ``_mc_d0[_mc_i0_0, 0]`` (the map value is loaded
 once per iteration), and a reduction ``rms[0] += ...`` becomes a scalar local that
-stays in a register. A kernel whose views escape (passed to a function, aliased,
+stays in a register. Values of READ dat arguments indexed by constants are loaded into
+scalar locals once per element, so the compiler need not reload them after every store
+to a written argument (a dat read in a loop is never written in it, so this is exact).
+A kernel whose views escape (passed to a function, aliased,
 indexed with a non-constant reduction index) or that uses ``return`` is not inlined:
 the code generator then calls it as a function instead.
 
@@ -17,7 +20,8 @@ Examples
 >>> q, s = mc.Dat(cells, 2, None, "q"), mc.Global(1, 0.0, "s")
 >>> k = mc.Kernel.from_source("def f(a, t):\\n    t[0] += a[1]\\n")
 >>> print("\\n".join(inline_body(make_loop(k, cells, (q(mc.READ), s(mc.INC))))))
-_mc_r1_0 += _mc_d0[_mc_e, 1]
+_mc_v0_1 = _mc_d0[_mc_e, 1]
+_mc_r1_0 += _mc_v0_1
 """
 
 from __future__ import annotations
@@ -52,13 +56,15 @@ def inline_body(loop) -> list[str] | None:
     body = [rewriter.visit(statement) for statement in tree.body]
     if rewriter.escaped:
         return None
-    return [line for statement in body for line in ast.unparse(statement).splitlines()]
+    loads = [f"{name} = {source}" for name, source in rewriter.loads.items()]
+    return loads + [line for statement in body for line in ast.unparse(statement).splitlines()]
 
 
 class _Rewriter(ast.NodeTransformer):
     def __init__(self, params):
         self.params = params  # name -> (argument position, spec)
         self.escaped = False
+        self.loads: dict[str, str] = {}  # scalar local -> the array element it holds
 
     def visit_Subscript(self, node):
         if not (isinstance(node.value, ast.Name) and node.value.id in self.params):
@@ -67,6 +73,11 @@ class _Rewriter(ast.NodeTransformer):
         node.slice = self.visit(node.slice)
         if spec.kind in (DIRECT, INDIRECT):
             row = "_mc_e" if spec.kind == DIRECT else index_name(spec)
+            component = _constant_index(node.slice, spec.dim)
+            if spec.access is Access.READ and component is not None and isinstance(node.ctx, ast.Load):
+                local = f"_mc_v{position}_{component}"
+                self.loads[local] = f"_mc_d{spec.slot}[{row}, {component}]"
+                return ast.copy_location(ast.Name(local, ast.Load()), node)
             node.value = ast.Name(f"_mc_d{spec.slot}", ast.Load())
             node.slice = ast.Tuple([ast.Name(row, ast.Load()), node.slice], ast.Load())
             return node
