@@ -78,15 +78,17 @@ def worker(mesh: str, iters: int, repeats: int, threads: int) -> None:
     sys.path.insert(0, str(HERE.parent / "examples"))
     import airfoil
     import meshchain as mc
-    from meshchain.meshes import read_op2_ascii
+    from meshchain.meshes import naca0012, read_op2_ascii
 
     mc.configure(backend="numba", threads=threads or None)
-    data = read_op2_ascii(mesh)
-    warm = airfoil.declare(data)
-    airfoil.run(warm, 1, out=None)  # compile (or load from the cache) outside the timing
+    # Compile (or load from the cache) on a tiny mesh: same loop signatures, and the big
+    # problem is then allocated once, like the C program's.
+    airfoil.run(airfoil.declare(naca0012(4, 6)), 1, out=None)
+    problem = airfoil.declare(read_op2_ascii(mesh))
     best, first_history = None, None
     for repeat in range(repeats):
-        problem = airfoil.declare(data)
+        if repeat:
+            airfoil.reset(problem)
         mc.stats(reset=True)
         start = time.perf_counter()
         history = airfoil.run(problem, iters, out=None, report_every=100)
@@ -124,6 +126,13 @@ def dispatch_overhead_us(calls: int = 20000) -> float:
     return elapsed / calls * 1e6
 
 
+def fastest(best: dict | None, new: dict) -> dict:
+    """The faster of two runs (keeping the first run's rms history)."""
+    if best is None:
+        return new
+    return dict(new, rms=best["rms"]) if new["time_per_iter"] < best["time_per_iter"] else best
+
+
 def shared_digits(a: float, b: float) -> float:
     """Significant decimal digits two numbers share (17 when equal)."""
     if a == b:
@@ -134,7 +143,7 @@ def shared_digits(a: float, b: float) -> float:
 def report(args, c, numba_runs) -> dict:
     rows = [("C gcc -O3, 1 thread", c, None)] + [(f"numba, {r['threads']} thread(s)", r, r) for r in numba_runs]
     print(f"mesh {args.size[0]}x{args.size[1]} ({3 * args.size[0] * args.size[1]} cells), {args.iters} iterations, "
-          f"best of {args.repeats}")
+          f"best of {args.repeats} interleaved rounds")
     print(f"| variant | ms/iter | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
     print("|---|---|---|" + "---|" * len(KERNELS))
     for label, r, _ in rows:
@@ -165,8 +174,13 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=str(HERE / "results" / "airfoil_vs_c.json"))
     args = parser.parse_args(argv)
     binary, mesh = build_c(), mesh_file(args.size)
-    c = run_c(binary, mesh, args.iters, args.repeats)
-    numba_runs = [run_numba(mesh, args.iters, args.repeats, threads) for threads in (1, None)]
+    # Rounds interleave the variants, so a slow spell of this (virtual) machine hits them alike;
+    # each variant keeps its fastest round.
+    c, numba_runs = None, [None, None]
+    for _ in range(args.repeats):
+        c = fastest(c, run_c(binary, mesh, args.iters, 1))
+        for slot, threads in enumerate((1, None)):
+            numba_runs[slot] = fastest(numba_runs[slot], run_numba(mesh, args.iters, 1, threads))
     summary = report(args, c, numba_runs)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=1))

@@ -191,6 +191,14 @@ def declare(mesh: AirfoilMesh) -> Airfoil:
     )
 
 
+def reset(a: Airfoil) -> None:
+    """Back to the free-stream initial state (to time repeated runs on the same data)."""
+    a.p_q.data[:] = np.array(qinf)
+    for dat in (a.p_qold, a.p_adt, a.p_res):
+        dat.data[:] = 0.0
+    a.rms.value = 0.0
+
+
 def stage(a: Airfoil) -> None:
     """One predictor or corrector stage: adt_calc, res_calc, bres_calc, update."""
     mc.par_loop(adt_calc, a.cells,

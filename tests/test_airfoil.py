@@ -81,3 +81,21 @@ def test_example_prints_one_line_per_hundred_iterations():
     for line in out:
         value = line.split()[1]
         assert value == "%.15e" % float(value)
+
+
+def test_airfoil_bits_do_not_depend_on_thread_count():
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs at least 2 Numba threads")
+    mesh = naca0012(10, 15)
+    results = []
+    for threads in (1, 2):
+        mc.configure(backend="numba", threads=threads, block_size=64)  # several blocks and colours
+        problem = airfoil.declare(mesh)
+        history = airfoil.run(problem, 5, report_every=1, out=None)
+        results.append((history, problem.p_q.data.copy(), problem.p_res.data.copy()))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    np.testing.assert_array_equal(results[0][2], results[1][2])
+    assert mc.stats().loops["res_calc"].colours > 1

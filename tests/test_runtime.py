@@ -313,3 +313,23 @@ def test_empty_data_set(backend):
                 q(mc.WRITE), one(mc.READ), count(mc.INC))
     assert q.data.shape == (0, 3) and q.data.dtype == np.int32
     assert count.value.tolist() == [0]
+
+
+def test_changing_a_read_global_does_not_recompile():
+    """Globals read by kernels are run-time arguments: a new value reuses the compiled loop."""
+    mc.configure(backend="numba")
+    cells = mc.Set(5, "cells")
+    out = mc.Dat(cells, 1, None, "out")
+    scale = mc.Global(1, 2.0, "scale")
+
+    @mc.kernel
+    def scaled_copy(o, s):
+        o[0] = s[0] * 3.0
+
+    mc.par_loop(scaled_copy, cells, out(mc.WRITE), scale(mc.READ))
+    compiled = mc.stats().loops["scaled_copy"].compilations
+    for value in (5.0, -1.5):
+        scale.value = value
+        mc.par_loop(scaled_copy, cells, out(mc.WRITE), scale(mc.READ))
+        np.testing.assert_array_equal(out.data[:, 0], np.full(5, value * 3.0))
+    assert mc.stats().loops["scaled_copy"].compilations == compiled
