@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/airfoil.py --size 200 300 --iters 1000 --timing
+	@echo "OP2's Airfoil on OP2's 720000-cell NACA0012 validation mesh, 1000 iterations (about a minute):"
+	$(BIN)/python examples/airfoil.py --timing
+	@echo "OP2's published rms at iteration 1000 for this mesh: 1.060114637578e-04"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

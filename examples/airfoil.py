@@ -16,6 +16,7 @@ Every 100 iterations it prints one line ``<iter> <rms>`` (rms as ``%.15e``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -169,20 +170,11 @@ class Airfoil:
 
 def declare(mesh: AirfoilMesh) -> Airfoil:
     """Declare Airfoil's sets, maps and dats on ``mesh``, with the free-stream initial state."""
-    nodes = mc.Set(mesh.nnode, "nodes")
-    edges = mc.Set(mesh.nedge, "edges")
-    bedges = mc.Set(mesh.nbedge, "bedges")
-    cells = mc.Set(mesh.ncell, "cells")
+    declared = mesh.declare()  # sets, maps, p_x and p_bound, named as in OP2's airfoil.cpp
+    cells = declared.cells
     q0 = np.tile(np.array(qinf, dtype=np.float64), (mesh.ncell, 1))
     return Airfoil(
-        nodes, edges, bedges, cells,
-        pedge=mc.Map(edges, nodes, 2, mesh.edge, "pedge"),
-        pecell=mc.Map(edges, cells, 2, mesh.ecell, "pecell"),
-        pbedge=mc.Map(bedges, nodes, 2, mesh.bedge, "pbedge"),
-        pbecell=mc.Map(bedges, cells, 1, mesh.becell, "pbecell"),
-        pcell=mc.Map(cells, nodes, 4, mesh.cell, "pcell"),
-        p_bound=mc.Dat(bedges, 1, mesh.bound, "p_bound", dtype=np.int32),
-        p_x=mc.Dat(nodes, 2, mesh.x, "p_x"),
+        **{f.name: getattr(declared, f.name) for f in dataclasses.fields(declared)},
         p_q=mc.Dat(cells, 4, q0, "p_q"),
         p_qold=mc.Dat(cells, 4, None, "p_qold"),
         p_adt=mc.Dat(cells, 1, None, "p_adt"),

@@ -29,6 +29,8 @@ __all__ = [
     "KernelRuntimeError",
     "ConfigurationError",
     "BackendUnavailableError",
+    "MeshFileError",
+    "MeshFileNotFoundError",
 ]
 
 
@@ -83,3 +85,11 @@ class ConfigurationError(MeshchainError):
 
 class BackendUnavailableError(ConfigurationError):
     """The requested backend cannot run here (missing package or device)."""
+
+
+class MeshFileError(MeshchainError):
+    """A mesh file could not be read or parsed (wraps the reader's own exception)."""
+
+
+class MeshFileNotFoundError(MeshFileError, FileNotFoundError):
+    """A mesh file does not exist (also a :class:`FileNotFoundError`)."""

@@ -28,20 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataShapeError, MeshchainError
+from ..errors import DataShapeError, MeshchainError, MeshFileError, MeshFileNotFoundError
 from .generators import CELL_TYPES, UnstructuredMesh
 
 __all__ = ["read_meshio", "MeshFileError", "MeshFileNotFoundError"]
 
 _log = logging.getLogger(__name__)
-
-
-class MeshFileError(MeshchainError):
-    """A mesh file could not be read or parsed (wraps the reader's own exception)."""
-
-
-class MeshFileNotFoundError(MeshFileError, FileNotFoundError):
-    """A mesh file does not exist (also a :class:`FileNotFoundError`)."""
 
 
 def _read(path: Path, file_format: str | None) -> Any:

@@ -281,14 +281,4 @@ def naca0012(I: int = 400, J: int = 600, *, decimals: int | None = 6) -> Airfoil
     left = np.stack([jl * ni, (jl + 1) * ni, jl * nci, np.full_like(jl, 2)], axis=1)
     brec = np.concatenate([wall, right, top, left], axis=0)
 
-    mesh = AirfoilMesh(
-        x=x,
-        cell=cell,
-        edge=erec[:, :2],
-        ecell=erec[:, 2:],
-        bedge=brec[:, :2],
-        becell=brec[:, 2],
-        bound=brec[:, 3],
-    )
-    mesh.validate()
-    return mesh
+    return AirfoilMesh.from_records(x, cell, erec, brec)

@@ -38,7 +38,7 @@ from typing import Union
 
 import numpy as np
 
-from ..errors import DataShapeError, MapError
+from ..errors import DataShapeError, MapError, MeshFileError, MeshFileNotFoundError
 
 __all__ = ["AirfoilMesh", "DeclaredAirfoil", "read_op2_ascii", "write_op2_ascii"]
 
@@ -214,6 +214,34 @@ class AirfoilMesh:
             p_bound=mc.Dat(bedges, 1, self.bound.reshape(-1, 1), f"{prefix}p_bound",
                            dtype=np.int32),
         )
+
+    @classmethod
+    def from_records(cls, x, cell, edge_records, bedge_records) -> "AirfoilMesh":
+        """Build and validate a mesh from OP2's records: edges ``(n1, n2, c1, c2)`` and
+        boundary edges ``(n1, n2, cell, bound)``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from meshchain.meshes.op2 import AirfoilMesh
+        >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+        >>> b = np.array([[1, 0, 0, 1], [2, 1, 0, 2], [3, 2, 0, 2], [0, 3, 0, 2]])
+        >>> AirfoilMesh.from_records(x, [[0, 1, 2, 3]], np.zeros((0, 4), int), b).nbedge
+        4
+        """
+        edge_records = np.asarray(edge_records).reshape(-1, 4)
+        bedge_records = np.asarray(bedge_records).reshape(-1, 4)
+        mesh = cls(
+            x=x,
+            cell=cell,
+            edge=edge_records[:, :2],
+            ecell=edge_records[:, 2:],
+            bedge=bedge_records[:, :2],
+            becell=bedge_records[:, 2],
+            bound=bedge_records[:, 3],
+        )
+        mesh.validate()
+        return mesh
 
     # ------------------------------------------------------------- validation
     def validate(self) -> None:
@@ -397,8 +425,8 @@ def read_op2_ascii(path: PathLike) -> AirfoilMesh:
     MapError
         A node or cell id is out of range; the message names the file, the
         section and the record.
-    FileNotFoundError
-        The file does not exist.
+    MeshFileNotFoundError
+        The file does not exist (also a :class:`FileNotFoundError`).
 
     Examples
     --------
@@ -421,8 +449,13 @@ def read_op2_ascii(path: PathLike) -> AirfoilMesh:
     AirfoilMesh(nnode=4, ncell=1, nedge=0, nbedge=4)
     """
     fname = os.fspath(path)
-    with open(fname, "r", encoding="ascii", errors="replace") as f:
-        text = f.read()
+    try:
+        with open(fname, "r", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise MeshFileNotFoundError(f"mesh file {fname!r} does not exist; check the path.") from None
+    except OSError as exc:
+        raise MeshFileError(f"cannot read mesh file {fname!r}: {exc}") from None
     data = _parse_numbers(text)
 
     # ---- header
@@ -509,17 +542,7 @@ def read_op2_ascii(path: PathLike) -> AirfoilMesh:
     _check_range(brec[:, :2], "boundary edges section: boundary edge", "node", nnode, where)
     _check_range(brec[:, 2:3], "boundary edges section: boundary edge", "cell", ncell, where)
 
-    mesh = AirfoilMesh(
-        x=x,
-        cell=cell,
-        edge=erec[:, :2],
-        ecell=erec[:, 2:],
-        bedge=brec[:, :2],
-        becell=brec[:, 2],
-        bound=brec[:, 3],
-    )
-    mesh.validate()
-    return mesh
+    return AirfoilMesh.from_records(x, cell, erec, brec)
 
 
 # ---------------------------------------------------------------------------
