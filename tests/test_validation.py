@@ -524,3 +524,26 @@ def test_bad_environment_variable(environ, message):
 def test_every_error_is_a_meshchain_error():
     for name in mc.errors.__all__:
         assert issubclass(getattr(mc, name), mc.MeshchainError)
+
+
+@mc.kernel
+def reads_its_increment(a, r):
+    r[0] += a[0]
+    r[1] = r[1] * 2.0
+
+
+@mc.kernel
+def increments_only(a, r):
+    r[0] += a[0]
+    r[1] -= a[0]
+
+
+def test_inc_argument_may_only_be_incremented(backend, mesh):
+    """Reading an INC argument would give backend-dependent results (running value, zeroed
+    buffer, atomics), so it is refused before any backend runs."""
+    x = mc.Dat(mesh["nodes"], 1, np.arange(3.0), "x")
+    acc = mc.Dat(mesh["nodes"], 2, None, "acc")
+    with pytest.raises(mc.AccessModeError, match=r"kernel 'reads_its_increment'.*'r' is passed as INC.*declare it RW"):
+        mc.par_loop(reads_its_increment, mesh["nodes"], x(mc.READ), acc(mc.INC))
+    mc.par_loop(increments_only, mesh["nodes"], x(mc.READ), acc(mc.INC))
+    np.testing.assert_array_equal(acc.data, np.stack([np.arange(3.0), -np.arange(3.0)], axis=1))

@@ -28,6 +28,8 @@ from .errors import (
     LoopError,
     MapError,
     MeshchainError,
+    MeshFileError,
+    MeshFileNotFoundError,
     SetMismatchError,
 )
 from .kernel import Kernel, kernel
@@ -42,5 +44,5 @@ __all__ = [
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
-    "ConfigurationError", "BackendUnavailableError",
+    "ConfigurationError", "BackendUnavailableError", "MeshFileError", "MeshFileNotFoundError",
 ]

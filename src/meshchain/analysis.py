@@ -22,7 +22,7 @@ import ast
 
 from .errors import KernelError
 
-__all__ = ["index_safety", "written_params"]
+__all__ = ["index_safety", "written_params", "non_increment_uses"]
 
 Interval = tuple[int, int]
 
@@ -61,6 +61,38 @@ def written_params(kernel) -> set[str]:
             if isinstance(base, ast.Name) and base.id in params:
                 written.add(base.id)
     return written
+
+
+def non_increment_uses(kernel, param: str) -> list:
+    """Nodes where ``param`` is used other than as ``param[...] += ...`` or ``-= ...``.
+
+    An INC argument may only be incremented: backends may hand the kernel the running
+    value, a zeroed buffer or (on GPUs) use atomics, so a kernel that reads it would get
+    backend-dependent results.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> k = mc.Kernel.from_source("def f(r):\\n    r[0] += 1.0\\n    r[1] = r[1] * 2\\n")
+    >>> sorted({n.lineno for n in non_increment_uses(k, "r")})
+    [3]
+    """
+    allowed = set()
+    for node in ast.walk(kernel.tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+            allowed.add(id(node.target))
+    bad = []
+    for node in ast.walk(kernel.tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == param:
+            if id(node) not in allowed:
+                bad.append(node)
+        elif isinstance(node, ast.Name) and node.id == param and not _is_subscript_base(kernel.tree, node):
+            bad.append(node)
+    return sorted(bad, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _is_subscript_base(tree, name_node) -> bool:
+    return any(isinstance(n, ast.Subscript) and n.value is name_node for n in ast.walk(tree))
 
 
 def _stored_names(tree) -> dict[str, int]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analysis import index_safety, written_params
+from .analysis import index_safety, non_increment_uses, written_params
 from .errors import KernelError
 
 __all__ = ["Kernel", "kernel", "Constant"]
@@ -96,6 +96,7 @@ class Kernel:
         self._constants: tuple[Constant, ...] = ()
         self._helpers: tuple[Kernel, ...] = ()
         self._safety: dict = {}
+        self._increment_uses: dict = {}
 
     @classmethod
     def from_source(cls, source: str, *, name=None, namespace=None) -> "Kernel":
@@ -150,6 +151,12 @@ class Kernel:
             if new is not old and not (type(new) is tuple and new == old):
                 return False
         return all(helper.unchanged() for helper in self._helpers)
+
+    def non_increment_uses(self, param: str) -> list:
+        """Cached :func:`meshchain.analysis.non_increment_uses`."""
+        if param not in self._increment_uses:
+            self._increment_uses[param] = non_increment_uses(self, param)
+        return self._increment_uses[param]
 
     def index_safety(self, shapes) -> bool:
         """Cached :func:`meshchain.analysis.index_safety` for these view shapes."""

@@ -155,11 +155,23 @@ def _check_kernel(kernel: Kernel, args, name: str) -> None:
     kernel.constants()
     kernel.index_safety(a.view_shape for a in args)
     for param, arg in zip(kernel.params, args):
+        if arg.access is Access.INC:
+            _check_increment_only(kernel, param, arg, name)
         if arg.access is Access.READ and param in kernel.written_params:
             raise AccessModeError(
                 f"kernel {kernel.name!r} in loop {name!r} writes to {param!r}, an argument declared READ "
                 f"({arg!r}); declare it WRITE, RW or INC, or stop writing to it."
             )
+
+
+def _check_increment_only(kernel: Kernel, param: str, arg: Arg, name: str) -> None:
+    bad = kernel.non_increment_uses(param)
+    if bad:
+        raise AccessModeError(
+            f"kernel {kernel.name!r} in loop {name!r} at {kernel.where(bad[0])}: {param!r} is passed as INC "
+            f"({arg!r}) but is used other than through '{param}[...] += ...' or '-= ...'; an INC argument may "
+            f"only be incremented — declare it RW to read it, or accumulate into a local first."
+        )
 
 
 _exclusive_cache = weakref.WeakKeyDictionary()
