@@ -168,12 +168,13 @@ class Airfoil:
     rms: mc.Global
 
 
-def declare(mesh: AirfoilMesh) -> Airfoil:
-    """Declare Airfoil's sets, maps and dats on ``mesh``, with the free-stream initial state."""
+def declare(mesh: AirfoilMesh, *, method: str = "rib") -> Airfoil:
+    """Declare Airfoil's sets, maps and dats on ``mesh`` with the free-stream initial state,
+    and partition them over the MPI ranks (nothing to do on one process)."""
     declared = mesh.declare()  # sets, maps, p_x and p_bound, named as in OP2's airfoil.cpp
     cells = declared.cells
     q0 = np.tile(np.array(qinf, dtype=np.float64), (mesh.ncell, 1))
-    return Airfoil(
+    problem = Airfoil(
         **{f.name: getattr(declared, f.name) for f in dataclasses.fields(declared)},
         p_q=mc.Dat(cells, 4, q0, "p_q"),
         p_qold=mc.Dat(cells, 4, None, "p_qold"),
@@ -181,6 +182,8 @@ def declare(mesh: AirfoilMesh) -> Airfoil:
         p_res=mc.Dat(cells, 4, None, "p_res"),
         rms=mc.Global(1, 0.0, "rms"),
     )
+    mc.partition(method, coords=problem.p_x)
+    return problem
 
 
 def reset(a: Airfoil) -> None:
@@ -239,6 +242,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=1000, help="iterations (default 1000)")
     parser.add_argument("--backend", choices=("numba", "reference"), help="execution backend")
     parser.add_argument("--threads", type=int, help="threads for the numba backend")
+    parser.add_argument("--partition", choices=("rib", "kway", "block"), default="rib",
+                        help="how to distribute the mesh under mpiexec (default rib)")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
     return parser.parse_args(argv)
 
@@ -249,13 +254,17 @@ def main(argv=None) -> int:
     if options:
         mc.configure(**options)
     mesh = read_op2_ascii(args.mesh) if args.mesh else naca0012(*args.size)
-    problem = declare(mesh)
+    problem = declare(mesh, method=args.partition)
+    ncell = mesh.ncell
+    del mesh  # after partitioning each rank keeps only its part
+    rank = mc.get_runtime().comm.rank if mc.get_runtime().comm is not None else 0
     start = time.perf_counter()
-    run(problem, args.iters)
+    run(problem, args.iters, out=sys.stdout if rank == 0 else None)
     elapsed = time.perf_counter() - start
-    if args.timing:
-        print(f"{elapsed / max(args.iters, 1) * 1e3:.3f} ms per iteration ({mesh.ncell} cells)", file=sys.stderr)
-        print(mc.stats(), file=sys.stderr)
+    stats = mc.stats()
+    if args.timing and rank == 0:
+        print(f"{elapsed / max(args.iters, 1) * 1e3:.3f} ms per iteration ({ncell} cells)", file=sys.stderr)
+        print(stats, file=sys.stderr)
     return 0
 
 

@@ -158,9 +158,9 @@ def test_runtime_plan_matches_colour_blocks():
     for block_size in (4, 16):
         mc.configure(block_size=block_size)
         expected = colour_blocks(0, 80, block_size=block_size, touch=touch, nkeys=nkeys)
-        plan = runtime.plan_for(loop, LoopStats("k"))
+        plan = runtime.plan_for(loop, 0, 80, LoopStats("k"))
         assert plan.ncolours > 1
         check_plan(plan, [(e2n, 0), (e2n, 1)], 0, 80, block_size)
         for field in ("block_starts", "block_order", "colour_offsets", "block_colours"):
             np.testing.assert_array_equal(getattr(plan, field), getattr(expected, field))
-        assert runtime.plan_for(loop, LoopStats("k")) is plan
+        assert runtime.plan_for(loop, 0, 80, LoopStats("k")) is plan

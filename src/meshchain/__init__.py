@@ -33,6 +33,8 @@ from .errors import (
     SetMismatchError,
 )
 from .kernel import Kernel, kernel
+from .distributed.inputs import Block
+from .distributed.partition import partition
 from .runtime import configure, flush, get_runtime, par_loop, reset_runtime, stats
 from .types import Arg, Dat, Global, Map, MapIndex, Set
 
@@ -42,6 +44,7 @@ __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime",
+    "partition", "Block",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "MeshFileError", "MeshFileNotFoundError",

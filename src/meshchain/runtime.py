@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import time
 
+import weakref
+
 from .backends import make_backend
+from .backends.base import Range
 from .config import Config
+from .distributed.comm import raise_together, world_communicator
+from .errors import LoopError
 from .inspector import colour_blocks, touched_keys
 from .lazy import Trace
 from .loop import make_loop
@@ -23,12 +28,32 @@ __all__ = ["Runtime", "get_runtime", "reset_runtime", "par_loop", "flush", "conf
 class Runtime:
     """Holds everything mutable in meshchain. Use :func:`get_runtime`, do not build one."""
 
-    def __init__(self, config: Config | None = None):
+    def __init__(self, config: Config | None = None, *, comm=None):
         self.config = config if config is not None else Config.from_env()
         self.trace = Trace()
         self.recorder = StatsRecorder()
         self._plans: dict = {}
         self._backend = None
+        self.comm = comm if comm is not None else world_communicator()
+        self.distributed = self.comm is not None and self.comm.size > 1
+        self.partitioned = False
+        self.depth = 0
+        self._declared: list = []
+
+    def declare(self, obj, agreed) -> None:
+        """Record a declaration made on several ranks; ``agreed`` must match on every rank."""
+        from .distributed.inputs import check_agreement
+
+        check_agreement(self.comm, (type(obj).__name__, agreed), f"{type(obj).__name__} declaration {agreed!r}")
+        self._declared.append(weakref.ref(obj))
+
+    def declared(self):
+        """The live sets, maps and dats declared so far, in declaration order."""
+        from .types import Dat, Map, Set
+
+        objects = [r() for r in self._declared]
+        pick = lambda kind: [o for o in objects if isinstance(o, kind)]  # noqa: E731
+        return pick(Set), pick(Map), pick(Dat)
 
     @property
     def backend(self):
@@ -85,27 +110,40 @@ class Runtime:
 
     def execute(self, loop) -> None:
         record = self.recorder.loop(loop.name)
-        backend = self.backend
-        plan = self.plan_for(loop, record) if backend.needs_plan else None
-        backend.run(loop, plan, record)
+        if self.distributed:
+            from .distributed.execute import run_distributed
+
+            run_distributed(self, loop, record)
+            return
+        self.run_range(loop, 0, loop.iterset.size, record)
         record.calls += 1
         record.iterations += loop.iterset.size
         record.core_iterations += loop.iterset.size
-        if plan is not None:
-            record.colours = plan.ncolours
 
-    def plan_for(self, loop, record):
-        """The block-colouring plan of ``loop`` (cached by its iteration set and write maps)."""
+    def run_range(self, loop, start: int, end: int, record, targets=None) -> None:
+        """Run iterations ``[start, end)`` of ``loop`` on the backend."""
+        if end <= start:
+            return
+        backend = self.backend
+        if backend.needs_plan:
+            plan = self.plan_for(loop, start, end, record)
+            record.colours = max(record.colours, plan.ncolours)
+        else:
+            plan = Range(start, end)
+        backend.run(loop, plan, record, targets)
+
+    def plan_for(self, loop, start: int, end: int, record):
+        """The block-colouring plan of ``loop`` over ``[start, end)`` (cached by iteration
+        set, range and write maps)."""
         writes = loop.indirect_writes
-        key = (loop.iterset, tuple((id(m), i) for m, i in writes))
+        key = (loop.iterset, start, end, tuple((id(m), i) for m, i in writes))
         plan = self._plans.get(key)
         if plan is None:
-            start = time.perf_counter()
-            size = loop.iterset.size
-            touch, nkeys = touched_keys(0, size, writes)
-            plan = colour_blocks(0, size, block_size=self.config.block_size, touch=touch, nkeys=nkeys)
+            began = time.perf_counter()
+            touch, nkeys = touched_keys(start, end, writes)
+            plan = colour_blocks(start, end, block_size=self.config.block_size, touch=touch, nkeys=nkeys)
             self._plans[key] = (plan, tuple(m for m, _ in writes))  # keep the maps alive with the key
-            record.time_plan += time.perf_counter() - start
+            record.time_plan += time.perf_counter() - began
             return plan
         return plan[0]
 
@@ -121,10 +159,14 @@ def get_runtime() -> Runtime:
     return _runtime
 
 
-def reset_runtime(**options) -> Runtime:
-    """Drop all pending loops, caches and statistics; start again from env + ``options``."""
+def reset_runtime(*, comm=None, **options) -> Runtime:
+    """Drop all pending loops, caches and statistics; start again from env + ``options``.
+
+    ``comm`` (keyword-only) selects the MPI communicator (default: ``COMM_WORLD`` when
+    started by an MPI launcher, else none).
+    """
     global _runtime
-    _runtime = Runtime(Config.from_env().replace(**options))
+    _runtime = Runtime(Config.from_env().replace(**options), comm=comm)
     return _runtime
 
 
@@ -157,7 +199,13 @@ def par_loop(kernel, iterset, *args, name=None) -> None:
     [1, 2, 1]
     """
     runtime = get_runtime()
-    runtime.record(make_loop(kernel, iterset, args, name))
+    loop = make_loop(kernel, iterset, args, name)
+    if runtime.distributed and not runtime.partitioned:
+        raise LoopError(
+            f"par_loop {loop.name!r}: running on {runtime.comm.size} ranks but the mesh is not partitioned; "
+            f"call mc.partition(...) after declaring the mesh and before the first loop."
+        )
+    runtime.record(loop)
 
 
 def flush() -> None:

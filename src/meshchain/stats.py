@@ -25,6 +25,7 @@ class LoopStats:
     core_iterations: int = 0
     halo_iterations: int = 0
     exchanges: int = 0
+    neighbours: int = 0
     messages: int = 0
     bytes_sent: int = 0
     time_compute: float = 0.0

@@ -29,8 +29,22 @@ class Backend(ABC):
         self.runtime = runtime
 
     @abstractmethod
-    def run(self, loop, plan, record) -> None:
-        """Execute ``loop`` over ``plan`` (None when ``needs_plan`` is False); update ``record``."""
+    def run(self, loop, plan, record, targets=None) -> None:
+        """Execute ``loop`` over the iterations of ``plan`` and update ``record``.
+
+        ``plan`` is a colouring :class:`~meshchain.inspector.Plan` when ``needs_plan`` is True,
+        else a :class:`Range`; both have ``start`` and ``end``. ``targets`` maps argument
+        positions of reduced globals to the arrays to reduce into (default: the globals).
+        """
+
+
+class Range:
+    """Iterations ``start <= e < end`` (for backends that need no plan)."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start: int, end: int):
+        self.start, self.end = start, end
 
 
 def readonly(array):

@@ -47,9 +47,9 @@ class NumbaBackend(Backend):
         """Re-apply this backend's thread count (after another configuration was refused)."""
         set_threads(self._numba, self._threads)
 
-    def run(self, loop, plan, record) -> None:
+    def run(self, loop, plan, record, targets=None) -> None:
         executor = self._executor(loop, record)
-        arrays = executor.arrays(loop, plan)
+        arrays = executor.arrays(loop, plan, targets or {})
         before = len(executor.dispatcher.overloads)
         hits = _cache_hits(executor.dispatcher)
         start = time.perf_counter()
@@ -100,10 +100,12 @@ class _Executor:
             read_only[s.slot] = read_only.get(s.slot, True) and s.access is Access.READ
         self.read_only = [read_only[j] for j in range(len(read_only))]
 
-    def arrays(self, loop, plan) -> list:
+    def arrays(self, loop, plan, targets: dict) -> list:
         data = [
             _readonly_cached(obj) if ro else obj._data for obj, ro in zip(loop.data, self.read_only)
         ]
+        for position, array in targets.items():
+            data[loop.specs[position].slot] = array
         maps = [_unsigned(m) for m in loop.maps]
         partials = [
             np.empty((plan.nblocks, loop.specs[i].dim), dtype=loop.args[i].data.dtype) for i in self.reductions

@@ -35,10 +35,11 @@ class ReferenceBackend(Backend):
 
     name = "reference"
 
-    def run(self, loop, plan, record) -> None:
-        accessors = [_accessor(arg) for arg in loop.args]
+    def run(self, loop, plan, record, targets=None) -> None:
+        targets = targets or {}
+        accessors = [_accessor(arg, targets.get(i)) for i, arg in enumerate(loop.args)]
         func = loop.kernel.func
-        for e in range(loop.iterset.size):
+        for e in range(plan.start, plan.end):
             views = [get(e) for get, _ in accessors]
             try:
                 func(*views)
@@ -49,9 +50,9 @@ class ReferenceBackend(Backend):
                     put(e, view)
 
 
-def _accessor(arg):
+def _accessor(arg, target=None):
     """``(get(e) -> view, put(e, view) or None)`` for one argument."""
-    array = arg.data._data
+    array = arg.data._data if target is None else target
     source = readonly(array) if arg.access is Access.READ else array
     if arg.kind == GLOBAL:
         return (lambda e: source), None

@@ -54,6 +54,7 @@ class Dat:
     """
 
     is_global = False
+    _tags = iter(range(1, 1 << 30))
 
     def __init__(self, dataset, dim, data=None, name=None, *, dtype=None):
         self.name = check_name(name, "dat")
@@ -61,13 +62,41 @@ class Dat:
             raise DataShapeError(f"Dat {self.name!r}: dataset must be a meshchain.Set, got {type(dataset).__name__}.")
         self.dataset = dataset
         self.dim = check_count(dim, f"Dat {self.name!r} dim", minimum=1, error=DataShapeError)
-        what = f"Dat {self.name!r} on {dataset.name!r}"
-        self.dtype = resolve_dtype(data, dtype, what)
-        shape = (dataset.size, self.dim)
-        if data is None:
-            self._data = np.zeros(shape, dtype=self.dtype)
+        self._tag = next(Dat._tags) % 32000 + 1
+        self._valid_depth = 0
+        runtime = _runtime()
+        if runtime.distributed:
+            self._data = self._distributed_storage(runtime, data, dtype)
         else:
-            self._data = as_storage(data, self.dtype, shape, what, fix=f"pass one row of {self.dim} values per element of {dataset.name!r}.")
+            self.dtype, self._data = self._storage(data, dtype, dataset.size)
+
+    def _storage(self, data, dtype, rows: int):
+        what = f"Dat {self.name!r} on {self.dataset.name!r}"
+        chosen = resolve_dtype(data, dtype, what)
+        if data is None:
+            return chosen, np.zeros((rows, self.dim), dtype=chosen)
+        fix = f"pass one row of {self.dim} values per element of {self.dataset.name!r}."
+        return chosen, as_storage(data, chosen, (rows, self.dim), what, fix=fix)
+
+    def _distributed_storage(self, runtime, data, dtype):
+        """Block rows (before mc.partition) or local rows (after), validated on all ranks together."""
+        from ..distributed.comm import block_offsets, fetch_rows, raise_together
+        from ..distributed.inputs import to_block_rows
+
+        comm, n = runtime.comm, self.dataset.size
+        offsets = block_offsets(n, comm.size)
+        rows = to_block_rows(comm, data, n, f"Dat {self.name!r} on {self.dataset.name!r}")
+        error = None
+        try:
+            self.dtype, block = self._storage(rows, dtype, int(offsets[comm.rank + 1] - offsets[comm.rank]))
+        except DataShapeError as exc:
+            error = exc
+        raise_together(comm, error)
+        runtime.declare(self, (self.name, self.dataset.name, self.dim, self.dtype.str))
+        if not runtime.partitioned:
+            return block
+        self._valid_depth = runtime.depth
+        return fetch_rows(comm, offsets, block, self.dataset._layout.global_ids)
 
     def __call__(self, access, path=None) -> Arg:
         """Make a loop argument: ``dat(mode)`` (direct), ``dat(mode, map[i])`` or ``dat(mode, map)``."""
@@ -90,17 +119,47 @@ class Dat:
 
     @property
     def data(self) -> np.ndarray:
-        """The values, shape ``(size, dim)``; forces pending loops. Writable."""
+        """The owned values, shape ``(n_owned, dim)`` in local numbering (all of them on one
+        process); forces pending loops. Writable: halo copies are then considered stale."""
         _runtime().force_read(self)
-        return self._data
+        self._valid_depth = 0
+        return self._data[: self.dataset.n_owned]
 
     @property
     def data_ro(self) -> np.ndarray:
-        """A read-only view of the values; forces pending loops."""
+        """A read-only view of the owned values; forces pending loops."""
+        _runtime().force_read(self)
+        view = self._data[: self.dataset.n_owned].view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def data_with_halos(self) -> np.ndarray:
+        """Read-only view of owned and halo values (for debugging; halos may be stale)."""
         _runtime().force_read(self)
         view = self._data.view()
         view.flags.writeable = False
         return view
+
+    def gather(self):
+        """The global array in the original global numbering on rank 0 (``None`` elsewhere).
+
+        Examples
+        --------
+        >>> import meshchain as mc
+        >>> d = mc.Dat(mc.Set(2, "s"), 1, [3.0, 4.0], "d")
+        >>> d.gather().ravel().tolist()
+        [3.0, 4.0]
+        """
+        runtime = _runtime()
+        runtime.force_read(self)
+        layout = self.dataset._layout
+        if layout is None:
+            return self._data[: self.dataset.size].copy()
+        from ..distributed.gather import gather_rows
+
+        n = layout.n_owned
+        return gather_rows(runtime.comm, layout.global_ids[:n], self._data[:n], self.dataset.size)
 
     def __repr__(self) -> str:
         return f"Dat({self.dataset.name}, {self.dim}, {self.name!r}, dtype={self.dtype})"
@@ -134,6 +193,7 @@ class Global:
         self.dim = check_count(dim, f"Global {self.name!r} dim", minimum=1, error=DataShapeError)
         self.dtype = resolve_dtype(value, dtype, f"Global {self.name!r}")
         self._data = self._coerce(value)
+        self._pending = None  # a reduction over ranks still in flight
 
     def _coerce(self, value) -> np.ndarray:
         what = f"Global {self.name!r}"
@@ -156,14 +216,24 @@ class Global:
 
     @property
     def value(self) -> np.ndarray:
-        """A copy of the current value, shape ``(dim,)``; forces pending loops."""
+        """A copy of the current value, shape ``(dim,)``, the same on every rank; forces
+        pending loops and reductions."""
         _runtime().force_read(self)
+        self.settle()
         return self._data.copy()
 
     @value.setter
     def value(self, new) -> None:
+        """Set the value (every rank must set the same value)."""
         _runtime().force_write(self)
+        self.settle()
         self._data[...] = self._coerce(new)
+
+    def settle(self) -> None:
+        """Finish a reduction over ranks that is still in flight."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.finish(self._data)
 
     def __repr__(self) -> str:
         return f"Global({self.dim}, {self.name!r}, dtype={self.dtype})"

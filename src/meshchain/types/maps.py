@@ -34,7 +34,8 @@ class Map:
     (1, [1, 2])
     """
 
-    __slots__ = ("source", "target", "arity", "values", "name", "_indices", "_unsigned_view", "__weakref__")
+    __slots__ = ("source", "target", "arity", "values", "name", "_indices", "_unsigned_view", "_block_values",
+                 "__weakref__")
 
     def __init__(self, source, target, arity, values, name=None):
         self.name = check_name(name, "map")
@@ -43,8 +44,17 @@ class Map:
                 raise MapError(f"Map {self.name!r}: {role} must be a meshchain.Set, got {type(s).__name__}.")
         self.source, self.target = source, target
         self.arity = check_count(arity, f"Map {self.name!r} arity", minimum=1, error=MapError)
-        self.values = _checked_values(values, source, target, self.arity, self.name)
         self._indices = tuple(MapIndex(self, i) for i in range(self.arity))
+        self._unsigned_view = self._block_values = None
+        from ..runtime import get_runtime
+
+        runtime = get_runtime()
+        if runtime.distributed:
+            self.values = None  # local values are set by mc.partition
+            self._block_values = _distributed_values(runtime, values, source, target, self.arity, self.name)
+            runtime.declare(self, (self.name, source.name, target.name, self.arity))
+        else:
+            self.values = _checked_values(values, source, target, self.arity, self.name)
 
     def __getitem__(self, index) -> "MapIndex":
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
@@ -73,14 +83,35 @@ class MapIndex:
         return f"{self.map.name}[{self.index}]"
 
 
-def _checked_values(values, source: Set, target: Set, arity: int, name: str) -> np.ndarray:
-    expected = (source.size, arity)
+def _distributed_values(runtime, values, source: Set, target: Set, arity: int, name: str) -> np.ndarray:
+    """This rank's block of the map's rows, validated on every rank together."""
+    from ..distributed.comm import raise_together
+    from ..distributed.inputs import to_block_rows
+    from ..errors import DeclarationError
+
+    if runtime.partitioned:
+        raise_together(runtime.comm, DeclarationError(
+            f"Map {name!r} is declared after mc.partition; declare every set and map before partitioning."))
+    error, rows = None, None
+    try:
+        rows = to_block_rows(runtime.comm, values, source.size, f"Map {name!r}")
+        if rows is None:
+            raise MapError(f"Map {name!r}: values are missing; pass an integer array of shape {(source.size, arity)}.")
+        rows = _checked_values(rows, source, target, arity, name, rows=len(rows))
+    except MapError as exc:
+        error = exc
+    raise_together(runtime.comm, error)
+    return rows.astype(np.int64)
+
+
+def _checked_values(values, source: Set, target: Set, arity: int, name: str, *, rows=None) -> np.ndarray:
+    expected = (source.size if rows is None else rows, arity)
     if values is None:
         raise MapError(f"Map {name!r}: values are missing; pass an integer array of shape {expected}.")
     array = np.asarray(values)
-    if array.size == 0 and source.size == 0:
+    if array.size == 0 and expected[0] == 0:
         array = array.reshape(0, arity).astype(np.int64)
-    if array.shape != expected and not (arity == 1 and array.shape == (source.size,)):
+    if array.shape != expected and not (arity == 1 and array.shape == (expected[0],)):
         raise MapError(
             f"Map {name!r} ({source.name} -> {target.name}, arity {arity}): values have shape {array.shape}, "
             f"expected {expected}; pass one row of {arity} target indices per element of {source.name!r}."

@@ -1,0 +1,1 @@
+"""Distributed memory: partitioning, layered halos, local numbering and halo exchanges."""

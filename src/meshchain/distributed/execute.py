@@ -1,0 +1,128 @@
+"""One loop over a partitioned mesh: the paper's Alg. 1, owner-compute.
+
+1. post the halo exchanges of the dats the loop reads whose halo is not valid to the
+   depth it needs;
+2. run the core iterations (a prefix: they touch no halo data);
+3. wait for the exchanges;
+4. run the owned iterations near the partition boundary, then the exec halo (layer 1,
+   only for loops that write through a map): redundant work instead of a reverse
+   exchange for ``INC``;
+5. start the reduction of globals over ranks (``Iallreduce``); it is finished when the
+   global is next read or used.
+
+Exec-halo iterations reduce into scratch arrays: only owned iterations count.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..access import Access
+from .exchange import Exchange
+
+__all__ = ["run_distributed", "execution_depth", "required_depths"]
+
+
+def execution_depth(loop) -> int:
+    """Halo layers of the iteration set the loop runs on: 1 if it writes through a map."""
+    return 1 if loop.indirect_writes else 0
+
+
+def required_depths(loop, depth: int) -> dict:
+    """``{dat: halo depth it must be valid to}`` for the dats the loop reads."""
+    needed = {}
+    for arg in loop.args:
+        if arg.data.is_global or arg.access not in (Access.READ, Access.RW):
+            continue
+        need = depth if arg.map is None else max(1, depth)
+        if need:
+            needed[arg.data] = max(needed.get(arg.data, 0), need)
+    return needed
+
+
+def run_distributed(runtime, loop, record) -> None:
+    """Execute ``loop`` with halo exchanges overlapped with its core iterations."""
+    comm, layout = runtime.comm, loop.iterset._layout
+    depth = execution_depth(loop)
+    for obj in loop.data:
+        if obj.is_global:
+            obj.settle()
+    exchanges = [
+        Exchange(comm, dat, dat._valid_depth, need)
+        for dat, need in required_depths(loop, depth).items()
+        if dat._valid_depth < need
+    ]
+    reductions = _Reductions(loop)
+    n_owned = layout.n_owned
+    core = layout.core(1) if exchanges else n_owned
+    runtime.run_range(loop, 0, core, record, reductions.owned)
+    if exchanges:
+        start = time.perf_counter()
+        for exchange in exchanges:
+            exchange.finish()
+        record.time_wait += time.perf_counter() - start
+        runtime.run_range(loop, core, n_owned, record, reductions.owned)
+    halo_end = layout.size(depth)
+    if halo_end > n_owned:
+        runtime.run_range(loop, n_owned, halo_end, record, reductions.scratch)
+    reductions.start(comm)
+    _mark_written(loop, depth)
+    _count(record, layout, exchanges, core, n_owned, depth)
+
+
+def _mark_written(loop, depth: int) -> None:
+    for arg in loop.args:
+        if arg.data.is_global or arg.access is Access.READ:
+            continue
+        valid = depth if arg.map is None else max(depth - 1, 0)
+        arg.data._valid_depth = min(arg.data._valid_depth, valid) if arg.map is not None else valid
+
+
+def _count(record, layout, exchanges, core, n_owned, depth) -> None:
+    record.calls += 1
+    record.iterations += layout.size(depth)
+    record.core_iterations += core
+    record.halo_iterations += layout.size(depth) - n_owned
+    record.exchanges += len(exchanges)
+    record.messages += sum(x.messages for x in exchanges)
+    record.bytes_sent += sum(x.bytes_sent for x in exchanges)
+    record.neighbours = max(record.neighbours, len(layout.neighbours))
+
+
+class _Reductions:
+    """Per-rank reduction targets of a loop's reduced globals, then their ``Iallreduce``."""
+
+    def __init__(self, loop):
+        self.owned, self.scratch, self.globals = {}, {}, {}
+        for position, arg in enumerate(loop.args):
+            g = arg.data
+            if not g.is_global or arg.access is Access.READ:
+                continue
+            if id(g) not in self.globals:
+                start = np.zeros_like(g._data) if arg.access is Access.INC else g._data.copy()
+                self.globals[id(g)] = (g, arg.access, start)
+            self.owned[position] = self.globals[id(g)][2]
+            self.scratch[position] = self.owned[position].copy()
+
+    def start(self, comm) -> None:
+        from mpi4py import MPI
+
+        operations = {Access.INC: MPI.SUM, Access.MIN: MPI.MIN, Access.MAX: MPI.MAX}
+        for g, access, local in self.globals.values():
+            result = np.empty_like(local)
+            request = comm.Iallreduce(local, result, operations[access])
+            g._pending = _PendingReduction(request, result, access, local)
+
+
+class _PendingReduction:
+    def __init__(self, request, result, access, local):
+        self.request, self.result, self.access, self.local = request, result, access, local
+
+    def finish(self, value: np.ndarray) -> None:
+        self.request.Wait()
+        if self.access is Access.INC:
+            value += self.result
+        else:
+            value[...] = self.result

@@ -1,0 +1,300 @@
+"""Halo layers and local numbering of a partitioned mesh (DESIGN §3).
+
+Input: every set's owner ranks and every map's rows, in block distribution (rank r
+holds global ids ``block_offsets(n, P)[r:r+2]``). Output, on each rank, a
+:class:`SetLayout` per set and the local values of every map.
+
+Layers. Rank r's region starts as what it owns (layer 0). Layer k adds, for every map
+``S -> T``, the elements of S that reach an element of T already in the region (they
+are executed redundantly: the exec halo), then closes the region over the maps: the
+targets of every element in it are imported (the non-exec halo), repeatedly, so that
+every map row of every local element is local. Membership is kept as (element, rank)
+pairs at the element's block owner: a layer *pulls* the memberships of each row's
+targets and *pushes* new memberships to the targets of new rows, all vectorised.
+
+Numbering (per set, per rank): owned elements sorted by decreasing distance from the
+partition boundary (``level``; interior first), then halo elements by layer, then by
+owner rank and global id. Core, owned and owned-plus-halo ranges are prefixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .comm import _ranges, alltoallv, block_offsets, block_owner, fetch_csr, fetch_rows
+
+__all__ = ["SetLayout", "build_layouts", "INTERIOR"]
+
+INTERIOR = np.iinfo(np.int32).max  # level of owned elements far from any partition boundary
+MAX_LEVEL = 64
+
+
+@dataclass
+class SetLayout:
+    """How one set is laid out on this rank.
+
+    Attributes
+    ----------
+    global_ids : ndarray of int64
+        Global id of each local element, in local order.
+    n_owned : int
+    layer_ends : ndarray of int64
+        ``layer_ends[k]`` is the number of local elements in owned + layers 1..k
+        (``layer_ends[0] == n_owned``).
+    levels : ndarray of int32
+        Distance of each owned element from the partition boundary (non-increasing).
+    owners : ndarray of int32
+        Owner rank of each local element.
+    imports, exports : dict
+        ``{neighbour: [indices of layer 1, indices of layer 2, ...]}``: local indices
+        received from / sent to each neighbour, in matching order.
+    """
+
+    global_ids: np.ndarray
+    n_owned: int
+    layer_ends: np.ndarray
+    levels: np.ndarray
+    owners: np.ndarray
+    imports: dict = field(default_factory=dict)
+    exports: dict = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        return len(self.layer_ends) - 1
+
+    def size(self, depth: int) -> int:
+        """Owned elements plus halo layers ``1..depth``."""
+        return int(self.layer_ends[min(depth, self.depth)])
+
+    def core(self, threshold: int) -> int:
+        """Number of owned elements (a prefix) whose level exceeds ``threshold``."""
+        return int(np.count_nonzero(self.levels > threshold))
+
+    @property
+    def neighbours(self) -> list[int]:
+        return sorted(set(self.imports) | set(self.exports))
+
+
+# --- membership pairs ---------------------------------------------------------------------
+
+
+class _Members:
+    """(element, rank, layer) triples of one set, kept at the element's block owner."""
+
+    def __init__(self, nranks: int, ids, ranks, layers):
+        self.nranks = nranks
+        self.ids, self.ranks, self.layers = ids, ranks, layers
+        self._sort()
+
+    def _sort(self):
+        keys = self.ids * self.nranks + self.ranks
+        order = np.argsort(keys, kind="stable")
+        self.ids, self.ranks, self.layers = self.ids[order], self.ranks[order], self.layers[order]
+        self.keys = keys[order]
+
+    def add(self, ids, ranks, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Add pairs not present yet (with ``layer``); return the new ones."""
+        keys = np.unique(ids * self.nranks + ranks)
+        new = keys[~np.isin(keys, self.keys, assume_unique=True)]
+        new_ids, new_ranks = new // self.nranks, new % self.nranks
+        self.ids = np.concatenate((self.ids, new_ids))
+        self.ranks = np.concatenate((self.ranks, new_ranks))
+        self.layers = np.concatenate((self.layers, np.full(len(new), layer, dtype=np.int64)))
+        self._sort()
+        return new_ids, new_ranks
+
+    def csr(self, lo: int, hi: int):
+        """Member ranks of block rows ``lo..hi-1`` as CSR (pointers, ranks)."""
+        starts = np.searchsorted(self.ids, np.arange(lo, hi + 1))
+        return (starts - starts[0]).astype(np.int64), self.ranks[starts[0] : starts[-1]]
+
+
+def build_layouts(comm, sets, owner_blocks: dict, maps, map_blocks: dict, depth: int):
+    """Build every set's :class:`SetLayout` and every map's local values on this rank.
+
+    Parameters
+    ----------
+    sets : sequence of Set
+    owner_blocks : dict Set -> ndarray
+        Owner rank of each of this rank's block rows of the set.
+    maps : sequence of Map
+    map_blocks : dict Map -> ndarray
+        This rank's block rows of the map (global target ids).
+    depth : int
+        Halo layers to build.
+    """
+    P, rank = comm.size, comm.rank
+    offsets = {s: block_offsets(s.size, P) for s in sets}
+    members = {}
+    frontier = {}
+    for s in sets:
+        lo = offsets[s][rank]
+        ids = np.arange(lo, offsets[s][rank + 1], dtype=np.int64)
+        owners = owner_blocks[s].astype(np.int64)
+        members[s] = _Members(P, ids, owners, np.zeros(len(ids), dtype=np.int64))
+        frontier[s] = (ids, owners)
+    for layer in range(1, depth + 1):
+        for m in maps:  # exec halo: rows that reach the region through m
+            new = _pull(comm, m, map_blocks[m], offsets, members, layer)
+            frontier[m.source] = _join(frontier[m.source], new)
+        _close(comm, maps, map_blocks, offsets, members, frontier, layer)
+        frontier = {s: (np.zeros(0, np.int64), np.zeros(0, np.int64)) for s in sets}
+    # after the last layer the closure has run: every local row's targets are local
+    return _finish(comm, sets, maps, map_blocks, offsets, members, depth)
+
+
+def _join(a, b):
+    return np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1]))
+
+
+def _pull(comm, m, block_rows, offsets, members, layer):
+    """Rows of ``m`` (this rank's block) join the region of every rank one of their targets is in."""
+    source, target = m.source, m.target
+    lo = offsets[source][comm.rank]
+    if block_rows.size:
+        unique_targets, inverse = np.unique(block_rows.ravel(), return_inverse=True)
+    else:
+        unique_targets, inverse = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    t_lo, t_hi = offsets[target][comm.rank], offsets[target][comm.rank + 1]
+    pointers, ranks = members[target].csr(t_lo, t_hi)
+    got_pointers, got_ranks = fetch_csr(comm, offsets[target], pointers, ranks, unique_targets)
+    counts = np.diff(got_pointers)[inverse]
+    row_of_target = np.repeat(np.arange(block_rows.shape[0], dtype=np.int64), block_rows.shape[1])
+    rows = np.repeat(row_of_target, counts)
+    pair_ranks = got_ranks[_ranges(got_pointers[:-1][inverse], counts)]
+    return members[source].add(rows + lo, pair_ranks.astype(np.int64), layer)
+
+
+def _close(comm, maps, map_blocks, offsets, members, frontier, layer) -> None:
+    """Push region memberships to map targets until nothing new arrives anywhere."""
+    while True:
+        pushed = {s: (np.zeros(0, np.int64), np.zeros(0, np.int64)) for s in frontier}
+        for m in maps:
+            ids, ranks = frontier[m.source]
+            lo = offsets[m.source][comm.rank]
+            rows = map_blocks[m][ids - lo]
+            targets = rows.ravel().astype(np.int64)
+            target_ranks = np.repeat(ranks, rows.shape[1])
+            destinations = block_owner(offsets[m.target], targets)
+            got_ids, _ = alltoallv(comm, targets, destinations)
+            got_ranks, _ = alltoallv(comm, target_ranks, destinations)
+            pushed[m.target] = _join(pushed[m.target], members[m.target].add(got_ids, got_ranks, layer))
+        frontier = pushed
+        if comm.allreduce(sum(len(v[0]) for v in pushed.values())) == 0:
+            return
+
+
+def _finish(comm, sets, maps, map_blocks, offsets, members, depth):
+    P = comm.size
+    provisional = {}
+    for s in sets:
+        mem = members[s]
+        lo = offsets[s][comm.rank]
+        owners_here = np.asarray(mem.ranks[mem.layers == 0])
+        owner_of = np.empty(offsets[s][comm.rank + 1] - lo, dtype=np.int64)
+        owner_of[mem.ids[mem.layers == 0] - lo] = owners_here
+        payload = np.stack([mem.ids, mem.layers, owner_of[mem.ids - lo]], axis=1)
+        region, _ = alltoallv(comm, payload, mem.ranks)
+        provisional[s] = _order_region(region, comm.rank)
+    local_maps = {}
+    for m in maps:
+        gids = provisional[m.source][0]
+        rows = fetch_rows(comm, offsets[m.source], map_blocks[m], gids)
+        local_maps[m] = _to_local(rows, provisional[m.target][0], m)
+    levels = _levels(sets, maps, provisional, local_maps)
+    layouts, permutations = {}, {}
+    for s in sets:
+        gids, layers, owners, n_owned = provisional[s]
+        order = _owned_order(levels[s], gids[:n_owned])
+        perm = np.concatenate((order, np.arange(n_owned, len(gids))))
+        permutations[s] = perm
+        ends = np.array([np.count_nonzero(layers <= k) for k in range(depth + 1)], dtype=np.int64)
+        layouts[s] = SetLayout(gids[perm], n_owned, ends, levels[s][order], owners[perm].astype(np.int32))
+    for m in maps:
+        inverse = np.empty(len(permutations[m.target]), dtype=np.int64)
+        inverse[permutations[m.target]] = np.arange(len(inverse))
+        local_maps[m] = inverse[local_maps[m][permutations[m.source]]]
+    for s in sets:
+        _exchange_lists(comm, layouts[s])
+    return layouts, local_maps
+
+
+def _order_region(region, rank):
+    """Provisional order: owned by global id, then halo by (layer, owner, global id)."""
+    gids, layers, owners = region[:, 0], region[:, 1], region[:, 2]
+    order = np.lexsort((gids, owners, layers))
+    gids, layers, owners = gids[order], layers[order], owners[order]
+    return gids, layers, owners, int(np.count_nonzero(layers == 0))
+
+
+def _to_local(rows, local_gids, m):
+    sorter = np.argsort(local_gids, kind="stable")
+    positions = np.searchsorted(local_gids, rows, sorter=sorter)
+    positions = np.minimum(positions, len(local_gids) - 1) if len(local_gids) else positions
+    local = sorter[positions] if len(local_gids) else positions
+    if rows.size and not np.array_equal(local_gids[local], rows):
+        raise AssertionError(f"map {m.name!r}: a target of a local row is not local (halo closure bug)")
+    return local.astype(np.int64)
+
+
+def _levels(sets, maps, provisional, local_maps):
+    """Distance of owned elements from non-owned ones, by the same two steps as the layers."""
+    level = {}
+    for s in sets:
+        n_owned = provisional[s][3]
+        lv = np.full(len(provisional[s][0]), INTERIOR, dtype=np.int64)
+        lv[n_owned:] = 0
+        level[s] = lv
+    for k in range(1, MAX_LEVEL + 1):
+        changed = False
+        for m in maps:  # rows reaching level k-1
+            rows = local_maps[m]
+            if rows.size == 0:
+                continue
+            reach = level[m.target][rows].min(axis=1)
+            hit = (reach <= k - 1) & (level[m.source] == INTERIOR)
+            level[m.source][hit] = k
+            changed |= bool(hit.any())
+        while True:  # closure: targets of rows at level k
+            grew = False
+            for m in maps:
+                rows = local_maps[m]
+                at_k = level[m.source] == k
+                if not at_k.any():
+                    continue
+                targets = np.unique(rows[at_k].ravel())
+                hit = targets[level[m.target][targets] == INTERIOR]
+                if hit.size:
+                    level[m.target][hit] = k
+                    grew = True
+            changed |= grew
+            if not grew:
+                break
+        if not changed:
+            break
+    return {s: level[s][: provisional[s][3]].astype(np.int32) for s in sets}
+
+
+def _owned_order(levels, gids):
+    return np.lexsort((gids, -levels.astype(np.int64)))
+
+
+def _exchange_lists(comm, layout: SetLayout) -> None:
+    """Import lists (by owner and layer) and the owners' matching export lists."""
+    n_owned, gids, owners = layout.n_owned, layout.global_ids, layout.owners
+    halo = np.arange(n_owned, len(gids))
+    layer_of = np.searchsorted(layout.layer_ends, halo, side="right")
+    request = np.stack([gids[halo], layer_of], axis=1) if len(halo) else np.zeros((0, 2), np.int64)
+    received, sources = alltoallv(comm, request, owners[halo].astype(np.int64))
+    sorter = np.argsort(gids[:n_owned], kind="stable")
+    owned_positions = sorter[np.searchsorted(gids[:n_owned], received[:, 0], sorter=sorter)] if len(received) else []
+    for neighbour in np.unique(owners[halo]):
+        mine = halo[owners[halo] == neighbour]
+        layout.imports[int(neighbour)] = [mine[layer_of[mine - n_owned] == k] for k in range(1, layout.depth + 1)]
+    for neighbour in np.unique(sources):
+        picked = sources == neighbour
+        positions = np.asarray(owned_positions)[picked]
+        layers = received[picked, 1]
+        layout.exports[int(neighbour)] = [positions[layers == k] for k in range(1, layout.depth + 1)]
