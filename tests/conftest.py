@@ -1,7 +1,16 @@
-"""Shared fixtures: a clean runtime for every test, and the backends to run on."""
+"""Shared fixtures: a clean runtime for every test, and the backends to run on.
+
+Also loads the MPI test harness (``mpi_harness``: the ``mpi`` marker and the
+``comm`` / ``mpi_nprocs`` fixtures).
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
+import mpi_harness
 import pytest
 
 import meshchain as mc
@@ -9,10 +18,29 @@ import meshchain as mc
 BACKENDS = ("reference", "numba")
 
 
+CACHE_VARIABLE = "MESHCHAIN_TEST_CACHE_DIR"
+
+
+def pytest_configure(config):
+    """Load the MPI harness plugin (unless ``-p mpi_harness`` already did), and choose the
+    session's cache directory: inherited by the MPI children this session launches, so
+    every rank reuses what the session compiled instead of compiling again."""
+    mpi_harness.register(config)
+    if not os.environ.get(CACHE_VARIABLE):
+        os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="meshchain-test-cache-")
+        config._meshchain_cache_owner = True
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_meshchain_cache_owner", False):
+        shutil.rmtree(os.environ.pop(CACHE_VARIABLE), ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def meshchain_cache_dir(tmp_path_factory):
-    """One cache directory for the whole session, so compiled loops are reused between tests."""
-    return tmp_path_factory.mktemp("meshchain-cache")
+def meshchain_cache_dir():
+    """One cache directory for the whole session (and its MPI children), so compiled loops
+    are reused between tests."""
+    return os.environ[CACHE_VARIABLE]
 
 
 @pytest.fixture(autouse=True)

@@ -45,6 +45,9 @@ class Config:
         Loops recorded before the trace is executed; 1 runs every loop at once.
     debug : bool
         Bounds-check every kernel in compiled backends.
+    overlap : bool
+        On several ranks, run a loop's core iterations while its halo exchanges are in
+        flight (default); False waits for the exchanges first (for measurements).
     """
 
     backend: str = "numba"
@@ -53,6 +56,7 @@ class Config:
     block_size: int = 2048
     trace_length: int = 1
     debug: bool = False
+    overlap: bool = True
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -63,8 +67,9 @@ class Config:
                 raise ConfigurationError(f"{field} must be an integer >= {low}, got {value!r}.")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ConfigurationError(f"threads must be a positive integer or None, got {self.threads!r}.")
-        if not isinstance(self.debug, bool):
-            raise ConfigurationError(f"debug must be True or False, got {self.debug!r}.")
+        for flag in ("debug", "overlap"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
     def replace(self, **options) -> "Config":
@@ -78,7 +83,8 @@ class Config:
 
     @classmethod
     def from_env(cls, environ=None) -> "Config":
-        """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``, ``_DEBUG``."""
+        """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
+        ``_DEBUG``, ``_OVERLAP``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -91,12 +97,12 @@ class Config:
 def _parse(name: str, raw: str):
     if name in ("backend", "cache_dir"):
         return raw
-    if name == "debug":
+    if name in ("debug", "overlap"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off", ""):
             return False
-        raise ConfigurationError(f"MESHCHAIN_DEBUG={raw!r}: use 1 or 0.")
+        raise ConfigurationError(f"MESHCHAIN_{name.upper()}={raw!r}: use 1 or 0.")
     if name == "threads" and raw.lower() in ("", "none", "all"):
         return None
     try:

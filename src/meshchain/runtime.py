@@ -227,11 +227,17 @@ def configure(**options) -> None:
     get_runtime().reconfigure(**options)
 
 
-def stats(*, reset: bool = False):
-    """A snapshot of per-loop statistics (:class:`~meshchain.stats.Stats`); ``reset`` clears them."""
+def stats(*, reset: bool = False, all_ranks: bool = False):
+    """A snapshot of per-loop statistics (:class:`~meshchain.stats.Stats`).
+
+    ``reset`` clears them; ``all_ranks`` (collective) sums the counters and times over the
+    ranks (``neighbours`` is the maximum).
+    """
     runtime = get_runtime()
     runtime.flush()
     snapshot = runtime.recorder.snapshot(runtime.config.backend)
     if reset:
         runtime.recorder.reset()
+    if all_ranks and runtime.comm is not None:
+        snapshot = snapshot.combined(runtime.comm.allgather(snapshot))
     return snapshot

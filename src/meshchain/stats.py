@@ -50,10 +50,26 @@ class Stats:
     def as_dict(self) -> dict:
         return {"backend": self.backend, "loops": {k: v.as_dict() for k, v in self.loops.items()}}
 
+    def combined(self, per_rank) -> "Stats":
+        """The statistics of all ranks summed (``neighbours`` and ``colours``: the maximum)."""
+        loops = {}
+        for snapshot in per_rank:
+            for name, record in snapshot.loops.items():
+                total = loops.setdefault(name, LoopStats(name))
+                for f in dataclasses.fields(LoopStats):
+                    if f.name == "name":
+                        continue
+                    value = getattr(record, f.name)
+                    merged = max if f.name in ("neighbours", "colours") else (lambda a, b: a + b)
+                    setattr(total, f.name, merged(getattr(total, f.name), value))
+        return Stats(loops, self.backend)
+
     def __str__(self) -> str:
-        header = f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
+        header = (f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
+                  f"{'exchanges':>10}{'messages':>9}{'MB sent':>9}{'wait s':>9}")
         rows = [header] + [
             f"{s.name:<20}{s.calls:>8}{s.iterations:>14}{s.colours:>8}{s.time_compute:>12.4f}{s.time_compile:>11.3f}"
+            f"{s.exchanges:>10}{s.messages:>9}{s.bytes_sent / 1e6:>9.3f}{s.time_wait:>9.4f}"
             for s in self.loops.values()
         ]
         return "\n".join(rows)

@@ -56,20 +56,27 @@ def run_distributed(runtime, loop, record) -> None:
     ]
     reductions = _Reductions(loop)
     n_owned = layout.n_owned
-    core = layout.core(1) if exchanges else n_owned
+    overlap = bool(exchanges) and runtime.config.overlap
+    if exchanges and not overlap:
+        _finish(exchanges, record)  # exchange-then-compute, for comparison
+    core = layout.core(1) if overlap else n_owned
     runtime.run_range(loop, 0, core, record, reductions.owned)
-    if exchanges:
-        start = time.perf_counter()
-        for exchange in exchanges:
-            exchange.finish()
-        record.time_wait += time.perf_counter() - start
-        runtime.run_range(loop, core, n_owned, record, reductions.owned)
+    if overlap:
+        _finish(exchanges, record)
+    runtime.run_range(loop, core, n_owned, record, reductions.owned)
     halo_end = layout.size(depth)
     if halo_end > n_owned:
         runtime.run_range(loop, n_owned, halo_end, record, reductions.scratch)
     reductions.start(comm)
     _mark_written(loop, depth)
     _count(record, layout, exchanges, core, n_owned, depth)
+
+
+def _finish(exchanges, record) -> None:
+    start = time.perf_counter()
+    for exchange in exchanges:
+        exchange.finish()
+    record.time_wait += time.perf_counter() - start
 
 
 def _mark_written(loop, depth: int) -> None:

@@ -1,0 +1,891 @@
+"""Run MPI tests under plain ``pytest``: a pytest plugin.
+
+Usage
+-----
+Mark a test with ``mpi``::
+
+    @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=120)
+    def test_halo_exchange(comm):
+        ...
+
+``nprocs`` is an int or a sequence of ints (default ``2``); ``timeout`` is in
+seconds (default ``120``) and bounds the test's setup, call and teardown on
+every rank.  The marker may also be put on a class or module (``pytestmark``),
+and composes with ``@pytest.mark.parametrize`` and hypothesis' ``@given``.
+
+How it works
+------------
+*Parent* (the ``pytest`` you run).  Every marked test is parametrized into one
+item per process count, with ids such as ``test_halo_exchange[np2]``.  The
+parameter belongs to a hidden autouse fixture, so it never appears in the test
+signature.  After collection each such item is replaced by a launcher item with
+the same node id and markers.  Running it executes, in a fresh session (process
+group) and with the rootdir as working directory::
+
+    mpiexec -n N python -m pytest <file>::<function> -q -p no:cacheprovider -x \
+        -p mpi_harness --runxfail --timeout=<timeout> --timeout-method=thread ...
+
+with ``MESHCHAIN_MPI_CHILD=1``, ``MESHCHAIN_MPI_NPROCS=N`` and
+``MESHCHAIN_MPI_NODEID=<node id>`` in the environment.  The parent never sets
+up the test's fixtures and never imports ``mpi4py``.  It fails when the child
+exits non-zero (showing the tail of its output; exit code 5, "no tests
+collected", is a failure too), when the child did not report the very item on
+all ``N`` ranks, or when the wall-clock limit ``timeout + 30 s`` expires, in
+which case ``mpiexec`` and every process it started are killed.  If every rank
+skipped the test, the parent item is skipped.  ``skip``/``skipif``/``xfail``
+markers are judged by the parent (the child runs with ``--runxfail``).
+
+*Child* (``MESHCHAIN_MPI_CHILD=1``, one pytest per rank).  Collection is
+narrowed to the item whose node id equals ``MESHCHAIN_MPI_NODEID``; the test
+body runs on every rank, and the harness checks that ``COMM_WORLD.size`` is
+the requested ``N``.  When any phase (setup, call, teardown) or the
+collection fails on a rank, that rank writes the failure report to stderr and
+calls ``MPI.COMM_WORLD.Abort(1)``, so ranks blocked in a collective die too
+and the parent fails at once instead of hanging.  A rank stuck inside MPI (not
+running Python code) is ended by pytest-timeout's ``thread`` method, which
+dumps the stacks and exits the process; ``mpiexec`` then kills the others.
+
+To debug, run a child by hand: ``MESHCHAIN_MPI_CHILD=1 mpiexec -n 2 python -m
+pytest tests/test_x.py`` runs the ``np2`` items of the file (and nothing
+else); the first failure aborts the run.
+
+Fixtures
+--------
+``comm``
+    ``MPI.COMM_WORLD`` in an MPI child, ``MPI.COMM_SELF`` in any other test.
+``mpi_nprocs``
+    The requested number of processes in an MPI child, ``None`` elsewhere.
+
+Both are session-scoped, so hypothesis' function-scoped-fixture health check
+does not object to them.
+
+Hypothesis
+----------
+Every rank must draw the same examples, or the ranks' collectives no longer
+match.  In the child the harness therefore loads a hypothesis settings profile
+(``meshchain-mpi``) built on the active profile with ``derandomize=True``,
+``database=None``, ``deadline=None`` and the ``too_slow`` health check
+suppressed (timing differs between ranks).  Tests keep their own
+``@settings(max_examples=...)`` etc., but must not set ``derandomize=False``,
+a ``database`` or a ``deadline``; if in doubt, write
+``@settings(derandomize=True, database=None, deadline=None)``.  Strategies must
+not depend on the rank.  A failure on only some ranks makes hypothesis shrink
+on those ranks alone; collectives then mismatch or block, and the test ends by
+the timeout instead of at once.  Make such checks collective (e.g. allreduce
+the condition) when that matters.
+
+Registration
+------------
+``tests/conftest.py`` calls :func:`register` from ``pytest_configure``; for a
+test file elsewhere use ``-p mpi_harness`` with this directory on
+``PYTHONPATH``.  Both ways may be combined.
+
+Notes
+-----
+- ``mpiexec`` is the one next to ``sys.executable`` if present, else the one on
+  ``PATH``; without one, MPI tests are skipped.  Open MPI gets
+  ``--oversubscribe``; MPICH's hydra oversubscribes by default.
+- ``tmp_path`` differs between ranks (each rank is its own pytest session).
+- ``skipif`` conditions given as strings cannot use the test module's globals
+  in the parent (the launcher item has no ``obj``).
+- Do not run the parent pytest itself under ``mpiexec``.
+- With ``PYTHONDONTWRITEBYTECODE`` set, children write bytecode under
+  ``PYTHONPYCACHEPREFIX=<tempdir>/meshchain-pycache-<uid>`` instead
+  (see :func:`redirect_bytecode`); otherwise each rank spends seconds
+  re-compiling and assertion-rewriting hypothesis and the project.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+MARKER = "mpi"
+MARKER_HELP = (
+    "mpi(nprocs=2, timeout=120): run the test under `mpiexec -n N` for each N in "
+    "nprocs (an int or a sequence); timeout in seconds bounds each run on every rank"
+)
+DEFAULT_NPROCS = (2,)
+DEFAULT_TIMEOUT = 120.0
+
+#: Seconds the parent allows on top of the marker's timeout (startup, collection).
+WALL_CLOCK_SLACK = 30.0
+#: Seconds ``mpiexec`` gets to clean up after SIGTERM before everything is SIGKILLed.
+TERMINATE_GRACE = 5.0
+#: How much of the child's output a failure message shows.
+TAIL_CHARS = 12_000
+
+ENV_CHILD = "MESHCHAIN_MPI_CHILD"
+ENV_NPROCS = "MESHCHAIN_MPI_NPROCS"
+ENV_NODEID = "MESHCHAIN_MPI_NODEID"
+ENV_RESULTS = "MESHCHAIN_MPI_RESULTS"
+#: Overrides :data:`WALL_CLOCK_SLACK` (seconds); used by the harness' own tests.
+ENV_WALL_SLACK = "MESHCHAIN_MPI_WALL_SLACK"
+
+#: Environment variables that must not leak from the parent into ``mpiexec``.
+_SCRUBBED_PREFIXES = ("MESHCHAIN_MPI_", "PMI_")
+
+NPROCS_FIXTURE = "_meshchain_mpi_nprocs"
+HYPOTHESIS_PROFILE = "meshchain-mpi"
+
+
+# --------------------------------------------------------------------------
+# The marker
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MpiSpec:
+    """What an ``mpi`` marker asks for.
+
+    Attributes
+    ----------
+    nprocs : tuple of int
+        Process counts; the test runs once for each.
+    timeout : float
+        Seconds allowed for setup, call and teardown on every rank.
+    """
+
+    nprocs: tuple[int, ...]
+    timeout: float
+
+    @classmethod
+    def from_marker(cls, marker: pytest.Mark) -> MpiSpec:
+        """Validate an ``mpi`` marker.
+
+        Parameters
+        ----------
+        marker : pytest.Mark
+            ``mpi``, ``mpi(3)``, ``mpi(nprocs=(1, 2), timeout=60)``, ...
+
+        Returns
+        -------
+        MpiSpec
+
+        Raises
+        ------
+        TypeError
+            Unknown or repeated arguments.
+        ValueError
+            A process count that is not a positive int, or a timeout that is
+            not a positive number.
+        """
+        kwargs = dict(marker.kwargs)
+        if len(marker.args) > 1 or (marker.args and "nprocs" in kwargs):
+            raise TypeError(f"mpi marker: give nprocs once, got {marker.args!r} {kwargs!r}")
+        if marker.args:
+            kwargs["nprocs"] = marker.args[0]
+        unknown = set(kwargs) - {"nprocs", "timeout"}
+        if unknown:
+            raise TypeError(f"mpi marker: unknown arguments {sorted(unknown)}")
+        return cls(
+            nprocs=_validate_nprocs(kwargs.get("nprocs", DEFAULT_NPROCS)),
+            timeout=_validate_timeout(kwargs.get("timeout", DEFAULT_TIMEOUT)),
+        )
+
+
+def _validate_nprocs(nprocs: int | Sequence[int]) -> tuple[int, ...]:
+    """Return ``nprocs`` as a tuple of distinct positive ints."""
+    counts = (nprocs,) if isinstance(nprocs, int) else tuple(nprocs)
+    valid = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts)
+    if not counts or not valid or len(set(counts)) != len(counts):
+        raise ValueError(f"mpi marker: nprocs must be distinct positive ints, got {nprocs!r}")
+    return counts
+
+
+def _validate_timeout(timeout: float) -> float:
+    """Return ``timeout`` as a positive float."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"mpi marker: timeout must be a positive number, got {timeout!r}")
+    return float(timeout)
+
+
+def is_child() -> bool:
+    """Whether this process is a rank of an MPI child run.
+
+    Returns
+    -------
+    bool
+        True when ``MESHCHAIN_MPI_CHILD=1``.
+    """
+    return os.environ.get(ENV_CHILD) == "1"
+
+
+def wall_clock_limit(spec: MpiSpec) -> float:
+    """Seconds the parent waits for a child run before killing it.
+
+    Parameters
+    ----------
+    spec : MpiSpec
+
+    Returns
+    -------
+    float
+        ``spec.timeout`` plus :data:`WALL_CLOCK_SLACK` (or ``MESHCHAIN_MPI_WALL_SLACK``).
+    """
+    return spec.timeout + float(os.environ.get(ENV_WALL_SLACK, WALL_CLOCK_SLACK))
+
+
+# --------------------------------------------------------------------------
+# Plugin registration and hooks common to parent and child
+# --------------------------------------------------------------------------
+
+
+def register(config: pytest.Config) -> None:
+    """Register this module as a pytest plugin unless it already is.
+
+    Parameters
+    ----------
+    config : pytest.Config
+        Call from a conftest's ``pytest_configure``.  A no-op when the module
+        is already loaded (e.g. with ``-p mpi_harness``).
+    """
+    manager = config.pluginmanager
+    module = sys.modules[__name__]
+    if not manager.is_registered(module) and manager.get_plugin(__name__) is None:
+        manager.register(module, __name__)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``mpi`` marker and the parent's or the child's hooks."""
+    config.addinivalue_line("markers", MARKER_HELP)
+    role = _ChildSession(config) if is_child() else _ParentSession(config)
+    config.pluginmanager.register(role, f"{__name__}-{type(role).__name__}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize each ``mpi`` test over its process counts (ids ``np1``, ``np2``, ...)."""
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None:
+        return
+    try:
+        spec = MpiSpec.from_marker(marker)
+    except (TypeError, ValueError) as error:
+        problem = f"{metafunc.definition.nodeid}: {error}"
+    else:
+        problem = None
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    metafunc.parametrize(
+        NPROCS_FIXTURE, spec.nprocs, ids=[f"np{n}" for n in spec.nprocs], indirect=True
+    )
+
+
+@pytest.fixture(autouse=True)
+def _meshchain_mpi_nprocs(request: pytest.FixtureRequest) -> int | None:
+    """Carry the ``npN`` parameter of ``mpi`` tests; in the child, check the world size.
+
+    Autouse so that the parameter never has to appear in a test's signature.
+    """
+    nprocs = getattr(request, "param", None)
+    if nprocs is not None and is_child():
+        _check_world_size(nprocs)
+    return nprocs
+
+
+@pytest.fixture(scope="session")
+def comm():
+    """``MPI.COMM_WORLD`` in an MPI child run, ``MPI.COMM_SELF`` in any other test."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD if is_child() else MPI.COMM_SELF
+
+
+@pytest.fixture(scope="session")
+def mpi_nprocs() -> int | None:
+    """The process count requested of this MPI child run; ``None`` outside one."""
+    return int(os.environ[ENV_NPROCS]) if is_child() else None
+
+
+# --------------------------------------------------------------------------
+# Parent: launch mpiexec
+# --------------------------------------------------------------------------
+
+
+class _ParentSession:
+    """Hooks of the parent pytest: replace ``mpi`` items by launcher items."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Swap each ``mpi`` item for an :class:`MpiLauncherItem` (after selection by -k/-m)."""
+        items[:] = [_launcher_for(item) for item in items]
+
+
+def _mpi_nprocs_of(item: pytest.Item) -> int | None:
+    """The ``npN`` parameter of an ``mpi`` item, or None for any other item."""
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get(NPROCS_FIXTURE)
+
+
+def _launcher_for(item: pytest.Item) -> pytest.Item:
+    """Return the launcher item for an ``mpi`` item, any other item unchanged."""
+    nprocs = _mpi_nprocs_of(item)
+    if nprocs is None:
+        return item
+    spec = MpiSpec.from_marker(item.get_closest_marker(MARKER))
+    return MpiLauncherItem.from_parent(
+        item.parent, name=item.name, original=item, spec=spec, nprocs=nprocs
+    )
+
+
+class MpiLauncherItem(pytest.Item):
+    """Stands in for an ``mpi`` test in the parent and runs it under ``mpiexec``.
+
+    Parameters
+    ----------
+    original : pytest.Function
+        The collected test; node id, markers and keywords are taken from it.
+    spec : MpiSpec
+        The test's ``mpi`` marker.
+    nprocs : int
+        The number of processes of this item.
+    **kwargs
+        Passed on to :class:`pytest.Item`.
+    """
+
+    def __init__(self, *, original: pytest.Item, spec: MpiSpec, nprocs: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.nprocs = nprocs
+        self.originalname = getattr(original, "originalname", original.name)
+        self._reportinfo = original.reportinfo()
+        self.own_markers.extend(original.own_markers)
+        self.keywords.update({key: original.keywords[key] for key in original.keywords})
+        self.extra_keyword_matches.update(original.extra_keyword_matches)
+        if self.config.pluginmanager.has_plugin("timeout"):
+            # The parent's own pytest-timeout must not fire before our wall clock does.
+            parent_timeout = wall_clock_limit(spec) + TERMINATE_GRACE + 30
+            self.add_marker(pytest.mark.timeout(parent_timeout), append=False)
+
+    def reportinfo(self):
+        """Report the original test's location."""
+        return self._reportinfo
+
+    def runtest(self) -> None:
+        """Run the test under ``mpiexec -n nprocs`` and judge the result."""
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            pytest.skip("no mpiexec next to sys.executable or on PATH")
+        if importlib.util.find_spec("mpi4py") is None:
+            pytest.skip("mpi4py is not installed")
+        with tempfile.TemporaryDirectory(prefix="meshchain-mpi-") as tmp:
+            results_dir = Path(tmp)
+            command = child_command(mpiexec, self.nprocs, self._child_pytest_args())
+            env = child_environment(self.nprocs, self.nodeid, results_dir)
+            result = run_with_wall_clock(
+                command, env, self.config.rootpath, results_dir / "output.log",
+                wall_clock_limit(self.spec),
+            )
+            judge(self, result, command, read_rank_results(results_dir))
+
+    def repr_failure(self, excinfo, style=None):
+        """Show the message only: the traceback would be the harness'."""
+        if isinstance(excinfo.value, pytest.fail.Exception):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def _child_pytest_args(self) -> list[str]:
+        """The pytest arguments of the child."""
+        return child_pytest_args(self.config, self.child_target(), self.spec)
+
+    def child_target(self) -> str:
+        """``<file>::<function>``: the original node id without its parameter ids.
+
+        Selecting the function (all its parametrizations) and then keeping the
+        item whose node id matches exactly avoids parsing ids on the command
+        line, which breaks for ids containing ``::`` or ``/``.
+        """
+        return self.nodeid[: len(self.nodeid) - len(self.name)] + self.originalname
+
+
+@functools.cache
+def find_mpiexec() -> str | None:
+    """Locate ``mpiexec``.
+
+    Returns
+    -------
+    str or None
+        The ``mpiexec`` next to ``sys.executable`` (a virtual environment's, as
+        installed by the ``mpich`` wheel) if it exists, else the one on ``PATH``.
+    """
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+@functools.cache
+def oversubscribe_flags(mpiexec: str) -> tuple[str, ...]:
+    """Flags letting ``mpiexec`` start more ranks than there are cores.
+
+    Parameters
+    ----------
+    mpiexec : str
+
+    Returns
+    -------
+    tuple of str
+        ``("--oversubscribe",)`` for Open MPI; nothing for MPICH's hydra,
+        which oversubscribes by default.
+    """
+    try:
+        version = subprocess.run(
+            [mpiexec, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--oversubscribe",) if "Open MPI" in version or "OpenRTE" in version else ()
+
+
+def child_command(mpiexec: str, nprocs: int, pytest_args: Sequence[str]) -> list[str]:
+    """The ``mpiexec`` command line of a child run.
+
+    Parameters
+    ----------
+    mpiexec : str
+    nprocs : int
+    pytest_args : sequence of str
+        Arguments after ``python -m pytest``.
+
+    Returns
+    -------
+    list of str
+    """
+    return [
+        mpiexec, *oversubscribe_flags(mpiexec), "-n", str(nprocs),
+        sys.executable, "-m", "pytest", *pytest_args,
+    ]
+
+
+def child_pytest_args(config: pytest.Config, target: str, spec: MpiSpec) -> list[str]:
+    """The pytest arguments of a child run.
+
+    Parameters
+    ----------
+    config : pytest.Config
+        The parent's; rootdir, inifile and import mode are passed on.
+    target : str
+        ``<file>::<function>``, relative to the rootdir.
+    spec : MpiSpec
+
+    Returns
+    -------
+    list of str
+    """
+    args = [target, "-q", "-p", "no:cacheprovider", "-x", "-p", __name__, "--runxfail"]
+    args += ["--rootdir", str(config.rootpath), f"--import-mode={config.option.importmode}"]
+    if config.inipath is not None:
+        args += ["-c", str(config.inipath)]
+    if config.pluginmanager.has_plugin("timeout"):
+        args += [f"--timeout={spec.timeout:g}", "--timeout-method=thread"]
+    return args
+
+
+def child_environment(nprocs: int, nodeid: str, results_dir: Path) -> dict[str, str]:
+    """The environment of a child run.
+
+    Parameters
+    ----------
+    nprocs : int
+    nodeid : str
+        The exact node id the child must run.
+    results_dir : Path
+        Where each rank records its outcome.
+
+    Returns
+    -------
+    dict
+        The parent's environment without MPI launcher variables, plus the
+        ``MESHCHAIN_MPI_*`` variables and this module's directory on ``PYTHONPATH``.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES)}
+    pythonpath = [str(_import_root()), *filter(None, [env.get("PYTHONPATH")])]
+    env.update(
+        {
+            ENV_CHILD: "1",
+            ENV_NPROCS: str(nprocs),
+            ENV_NODEID: nodeid,
+            ENV_RESULTS: str(results_dir),
+            "PYTHONPATH": os.pathsep.join(pythonpath),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    redirect_bytecode(env)
+    return env
+
+
+def redirect_bytecode(env: dict[str, str]) -> None:
+    """Let the child cache bytecode in a private directory despite ``PYTHONDONTWRITEBYTECODE``.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set, every rank of every child re-compiles
+    and re-rewrites (pytest's assertion rewriting, which also covers
+    hypothesis) everything it imports: seconds of CPU per rank.  The variable's
+    purpose, keeping ``__pycache__`` out of source trees, is kept by writing
+    the bytecode under ``PYTHONPYCACHEPREFIX`` instead.  Nothing changes when
+    ``PYTHONPYCACHEPREFIX`` is already set or no private directory can be had.
+
+    Parameters
+    ----------
+    env : dict
+        Modified in place.
+    """
+    if not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX"):
+        return
+    cache = private_pycache_dir()
+    if cache is not None:
+        del env["PYTHONDONTWRITEBYTECODE"]
+        env["PYTHONPYCACHEPREFIX"] = str(cache)
+
+
+def private_pycache_dir() -> Path | None:
+    """A bytecode cache directory only this user can write, or None.
+
+    Returns
+    -------
+    Path or None
+        ``<tempdir>/meshchain-pycache-<uid>``, created with mode 0700; None if
+        it exists but is not a directory owned by this user and private to it.
+    """
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:
+        return None
+    path = Path(tempfile.gettempdir()) / f"meshchain-pycache-{getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = path.lstat()
+    except OSError:
+        return None
+    private = stat.S_ISDIR(info.st_mode) and info.st_uid == getuid() and not info.st_mode & 0o077
+    return path if private else None
+
+
+def _import_root() -> Path:
+    """The ``sys.path`` entry from which this module imports as ``__name__``."""
+    root = Path(__file__).resolve().parent
+    for _ in range(__name__.count(".")):
+        root = root.parent
+    return root
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """How a child run ended.
+
+    Attributes
+    ----------
+    returncode : int or None
+        ``mpiexec``'s exit status; None when it was killed at the wall clock.
+    elapsed : float
+        Seconds.
+    output : str
+        Everything the ranks and ``mpiexec`` wrote to stdout and stderr.
+    """
+
+    returncode: int | None
+    elapsed: float
+    output: str
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the run was killed at the wall-clock limit."""
+        return self.returncode is None
+
+
+def run_with_wall_clock(
+    command: Sequence[str], env: dict[str, str], cwd: Path, log: Path, limit: float
+) -> ChildResult:
+    """Run ``command`` in its own session, killing it after ``limit`` seconds.
+
+    Output goes to a file, not a pipe, so that no stray process holding the
+    pipe can block the parent.
+
+    Parameters
+    ----------
+    command : sequence of str
+    env : dict
+    cwd : Path
+    log : Path
+        Receives stdout and stderr.
+    limit : float
+        Wall-clock seconds.
+
+    Returns
+    -------
+    ChildResult
+    """
+    start = time.monotonic()
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            returncode = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            # Also reached when the parent is interrupted (Ctrl-C, its own timeout).
+            if proc.poll() is None:
+                terminate_process_tree(proc)
+    output = log.read_text(errors="replace")
+    return ChildResult(returncode, time.monotonic() - start, output)
+
+
+def terminate_process_tree(proc: subprocess.Popen) -> None:
+    """End ``mpiexec`` and everything it started.
+
+    MPICH's hydra starts its proxy and every rank in sessions of their own,
+    so killing ``mpiexec``'s process group is not enough.  ``mpiexec`` is
+    asked first (SIGTERM: it then kills its ranks); after
+    :data:`TERMINATE_GRACE` seconds whatever is left of the process tree,
+    as found before signalling, is SIGKILLed.
+
+    Parameters
+    ----------
+    proc : subprocess.Popen
+        Started with ``start_new_session=True``.
+    """
+    descendants = _descendant_pids(proc.pid)
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=TERMINATE_GRACE)
+    _signal_group(proc.pid, signal.SIGKILL)
+    for pid in descendants:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    """Send ``signum`` to a process group that may already be gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _descendant_pids(root: int) -> list[int]:
+    """Process ids of all descendants of ``root`` (Linux ``/proc``; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
+    found, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        found += kids
+        frontier += kids
+    return found
+
+
+def read_rank_results(results_dir: Path) -> list[dict]:
+    """The outcomes the child's ranks recorded, ordered by rank.
+
+    Parameters
+    ----------
+    results_dir : Path
+
+    Returns
+    -------
+    list of dict
+        One per rank that finished the item: ``nodeid``, ``rank``, ``size``,
+        ``outcome`` (``"passed"`` or ``"skipped"``) and ``reason``.
+    """
+    records = [json.loads(p.read_text()) for p in results_dir.glob("rank*.json")]
+    return sorted(records, key=lambda record: record["rank"])
+
+
+def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str],
+          ranks: list[dict]) -> None:
+    """Turn a child run into the parent item's outcome.
+
+    Parameters
+    ----------
+    item : MpiLauncherItem
+    result : ChildResult
+    command : sequence of str
+    ranks : list of dict
+        From :func:`read_rank_results`.
+
+    Raises
+    ------
+    pytest.fail.Exception
+        Timeout, non-zero exit, or the item not run on every rank.
+    pytest.skip.Exception
+        The item was skipped on every rank.
+    """
+    if result.timed_out:
+        _fail(item, result, command,
+              f"killed after the wall-clock limit of {wall_clock_limit(item.spec):g} s "
+              f"(mpi timeout={item.spec.timeout:g} s)")
+    if result.returncode != 0:
+        _fail(item, result, command, _exit_reason(result, item.spec))
+    done = [r for r in ranks if r["nodeid"] == item.nodeid]
+    if len(done) != item.nprocs:
+        _fail(item, result, command,
+              f"the child exited 0 but {len(done)} of {item.nprocs} ranks ran {item.nodeid!r}")
+    if all(r["outcome"] == "skipped" for r in done):
+        pytest.skip(f"on all {item.nprocs} ranks: {done[0]['reason']}")
+
+
+def _exit_reason(result: ChildResult, spec: MpiSpec) -> str:
+    """Explain a non-zero exit status of ``mpiexec``."""
+    if result.returncode == pytest.ExitCode.NO_TESTS_COLLECTED:
+        return "exited with code 5: the child collected no test (node id mismatch?)"
+    if "+ Timeout +" in result.output:
+        return f"exceeded the mpi timeout of {spec.timeout:g} s (code {result.returncode})"
+    return f"exited with code {result.returncode}"
+
+
+def _fail(item: MpiLauncherItem, result: ChildResult, command: Sequence[str], why: str) -> None:
+    """Fail the parent item with the child's command and the tail of its output."""
+    output = result.output
+    if len(output) > TAIL_CHARS:
+        output = "[...]\n" + output[-TAIL_CHARS:]
+    pytest.fail(
+        f"MPI test {item.nodeid} on {item.nprocs} process(es) {why} "
+        f"after {result.elapsed:.1f} s\ncommand: {shlex.join(command)}\n"
+        f"---- child output (tail) ----\n{output}",
+        pytrace=False,
+    )
+
+
+# --------------------------------------------------------------------------
+# Child: run the item on every rank, abort the world on failure
+# --------------------------------------------------------------------------
+
+
+def _world():
+    """``MPI.COMM_WORLD`` (imports mpi4py, initializing MPI)."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def _check_world_size(nprocs: int) -> None:
+    """Fail unless this child runs on exactly ``nprocs`` processes."""
+    size = _world().size
+    requested = os.environ.get(ENV_NPROCS)
+    if size != nprocs or requested != str(nprocs):
+        pytest.fail(f"item is for {nprocs} processes, but COMM_WORLD.size={size} "
+                    f"and {ENV_NPROCS}={requested}", pytrace=False)
+
+
+def load_hypothesis_profile() -> None:
+    """Make every rank draw the same hypothesis examples (see the module docstring)."""
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:
+        return
+    base = settings.default
+    settings.register_profile(
+        HYPOTHESIS_PROFILE,
+        parent=base,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[*base.suppress_health_check, HealthCheck.too_slow],
+    )
+    settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+class _ChildSession:
+    """Hooks of one rank of a child run."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.nodeid = os.environ.get(ENV_NODEID)
+        self.results_dir = os.environ.get(ENV_RESULTS)
+        self.skip_reason: str | None = None
+
+    def pytest_sessionstart(self) -> None:
+        """Initialize MPI and load the hypothesis profile before test modules are imported."""
+        os.environ.setdefault(ENV_NPROCS, str(_world().size))  # for a child started by hand
+        load_hypothesis_profile()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Keep only the item whose node id the parent asked for.
+
+        Without ``MESHCHAIN_MPI_NODEID`` (a child started by hand), keep the
+        ``mpi`` items for the size of ``COMM_WORLD``.
+        """
+        if self.nodeid is not None:
+            wanted = [item.nodeid == self.nodeid for item in items]
+        else:
+            wanted = [_mpi_nprocs_of(item) == _world().size for item in items]
+        kept = [item for item, keep in zip(items, wanted, strict=True) if keep]
+        dropped = [item for item, keep in zip(items, wanted, strict=True) if not keep]
+        if dropped:
+            self.config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Abort the world when collection fails on this rank."""
+        if report.failed:
+            self._report_and_abort(f"collecting {report.nodeid or 'tests'}", report)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Abort the world on a failure; remember a skip."""
+        if report.failed:
+            self._report_and_abort(f"{report.nodeid} ({report.when})", report)
+        if report.skipped and self.skip_reason is None:
+            self.skip_reason = _skip_reason(report)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """Record for the parent that this rank ran ``nodeid`` to the end."""
+        if self.results_dir is None:
+            return
+        world = _world()
+        record = {
+            "nodeid": nodeid,
+            "rank": world.rank,
+            "size": world.size,
+            "outcome": "passed" if self.skip_reason is None else "skipped",
+            "reason": self.skip_reason,
+        }
+        path = Path(self.results_dir) / f"rank{world.rank}.json"
+        path.write_text(json.dumps(record))
+
+    def _report_and_abort(
+        self, what: str, report: pytest.TestReport | pytest.CollectReport
+    ) -> None:
+        """Write the failure to stderr and abort ``COMM_WORLD``."""
+        world = _world()
+        text = [f"\n==== meshchain MPI: rank {world.rank}/{world.size} failed: {what} ====\n",
+                report.longreprtext, "\n"]
+        for title, content in report.sections:
+            text += [f"---- {title} ----\n", content, "\n"]
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        guard = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        with guard:
+            sys.stderr.write("".join(text))
+            sys.stderr.flush()
+        world.Abort(1)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    """The reason of a skip report."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")

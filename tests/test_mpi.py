@@ -1,0 +1,300 @@
+"""Distributed execution: N ranks give the serial answer (run by the MPI harness).
+
+Each test runs on every rank under ``mpiexec -n N``. Serial references are computed in
+the same processes with a runtime on ``COMM_SELF``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import meshchain as mc
+from meshchain.meshes import naca0012, structured_quads
+
+from test_backends_property import build, kernel_source, loop_specs
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def self_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF
+
+
+def declare_quads(nx, ny, *, method="rib", depth=1, partition=True):
+    mesh = structured_quads(nx, ny)
+    d = mesh.declare()
+    if partition:
+        mc.partition(method, coords=d.coords, depth=depth)
+    return mesh, d
+
+
+def owned_global_ids(s):
+    layout = s._layout
+    return np.arange(s.size) if layout is None else layout.global_ids[: layout.n_owned]
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=120)
+@pytest.mark.parametrize("method", ["block", "rib", "kway"])
+def test_every_element_owned_exactly_once(comm, method):
+    _, d = declare_quads(9, 7, method=method)
+    for s in (d.nodes, d.cells, d.facets, d.bfacets):
+        owned = np.concatenate(comm.allgather(owned_global_ids(s)))
+        assert np.array_equal(np.sort(owned), np.arange(s.size)), s.name
+
+
+def brute_force_layers(mesh_maps, owned, depth):
+    """Layers by plain set arithmetic over the global maps (the definition in DESIGN §3)."""
+    region = {s: set(ids) for s, ids in owned.items()}
+    layers = {s: {} for s in owned}
+    for k in range(1, depth + 1):
+        for source, target, rows in mesh_maps:
+            touching = {e for e, row in enumerate(rows) if any(t in region[target] for t in row)}
+            for e in touching - region[source]:
+                region[source].add(e)
+                layers[source][e] = k
+        grew = True
+        while grew:
+            grew = False
+            for source, target, rows in mesh_maps:
+                for e in list(region[source]):
+                    for t in rows[e]:
+                        if t not in region[target]:
+                            region[target].add(int(t))
+                            layers[target][int(t)] = k
+                            grew = True
+    return layers
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=120)
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_halo_layers_equal_brute_force_search(comm, depth):
+    mesh, d = declare_quads(7, 6, method="rib", depth=depth)
+    sets = (d.nodes, d.cells, d.facets, d.bfacets)
+    maps = [(m.source, m.target, m._block_values) for m in (d.cell2node, d.facet2node, d.facet2cell, d.bfacet2node, d.bfacet2cell)]
+    global_rows = {
+        d.cell2node: mesh.cells, d.facet2node: mesh.facets, d.facet2cell: mesh.facet_cells,
+        d.bfacet2node: mesh.boundary_facets, d.bfacet2cell: mesh.boundary_facet_cells.reshape(-1, 1),
+    }
+    mesh_maps = [(m.source, m.target, global_rows[m]) for m in global_rows]
+    expected = brute_force_layers(mesh_maps, {s: owned_global_ids(s) for s in sets}, depth)
+    for s in sets:
+        layout = s._layout
+        for k in range(1, depth + 1):
+            got = set(layout.global_ids[layout.layer_ends[k - 1] : layout.layer_ends[k]].tolist())
+            want = {e for e, layer in expected[s].items() if layer == k}
+            assert got == want, (s.name, k)
+        assert np.all(np.diff(layout.levels) <= 0), "owned elements must be sorted by decreasing level"
+    del maps
+
+
+def run_random_loop(spec, comm, method):
+    mc.reset_runtime(comm=comm)
+    iterset, loop_args, objects = build(spec)
+    mc.partition(method, seed_set=iterset)
+    kernel = mc.Kernel.from_source(kernel_source(loop_args))
+    for _ in range(2):
+        mc.par_loop(kernel, iterset, *loop_args)
+    return [o.value if o.is_global else o.gather() for o in objects]
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=loop_specs(), method=st.sampled_from(["block", "kway"]))
+def test_random_loops_match_serial_bit_for_bit(comm, spec, method):
+    expected = run_random_loop(spec, self_comm(), method)
+    actual = run_random_loop(spec, comm, method)
+    for want, got in zip(expected, actual):
+        if got is not None:  # gathered dats live on rank 0 only
+            np.testing.assert_array_equal(got, want)
+
+
+@st.composite
+def quad_meshes_and_chains(draw):
+    nx, ny = draw(st.integers(2, 9)), draw(st.integers(2, 9))
+    steps = draw(st.lists(st.sampled_from(["flux", "bump", "nodal", "total"]), min_size=1, max_size=6))
+    return nx, ny, steps
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=quad_meshes_and_chains(), method=st.sampled_from(["rib", "kway", "block"]))
+def test_loop_sequences_on_meshes_match_serial(comm, case, method):
+    """Sequences of loops (halo validity carried across loops) on real meshes."""
+    expected = run_sequence(case, self_comm(), method)
+    actual = run_sequence(case, comm, method)
+    for want, got in zip(expected, actual):
+        if got is not None:
+            np.testing.assert_array_equal(got, want)
+
+
+@mc.kernel
+def facet_flux(v1, v2, a1, a2):
+    d = v2[0] - v1[0]
+    a1[0] += 3 * d + 1
+    a2[0] -= d
+
+
+@mc.kernel
+def bump_cells(a, v):
+    v[0] = v[0] + a[0] % 5
+
+
+@mc.kernel
+def nodal(vs, n):
+    for i in range(4):
+        n[i, 0] += vs[0] + i
+
+
+@mc.kernel
+def total_square(a, t, lo, hi):
+    t[0] += a[0] * a[0]
+    lo[0] = min(lo[0], a[0])
+    hi[0] = max(hi[0], a[0])
+
+
+def run_sequence(case, comm, method):
+    nx, ny, steps = case
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(nx, ny)
+    d = mesh.declare()
+    v = mc.Dat(d.cells, 1, np.arange(mesh.ncell) % 7, "v", dtype=np.int64)
+    acc = mc.Dat(d.cells, 1, None, "acc", dtype=np.int64)
+    n = mc.Dat(d.nodes, 1, None, "n", dtype=np.int64)
+    t, lo, hi = (mc.Global(1, 0, name, dtype=np.int64) for name in ("t", "lo", "hi"))
+    mc.partition(method, coords=d.coords)
+    for step in steps:
+        if step == "flux":
+            mc.par_loop(facet_flux, d.facets, v(mc.READ, d.facet2cell[0]), v(mc.READ, d.facet2cell[1]),
+                        acc(mc.INC, d.facet2cell[0]), acc(mc.INC, d.facet2cell[1]))
+        elif step == "bump":
+            mc.par_loop(bump_cells, d.cells, acc(mc.READ), v(mc.RW))
+        elif step == "nodal":
+            mc.par_loop(nodal, d.cells, v(mc.READ), n(mc.INC, d.cell2node))
+        else:
+            mc.par_loop(total_square, d.cells, acc(mc.READ), t(mc.INC), lo(mc.MIN), hi(mc.MAX))
+    return [v.gather(), acc.gather(), n.gather(), t.value, lo.value, hi.value]
+
+
+def airfoil_history(comm, iters):
+    from test_airfoil import airfoil
+
+    mc.reset_runtime(comm=comm)
+    problem = airfoil.declare(naca0012(10, 15))
+    return np.array([rms for _, rms in airfoil.run(problem, iters, report_every=5, out=None)])
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+def test_airfoil_matches_serial_rms(comm):
+    serial = airfoil_history(self_comm(), 40)
+    distributed = airfoil_history(comm, 40)
+    np.testing.assert_allclose(distributed, serial, rtol=1e-12, atol=0)
+    assert np.all(np.isclose(np.array(comm.allgather(distributed[-1])), distributed[-1], rtol=0, atol=0))
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+@pytest.mark.parametrize("mode", ["every_rank", "root_only", "block"])
+def test_input_modes_agree(comm, mode):
+    mesh = structured_quads(6, 5)
+    values = np.arange(mesh.ncell, dtype=np.float64) * 1.5
+    if mode == "every_rank":
+        given_values = values
+    elif mode == "root_only":
+        given_values = values if comm.rank == 0 else None
+    else:
+        chunks = np.array_split(values, comm.size)
+        given_values = mc.Block(chunks[comm.rank])
+    d = mesh.declare()
+    q = mc.Dat(d.cells, 1, given_values, "q")
+    mc.partition("rib", coords=d.coords)
+    layout = d.cells._layout
+    np.testing.assert_array_equal(q.data[:, 0], values[layout.global_ids[: layout.n_owned]])
+    gathered = q.gather()
+    if comm.rank == 0:
+        np.testing.assert_array_equal(gathered[:, 0], values)
+
+
+@pytest.mark.mpi(nprocs=(2, 4), timeout=120)
+def test_each_rank_keeps_only_its_part_after_rib(comm):
+    """rank 0 passes the mesh, the others None: after partitioning nobody holds all of it."""
+    mesh = structured_quads(40, 40)
+    root = comm.rank == 0
+    nodes, cells = mc.Set(mesh.nnode, "nodes"), mc.Set(mesh.ncell, "cells")
+    c2n = mc.Map(cells, nodes, 4, mesh.cells if root else None, "c2n")
+    x = mc.Dat(nodes, 2, mesh.coords if root else None, "x")
+    q = mc.Dat(cells, 1, np.ones(mesh.ncell) if root else None, "q")
+    mc.partition("rib", coords=x)
+    for s, arrays in ((nodes, [x._data]), (cells, [q._data, c2n.values])):
+        local = s._layout.size(s._layout.depth)
+        assert local < 0.75 * s.size, (s.name, local, s.size)
+        assert all(len(a) == local for a in arrays)
+    assert sum(comm.allgather(cells.n_owned)) == cells.size
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_writing_data_invalidates_halos(comm):
+    """Owned values changed by the user reach the neighbours' halos before the next loop."""
+    def run(c):
+        mc.reset_runtime(comm=c)
+        mesh, d = declare_quads(5, 4, partition=False)
+        v = mc.Dat(d.cells, 1, np.arange(mesh.ncell), "v", dtype=np.int64)
+        acc = mc.Dat(d.cells, 1, None, "acc", dtype=np.int64)
+        mc.partition("rib", coords=d.coords)
+        layout = d.cells._layout
+        owned = layout.global_ids[: layout.n_owned] if layout is not None else np.arange(mesh.ncell)
+        v.data[:, 0] = owned * owned  # written through .data: halo copies are stale now
+        mc.par_loop(facet_flux, d.facets, v(mc.READ, d.facet2cell[0]), v(mc.READ, d.facet2cell[1]),
+                    acc(mc.INC, d.facet2cell[0]), acc(mc.INC, d.facet2cell[1]))
+        return acc.gather()
+
+    expected, actual = run(self_comm()), run(comm)
+    if comm.rank == 0:
+        np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_exchange_statistics(comm):
+    _, d = declare_quads(8, 8, partition=False)
+    v = mc.Dat(d.cells, 1, None, "v")
+    acc = mc.Dat(d.cells, 1, None, "acc")
+    mc.partition("rib", coords=d.coords)
+    mc.par_loop(bump_cells, d.cells, acc(mc.READ), v(mc.RW))  # v's halo is now stale
+    mc.par_loop(facet_flux, d.facets, v(mc.READ, d.facet2cell[0]), v(mc.READ, d.facet2cell[1]),
+                acc(mc.INC, d.facet2cell[0]), acc(mc.INC, d.facet2cell[1]))
+    flux = mc.stats().loops["facet_flux"]
+    assert flux.exchanges == 1
+    assert flux.messages == len([n for n in d.cells._layout.neighbours if d.cells._layout.exports.get(n)])
+    assert flux.bytes_sent == 8 * sum(len(np.concatenate(x)) for x in d.cells._layout.exports.values())
+    assert flux.core_iterations + flux.halo_iterations <= flux.iterations
+    assert mc.stats().loops["bump_cells"].exchanges == 0
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_arrays_that_differ_between_ranks_are_refused_on_every_rank(comm):
+    nodes = mc.Set(4, "nodes")
+    with pytest.raises(mc.DataShapeError, match="differs between ranks"):
+        mc.Dat(nodes, 1, np.full(4, float(comm.rank)), "x")
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_par_loop_before_partition_is_refused(comm):
+    _, d = declare_quads(3, 3, partition=False)
+    a, v = mc.Dat(d.cells, 1, None, "a"), mc.Dat(d.cells, 1, None, "v")
+    with pytest.raises(mc.LoopError, match="not partitioned; call mc.partition"):
+        mc.par_loop(bump_cells, d.cells, a(mc.READ), v(mc.RW))
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=120)
+def test_depth_beyond_what_can_be_built_is_refused(comm):
+    _, d = declare_quads(3, 3, partition=False)
+    with pytest.raises(mc.ConfigurationError, match="depth must be an integer in"):
+        mc.partition("rib", coords=d.coords, depth=99)
+    mc.partition("rib", coords=d.coords, depth=2)
+    with pytest.raises(mc.DeclarationError, match="already called"):
+        mc.partition("rib", coords=d.coords)

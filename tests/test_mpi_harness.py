@@ -1,0 +1,277 @@
+"""The MPI test harness (``tests/mpi_harness.py``) does what it promises.
+
+MPI tests here run under ``mpiexec`` through the harness itself; failure
+modes (a failure on one rank, a hang, a child that collects nothing, a hang
+where pytest-timeout cannot act) are checked by running pytest in a
+subprocess on small test files, in the parent mode a developer would see.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import mpi_harness
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+HARNESS_DIR = Path(mpi_harness.__file__).resolve().parent
+
+needs_mpiexec = pytest.mark.skipif(
+    mpi_harness.find_mpiexec() is None, reason="no mpiexec next to sys.executable or on PATH"
+)
+
+
+# --------------------------------------------------------------------------
+# MPI tests run through the harness
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=60)
+def test_world_size_is_the_requested_nprocs(comm, mpi_nprocs, request):
+    from mpi4py import MPI
+
+    assert mpi_harness.is_child()
+    assert comm is MPI.COMM_WORLD
+    assert comm.size == mpi_nprocs == int(os.environ["MESHCHAIN_MPI_NPROCS"])
+    assert request.node.name == f"test_world_size_is_the_requested_nprocs[np{comm.size}]"
+    # Unset only in a child started by hand (see mpi_harness).
+    assert os.environ.get("MESHCHAIN_MPI_NODEID", request.node.nodeid) == request.node.nodeid
+
+
+@pytest.mark.mpi(nprocs=3, timeout=60)
+@pytest.mark.parametrize("scale", [1, 10])
+def test_allreduce_sum_composes_with_parametrize(comm, scale, request):
+    from mpi4py import MPI
+
+    total = comm.allreduce(scale * (comm.rank + 1), op=MPI.SUM)
+    assert total == scale * comm.size * (comm.size + 1) // 2
+    assert request.node.name == f"test_allreduce_sum_composes_with_parametrize[np3-{scale}]"
+
+
+@pytest.mark.mpi(nprocs=2, timeout=60)
+@settings(max_examples=30)
+@given(values=st.lists(st.integers(), max_size=5))
+def test_hypothesis_draws_the_same_examples_on_every_rank(comm, values):
+    assert settings.default.derandomize
+    assert settings.default.database is None
+    assert settings.default.deadline is None
+    assert comm.allgather(values) == [values] * comm.size
+
+
+def test_comm_is_self_outside_mpi_tests(comm, mpi_nprocs):
+    from mpi4py import MPI
+
+    assert not mpi_harness.is_child()
+    assert comm is MPI.COMM_SELF
+    assert mpi_nprocs is None
+
+
+# --------------------------------------------------------------------------
+# The marker
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mark", "nprocs", "timeout"),
+    [
+        (pytest.mark.mpi, (2,), 120.0),
+        (pytest.mark.mpi(3), (3,), 120.0),
+        (pytest.mark.mpi(nprocs=(1, 2, 4), timeout=5), (1, 2, 4), 5.0),
+        (pytest.mark.mpi(nprocs=[2], timeout=0.5), (2,), 0.5),
+    ],
+)
+def test_marker_arguments(mark, nprocs, timeout):
+    spec = mpi_harness.MpiSpec.from_marker(mark.mark)
+    assert spec == mpi_harness.MpiSpec(nprocs, timeout)
+
+
+@pytest.mark.parametrize(
+    ("mark", "error"),
+    [
+        (pytest.mark.mpi(nprocs=0), ValueError),
+        (pytest.mark.mpi(nprocs=()), ValueError),
+        (pytest.mark.mpi(nprocs=(2, 2)), ValueError),
+        (pytest.mark.mpi(nprocs=True), ValueError),
+        (pytest.mark.mpi(nprocs=2, timeout=0), ValueError),
+        (pytest.mark.mpi(2, nprocs=2), TypeError),
+        (pytest.mark.mpi(nprocs=2, tiemout=3), TypeError),
+    ],
+)
+def test_marker_rejects_bad_arguments(mark, error):
+    with pytest.raises(error, match="mpi marker"):
+        mpi_harness.MpiSpec.from_marker(mark.mark)
+
+
+# --------------------------------------------------------------------------
+# Failure modes, seen from a parent pytest in a subprocess
+# --------------------------------------------------------------------------
+
+SCENARIOS = """
+    import os
+    import time
+
+    import pytest
+
+    CHILD = os.environ.get("MESHCHAIN_MPI_CHILD") == "1"
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=60)
+    def test_rank1_fails_while_rank0_waits(comm):
+        if comm.rank == 1:
+            time.sleep(0.5)
+            assert comm.rank == 0, "rank 1 fails on purpose"
+        comm.Barrier()
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=5)
+    def test_hangs_on_every_rank(comm):
+        time.sleep(300)
+
+
+    @pytest.mark.mpi(nprocs=1, timeout=30)
+    @pytest.mark.parametrize("where", ["child"] if CHILD else ["parent"])
+    def test_child_collects_nothing(where):
+        pass
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=30)
+    def test_skipped_on_every_rank(comm):
+        pytest.skip("nothing to see")
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=30)
+    @pytest.mark.xfail(strict=True, reason="known to fail on rank 1")
+    def test_xfail_failing_on_rank1(comm):
+        assert comm.rank == 0
+        comm.Barrier()
+"""
+
+HANGS_WHILE_COLLECTING = """
+    import os
+    import time
+
+    import pytest
+
+    if os.environ.get("MESHCHAIN_MPI_CHILD") == "1":
+        time.sleep(300)  # at import: pytest-timeout does not cover collection
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=1)
+    def test_hangs_while_collecting():
+        pass
+"""
+
+
+def run_parent_pytest(directory: Path, source: str, **env: str) -> dict[str, dict]:
+    """Run a parent pytest on ``source`` in ``directory``; return its test cases by name.
+
+    Each test case is a dict with ``time`` (seconds), ``outcome`` (``passed``,
+    ``failure``, ``error`` or ``skipped``), ``type`` and ``message`` (failure
+    or skip text).
+    """
+    directory.mkdir()
+    (directory / "pytest.ini").write_text("[pytest]\n")
+    (directory / "test_cases.py").write_text(textwrap.dedent(source))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MESHCHAIN_MPI_")}
+    environ["PYTHONPATH"] = os.pathsep.join([str(HARNESS_DIR), environ.get("PYTHONPATH", "")])
+    environ.update(env)
+    mpi_harness.redirect_bytecode(environ)
+    command = [sys.executable, "-m", "pytest", "test_cases.py", "-p", "mpi_harness",
+               "-p", "no:cacheprovider", "--junitxml=junit.xml", "--timeout=300"]
+    run = subprocess.run(command, cwd=directory, env=environ, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr  # some tests fail, none crash
+    return parse_junit(directory / "junit.xml")
+
+
+def parse_junit(path: Path) -> dict[str, dict]:
+    """The test cases of a JUnit XML report, by test name."""
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        result = {"time": float(case.get("time")), "outcome": "passed", "type": "",
+                  "message": ""}
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                result.update(outcome=child.tag, type=child.get("type", ""),
+                              message=f"{child.get('message', '')}\n{child.text or ''}")
+        cases[case.get("name")] = result
+    return cases
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory):
+    """The outcomes of :data:`SCENARIOS` in a parent pytest."""
+    return run_parent_pytest(tmp_path_factory.mktemp("mpi") / "scenarios", SCENARIOS)
+
+
+@needs_mpiexec
+def test_failure_on_one_rank_aborts_all_ranks_promptly(scenarios):
+    case = scenarios["test_rank1_fails_while_rank0_waits[np2]"]
+    assert case["outcome"] == "failure"
+    assert "rank 1 fails on purpose" in case["message"]
+    assert "rank 1/2 failed" in case["message"]
+    assert "MPI_Abort" in case["message"]
+    assert "exceeded" not in case["message"]
+    assert "wall-clock" not in case["message"]
+    assert case["time"] < 20  # the marker's timeout is 60 s
+
+
+@needs_mpiexec
+def test_hang_on_every_rank_fails_at_the_timeout(scenarios):
+    case = scenarios["test_hangs_on_every_rank[np2]"]
+    assert case["outcome"] == "failure"
+    assert "exceeded the mpi timeout of 5 s" in case["message"]
+    assert 5 <= case["time"] < 30
+
+
+@needs_mpiexec
+def test_child_collecting_no_test_fails(scenarios):
+    case = scenarios["test_child_collects_nothing[np1-parent]"]
+    assert case["outcome"] == "failure"
+    assert "exited with code 5" in case["message"]
+
+
+@needs_mpiexec
+def test_skip_on_every_rank_skips_the_parent(scenarios):
+    case = scenarios["test_skipped_on_every_rank[np2]"]
+    assert case["outcome"] == "skipped"
+    assert "nothing to see" in case["message"]
+
+
+@needs_mpiexec
+def test_xfail_marker_is_judged_by_the_parent(scenarios):
+    case = scenarios["test_xfail_failing_on_rank1[np2]"]
+    assert case["outcome"] == "skipped"
+    assert case["type"] == "pytest.xfail"
+
+
+@needs_mpiexec
+def test_wall_clock_limit_kills_every_process(tmp_path):
+    directory = tmp_path / "wallclock"
+    cases = run_parent_pytest(directory, HANGS_WHILE_COLLECTING, MESHCHAIN_MPI_WALL_SLACK="4")
+    case = cases["test_hangs_while_collecting[np2]"]
+    assert case["outcome"] == "failure"
+    assert "wall-clock limit of 5 s" in case["message"]
+    assert case["time"] < 5 + mpi_harness.TERMINATE_GRACE + 5
+    time.sleep(0.5)
+    assert processes_mentioning(str(directory)) == []
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
