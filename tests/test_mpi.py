@@ -272,7 +272,12 @@ def test_exchange_statistics(comm):
     assert flux.messages == len([n for n in d.cells._layout.neighbours if d.cells._layout.exports.get(n)])
     assert flux.bytes_sent == 8 * sum(len(np.concatenate(x)) for x in d.cells._layout.exports.values())
     assert flux.core_iterations + flux.halo_iterations <= flux.iterations
+    layout = d.facets._layout
+    assert flux.halo_iterations_by_layer == [layout.layer_ends[1] - layout.layer_ends[0]]
     assert mc.stats().loops["bump_cells"].exchanges == 0
+    total = mc.stats(all_ranks=True).loops["facet_flux"]
+    assert total.messages == sum(comm.allgather(flux.messages))
+    assert total.halo_iterations_by_layer == [sum(comm.allgather(flux.halo_iterations_by_layer[0]))]
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)
@@ -298,3 +303,47 @@ def test_depth_beyond_what_can_be_built_is_refused(comm):
     mc.partition("rib", coords=d.coords, depth=2)
     with pytest.raises(mc.DeclarationError, match="already called"):
         mc.partition("rib", coords=d.coords)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=180)
+def test_deeper_halos_built_on_demand_keep_numbering_and_results(comm):
+    """Layers added after partitioning equal the brute-force layers, the old local numbers
+    stay, and loops still give the serial answer."""
+    from meshchain.distributed.partition import ensure_depth
+
+    def run(c, extend):
+        mc.reset_runtime(comm=c)
+        mesh, d = declare_quads(7, 6, partition=False)
+        v = mc.Dat(d.cells, 1, np.arange(mesh.ncell) % 5, "v", dtype=np.int64)
+        acc = mc.Dat(d.cells, 1, None, "acc", dtype=np.int64)
+        mc.partition("rib", coords=d.coords)
+        flux = lambda: mc.par_loop(facet_flux, d.facets, v(mc.READ, d.facet2cell[0]),  # noqa: E731
+                                   v(mc.READ, d.facet2cell[1]), acc(mc.INC, d.facet2cell[0]),
+                                   acc(mc.INC, d.facet2cell[1]))
+        flux()
+        before = None if d.cells._layout is None else d.cells._layout.global_ids.copy()
+        if extend:
+            ensure_depth(3)
+        mc.par_loop(bump_cells, d.cells, acc(mc.READ), v(mc.RW))
+        flux()
+        return mesh, d, before, acc.gather()
+
+    _, _, _, expected = run(self_comm(), False)
+    mesh, d, before, actual = run(comm, True)
+    layout = d.cells._layout
+    assert layout.depth == 3
+    np.testing.assert_array_equal(layout.global_ids[: len(before)], before)
+    if comm.rank == 0:
+        np.testing.assert_array_equal(actual, expected)
+    global_rows = {
+        d.cell2node: mesh.cells, d.facet2node: mesh.facets, d.facet2cell: mesh.facet_cells,
+        d.bfacet2node: mesh.boundary_facets, d.bfacet2cell: mesh.boundary_facet_cells.reshape(-1, 1),
+    }
+    sets = (d.nodes, d.cells, d.facets, d.bfacets)
+    wanted = brute_force_layers([(m.source, m.target, r) for m, r in global_rows.items()],
+                                {s: owned_global_ids(s) for s in sets}, 3)
+    for s in sets:
+        lay = s._layout
+        for k in (1, 2, 3):
+            got = set(lay.global_ids[lay.layer_ends[k - 1]: lay.layer_ends[k]].tolist())
+            assert got == {e for e, layer in wanted[s].items() if layer == k}, (s.name, k)

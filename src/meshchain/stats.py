@@ -24,6 +24,7 @@ class LoopStats:
     iterations: int = 0
     core_iterations: int = 0
     halo_iterations: int = 0
+    halo_iterations_by_layer: list = field(default_factory=list)
     exchanges: int = 0
     neighbours: int = 0
     messages: int = 0
@@ -60,8 +61,7 @@ class Stats:
                     if f.name == "name":
                         continue
                     value = getattr(record, f.name)
-                    merged = max if f.name in ("neighbours", "colours") else (lambda a, b: a + b)
-                    setattr(total, f.name, merged(getattr(total, f.name), value))
+                    setattr(total, f.name, _merge(f.name, getattr(total, f.name), value))
         return Stats(loops, self.backend)
 
     def __str__(self) -> str:
@@ -73,6 +73,20 @@ class Stats:
             for s in self.loops.values()
         ]
         return "\n".join(rows)
+
+
+def _merge(name: str, a, b):
+    if name in ("neighbours", "colours"):
+        return max(a, b)
+    if isinstance(a, list):
+        return add_by_layer(a, b)
+    return a + b
+
+
+def add_by_layer(a: list, b) -> list:
+    """Element-wise sum of two per-layer lists of different lengths."""
+    longer, shorter = (list(a), list(b)) if len(a) >= len(b) else (list(b), list(a))
+    return [x + (shorter[i] if i < len(shorter) else 0) for i, x in enumerate(longer)]
 
 
 class StatsRecorder:

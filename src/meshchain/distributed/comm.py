@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from .partitioners import block_offsets  # the one definition of the block distribution
+
 __all__ = [
     "world_communicator",
     "raise_together",
@@ -49,14 +51,6 @@ def raise_together(comm, error: Exception | None) -> None:
         if found is not None:
             kind, text = found
             raise kind(text if rank == comm.rank else f"{text} (reported by rank {rank})")
-
-
-def block_offsets(n: int, nparts: int) -> np.ndarray:
-    """Row offsets of the standard block distribution of ``n`` rows over ``nparts`` ranks."""
-    base, extra = divmod(n, nparts)
-    sizes = np.full(nparts, base, dtype=np.int64)
-    sizes[:extra] += 1
-    return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
 
 def block_owner(offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from ..access import Access
+from ..stats import add_by_layer
 from .exchange import Exchange
 
 __all__ = ["run_distributed", "execution_depth", "required_depths"]
@@ -92,6 +93,9 @@ def _count(record, layout, exchanges, core, n_owned, depth) -> None:
     record.iterations += layout.size(depth)
     record.core_iterations += core
     record.halo_iterations += layout.size(depth) - n_owned
+    record.halo_iterations_by_layer = add_by_layer(
+        record.halo_iterations_by_layer, np.diff(layout.layer_ends[: depth + 1]).tolist()
+    )
     record.exchanges += len(exchanges)
     record.messages += sum(x.messages for x in exchanges)
     record.bytes_sent += sum(x.bytes_sent for x in exchanges)

@@ -20,7 +20,7 @@ from ..errors import ConfigurationError, DeclarationError
 from .comm import alltoallv, block_offsets, block_owner, fetch_rows, raise_together
 from .layout import build_layouts
 
-__all__ = ["partition", "METHODS", "MAX_DEPTH"]
+__all__ = ["partition", "ensure_depth", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
 MAX_DEPTH = 16
@@ -75,6 +75,42 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
         d._data = fetch_rows(comm, block_offsets(d.dataset.size, comm.size), d._data, layouts[d.dataset].global_ids)
         d._valid_depth = depth
     runtime.partitioned = True
+    runtime.depth = depth
+    runtime.owner_blocks = owners  # O(n / ranks) per set: what deeper halos are built from
+
+
+def ensure_depth(depth: int) -> None:
+    """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the missing
+    layers on demand. Existing local numbers do not change: new layers are appended, and
+    dats' new halo rows are filled by the next exchange that needs them.
+    """
+    from ..runtime import get_runtime
+
+    runtime = get_runtime()
+    if not runtime.distributed or depth <= runtime.depth:
+        return
+    if depth > MAX_DEPTH:
+        raise ConfigurationError(
+            f"a halo of depth {depth} is needed but at most {MAX_DEPTH} layers can be built; "
+            f"shorten the loop chain or lower its maximum halo extension."
+        )
+    comm = runtime.comm
+    sets, maps, dats = runtime.declared()
+    layouts, local_maps = build_layouts(
+        comm, sets, runtime.owner_blocks, maps, {m: m._block_values for m in maps}, depth
+    )
+    for s in sets:
+        old, new = s._layout, layouts[s]
+        if not np.array_equal(new.global_ids[: len(old.global_ids)], old.global_ids):
+            raise AssertionError(f"set {s.name!r}: deeper halos changed the existing numbering")
+        s._layout = new
+    for m in maps:
+        _localise_map(m, local_maps[m])
+    for d in dats:
+        grown = np.empty((layouts[d.dataset].size(depth),) + d._data.shape[1:], dtype=d._data.dtype)
+        grown[: len(d._data)] = d._data
+        d._data = grown
+        d._readonly_view = None
     runtime.depth = depth
 
 
