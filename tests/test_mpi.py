@@ -347,3 +347,31 @@ def test_deeper_halos_built_on_demand_keep_numbering_and_results(comm):
         for k in (1, 2, 3):
             got = set(lay.global_ids[lay.layer_ends[k - 1]: lay.layer_ends[k]].tolist())
             assert got == {e for e, layer in wanted[s].items() if layer == k}, (s.name, k)
+
+
+def test_a_kernel_failing_on_one_rank_aborts_the_job_instead_of_hanging(tmp_path):
+    """Run as a subprocess: the job must end promptly with an error, naming the loop."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "fails_on_rank_1.py"
+    script.write_text(
+        "import numpy as np, meshchain as mc\n"
+        "from mpi4py import MPI\n"
+        "cells = mc.Set(8, 'cells')\n"
+        "i = mc.Dat(cells, 1, np.where(np.arange(8) < 6, 0, 9), 'i', dtype=np.int32)\n"
+        "q = mc.Dat(cells, 2, None, 'q')\n"
+        "mc.partition('block')\n"
+        "def poke(a, b):\n"
+        "    b[a[0]] = 1.0\n"
+        "mc.par_loop(poke, cells, i(mc.READ), q(mc.WRITE), name='poke')\n"
+        "MPI.COMM_WORLD.Barrier()\n"
+        "print('NOT ABORTED')\n"
+    )
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    result = subprocess.run([str(mpiexec), "-n", "2", sys.executable, str(script)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0
+    assert "NOT ABORTED" not in result.stdout
+    assert "loop 'poke' failed; aborting all ranks" in result.stderr

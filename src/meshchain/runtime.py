@@ -111,9 +111,9 @@ class Runtime:
     def execute(self, loop) -> None:
         record = self.recorder.loop(loop.name)
         if self.distributed:
-            from .distributed.execute import run_distributed
+            from .distributed.execute import run_distributed_or_abort
 
-            run_distributed(self, loop, record)
+            run_distributed_or_abort(self, loop, record)
             return
         self.run_range(loop, 0, loop.iterset.size, record)
         record.calls += 1

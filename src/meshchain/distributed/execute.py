@@ -23,7 +23,7 @@ from ..access import Access
 from ..stats import add_by_layer
 from .exchange import Exchange
 
-__all__ = ["run_distributed", "execution_depth", "required_depths"]
+__all__ = ["run_distributed", "run_distributed_or_abort", "execution_depth", "required_depths"]
 
 
 def execution_depth(loop) -> int:
@@ -41,6 +41,28 @@ def required_depths(loop, depth: int) -> dict:
         if need:
             needed[arg.data] = max(needed.get(arg.data, 0), need)
     return needed
+
+
+def run_distributed_or_abort(runtime, loop, record) -> None:
+    """:func:`run_distributed`, aborting every rank if it fails on one.
+
+    Errors in declarations and in ``par_loop``'s checks are raised on every rank alike.
+    An error while a loop runs (a kernel failing on some elements) may happen on some
+    ranks only; the others would wait for them forever, so the error is printed with its
+    rank and the whole job is aborted (``MPI_Abort``).
+    """
+    try:
+        run_distributed(runtime, loop, record)
+    except Exception as exc:  # noqa: BLE001 - reported, then the job ends
+        import sys
+        import traceback
+
+        sys.stderr.write(
+            f"meshchain: rank {runtime.comm.rank}: loop {loop.name!r} failed; aborting all ranks.\n"
+            + "".join(traceback.format_exception(exc))
+        )
+        sys.stderr.flush()
+        runtime.comm.Abort(1)
 
 
 def run_distributed(runtime, loop, record) -> None:
