@@ -52,8 +52,9 @@ def brute_force_layers(mesh_maps, owned, depth):
     region = {s: set(ids) for s, ids in owned.items()}
     layers = {s: {} for s in owned}
     for k in range(1, depth + 1):
+        before = {s: set(r) for s, r in region.items()}  # every map looks at the region of layer k - 1
         for source, target, rows in mesh_maps:
-            touching = {e for e, row in enumerate(rows) if any(t in region[target] for t in row)}
+            touching = {e for e, row in enumerate(rows) if any(t in before[target] for t in row)}
             for e in touching - region[source]:
                 region[source].add(e)
                 layers[source][e] = k

@@ -182,22 +182,42 @@ def _check_exclusive(arg: Arg, name: str) -> None:
 
     Otherwise the result would depend on the order the iterations run in (a race).
     Indirect WRITE is allowed: when several iterations write one element, which value
-    survives is deterministic for a given mesh and block size, but unspecified.
+    survives is deterministic for a given mesh and block size, but unspecified. On several
+    ranks each rank checks its rows (the owner of a target sees every row reaching it) and
+    the ranks agree, so all of them raise.
     """
     per_map = _exclusive_cache.setdefault(arg.map, {})
     if arg.index not in per_map:
-        values = arg.map.values if arg.index is None else arg.map.values[:, arg.index]
-        counts = np.bincount(values.ravel(), minlength=arg.map.target.size)
-        per_map[arg.index] = int(np.argmax(counts)) if counts.size and counts.max() > 1 else -1
-    element = per_map[arg.index]
-    if element >= 0:
+        per_map[arg.index] = _agreed_exclusivity_error(arg, name)
+    error = per_map[arg.index]
+    if error is not None:
+        raise AccessModeError(str(error))
+
+
+def _agreed_exclusivity_error(arg: Arg, name: str):
+    """The error (agreed by every rank) for an RW path that reaches an element twice, or None."""
+    from .distributed.comm import raise_together
+    from .runtime import get_runtime
+
+    values = arg.map.values if arg.index is None else arg.map.values[:, arg.index]
+    counts = np.bincount(values.ravel()) if values.size else np.zeros(0, dtype=np.int64)
+    local_error = None
+    if counts.size and counts.max() > 1:
+        element = int(np.argmax(counts))
+        layout = arg.map.target._layout
+        element = element if layout is None else int(layout.global_ids[element])
         path = arg.map.name if arg.index is None else f"{arg.map.name}[{arg.index}]"
-        raise AccessModeError(
+        local_error = AccessModeError(
             f"par_loop {name!r}: {arg.data.name!r} is accessed RW through {path}, but element {element} of "
             f"{arg.map.target.name!r} is reached more than once, so the result would depend on the iteration "
             f"order; use INC to combine contributions, or READ it here and write it in a loop over "
             f"{arg.map.target.name!r}."
         )
+    try:
+        raise_together(get_runtime().comm, local_error)
+    except AccessModeError as agreed:
+        return agreed
+    return None
 
 
 def _slots(objects) -> dict:

@@ -40,12 +40,16 @@ class Runtime:
         self.depth = 0
         self._declared: list = []
 
-    def declare(self, obj, agreed) -> None:
-        """Record a declaration made on several ranks; ``agreed`` must match on every rank."""
+    def declare(self, obj, agreed) -> int:
+        """Record a declaration made on several ranks; ``agreed`` must match on every rank.
+
+        Returns its position in the declaration order, the same on every rank (dats use it
+        as their MPI message tag)."""
         from .distributed.inputs import check_agreement
 
         check_agreement(self.comm, (type(obj).__name__, agreed), f"{type(obj).__name__} declaration {agreed!r}")
         self._declared.append(weakref.ref(obj))
+        return len(self._declared)
 
     def declared(self):
         """The live sets, maps and dats declared so far, in declaration order."""
@@ -199,13 +203,13 @@ def par_loop(kernel, iterset, *args, name=None) -> None:
     [1, 2, 1]
     """
     runtime = get_runtime()
-    loop = make_loop(kernel, iterset, args, name)
     if runtime.distributed and not runtime.partitioned:
+        label = name or getattr(kernel, "name", getattr(kernel, "__name__", "?"))
         raise LoopError(
-            f"par_loop {loop.name!r}: running on {runtime.comm.size} ranks but the mesh is not partitioned; "
+            f"par_loop {label!r}: running on {runtime.comm.size} ranks but the mesh is not partitioned; "
             f"call mc.partition(...) after declaring the mesh and before the first loop."
         )
-    runtime.record(loop)
+    runtime.record(make_loop(kernel, iterset, args, name))
 
 
 def flush() -> None:

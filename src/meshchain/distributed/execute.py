@@ -32,11 +32,15 @@ def execution_depth(loop) -> int:
 
 
 def required_depths(loop, depth: int) -> dict:
-    """``{dat: halo depth it must be valid to}`` for the dats the loop reads."""
+    """``{dat: halo depth it must be valid to}`` for the dats the loop reads (READ, RW, and
+    direct INC, which adds to the old values of the rows it runs)."""
     needed = {}
     for arg in loop.args:
-        if arg.data.is_global or arg.access not in (Access.READ, Access.RW):
+        if arg.data.is_global or arg.access in (Access.WRITE,):
             continue
+        if arg.access is Access.INC and arg.map is not None:
+            continue  # owner-compute: owned targets receive every contribution, no read needed
+        # a direct INC adds to the old value, also on the exec-halo rows it runs
         need = depth if arg.map is None else max(1, depth)
         if need:
             needed[arg.data] = max(needed.get(arg.data, 0), need)

@@ -28,7 +28,7 @@ from .comm import _ranges, alltoallv, block_offsets, block_owner, fetch_csr, fet
 __all__ = ["SetLayout", "build_layouts", "INTERIOR"]
 
 INTERIOR = np.iinfo(np.int32).max  # level of owned elements far from any partition boundary
-MAX_LEVEL = 64
+MAX_LEVEL = 18  # levels are told apart up to here (core ranges for halo depths up to 16); deeper is INTERIOR
 
 
 @dataclass
@@ -136,9 +136,11 @@ def build_layouts(comm, sets, owner_blocks: dict, maps, map_blocks: dict, depth:
         members[s] = _Members(P, ids, owners, np.zeros(len(ids), dtype=np.int64))
         frontier[s] = (ids, owners)
     for layer in range(1, depth + 1):
-        for m in maps:  # exec halo: rows that reach the region through m
-            new = _pull(comm, m, map_blocks[m], offsets, members, layer)
-            frontier[m.source] = _join(frontier[m.source], new)
+        # exec halo: rows that reach the region of layer - 1 through some map (every map sees
+        # the same region, so the result does not depend on the order the maps were declared in)
+        pulled = [(m.source, _pull(comm, m, map_blocks[m], offsets, members)) for m in maps]
+        for source, (ids, ranks) in pulled:
+            frontier[source] = _join(frontier[source], members[source].add(ids, ranks, layer))
         _close(comm, maps, map_blocks, offsets, members, frontier, layer)
         frontier = {s: (np.zeros(0, np.int64), np.zeros(0, np.int64)) for s in sets}
     # after the last layer the closure has run: every local row's targets are local
@@ -149,8 +151,9 @@ def _join(a, b):
     return np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1]))
 
 
-def _pull(comm, m, block_rows, offsets, members, layer):
-    """Rows of ``m`` (this rank's block) join the region of every rank one of their targets is in."""
+def _pull(comm, m, block_rows, offsets, members):
+    """``(rows, ranks)``: rows of ``m`` (this rank's block) and each rank whose region holds one
+    of their targets."""
     source, target = m.source, m.target
     lo = offsets[source][comm.rank]
     if block_rows.size:
@@ -164,7 +167,7 @@ def _pull(comm, m, block_rows, offsets, members, layer):
     row_of_target = np.repeat(np.arange(block_rows.shape[0], dtype=np.int64), block_rows.shape[1])
     rows = np.repeat(row_of_target, counts)
     pair_ranks = got_ranks[_ranges(got_pointers[:-1][inverse], counts)]
-    return members[source].add(rows + lo, pair_ranks.astype(np.int64), layer)
+    return rows + lo, pair_ranks.astype(np.int64)
 
 
 def _close(comm, maps, map_blocks, offsets, members, frontier, layer) -> None:

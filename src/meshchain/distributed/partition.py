@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigurationError, DeclarationError
-from .comm import alltoallv, block_offsets, block_owner, fetch_rows, raise_together
+from .comm import _ranges, alltoallv, block_offsets, block_owner, fetch_rows, raise_together
 from .layout import build_layouts
 
 __all__ = ["partition", "ensure_depth", "METHODS", "MAX_DEPTH"]
@@ -166,7 +166,8 @@ def _adjacency(comm, seed_set, maps):
     edges = np.concatenate(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
     edges = edges[edges[:, 0] != edges[:, 1]]
     received, _ = alltoallv(comm, edges, block_owner(offsets, edges[:, 0]))
-    received = np.unique(received, axis=0) if len(received) else received.reshape(0, 2)
+    keys = np.unique(received[:, 0] * seed_set.size + received[:, 1]) if len(received) else np.zeros(0, np.int64)
+    received = np.stack([keys // max(seed_set.size, 1), keys % max(seed_set.size, 1)], axis=1)
     lo, hi = offsets[comm.rank], offsets[comm.rank + 1]
     xadj = np.searchsorted(received[:, 0], np.arange(lo, hi + 1)).astype(np.int64)
     return xadj, received[:, 1].astype(np.int64)
@@ -182,9 +183,13 @@ def _shared_target_pairs(comm, m, seed_offsets):
     if not len(received):
         return []
     received = received[np.lexsort((received[:, 1], received[:, 0]))]
-    groups = np.split(received[:, 1], np.flatnonzero(np.diff(received[:, 0])) + 1)
-    pairs = [np.array(np.meshgrid(g, g)).reshape(2, -1).T for g in groups if len(g) > 1]
-    return pairs
+    # every pair of sources sharing a target: element j of a group [s, s + g) pairs with s .. s + g - 1
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(received[:, 0])) + 1))
+    sizes = np.diff(np.concatenate((starts, [len(received)])))
+    group_start, group_size = np.repeat(starts, sizes), np.repeat(sizes, sizes)
+    first = np.repeat(np.arange(len(received)), group_size)
+    second = _ranges(group_start, group_size)
+    return [np.stack([received[first, 1], received[second, 1]], axis=1)]
 
 
 def _derive_owners(comm, sets, maps, seed_set, seed_owners):

@@ -28,6 +28,19 @@ def _runtime():
     return get_runtime()
 
 
+def _runtime_partitioned(dat):
+    """The runtime, refusing on several ranks to hand out data before ``mc.partition``."""
+    runtime = _runtime()
+    if runtime.distributed and not runtime.partitioned:
+        from ..errors import LoopError
+
+        raise LoopError(
+            f"Dat {dat.name!r}: its data is laid out for partitioning, not yet distributed; call "
+            f"mc.partition(...) before reading .data or .gather() on several ranks."
+        )
+    return runtime
+
+
 class Dat:
     """Data attached to every element of a set: an array of shape ``(set.size, dim)``.
 
@@ -54,7 +67,6 @@ class Dat:
     """
 
     is_global = False
-    _tags = iter(range(1, 1 << 30))
 
     def __init__(self, dataset, dim, data=None, name=None, *, dtype=None):
         self.name = check_name(name, "dat")
@@ -62,7 +74,7 @@ class Dat:
             raise DataShapeError(f"Dat {self.name!r}: dataset must be a meshchain.Set, got {type(dataset).__name__}.")
         self.dataset = dataset
         self.dim = check_count(dim, f"Dat {self.name!r} dim", minimum=1, error=DataShapeError)
-        self._tag = next(Dat._tags) % 32000 + 1
+        self._tag = 1  # MPI tag: set from the (agreed) declaration order on several ranks
         self._valid_depth = 0
         runtime = _runtime()
         if runtime.distributed:
@@ -92,7 +104,7 @@ class Dat:
         except DataShapeError as exc:
             error = exc
         raise_together(comm, error)
-        runtime.declare(self, (self.name, self.dataset.name, self.dim, self.dtype.str))
+        self._tag = runtime.declare(self, (self.name, self.dataset.name, self.dim, self.dtype.str)) % 32000 + 1
         if not runtime.partitioned:
             return block
         self._valid_depth = runtime.depth
@@ -120,8 +132,13 @@ class Dat:
     @property
     def data(self) -> np.ndarray:
         """The owned values, shape ``(n_owned, dim)`` in local numbering (all of them on one
-        process); forces pending loops. Writable: halo copies are then considered stale."""
-        _runtime().force_read(self)
+        process); forces pending loops. Writable: halo copies are then considered stale.
+
+        On several ranks this is collective — every rank must access ``.data`` of the same dat
+        at the same point — because it changes which halos the next loop exchanges. Use
+        :attr:`data_ro` to look at the values on some ranks only (e.g. to print on rank 0).
+        """
+        _runtime_partitioned(self).force_read(self)
         self._valid_depth = 0
         return self._data[: self.dataset.n_owned]
 
@@ -129,6 +146,7 @@ class Dat:
     def data_ro(self) -> np.ndarray:
         """A read-only view of the owned values; forces pending loops."""
         _runtime().force_read(self)
+        _runtime_partitioned(self)
         view = self._data[: self.dataset.n_owned].view()
         view.flags.writeable = False
         return view
@@ -151,7 +169,7 @@ class Dat:
         >>> d.gather().ravel().tolist()
         [3.0, 4.0]
         """
-        runtime = _runtime()
+        runtime = _runtime_partitioned(self)
         runtime.force_read(self)
         layout = self.dataset._layout
         if layout is None:

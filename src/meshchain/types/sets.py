@@ -15,6 +15,12 @@ def _register(obj, agreed) -> None:
 
     runtime = get_runtime()
     if runtime.distributed:
+        if runtime.partitioned:
+            from ..distributed.comm import raise_together
+            from ..errors import DeclarationError
+
+            raise_together(runtime.comm, DeclarationError(
+                f"Set {agreed[1]!r} is declared after mc.partition; declare every set and map before partitioning."))
         runtime.declare(obj, agreed)
 
 _counter = itertools.count()
