@@ -376,3 +376,14 @@ def test_a_kernel_failing_on_one_rank_aborts_the_job_instead_of_hanging(tmp_path
     assert result.returncode != 0
     assert "NOT ABORTED" not in result.stdout
     assert "loop 'poke' failed; aborting all ranks" in result.stderr
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=120)
+def test_cyclic_maps_are_reported(comm):
+    """Halo closure over cyclic maps can grow large: partition says so (issue-3 limitation)."""
+    mesh = structured_quads(4, 4)
+    d = mesh.declare()
+    right = np.minimum(np.arange(mesh.ncell) + 1, mesh.ncell - 1).reshape(-1, 1)
+    mc.Map(d.cells, d.cells, 1, right, "c2c")
+    with pytest.warns(mc.MeshchainWarning, match=r"\[halo-cycle\] maps \['c2c'\]"):
+        mc.partition("rib", coords=d.coords)

@@ -28,6 +28,7 @@ from .errors import (
     LoopError,
     MapError,
     MeshchainError,
+    MeshchainWarning,
     MeshFileError,
     MeshFileNotFoundError,
     SetMismatchError,
@@ -48,4 +49,5 @@ __all__ = [
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "MeshFileError", "MeshFileNotFoundError",
+    "MeshchainWarning",
 ]

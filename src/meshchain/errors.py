@@ -31,6 +31,7 @@ __all__ = [
     "BackendUnavailableError",
     "MeshFileError",
     "MeshFileNotFoundError",
+    "MeshchainWarning",
 ]
 
 
@@ -93,3 +94,8 @@ class MeshFileError(MeshchainError):
 
 class MeshFileNotFoundError(MeshFileError, FileNotFoundError):
     """A mesh file does not exist (also a :class:`FileNotFoundError`)."""
+
+
+class MeshchainWarning(UserWarning):
+    """A diagnostic: something works, but not as well as it could. The message starts with
+    an id in brackets, to silence it by: ``warnings.filterwarnings("ignore", message=r"\\[halo-cycle\\]")``."""

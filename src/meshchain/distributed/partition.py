@@ -65,6 +65,7 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     sets, maps, dats = runtime.declared()
     seed_set = _seed_set(sets, maps, coords, seed_set)
     seed_owners = _seed_owners(comm, method, seed_set, maps, coords, seed)
+    _warn_about_map_cycles(maps)
     owners = _derive_owners(comm, sets, maps, seed_set, seed_owners)
     layouts, local_maps = build_layouts(comm, sets, owners, maps, {m: m._block_values for m in maps}, depth)
     for s in sets:
@@ -112,6 +113,27 @@ def ensure_depth(depth: int) -> None:
         d._data = grown
         d._readonly_view = None
     runtime.depth = depth
+
+
+def _warn_about_map_cycles(maps) -> None:
+    """Halo layers close over map targets transitively; maps that form a cycle (a map from a
+    set to itself, or S -> T together with T -> S) make that closure reach far into the
+    neighbours' parts, so halos can grow to most of the mesh."""
+    import warnings
+
+    from ..errors import MeshchainWarning
+
+    edges = {(m.source, m.target) for m in maps}
+    cyclic = [m.name for m in maps if m.source is m.target or (m.target, m.source) in edges]
+    if cyclic:
+        warnings.warn(
+            f"[halo-cycle] maps {cyclic} form a cycle between sets; halo layers are closed over map targets "
+            f"transitively, so on several ranks the halos can grow to a large part of the mesh. Separating "
+            f"exec and import-only halos is planned; until then prefer maps that point one way "
+            f"(e.g. edges -> cells rather than also cells -> cells).",
+            MeshchainWarning,
+            stacklevel=3,
+        )
 
 
 def _check_options(method, coords, depth) -> None:
