@@ -523,7 +523,7 @@ def test_bad_environment_variable(environ, message):
 
 def test_every_error_is_a_meshchain_error():
     errors = [getattr(mc, name) for name in mc.errors.__all__ if not issubclass(getattr(mc, name), Warning)]
-    assert len(errors) >= 16
+    assert len(errors) >= 15
     for cls in errors:
         assert issubclass(cls, mc.MeshchainError), cls
     assert issubclass(mc.MeshchainWarning, UserWarning)
