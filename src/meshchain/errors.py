@@ -98,4 +98,4 @@ class MeshFileNotFoundError(MeshFileError, FileNotFoundError):
 
 class MeshchainWarning(UserWarning):
     """A diagnostic: something works, but not as well as it could. The message starts with
-    an id in brackets, to silence it by: ``warnings.filterwarnings("ignore", message=r"\\[halo-cycle\\]")``."""
+    an id in brackets, to silence it by, e.g. ``warnings.filterwarnings("ignore", message=r"\\[some-id\\]")``."""

@@ -40,6 +40,13 @@ class Runtime:
         self.depth = 0
         self._declared: list = []
 
+    def forget_plans(self) -> None:
+        """Drop cached execution plans and per-map checks (after local numbers changed)."""
+        from . import loop as loop_module
+
+        self._plans.clear()
+        loop_module._exclusive_cache.clear()
+
     def declare(self, obj, agreed) -> int:
         """Record a declaration made on several ranks; ``agreed`` must match on every rank.
 

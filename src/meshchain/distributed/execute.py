@@ -91,7 +91,7 @@ def run_distributed(runtime, loop, record) -> None:
     if overlap:
         _finish(exchanges, record)
     runtime.run_range(loop, core, n_owned, record, reductions.owned)
-    halo_end = layout.size(depth)
+    halo_end = layout.exec_end(depth)
     if halo_end > n_owned:
         runtime.run_range(loop, n_owned, halo_end, record, reductions.scratch)
     reductions.start(comm)
@@ -107,20 +107,24 @@ def _finish(exchanges, record) -> None:
 
 
 def _mark_written(loop, depth: int) -> None:
+    """Written through a map at depth e: every target of data layer < e got all contributions.
+    Written directly: valid as deep as the run covers every element of the data layers."""
     for arg in loop.args:
         if arg.data.is_global or arg.access is Access.READ:
             continue
-        valid = depth if arg.map is None else max(depth - 1, 0)
-        arg.data._valid_depth = min(arg.data._valid_depth, valid) if arg.map is not None else valid
+        if arg.map is None:
+            arg.data._valid_depth = loop.iterset._layout.covered(depth)
+        else:
+            arg.data._valid_depth = min(arg.data._valid_depth, max(depth - 1, 0))
 
 
 def _count(record, layout, exchanges, core, n_owned, depth) -> None:
     record.calls += 1
-    record.iterations += layout.size(depth)
+    record.iterations += layout.exec_end(depth)
     record.core_iterations += core
-    record.halo_iterations += layout.size(depth) - n_owned
+    record.halo_iterations += layout.exec_end(depth) - n_owned
     record.halo_iterations_by_layer = add_by_layer(
-        record.halo_iterations_by_layer, np.diff(layout.layer_ends[: depth + 1]).tolist()
+        record.halo_iterations_by_layer, np.diff(layout.exec_ends[: depth + 1]).tolist()
     )
     record.exchanges += len(exchanges)
     record.messages += sum(x.messages for x in exchanges)

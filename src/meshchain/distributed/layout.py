@@ -4,17 +4,21 @@ Input: every set's owner ranks and every map's rows, in block distribution (rank
 holds global ids ``block_offsets(n, P)[r:r+2]``). Output, on each rank, a
 :class:`SetLayout` per set and the local values of every map.
 
-Layers. Rank r's region starts as what it owns (layer 0). Layer k adds, for every map
-``S -> T``, the elements of S that reach an element of T already in the region (they
-are executed redundantly: the exec halo), then closes the region over the maps: the
-targets of every element in it are imported (the non-exec halo), repeatedly, so that
-every map row of every local element is local. Membership is kept as (element, rank)
-pairs at the element's block owner: a layer *pulls* the memberships of each row's
-targets and *pushes* new memberships to the targets of new rows, all vectorised.
+Layers (OP2's exec and non-exec halos, to any depth). Every element a rank holds has a
+*data layer* (from which depth on its values are present) and an *exec layer* (from
+which execution depth on the rank runs it redundantly). Owned elements have both 0.
+Layer k: every row of a map ``S -> T`` that reaches an element of T whose data layer
+is below k gets exec layer k (and data layer k if it had none); then the targets of
+the rows of exec layer k (at k = 1 also of the owned rows) get data layer k. One hop:
+elements that are only imported do not pull in their own targets, so maps that form a
+cycle (cells -> cells) do not drag the mesh in. Membership is kept as (element, rank)
+pairs at the element's block owner; layers *pull* the memberships of each row's
+targets and *push* memberships to targets, all vectorised.
 
 Numbering (per set, per rank): owned elements sorted by decreasing distance from the
-partition boundary (``level``; interior first), then halo elements by layer, then by
-owner rank and global id. Core, owned and owned-plus-halo ranges are prefixes.
+partition boundary (``level``; interior first), then halo elements by exec layer (those
+never run last), data layer, owner rank and global id. Core, owned and owned plus the
+exec halo to any depth are prefixes; exchanges go by data layer with explicit lists.
 """
 
 from __future__ import annotations
@@ -40,21 +44,25 @@ class SetLayout:
     global_ids : ndarray of int64
         Global id of each local element, in local order.
     n_owned : int
-    layer_ends : ndarray of int64
-        ``layer_ends[k]`` is the number of local elements in owned + layers 1..k
-        (``layer_ends[0] == n_owned``).
+    exec_ends : ndarray of int64
+        ``exec_ends[e]``: owned elements plus those run at execution depth ``e``
+        (a prefix; ``exec_ends[0] == n_owned``).
+    data_layers, exec_layers : ndarray of int64
+        Per local element: data layer and exec layer (``depth + 1``: never run).
     levels : ndarray of int32
         Distance of each owned element from the partition boundary (non-increasing).
     owners : ndarray of int32
         Owner rank of each local element.
     imports, exports : dict
-        ``{neighbour: [indices of layer 1, indices of layer 2, ...]}``: local indices
+        ``{neighbour: [indices of data layer 1, of data layer 2, ...]}``: local indices
         received from / sent to each neighbour, in matching order.
     """
 
     global_ids: np.ndarray
     n_owned: int
-    layer_ends: np.ndarray
+    exec_ends: np.ndarray
+    data_layers: np.ndarray
+    exec_layers: np.ndarray
     levels: np.ndarray
     owners: np.ndarray
     imports: dict = field(default_factory=dict)
@@ -62,11 +70,23 @@ class SetLayout:
 
     @property
     def depth(self) -> int:
-        return len(self.layer_ends) - 1
+        return len(self.exec_ends) - 1
 
-    def size(self, depth: int) -> int:
-        """Owned elements plus halo layers ``1..depth``."""
-        return int(self.layer_ends[min(depth, self.depth)])
+    def exec_end(self, depth: int) -> int:
+        """End of the prefix run at execution depth ``depth``."""
+        return int(self.exec_ends[min(depth, self.depth)])
+
+    def data_layer(self, k: int) -> np.ndarray:
+        """Local indices of the elements of data layer ``k``."""
+        return np.flatnonzero(self.data_layers == k)
+
+    def covered(self, depth: int) -> int:
+        """Largest ``d`` such that every element of data layers ``<= d`` is run at execution
+        depth ``depth``: how deep a dat written directly by such a loop is valid."""
+        d = 0
+        while d < self.depth and np.all(self.exec_layers[self.data_layers == d + 1] <= depth):
+            d += 1
+        return d
 
     def core(self, threshold: int) -> int:
         """Number of owned elements (a prefix) whose level exceeds ``threshold``."""
@@ -105,6 +125,16 @@ class _Members:
         self._sort()
         return new_ids, new_ranks
 
+    def layers_of(self, ids, ranks, missing: int) -> np.ndarray:
+        """Layer of each (id, rank) pair; ``missing`` where the pair is absent."""
+        keys = ids * self.nranks + ranks
+        positions = np.searchsorted(self.keys, keys)
+        found = positions < len(self.keys)
+        found[found] = self.keys[positions[found]] == keys[found]
+        result = np.full(len(keys), missing, dtype=np.int64)
+        result[found] = self.layers[positions[found]]
+        return result
+
     def csr(self, lo: int, hi: int):
         """Member ranks of block rows ``lo..hi-1`` as CSR (pointers, ranks)."""
         starts = np.searchsorted(self.ids, np.arange(lo, hi + 1))
@@ -127,24 +157,28 @@ def build_layouts(comm, sets, owner_blocks: dict, maps, map_blocks: dict, depth:
     """
     P, rank = comm.size, comm.rank
     offsets = {s: block_offsets(s.size, P) for s in sets}
-    members = {}
-    frontier = {}
+    data, execs, owned = {}, {}, {}
     for s in sets:
-        lo = offsets[s][rank]
-        ids = np.arange(lo, offsets[s][rank + 1], dtype=np.int64)
-        owners = owner_blocks[s].astype(np.int64)
-        members[s] = _Members(P, ids, owners, np.zeros(len(ids), dtype=np.int64))
-        frontier[s] = (ids, owners)
+        ids = np.arange(offsets[s][rank], offsets[s][rank + 1], dtype=np.int64)
+        ranks = owner_blocks[s].astype(np.int64)
+        data[s] = _Members(P, ids, ranks, np.zeros(len(ids), dtype=np.int64))
+        execs[s] = _Members(P, ids.copy(), ranks.copy(), np.zeros(len(ids), dtype=np.int64))
+        owned[s] = (ids, ranks)
     for layer in range(1, depth + 1):
-        # exec halo: rows that reach the region of layer - 1 through some map (every map sees
-        # the same region, so the result does not depend on the order the maps were declared in)
-        pulled = [(m.source, _pull(comm, m, map_blocks[m], offsets, members)) for m in maps]
+        # exec layer: rows reaching data of layer < k (every map sees the same data, so the
+        # result does not depend on the order the maps were declared in)
+        pulled = [(m.source, _pull(comm, m, map_blocks[m], offsets, data)) for m in maps]
+        run_here = {s: owned[s] if layer == 1 else _empty() for s in sets}
         for source, (ids, ranks) in pulled:
-            frontier[source] = _join(frontier[source], members[source].add(ids, ranks, layer))
-        _close(comm, maps, map_blocks, offsets, members, frontier, layer)
-        frontier = {s: (np.zeros(0, np.int64), np.zeros(0, np.int64)) for s in sets}
-    # after the last layer the closure has run: every local row's targets are local
-    return _finish(comm, sets, maps, map_blocks, offsets, members, depth)
+            new = execs[source].add(ids, ranks, layer)
+            data[source].add(*new, layer)
+            run_here[source] = _join(run_here[source], new)
+        _push(comm, maps, map_blocks, offsets, data, run_here, layer)
+    return _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth)
+
+
+def _empty():
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
 
 
 def _join(a, b):
@@ -170,51 +204,47 @@ def _pull(comm, m, block_rows, offsets, members):
     return rows + lo, pair_ranks.astype(np.int64)
 
 
-def _close(comm, maps, map_blocks, offsets, members, frontier, layer) -> None:
-    """Push region memberships to map targets until nothing new arrives anywhere."""
-    while True:
-        pushed = {s: (np.zeros(0, np.int64), np.zeros(0, np.int64)) for s in frontier}
-        for m in maps:
-            ids, ranks = frontier[m.source]
-            lo = offsets[m.source][comm.rank]
-            rows = map_blocks[m][ids - lo]
-            targets = rows.ravel().astype(np.int64)
-            target_ranks = np.repeat(ranks, rows.shape[1])
-            destinations = block_owner(offsets[m.target], targets)
-            got_ids, _ = alltoallv(comm, targets, destinations)
-            got_ranks, _ = alltoallv(comm, target_ranks, destinations)
-            pushed[m.target] = _join(pushed[m.target], members[m.target].add(got_ids, got_ranks, layer))
-        frontier = pushed
-        if comm.allreduce(sum(len(v[0]) for v in pushed.values())) == 0:
-            return
+def _push(comm, maps, map_blocks, offsets, data, run_here, layer) -> None:
+    """The targets of the rows run at this layer get this data layer (one hop)."""
+    for m in maps:
+        ids, ranks = run_here[m.source]
+        lo = offsets[m.source][comm.rank]
+        rows = map_blocks[m][ids - lo]
+        targets = rows.ravel().astype(np.int64)
+        target_ranks = np.repeat(ranks, rows.shape[1])
+        destinations = block_owner(offsets[m.target], targets)
+        got_ids, _ = alltoallv(comm, targets, destinations)
+        got_ranks, _ = alltoallv(comm, target_ranks, destinations)
+        data[m.target].add(got_ids, got_ranks, layer)
 
 
-def _finish(comm, sets, maps, map_blocks, offsets, members, depth):
-    P = comm.size
+def _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth):
+    never = depth + 1  # exec layer of elements that are only imported
     provisional = {}
     for s in sets:
-        mem = members[s]
+        mem = data[s]
         lo = offsets[s][comm.rank]
-        owners_here = np.asarray(mem.ranks[mem.layers == 0])
         owner_of = np.empty(offsets[s][comm.rank + 1] - lo, dtype=np.int64)
-        owner_of[mem.ids[mem.layers == 0] - lo] = owners_here
-        payload = np.stack([mem.ids, mem.layers, owner_of[mem.ids - lo]], axis=1)
+        owner_of[mem.ids[mem.layers == 0] - lo] = mem.ranks[mem.layers == 0]
+        exec_layer = execs[s].layers_of(mem.ids, mem.ranks, never)
+        payload = np.stack([mem.ids, mem.layers, exec_layer, owner_of[mem.ids - lo]], axis=1)
         region, _ = alltoallv(comm, payload, mem.ranks)
-        provisional[s] = _order_region(region, comm.rank)
+        provisional[s] = _order_region(region)
     local_maps = {}
     for m in maps:
-        gids = provisional[m.source][0]
+        gids, _, exec_layers, _, _ = provisional[m.source]
         rows = fetch_rows(comm, offsets[m.source], map_blocks[m], gids)
-        local_maps[m] = _to_local(rows, provisional[m.target][0], m)
+        local_maps[m] = _to_local(rows, provisional[m.target][0], exec_layers <= depth, m)
     levels = _levels(sets, maps, provisional, local_maps)
     layouts, permutations = {}, {}
     for s in sets:
-        gids, layers, owners, n_owned = provisional[s]
+        gids, data_layers, exec_layers, owners, n_owned = provisional[s]
         order = _owned_order(levels[s], gids[:n_owned])
         perm = np.concatenate((order, np.arange(n_owned, len(gids))))
         permutations[s] = perm
-        ends = np.array([np.count_nonzero(layers <= k) for k in range(depth + 1)], dtype=np.int64)
-        layouts[s] = SetLayout(gids[perm], n_owned, ends, levels[s][order], owners[perm].astype(np.int32))
+        ends = np.array([np.count_nonzero(exec_layers <= k) for k in range(depth + 1)], dtype=np.int64)
+        layouts[s] = SetLayout(gids[perm], n_owned, ends, data_layers[perm], exec_layers[perm],
+                               levels[s][order], owners[perm].astype(np.int32))
     for m in maps:
         inverse = np.empty(len(permutations[m.target]), dtype=np.int64)
         inverse[permutations[m.target]] = np.arange(len(inverse))
@@ -224,29 +254,32 @@ def _finish(comm, sets, maps, map_blocks, offsets, members, depth):
     return layouts, local_maps
 
 
-def _order_region(region, rank):
-    """Provisional order: owned by global id, then halo by (layer, owner, global id)."""
-    gids, layers, owners = region[:, 0], region[:, 1], region[:, 2]
-    order = np.lexsort((gids, owners, layers))
-    gids, layers, owners = gids[order], layers[order], owners[order]
-    return gids, layers, owners, int(np.count_nonzero(layers == 0))
+def _order_region(region):
+    """Provisional order: owned by global id, then halo by (exec layer, data layer, owner, id)."""
+    gids, data_layers, exec_layers, owners = region[:, 0], region[:, 1], region[:, 2], region[:, 3]
+    order = np.lexsort((gids, owners, data_layers, exec_layers))
+    return gids[order], data_layers[order], exec_layers[order], owners[order], int(np.count_nonzero(data_layers == 0))
 
 
-def _to_local(rows, local_gids, m):
+def _to_local(rows, local_gids, runnable, m):
+    """Local indices of map targets. Rows of elements that are never run (imported only) may
+    point outside the rank's elements: those entries become 0 and are never used."""
+    if not len(local_gids):
+        return np.zeros(rows.shape, dtype=np.int64)
     sorter = np.argsort(local_gids, kind="stable")
-    positions = np.searchsorted(local_gids, rows, sorter=sorter)
-    positions = np.minimum(positions, len(local_gids) - 1) if len(local_gids) else positions
-    local = sorter[positions] if len(local_gids) else positions
-    if rows.size and not np.array_equal(local_gids[local], rows):
-        raise AssertionError(f"map {m.name!r}: a target of a local row is not local (halo closure bug)")
-    return local.astype(np.int64)
+    positions = np.minimum(np.searchsorted(local_gids, rows, sorter=sorter), len(local_gids) - 1)
+    local = sorter[positions]
+    present = local_gids[local] == rows
+    if not np.all(present[runnable]):
+        raise AssertionError(f"map {m.name!r}: a target of a row that may run is not local (halo construction bug)")
+    return np.where(present, local, 0).astype(np.int64)
 
 
 def _levels(sets, maps, provisional, local_maps):
     """Distance of owned elements from non-owned ones, by the same two steps as the layers."""
     level = {}
     for s in sets:
-        n_owned = provisional[s][3]
+        n_owned = provisional[s][4]
         lv = np.full(len(provisional[s][0]), INTERIOR, dtype=np.int64)
         lv[n_owned:] = 0
         level[s] = lv
@@ -277,7 +310,7 @@ def _levels(sets, maps, provisional, local_maps):
                 break
         if not changed:
             break
-    return {s: level[s][: provisional[s][3]].astype(np.int32) for s in sets}
+    return {s: level[s][: provisional[s][4]].astype(np.int32) for s in sets}
 
 
 def _owned_order(levels, gids):
@@ -288,7 +321,7 @@ def _exchange_lists(comm, layout: SetLayout) -> None:
     """Import lists (by owner and layer) and the owners' matching export lists."""
     n_owned, gids, owners = layout.n_owned, layout.global_ids, layout.owners
     halo = np.arange(n_owned, len(gids))
-    layer_of = np.searchsorted(layout.layer_ends, halo, side="right")
+    layer_of = layout.data_layers[halo]
     request = np.stack([gids[halo], layer_of], axis=1) if len(halo) else np.zeros((0, 2), np.int64)
     received, sources = alltoallv(comm, request, owners[halo].astype(np.int64))
     sorter = np.argsort(gids[:n_owned], kind="stable")

@@ -65,7 +65,6 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     sets, maps, dats = runtime.declared()
     seed_set = _seed_set(sets, maps, coords, seed_set)
     seed_owners = _seed_owners(comm, method, seed_set, maps, coords, seed)
-    _warn_about_map_cycles(maps)
     owners = _derive_owners(comm, sets, maps, seed_set, seed_owners)
     layouts, local_maps = build_layouts(comm, sets, owners, maps, {m: m._block_values for m in maps}, depth)
     for s in sets:
@@ -82,8 +81,8 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
 
 def ensure_depth(depth: int) -> None:
     """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the missing
-    layers on demand. Existing local numbers do not change: new layers are appended, and
-    dats' new halo rows are filled by the next exchange that needs them.
+    layers on demand. Local numbers may change: dats keep their values (moved by global
+    id), new rows are filled by the next exchange that needs them, cached plans are dropped.
     """
     from ..runtime import get_runtime
 
@@ -95,45 +94,29 @@ def ensure_depth(depth: int) -> None:
             f"a halo of depth {depth} is needed but at most {MAX_DEPTH} layers can be built; "
             f"shorten the loop chain or lower its maximum halo extension."
         )
+    runtime.flush()
     comm = runtime.comm
     sets, maps, dats = runtime.declared()
     layouts, local_maps = build_layouts(
         comm, sets, runtime.owner_blocks, maps, {m: m._block_values for m in maps}, depth
     )
+    for d in dats:
+        d._data = _moved_rows(d._data, d.dataset._layout.global_ids, layouts[d.dataset].global_ids)
+        d._readonly_view = None
     for s in sets:
-        old, new = s._layout, layouts[s]
-        if not np.array_equal(new.global_ids[: len(old.global_ids)], old.global_ids):
-            raise AssertionError(f"set {s.name!r}: deeper halos changed the existing numbering")
-        s._layout = new
+        s._layout = layouts[s]
     for m in maps:
         _localise_map(m, local_maps[m])
-    for d in dats:
-        grown = np.empty((layouts[d.dataset].size(depth),) + d._data.shape[1:], dtype=d._data.dtype)
-        grown[: len(d._data)] = d._data
-        d._data = grown
-        d._readonly_view = None
+    runtime.forget_plans()
     runtime.depth = depth
 
 
-def _warn_about_map_cycles(maps) -> None:
-    """Halo layers close over map targets transitively; maps that form a cycle (a map from a
-    set to itself, or S -> T together with T -> S) make that closure reach far into the
-    neighbours' parts, so halos can grow to most of the mesh."""
-    import warnings
-
-    from ..errors import MeshchainWarning
-
-    edges = {(m.source, m.target) for m in maps}
-    cyclic = [m.name for m in maps if m.source is m.target or (m.target, m.source) in edges]
-    if cyclic:
-        warnings.warn(
-            f"[halo-cycle] maps {cyclic} form a cycle between sets; halo layers are closed over map targets "
-            f"transitively, so on several ranks the halos can grow to a large part of the mesh. Separating "
-            f"exec and import-only halos is planned; until then prefer maps that point one way "
-            f"(e.g. edges -> cells rather than also cells -> cells).",
-            MeshchainWarning,
-            stacklevel=3,
-        )
+def _moved_rows(rows, old_ids, new_ids):
+    """Rows indexed by ``old_ids`` placed at the positions of the same ids in ``new_ids``."""
+    moved = np.empty((len(new_ids),) + rows.shape[1:], dtype=rows.dtype)
+    sorter = np.argsort(new_ids, kind="stable")
+    moved[sorter[np.searchsorted(new_ids, old_ids, sorter=sorter)]] = rows
+    return moved
 
 
 def _check_options(method, coords, depth) -> None:
