@@ -143,6 +143,7 @@ _SCRUBBED_PREFIXES = ("MESHCHAIN_MPI_", "PMI_")
 
 NPROCS_FIXTURE = "_meshchain_mpi_nprocs"
 HYPOTHESIS_PROFILE = "meshchain-mpi"
+ABORT_GRACE_SECONDS = 0.5  # time for mpiexec to forward a failing rank's report before the abort
 
 
 # --------------------------------------------------------------------------
@@ -881,6 +882,9 @@ class _ChildSession:
         with guard:
             sys.stderr.write("".join(text))
             sys.stderr.flush()
+        # mpiexec forwards the ranks' output asynchronously and drops what is still in flight
+        # when the job is aborted: give it a moment, so the report reaches the parent.
+        time.sleep(ABORT_GRACE_SECONDS)
         world.Abort(1)
 
 
