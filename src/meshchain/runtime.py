@@ -15,7 +15,7 @@ import weakref
 from .backends import make_backend
 from .backends.base import Range
 from .config import Config
-from .distributed.comm import raise_together, world_communicator
+from .distributed.comm import world_communicator
 from .errors import LoopError
 from .inspector import colour_blocks, touched_keys
 from .lazy import Trace

@@ -30,7 +30,7 @@ import ast
 import copy
 
 from ..access import Access
-from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
+from ..types.args import DIRECT, INDIRECT, WHOLE_MAP
 
 __all__ = ["inline_body", "index_name", "scalar_reduction"]
 
@@ -103,8 +103,3 @@ def _constant_index(index, dim: int) -> int | None:
     if isinstance(index, ast.Constant) and type(index.value) is int and -dim <= index.value < dim:
         return index.value % dim
     return None
-
-
-def reductions_of(specs) -> list[int]:
-    """Positions of reduced globals (INC/MIN/MAX)."""
-    return [i for i, s in enumerate(specs) if s.kind == GLOBAL and s.access is not Access.READ]

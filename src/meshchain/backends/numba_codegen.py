@@ -26,7 +26,7 @@ import numpy as np
 
 from ..access import Access
 from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
-from .inline import index_name, inline_body, reductions_of, scalar_reduction
+from .inline import index_name, inline_body, scalar_reduction
 
 __all__ = ["loop_source", "reduction_args"]
 
@@ -40,7 +40,7 @@ from numba import njit as _mc_njit, prange as _mc_prange
 
 def reduction_args(specs) -> list[int]:
     """Positions of global arguments reduced by the loop (INC/MIN/MAX)."""
-    return reductions_of(specs)
+    return [i for i, s in enumerate(specs) if s.kind == GLOBAL and s.access is not Access.READ]
 
 
 def loop_source(loop, *, boundscheck: bool) -> str:

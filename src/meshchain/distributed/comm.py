@@ -22,7 +22,6 @@ __all__ = [
     "block_owner",
     "fetch_rows",
     "fetch_csr",
-    "send_to_owners",
 ]
 
 _LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK", "HYDI_CONTROL_FD")
@@ -131,13 +130,3 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     shifts = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
     return shifts + np.arange(total, dtype=np.int64)
-
-
-def send_to_owners(comm, offsets: np.ndarray, ids: np.ndarray, payload: np.ndarray):
-    """Send ``payload[i]`` to the block owner of global id ``ids[i]``; returns the received
-    ``(ids, payload)`` pairs on each owner."""
-    ids = np.asarray(ids, dtype=np.int64)
-    owners = block_owner(offsets, ids)
-    received_ids, _ = alltoallv(comm, ids, owners)
-    received_payload, _ = alltoallv(comm, payload, owners)
-    return received_ids, received_payload

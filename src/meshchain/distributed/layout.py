@@ -76,10 +76,6 @@ class SetLayout:
         """End of the prefix run at execution depth ``depth``."""
         return int(self.exec_ends[min(depth, self.depth)])
 
-    def data_layer(self, k: int) -> np.ndarray:
-        """Local indices of the elements of data layer ``k``."""
-        return np.flatnonzero(self.data_layers == k)
-
     def covered(self, depth: int) -> int:
         """Largest ``d`` such that every element of data layers ``<= d`` is run at execution
         depth ``depth``: how deep a dat written directly by such a loop is valid."""
