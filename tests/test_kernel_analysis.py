@@ -299,7 +299,7 @@ def test_index_safety_inner_loop_rebinds_outer_variable():
 def test_config_defaults():
     config = Config.from_env({})
     assert (config.backend, config.threads, config.block_size, config.trace_length, config.debug) == (
-        "numba", None, 2048, 1, False)
+        "numba", None, 2048, 256, False)
     assert isinstance(config.cache_dir, Path) and config.cache_dir.name == "meshchain"
 
 

@@ -36,6 +36,7 @@ from .errors import (
 from .kernel import Kernel, kernel
 from .distributed.inputs import Block
 from .distributed.partition import partition
+from .lazy.chains import loop_chain
 from .runtime import configure, flush, get_runtime, par_loop, reset_runtime, stats
 from .types import Arg, Dat, Global, Map, MapIndex, Set
 
@@ -44,7 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg",
-    "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime",
+    "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
     "partition", "Block",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",

@@ -42,21 +42,24 @@ class Config:
         Iterations per block: blocks are coloured and run by threads; the same for any
         thread count, so results are bit-identical whatever ``threads`` is.
     trace_length : int
-        Loops recorded before the trace is executed; 1 runs every loop at once.
+        Pending loops that make the trace run (default 256); 1 runs every loop at once.
     debug : bool
         Bounds-check every kernel in compiled backends.
     overlap : bool
         On several ranks, run a loop's core iterations while its halo exchanges are in
         flight (default); False waits for the exchanges first (for measurements).
+    chains : Path or None
+        A TOML file naming loop chains by their loops (see :mod:`meshchain.lazy.chains`).
     """
 
     backend: str = "numba"
     threads: int | None = None
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
     block_size: int = 2048
-    trace_length: int = 1
+    trace_length: int = 256
     debug: bool = False
     overlap: bool = True
+    chains: Path | None = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -71,6 +74,8 @@ class Config:
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        if self.chains is not None:
+            object.__setattr__(self, "chains", Path(self.chains))
 
     def replace(self, **options) -> "Config":
         """A copy with ``options`` changed; unknown option names raise ConfigurationError."""
@@ -84,7 +89,7 @@ class Config:
     @classmethod
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
-        ``_DEBUG``, ``_OVERLAP``."""
+        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -97,6 +102,8 @@ class Config:
 def _parse(name: str, raw: str):
     if name in ("backend", "cache_dir"):
         return raw
+    if name == "chains":
+        return raw or None
     if name in ("debug", "overlap"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True

@@ -67,8 +67,26 @@ class ParLoop:
             (a.map, a.index) for a in self.args if a.map is not None and a.access is not Access.READ
         )
 
+    @property
+    def reads(self) -> tuple:
+        """Dats and globals whose values before the loop it may use (every mode but WRITE;
+        an increment adds to the old value)."""
+        return _distinct(a.data for a in self.args if a.access is not Access.WRITE)
+
+    @property
+    def writes(self) -> tuple:
+        """Dats and globals the loop may change."""
+        return _distinct(a.data for a in self.args if a.access.writes)
+
     def __repr__(self) -> str:
         return f"par_loop({self.name}, {self.iterset.name}, {', '.join(map(repr, self.args))})"
+
+
+def _distinct(objects) -> tuple:
+    seen = {}
+    for obj in objects:
+        seen.setdefault(id(obj), obj)
+    return tuple(seen.values())
 
 
 _wrapped = weakref.WeakKeyDictionary()

@@ -1,8 +1,12 @@
 """The one runtime object: configuration, the trace of pending loops, caches and stats.
 
-``par_loop`` records a loop in the trace; the trace is executed when it reaches
-``config.trace_length`` loops (1 by default: every loop runs at once) or when
-something forces it (reading ``dat.data``, ``global.value``, ``mc.flush()``).
+Evaluation is lazy. ``par_loop`` records a loop in the trace and returns. Loops run
+when something forces them: reading ``dat.data``, ``dat.gather()`` or
+``global.value`` runs exactly the pending loops the object depends on (dependence
+analysis in :mod:`meshchain.lazy.trace`); setting ``global.value`` or writing through
+``dat.data`` first runs the loops that use the object; ``mc.flush()``, leaving a
+``loop_chain`` block, completing a chain named in the chain configuration, or the
+trace reaching ``config.trace_length`` loops run what is pending.
 Tests call :func:`reset_runtime` to start from a clean state.
 """
 
@@ -19,6 +23,7 @@ from .distributed.comm import world_communicator
 from .errors import LoopError
 from .inspector import colour_blocks, touched_keys
 from .lazy import Trace
+from .lazy.chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting, warn_tiling
 from .loop import make_loop
 from .stats import StatsRecorder
 
@@ -33,7 +38,10 @@ class Runtime:
         self.trace = Trace()
         self.recorder = StatsRecorder()
         self._plans: dict = {}
+        self.chain_plans: dict = {}
         self._backend = None
+        self.open_run: ChainRun | None = None
+        self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
         self.comm = comm if comm is not None else world_communicator()
         self.distributed = self.comm is not None and self.comm.size > 1
         self.partitioned = False
@@ -45,7 +53,12 @@ class Runtime:
         from . import loop as loop_module
 
         self._plans.clear()
+        self.chain_plans.clear()
         loop_module._exclusive_cache.clear()
+
+    def map_sources(self) -> set:
+        """``id`` of every set some declared map starts from (their halos can be run)."""
+        return {id(m.source) for m in self.declared()[1]}
 
     def declare(self, obj, agreed) -> int:
         """Record a declaration made on several ranks; ``agreed`` must match on every rank.
@@ -89,47 +102,106 @@ class Runtime:
             raise
         if new.block_size != old_config.block_size:
             self._plans.clear()
+        if new.chains != old_config.chains:
+            self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
+
+    # --- recording and forcing --------------------------------------------------------------
 
     def record(self, loop) -> None:
-        self.trace.append(loop)
+        if self.open_run is not None:
+            chain, completed = self.open_run, []
+        else:
+            chain, completed = self.matcher.feed(loop.name)
+        if chain is not None:
+            chain.loops += 1
+        self.trace.append(loop, chain)
+        for run in completed:
+            self.run_entries(self.trace.take_chain(run))
         if len(self.trace) >= self.config.trace_length:
             self.flush()
 
+    def open_chain(self, options) -> ChainRun:
+        """Start recording loops into a chain (``with mc.loop_chain(...)``)."""
+        refuse_nesting(self.open_run, options)
+        warn_tiling(options)
+        self.open_run = ChainRun(options)
+        return self.open_run
+
+    def close_chain(self, run: ChainRun, *, force: bool) -> None:
+        """End a chain block; run the chain (and what it depends on) unless ``force`` is False
+        (the block raised: its loops stay pending, like any recorded loop)."""
+        if self.open_run is run:
+            self.open_run = None
+        run.closed = True
+        if force:
+            self.run_entries(self.trace.take_chain(run))
+
     def flush(self) -> None:
-        loops = self.trace.take()
-        for position, loop in enumerate(loops):
+        """Run every pending loop."""
+        self.run_entries(self.trace.take())
+
+    def force_read(self, obj) -> None:
+        """Run the pending loops ``obj``'s value depends on."""
+        if self.trace:
+            self.run_entries(self.trace.take_needed(obj, write=False))
+
+    def force_write(self, obj) -> None:
+        """Run the pending loops that must see ``obj`` before the user overwrites it."""
+        if self.trace:
+            self.run_entries(self.trace.take_needed(obj, write=True))
+
+    def run_entries(self, entries) -> None:
+        """Run trace entries in order: consecutive loops of one chain run as that chain."""
+        units = _units(entries)
+        for position, (chain, loops) in enumerate(units):
             try:
-                self.execute(loop)
+                if chain is None:
+                    self.execute(loops[0])
+                else:
+                    self.execute_chain(chain, loops)
             except Exception as exc:
-                later = loops[position + 1 :]
-                if later:
+                later = [loop.name for _, rest in units[position + 1 :] for loop in rest]
+                dropped = self.trace.take()
+                if later or dropped:
                     exc.add_note(
-                        f"meshchain: {len(later)} loop(s) recorded after {loop.name!r} were discarded: "
-                        f"{', '.join(l.name for l in later)}"
+                        f"meshchain: {len(later) + len(dropped)} pending loop(s) were discarded: "
+                        f"{', '.join(later + [e.loop.name for e in dropped])}"
                     )
                 raise
 
-    def force_read(self, obj) -> None:
-        """Run whatever must finish before ``obj`` is read (for now: every pending loop)."""
-        if self.trace:
-            self.flush()
-
-    def force_write(self, obj) -> None:
-        """Run whatever must finish before ``obj`` is overwritten by the user."""
-        if self.trace:
-            self.flush()
+    # --- execution ------------------------------------------------------------------------------
 
     def execute(self, loop) -> None:
         record = self.recorder.loop(loop.name)
         if self.distributed:
-            from .distributed.execute import run_distributed_or_abort
+            from .distributed.execute import abort_on_failure, run_loop
 
-            run_distributed_or_abort(self, loop, record)
+            abort_on_failure(self, f"loop {loop.name!r}", lambda: run_loop(self, loop, record))
             return
         self.run_range(loop, 0, loop.iterset.size, record)
-        record.calls += 1
-        record.iterations += loop.iterset.size
-        record.core_iterations += loop.iterset.size
+        _count_serial(record, loop.iterset.size)
+
+    def execute_chain(self, run: ChainRun, loops) -> None:
+        """Run ``loops``, recorded in chain ``run``, as one chain."""
+        record = self.recorder.chain(run.options.name)
+        record.executions += 1
+        record.loops += len(loops)
+        records = [self.recorder.loop(loop.name) for loop in loops]
+        if not self.distributed:
+            record.mode = "serial"
+            self.run_ranges([(loop, 0, loop.iterset.size, rec, None) for loop, rec in zip(loops, records)])
+            for loop, rec in zip(loops, records):
+                _count_serial(rec, loop.iterset.size)
+            return
+        from .distributed.chain import run_chain
+        from .distributed.execute import abort_on_failure
+
+        abort_on_failure(self, f"chain {run.options.name!r}", lambda: run_chain(self, run.options, loops, records, record))
+
+    def run_ranges(self, items) -> None:
+        """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain)."""
+        for loop, start, end, record, targets in items:
+            self.run_range(loop, start, end, record, targets)
 
     def run_range(self, loop, start: int, end: int, record, targets=None) -> None:
         """Run iterations ``[start, end)`` of ``loop`` on the backend."""
@@ -157,6 +229,24 @@ class Runtime:
             record.time_plan += time.perf_counter() - began
             return plan
         return plan[0]
+
+
+def _units(entries) -> list:
+    """Group trace entries into ``(chain or None, [loops])``: consecutive loops of one chain
+    form one unit, every other loop its own."""
+    units: list = []
+    for entry in entries:
+        if entry.chain is not None and units and units[-1][0] is entry.chain:
+            units[-1][1].append(entry.loop)
+        else:
+            units.append((entry.chain, [entry.loop]))
+    return units
+
+
+def _count_serial(record, iterations: int) -> None:
+    record.calls += 1
+    record.iterations += iterations
+    record.core_iterations += iterations
 
 
 _runtime: Runtime | None = None

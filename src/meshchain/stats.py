@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-__all__ = ["LoopStats", "Stats", "StatsRecorder"]
+__all__ = ["LoopStats", "ChainStats", "Stats", "StatsRecorder"]
 
 
 @dataclass
@@ -41,28 +41,96 @@ class LoopStats:
         return dataclasses.asdict(self)
 
 
+@dataclass
+class ChainStats:
+    """Counters of one named chain, in the terms of the OP2 paper (§3.2, Table 2).
+
+    The communication-avoiding side is measured; the ``per_loop_*`` side is what the same
+    loops would have exchanged and computed one by one (Alg. 1) from the same state,
+    worked out from the halo lists without running it.
+
+    Attributes
+    ----------
+    executions, loops, segments : int
+        Times the chain ran, loops run in it, segments (one grouped exchange each; a chain
+        is split where a dependence needs an exchange in between, see ``diagnostics``).
+    mode : str
+        How it last ran: ``"ca"``, ``"per-loop"`` or ``"serial"`` (one process).
+    depth : int
+        ``r``: the deepest halo layer the chain ran or needed.
+    exchanges, messages, bytes_sent, max_message : int
+        Grouped exchanges, messages sent, bytes sent (``p·m^r`` summed), largest message to
+        one neighbour (``m^r``).
+    per_loop_exchanges, per_loop_messages, per_loop_bytes, per_loop_max_message : int
+        The same for per-loop execution (``Σ d·p·m^1``; meshchain sends one message per dat
+        per neighbour, where OP2 sends two).
+    neighbours : int
+        ``p``.
+    core_iterations, iterations : int
+        ``ΣS^c`` and ``ΣS^h`` (owned plus exec halo to each loop's depth) of the CA run.
+    per_loop_core_iterations, per_loop_iterations : int
+        ``ΣS^c`` and ``ΣS^1`` of per-loop execution.
+    time_core, time_halo, time_wait : float
+        Seconds in phase 1 (cores, exchange in flight), phase 2 (the rest) and waiting.
+    diagnostics : list of str
+        Why a chain ran split, or not communication-avoiding (also given as warnings).
+    decision : str
+        For ``ca="auto"``: what was chosen and why.
+    """
+
+    name: str
+    executions: int = 0
+    loops: int = 0
+    segments: int = 0
+    mode: str = ""
+    depth: int = 0
+    exchanges: int = 0
+    messages: int = 0
+    bytes_sent: int = 0
+    max_message: int = 0
+    per_loop_exchanges: int = 0
+    per_loop_messages: int = 0
+    per_loop_bytes: int = 0
+    per_loop_max_message: int = 0
+    neighbours: int = 0
+    core_iterations: int = 0
+    iterations: int = 0
+    per_loop_core_iterations: int = 0
+    per_loop_iterations: int = 0
+    time_core: float = 0.0
+    time_halo: float = 0.0
+    time_wait: float = 0.0
+    diagnostics: list = field(default_factory=list)
+    decision: str = ""
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def diagnose(self, message: str) -> bool:
+        """Record ``message``; True if it is new for this chain."""
+        if message in self.diagnostics:
+            return False
+        self.diagnostics.append(message)
+        return True
+
+
 @dataclass(frozen=True)
 class Stats:
-    """A snapshot of the statistics; ``loops`` maps loop names to :class:`LoopStats`."""
+    """A snapshot of the statistics: ``loops`` maps loop names to :class:`LoopStats`,
+    ``chains`` chain names to :class:`ChainStats`."""
 
     loops: dict = field(default_factory=dict)
     backend: str = ""
+    chains: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"backend": self.backend, "loops": {k: v.as_dict() for k, v in self.loops.items()}}
+        return {"backend": self.backend, "loops": {k: v.as_dict() for k, v in self.loops.items()},
+                "chains": {k: v.as_dict() for k, v in self.chains.items()}}
 
     def combined(self, per_rank) -> "Stats":
-        """The statistics of all ranks summed (``neighbours`` and ``colours``: the maximum)."""
-        loops = {}
-        for snapshot in per_rank:
-            for name, record in snapshot.loops.items():
-                total = loops.setdefault(name, LoopStats(name))
-                for f in dataclasses.fields(LoopStats):
-                    if f.name == "name":
-                        continue
-                    value = getattr(record, f.name)
-                    setattr(total, f.name, _merge(f.name, getattr(total, f.name), value))
-        return Stats(loops, self.backend)
+        """The statistics of all ranks summed (``neighbours``, ``colours``, ``depth`` and the
+        largest messages: the maximum; diagnostics: every rank's)."""
+        return Stats(_combine(per_rank, "loops", LoopStats), self.backend, _combine(per_rank, "chains", ChainStats))
 
     def __str__(self) -> str:
         header = (f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
@@ -75,9 +143,27 @@ class Stats:
         return "\n".join(rows)
 
 
+def _combine(per_rank, attribute: str, kind) -> dict:
+    totals = {}
+    for snapshot in per_rank:
+        for name, record in getattr(snapshot, attribute).items():
+            total = totals.setdefault(name, kind(name))
+            for f in dataclasses.fields(kind):
+                if f.name != "name":
+                    setattr(total, f.name, _merge(f.name, getattr(total, f.name), getattr(record, f.name)))
+    return totals
+
+
+_MAXIMA = ("neighbours", "colours", "depth", "max_message", "per_loop_max_message")
+
+
 def _merge(name: str, a, b):
-    if name in ("neighbours", "colours"):
+    if name in _MAXIMA:
         return max(a, b)
+    if name == "diagnostics":
+        return a + [x for x in b if x not in a]
+    if isinstance(a, str):
+        return a or b
     if isinstance(a, list):
         return add_by_layer(a, b)
     return a + b
@@ -94,6 +180,7 @@ class StatsRecorder:
 
     def __init__(self):
         self.loops: dict[str, LoopStats] = {}
+        self.chains: dict[str, ChainStats] = {}
 
     def loop(self, name: str) -> LoopStats:
         record = self.loops.get(name)
@@ -101,8 +188,16 @@ class StatsRecorder:
             record = self.loops[name] = LoopStats(name)
         return record
 
+    def chain(self, name: str) -> ChainStats:
+        record = self.chains.get(name)
+        if record is None:
+            record = self.chains[name] = ChainStats(name)
+        return record
+
     def snapshot(self, backend: str) -> Stats:
-        return Stats({k: dataclasses.replace(v) for k, v in self.loops.items()}, backend)
+        return Stats({k: dataclasses.replace(v) for k, v in self.loops.items()}, backend,
+                     {k: dataclasses.replace(v, diagnostics=list(v.diagnostics)) for k, v in self.chains.items()})
 
     def reset(self) -> None:
         self.loops.clear()
+        self.chains.clear()

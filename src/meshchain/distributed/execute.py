@@ -1,14 +1,18 @@
-"""One loop over a partitioned mesh: the paper's Alg. 1, owner-compute.
+"""Loops and chains over a partitioned mesh: the paper's Alg. 1 and Alg. 2, owner-compute.
 
-1. post the halo exchanges of the dats the loop reads whose halo is not valid to the
-   depth it needs;
-2. run the core iterations (a prefix: they touch no halo data);
-3. wait for the exchanges;
-4. run the owned iterations near the partition boundary, then the exec halo (layer 1,
-   only for loops that write through a map): redundant work instead of a reverse
-   exchange for ``INC``;
-5. start the reduction of globals over ranks (``Iallreduce``); it is finished when the
-   global is next read or used.
+Both run *segments* planned by :func:`meshchain.inspector.chain.plan_chain`: a single
+loop is a segment of one (Alg. 1, one message per dat per neighbour); a
+communication-avoiding chain is split into as few segments as its dependences allow
+(Alg. 2, one grouped message per neighbour per segment). A segment:
+
+1. posts the exchanges that bring every dat it reads to the depth it needs;
+2. runs every loop's core range (owned elements far enough from the partition
+   boundary: they touch nothing that is arriving or still to be computed), in order;
+3. waits for the exchanges;
+4. runs every loop's remaining owned elements and its exec halo to its depth, in order
+   (redundant work instead of messages);
+5. starts the reduction of globals over ranks (``Iallreduce``), finished when the
+   global is next read or used, and records how deep each written dat is now valid.
 
 Exec-halo iterations reduce into scratch arrays: only owned iterations count.
 """
@@ -20,116 +24,257 @@ import time
 import numpy as np
 
 from ..access import Access
+from ..inspector.chain import ArgSig, LoopSig, SetFacts, plan_chain, validity_after
 from ..stats import add_by_layer
 from .exchange import Exchange
+from .grouped import GroupedExchange
+from .layout import MAX_LEVEL
 
-__all__ = ["run_distributed", "run_distributed_or_abort", "execution_depth", "required_depths"]
-
-
-def execution_depth(loop) -> int:
-    """Halo layers of the iteration set the loop runs on: 1 if it writes through a map."""
-    return 1 if loop.indirect_writes else 0
+__all__ = ["run_loop", "run_chain_segments", "chain_plan", "abort_on_failure", "per_loop_estimate"]
 
 
-def required_depths(loop, depth: int) -> dict:
-    """``{dat: halo depth it must be valid to}`` for the dats the loop reads (READ, RW, and
-    direct INC, which adds to the old values of the rows it runs)."""
-    needed = {}
-    for arg in loop.args:
-        if arg.data.is_global or arg.access in (Access.WRITE,):
-            continue
-        if arg.access is Access.INC and arg.map is not None:
-            continue  # owner-compute: owned targets receive every contribution, no read needed
-        # a direct INC adds to the old value, also on the exec-halo rows it runs
-        need = depth if arg.map is None else max(1, depth)
-        if need:
-            needed[arg.data] = max(needed.get(arg.data, 0), need)
-    return needed
-
-
-def run_distributed_or_abort(runtime, loop, record) -> None:
-    """:func:`run_distributed`, aborting every rank if it fails on one.
+def abort_on_failure(runtime, what: str, action) -> None:
+    """Run ``action()``; if it fails on this rank, print the error and abort every rank.
 
     Errors in declarations and in ``par_loop``'s checks are raised on every rank alike.
-    An error while a loop runs (a kernel failing on some elements) may happen on some
-    ranks only; the others would wait for them forever, so the error is printed with its
-    rank and the whole job is aborted (``MPI_Abort``).
+    An error while loops run (a kernel failing on some elements) may happen on some
+    ranks only; the others would wait for them forever, so the job is aborted.
     """
     try:
-        run_distributed(runtime, loop, record)
+        action()
     except Exception as exc:  # noqa: BLE001 - reported, then the job ends
         import sys
         import traceback
 
         sys.stderr.write(
-            f"meshchain: rank {runtime.comm.rank}: loop {loop.name!r} failed; aborting all ranks.\n"
+            f"meshchain: rank {runtime.comm.rank}: {what} failed; aborting all ranks.\n"
             + "".join(traceback.format_exception(exc))
         )
         sys.stderr.flush()
         runtime.comm.Abort(1)
 
 
-def run_distributed(runtime, loop, record) -> None:
-    """Execute ``loop`` with halo exchanges overlapped with its core iterations."""
-    comm, layout = runtime.comm, loop.iterset._layout
-    depth = execution_depth(loop)
-    for obj in loop.data:
-        if obj.is_global:
-            obj.settle()
-    exchanges = [
-        Exchange(comm, dat, dat._valid_depth, need)
-        for dat, need in required_depths(loop, depth).items()
-        if dat._valid_depth < need
-    ]
-    reductions = _Reductions(loop)
-    n_owned = layout.n_owned
+# --- plans -----------------------------------------------------------------------------------
+
+
+class _Signature:
+    """A chain's loops as :class:`LoopSig` tuples over small integer keys, and the objects."""
+
+    def __init__(self, loops):
+        self.objects, self.sets = {}, {}
+        sigs = []
+        for loop in loops:
+            args = tuple(self._arg(a) for a in loop.args)
+            sigs.append(LoopSig(loop.name, self._set(loop.iterset), args))
+        self.loops = tuple(sigs)
+
+    def by_key(self) -> dict:
+        return {key: obj for key, obj in self.objects.values()}
+
+    def _set(self, s) -> int:
+        return self.sets.setdefault(id(s), (len(self.sets), s))[0]
+
+    def _arg(self, arg) -> ArgSig:
+        key = self.objects.setdefault(id(arg.data), (len(self.objects), arg.data))[0]
+        dataset = -1 if arg.data.is_global else self._set(arg.data.dataset)
+        return ArgSig(key, arg.data.is_global, arg.map is not None, arg.access, dataset)
+
+    def names(self) -> dict:
+        return {key: obj.name for key, obj in self.objects.values()}
+
+    def set_objects(self) -> dict:
+        return {key: s for key, s in self.sets.values()}
+
+
+def _facts(runtime, set_objects: dict) -> dict:
+    sources = runtime.map_sources()
+    return {key: SetFacts(tuple(int(c) for c in s._layout.covered_depths), id(s) in sources)
+            for key, s in set_objects.items()}
+
+
+def chain_plan(runtime, loops, limit: int):
+    """Plan ``loops`` as one chain, building deeper halos first if the plan needs them.
+
+    Returns ``(plan, signature)``. Cached by the chain's signature and the mesh's layers.
+    """
+    from .partition import ensure_depth
+
+    signature = _Signature(loops)
+    while True:
+        set_objects = signature.set_objects()
+        facts = _facts(runtime, set_objects)
+        key = (signature.loops, tuple(sorted(facts.items())), runtime.depth, limit)
+        plan = runtime.chain_plans.get(key)
+        if plan is None:
+            plan = runtime.chain_plans[key] = plan_chain(signature.loops, facts, built=runtime.depth, limit=limit,
+                                                         names=signature.names())
+        wanted = plan.more_layers
+        if wanted is None or wanted <= runtime.depth:
+            return plan, signature
+        ensure_depth(min(wanted, limit), flush=False)
+
+
+# --- execution -------------------------------------------------------------------------------
+
+
+def run_loop(runtime, loop, record) -> None:
+    """One loop with per-dat exchanges overlapped with its core (Alg. 1)."""
+    plan, signature = chain_plan(runtime, [loop], limit=max(runtime.depth, 1))
+    for segment in plan.segments:
+        _run_segment(runtime, [loop], segment, signature, [record], grouped=False, chain_record=None)
+
+
+def run_chain_segments(runtime, loops, plan, signature, records, chain_record) -> None:
+    """A planned chain: every segment with one grouped exchange (Alg. 2)."""
+    for segment in plan.segments:
+        _run_segment(runtime, loops[segment.start : segment.end], segment, signature,
+                     records[segment.start : segment.end], grouped=True, chain_record=chain_record)
+
+
+def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, chain_record) -> None:
+    comm = runtime.comm
+    objects = signature.by_key()
+    for loop in loops:
+        for obj in loop.data:
+            if obj.is_global:
+                obj.settle()
+    items = [(objects[key], objects[key]._valid_depth, depth) for key, depth in segment.required
+             if objects[key]._valid_depth < depth]
+    if grouped:
+        exchanges = [GroupedExchange(comm, items)] if items else []
+    else:
+        exchanges = [Exchange(comm, dat, lo, hi) for dat, lo, hi in items]
     overlap = bool(exchanges) and runtime.config.overlap
+    waited = 0.0
     if exchanges and not overlap:
-        _finish(exchanges, record)  # exchange-then-compute, for comparison
-    core = layout.core(1) if overlap else n_owned
-    runtime.run_range(loop, 0, core, record, reductions.owned)
+        waited += _finish(exchanges)
+    layouts = [loop.iterset._layout for loop in loops]
+    cores = [_core(layout, t) if overlap else layout.n_owned for layout, t in zip(layouts, segment.thresholds)]
+    reductions = [_Reductions(loop) for loop in loops]
+    phase1 = [(loop, 0, core, rec, red.owned) for loop, core, rec, red in zip(loops, cores, records, reductions)]
+    t0 = time.perf_counter()
+    runtime.run_ranges(phase1)
+    t1 = time.perf_counter()
     if overlap:
-        _finish(exchanges, record)
-    runtime.run_range(loop, core, n_owned, record, reductions.owned)
-    halo_end = layout.exec_end(depth)
-    if halo_end > n_owned:
-        runtime.run_range(loop, n_owned, halo_end, record, reductions.scratch)
-    reductions.start(comm)
-    _mark_written(loop, depth)
-    _count(record, layout, exchanges, core, n_owned, depth)
+        waited += _finish(exchanges)
+    t2 = time.perf_counter()
+    phase2 = []
+    for loop, layout, core, depth, rec, red in zip(loops, layouts, cores, segment.depths, records, reductions):
+        phase2.append((loop, core, layout.n_owned, rec, red.owned))
+        phase2.append((loop, layout.n_owned, layout.exec_end(depth), rec, red.scratch))
+    runtime.run_ranges(phase2)
+    t3 = time.perf_counter()
+    for red in reductions:
+        red.start(comm)
+    _mark_valid(loops, segment, signature, objects)
+    for loop, layout, core, depth, rec in zip(loops, layouts, cores, segment.depths, records):
+        _count_loop(rec, layout, core, depth)
+    if grouped:
+        _count_grouped(chain_record, exchanges, layouts, cores, segment, t1 - t0, t3 - t2, waited)
+    else:
+        _count_per_dat(records[0], exchanges, layouts[0], waited)
 
 
-def _finish(exchanges, record) -> None:
+def _core(layout, threshold: int) -> int:
+    return layout.core(threshold) if threshold < MAX_LEVEL else 0
+
+
+def _finish(exchanges) -> float:
     start = time.perf_counter()
     for exchange in exchanges:
         exchange.finish()
-    record.time_wait += time.perf_counter() - start
+    return time.perf_counter() - start
 
 
-def _mark_written(loop, depth: int) -> None:
-    """Written through a map at depth e: every target of data layer < e got all contributions.
-    Written directly: valid as deep as the run covers every element of the data layers."""
-    for arg in loop.args:
-        if arg.data.is_global or arg.access is Access.READ:
-            continue
-        if arg.map is None:
-            arg.data._valid_depth = loop.iterset._layout.covered(depth)
-        else:
-            arg.data._valid_depth = min(arg.data._valid_depth, max(depth - 1, 0))
+def _mark_valid(loops, segment, signature, objects) -> None:
+    valid = {key: obj._valid_depth for key, obj in objects.items() if not obj.is_global}
+    covered = {key: s._layout.covered for key, s in signature.set_objects().items()}
+    for loop_sig, depth in zip(signature.loops[segment.start : segment.end], segment.depths):
+        valid = validity_after(loop_sig, depth, valid, covered[loop_sig.iterset])
+    for key, depth in valid.items():
+        objects[key]._valid_depth = depth
 
 
-def _count(record, layout, exchanges, core, n_owned, depth) -> None:
+# --- statistics ------------------------------------------------------------------------------
+
+
+def _count_loop(record, layout, core, depth) -> None:
+    end = layout.exec_end(depth)
     record.calls += 1
-    record.iterations += layout.exec_end(depth)
+    record.iterations += end
     record.core_iterations += core
-    record.halo_iterations += layout.exec_end(depth) - n_owned
+    record.halo_iterations += end - layout.n_owned
     record.halo_iterations_by_layer = add_by_layer(
         record.halo_iterations_by_layer, np.diff(layout.exec_ends[: depth + 1]).tolist()
     )
+    record.neighbours = max(record.neighbours, len(layout.neighbours))
+
+
+def _count_per_dat(record, exchanges, layout, waited) -> None:
     record.exchanges += len(exchanges)
     record.messages += sum(x.messages for x in exchanges)
     record.bytes_sent += sum(x.bytes_sent for x in exchanges)
-    record.neighbours = max(record.neighbours, len(layout.neighbours))
+    record.time_wait += waited
+
+
+def _count_grouped(chain, exchanges, layouts, cores, segment, core_time, halo_time, waited) -> None:
+    chain.segments += 1
+    chain.depth = max(chain.depth, max(segment.depths, default=0),
+                      max((d for _, d in segment.required), default=0))
+    for exchange in exchanges:
+        chain.exchanges += 1
+        chain.messages += exchange.messages
+        chain.bytes_sent += exchange.bytes_sent
+        chain.max_message = max(chain.max_message, exchange.largest)
+    chain.core_iterations += sum(cores)
+    chain.iterations += sum(layout.exec_end(d) for layout, d in zip(layouts, segment.depths))
+    chain.neighbours = max([chain.neighbours, *(len(layout.neighbours) for layout in layouts)])
+    chain.time_core += core_time
+    chain.time_halo += halo_time
+    chain.time_wait += waited
+
+
+def per_loop_estimate(runtime, loops) -> dict:
+    """What running ``loops`` one by one (Alg. 1) would exchange and compute on this rank,
+    from the current valid depths, without running anything: the model's per-loop side."""
+    valid = {id(d): d._valid_depth for loop in loops for d in loop.data if not d.is_global}
+    totals = {"rounds": 0, "exchanges": 0, "messages": 0, "bytes": 0, "max_message": 0, "core_iterations": 0,
+              "iterations": 0}
+    for loop in loops:
+        plan, signature = chain_plan(runtime, [loop], limit=max(runtime.depth, 1))
+        segment = plan.segments[0]
+        objects = signature.by_key()
+        stale = [(key, need) for key, need in segment.required if valid[id(objects[key])] < need]
+        totals["rounds"] += bool(stale)
+        for key, need in stale:
+            dat = objects[key]
+            _estimate_exchange(totals, dat, valid[id(dat)], need)
+            valid[id(dat)] = need
+        layout = loop.iterset._layout
+        totals["core_iterations"] += _core(layout, segment.thresholds[0])
+        totals["iterations"] += layout.exec_end(segment.depths[0])
+        local = {key: valid[id(obj)] for key, obj in objects.items() if not obj.is_global}
+        local = validity_after(signature.loops[0], segment.depths[0], local, layout.covered)
+        for key, depth in local.items():
+            valid[id(objects[key])] = depth
+    return totals
+
+
+def _estimate_exchange(totals, dat, lo, hi) -> None:
+    from .exchange import _layers
+
+    layout = dat.dataset._layout
+    row = int(np.prod(dat._data.shape[1:], dtype=np.int64)) * dat._data.dtype.itemsize
+    totals["exchanges"] += 1
+    for neighbour in layout.neighbours:
+        rows = _layers(layout.exports.get(neighbour), lo, hi).size
+        if rows:
+            totals["messages"] += 1
+            totals["bytes"] += rows * row
+            totals["max_message"] = max(totals["max_message"], rows * row)
+
+
+# --- reductions ------------------------------------------------------------------------------
 
 
 class _Reductions:

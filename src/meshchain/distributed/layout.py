@@ -56,6 +56,9 @@ class SetLayout:
     imports, exports : dict
         ``{neighbour: [indices of data layer 1, of data layer 2, ...]}``: local indices
         received from / sent to each neighbour, in matching order.
+    covered_depths : ndarray of int64 or None
+        ``covered_depths[e]``: :meth:`covered` agreed over the ranks (the minimum), set by
+        :func:`build_layouts`; every rank must reach the same validity decisions.
     """
 
     global_ids: np.ndarray
@@ -67,6 +70,7 @@ class SetLayout:
     owners: np.ndarray
     imports: dict = field(default_factory=dict)
     exports: dict = field(default_factory=dict)
+    covered_depths: np.ndarray | None = None
 
     @property
     def depth(self) -> int:
@@ -78,7 +82,14 @@ class SetLayout:
 
     def covered(self, depth: int) -> int:
         """Largest ``d`` such that every element of data layers ``<= d`` is run at execution
-        depth ``depth``: how deep a dat written directly by such a loop is valid."""
+        depth ``depth``: how deep a dat written directly by such a loop is valid (the same
+        on every rank once :func:`build_layouts` agreed it)."""
+        if self.covered_depths is not None:
+            return int(self.covered_depths[min(depth, self.depth)])
+        return self.local_covered(depth)
+
+    def local_covered(self, depth: int) -> int:
+        """:meth:`covered` from this rank's elements only."""
         d = 0
         while d < self.depth and np.all(self.exec_layers[self.data_layers == d + 1] <= depth):
             d += 1
@@ -247,7 +258,17 @@ def _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth):
         local_maps[m] = inverse[local_maps[m][permutations[m.source]]]
     for s in sets:
         _exchange_lists(comm, layouts[s])
+        _agree_covered(comm, layouts[s])
     return layouts, local_maps
+
+
+def _agree_covered(comm, layout: SetLayout) -> None:
+    from mpi4py import MPI
+
+    local = np.array([layout.local_covered(e) for e in range(layout.depth + 1)], dtype=np.int64)
+    agreed = np.empty_like(local)
+    comm.Allreduce(local, agreed, op=MPI.MIN)
+    layout.covered_depths = agreed
 
 
 def _order_region(region):

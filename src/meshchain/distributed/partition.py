@@ -79,10 +79,12 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     runtime.owner_blocks = owners  # O(n / ranks) per set: what deeper halos are built from
 
 
-def ensure_depth(depth: int) -> None:
+def ensure_depth(depth: int, *, flush: bool = True) -> None:
     """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the missing
     layers on demand. Local numbers may change: dats keep their values (moved by global
     id), new rows are filled by the next exchange that needs them, cached plans are dropped.
+    Pending loops run first unless ``flush`` is False (the executor, between loops it
+    has taken from the trace).
     """
     from ..runtime import get_runtime
 
@@ -94,7 +96,8 @@ def ensure_depth(depth: int) -> None:
             f"a halo of depth {depth} is needed but at most {MAX_DEPTH} layers can be built; "
             f"shorten the loop chain or lower its maximum halo extension."
         )
-    runtime.flush()
+    if flush:
+        runtime.flush()
     comm = runtime.comm
     sets, maps, dats = runtime.declared()
     layouts, local_maps = build_layouts(

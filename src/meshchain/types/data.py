@@ -138,7 +138,7 @@ class Dat:
         at the same point — because it changes which halos the next loop exchanges. Use
         :attr:`data_ro` to look at the values on some ranks only (e.g. to print on rank 0).
         """
-        _runtime_partitioned(self).force_read(self)
+        _runtime_partitioned(self).force_write(self)
         self._valid_depth = 0
         return self._data[: self.dataset.n_owned]
 
