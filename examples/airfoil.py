@@ -194,8 +194,17 @@ def reset(a: Airfoil) -> None:
     a.rms.value = 0.0
 
 
-def stage(a: Airfoil) -> None:
-    """One predictor or corrector stage: adt_calc, res_calc, bres_calc, update."""
+def stage(a: Airfoil, *, ca=None) -> None:
+    """One predictor or corrector stage: adt_calc, res_calc, bres_calc, update; as one loop
+    chain named ``"stage"`` unless ``ca`` is None."""
+    if ca is None:
+        record_stage(a)
+        return
+    with mc.loop_chain("stage", ca=ca):
+        record_stage(a)
+
+
+def record_stage(a: Airfoil) -> None:
     mc.par_loop(adt_calc, a.cells,
                 a.p_x(mc.READ, a.pcell[0]), a.p_x(mc.READ, a.pcell[1]),
                 a.p_x(mc.READ, a.pcell[2]), a.p_x(mc.READ, a.pcell[3]),
@@ -214,19 +223,20 @@ def stage(a: Airfoil) -> None:
                 a.p_qold(mc.READ), a.p_q(mc.WRITE), a.p_res(mc.RW), a.p_adt(mc.READ), a.rms(mc.INC))
 
 
-def iterate(a: Airfoil) -> float:
+def iterate(a: Airfoil, *, ca=None) -> float:
     """One Airfoil iteration (save_soln, then two stages); returns OP2's rms."""
     mc.par_loop(save_soln, a.cells, a.p_q(mc.READ), a.p_qold(mc.WRITE))
     for _ in range(2):
-        stage(a)
+        stage(a, ca=ca)
     return math.sqrt(float(a.rms.value[0]) / a.cells.size)
 
 
-def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout) -> list[tuple[int, float]]:
-    """Run ``iters`` iterations; print and return ``(iter, rms)`` every ``report_every``."""
+def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None) -> list[tuple[int, float]]:
+    """Run ``iters`` iterations; print and return ``(iter, rms)`` every ``report_every``.
+    ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain)."""
     history = []
     for it in range(1, iters + 1):
-        rms = iterate(a)
+        rms = iterate(a, ca=ca)
         if it % report_every == 0:
             history.append((it, rms))
             if out is not None:
@@ -244,6 +254,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="threads for the numba backend")
     parser.add_argument("--partition", choices=("rib", "kway", "block"), default="rib",
                         help="how to distribute the mesh under mpiexec (default rib)")
+    parser.add_argument("--chain", choices=("none", "ca", "per-loop", "auto"), default="none",
+                        help="run each stage as a loop chain: communication-avoiding, loop by loop, or auto")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
     return parser.parse_args(argv)
 
@@ -259,7 +271,8 @@ def main(argv=None) -> int:
     del mesh  # after partitioning each rank keeps only its part
     rank = mc.get_runtime().comm.rank if mc.get_runtime().comm is not None else 0
     start = time.perf_counter()
-    run(problem, args.iters, out=sys.stdout if rank == 0 else None)
+    ca = {"none": None, "ca": True, "per-loop": False, "auto": "auto"}[args.chain]
+    run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca)
     elapsed = time.perf_counter() - start
     stats = mc.stats()
     if args.timing and rank == 0:

@@ -46,6 +46,7 @@ class Runtime:
         self.distributed = self.comm is not None and self.comm.size > 1
         self.partitioned = False
         self.depth = 0
+        self.halo_map_sources: set = set()
         self._declared: list = []
 
     def forget_plans(self) -> None:
@@ -57,8 +58,9 @@ class Runtime:
         loop_module._exclusive_cache.clear()
 
     def map_sources(self) -> set:
-        """``id`` of every set some declared map starts from (their halos can be run)."""
-        return {id(m.source) for m in self.declared()[1]}
+        """``id`` of every set that a map the halos were built from starts from (their halos
+        can be run); the same on every rank."""
+        return self.halo_map_sources
 
     def declare(self, obj, agreed) -> int:
         """Record a declaration made on several ranks; ``agreed`` must match on every rank.
@@ -71,11 +73,18 @@ class Runtime:
         self._declared.append(weakref.ref(obj))
         return len(self._declared)
 
-    def declared(self):
-        """The live sets, maps and dats declared so far, in declaration order."""
+    def declared(self, *, agreed: bool = False):
+        """The live sets, maps and dats declared so far, in declaration order.
+
+        With ``agreed=True`` (collective) only the objects alive on every rank: garbage
+        collection frees unreferenced objects at different times on different ranks, and
+        collective steps (building halos) must see the same list everywhere.
+        """
         from .types import Dat, Map, Set
 
         objects = [r() for r in self._declared]
+        if agreed and self.distributed:
+            objects = _alive_everywhere(self.comm, objects)
         pick = lambda kind: [o for o in objects if isinstance(o, kind)]  # noqa: E731
         return pick(Set), pick(Map), pick(Dat)
 
@@ -229,6 +238,16 @@ class Runtime:
             record.time_plan += time.perf_counter() - began
             return plan
         return plan[0]
+
+
+def _alive_everywhere(comm, objects) -> list:
+    import numpy as np
+    from mpi4py import MPI
+
+    alive = np.array([o is not None for o in objects], dtype=np.uint8)
+    everywhere = np.empty_like(alive)
+    comm.Allreduce(alive, everywhere, op=MPI.MIN)
+    return [o for o, keep in zip(objects, everywhere) if keep]
 
 
 def _units(entries) -> list:

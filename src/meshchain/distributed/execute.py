@@ -149,8 +149,9 @@ def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, 
     if exchanges and not overlap:
         waited += _finish(exchanges)
     layouts = [loop.iterset._layout for loop in loops]
-    cores = [_core(layout, t) if overlap else layout.n_owned for layout, t in zip(layouts, segment.thresholds)]
     reductions = [_Reductions(loop) for loop in loops]
+    # with nothing in flight the loops simply run one after the other
+    cores = [_core(layout, t) if overlap else 0 for layout, t in zip(layouts, segment.thresholds)]
     phase1 = [(loop, 0, core, rec, red.owned) for loop, core, rec, red in zip(loops, cores, records, reductions)]
     t0 = time.perf_counter()
     runtime.run_ranges(phase1)

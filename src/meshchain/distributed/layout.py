@@ -242,7 +242,7 @@ def _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth):
         gids, _, exec_layers, _, _ = provisional[m.source]
         rows = fetch_rows(comm, offsets[m.source], map_blocks[m], gids)
         local_maps[m] = _to_local(rows, provisional[m.target][0], exec_layers <= depth, m)
-    levels = _levels(sets, maps, provisional, local_maps)
+    levels = _levels(sets, maps, provisional, local_maps, depth)
     layouts, permutations = {}, {}
     for s in sets:
         gids, data_layers, exec_layers, owners, n_owned = provisional[s]
@@ -292,14 +292,25 @@ def _to_local(rows, local_gids, runnable, m):
     return np.where(present, local, 0).astype(np.int64)
 
 
-def _levels(sets, maps, provisional, local_maps):
-    """Distance of owned elements from non-owned ones, by the same two steps as the layers."""
+def _levels(sets, maps, provisional, local_maps, depth):
+    """Distance of owned elements from non-owned ones, by the same two steps as the layers.
+
+    Halo elements have level 0; owned targets of exec-halo rows have level 1 (the exec halo
+    writes them after the exchange). A row at level ``k`` then has its targets at levels
+    ``k - 1`` or ``k``, never more: what the chain executor's core ranges rely on.
+    """
     level = {}
     for s in sets:
         n_owned = provisional[s][4]
         lv = np.full(len(provisional[s][0]), INTERIOR, dtype=np.int64)
         lv[n_owned:] = 0
         level[s] = lv
+    for m in maps:  # owned targets of the exec halo
+        rows = local_maps[m]
+        runs = (level[m.source] == 0) & (provisional[m.source][2] <= depth)
+        if rows.size and runs.any():
+            targets = np.unique(rows[runs].ravel())
+            level[m.target][targets[level[m.target][targets] == INTERIOR]] = 1
     for k in range(1, MAX_LEVEL + 1):
         changed = False
         for m in maps:  # rows reaching level k-1

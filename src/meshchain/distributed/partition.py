@@ -62,7 +62,7 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     comm = runtime.comm
     raise_together(comm, DeclarationError("mc.partition was already called; declare the mesh once and partition it once.")
                    if runtime.partitioned else None)
-    sets, maps, dats = runtime.declared()
+    sets, maps, dats = runtime.declared(agreed=True)
     seed_set = _seed_set(sets, maps, coords, seed_set)
     seed_owners = _seed_owners(comm, method, seed_set, maps, coords, seed)
     owners = _derive_owners(comm, sets, maps, seed_set, seed_owners)
@@ -76,6 +76,7 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
         d._valid_depth = depth
     runtime.partitioned = True
     runtime.depth = depth
+    runtime.halo_map_sources = {id(m.source) for m in maps}
     runtime.owner_blocks = owners  # O(n / ranks) per set: what deeper halos are built from
 
 
@@ -99,7 +100,7 @@ def ensure_depth(depth: int, *, flush: bool = True) -> None:
     if flush:
         runtime.flush()
     comm = runtime.comm
-    sets, maps, dats = runtime.declared()
+    sets, maps, dats = runtime.declared(agreed=True)
     layouts, local_maps = build_layouts(
         comm, sets, runtime.owner_blocks, maps, {m: m._block_values for m in maps}, depth
     )
@@ -112,6 +113,7 @@ def ensure_depth(depth: int, *, flush: bool = True) -> None:
         _localise_map(m, local_maps[m])
     runtime.forget_plans()
     runtime.depth = depth
+    runtime.halo_map_sources = {id(m.source) for m in maps}
 
 
 def _moved_rows(rows, old_ids, new_ids):

@@ -1,0 +1,127 @@
+"""Random loop chains on random meshes, shared by the serial and MPI chain tests.
+
+A program is a mesh choice and a list of loops; each loop iterates over a set of the
+mesh and accesses dats directly or through the mesh's maps with random modes, and
+sometimes a global. All data are int64, so every execution order the library may
+choose gives the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import meshchain as mc
+from meshchain.meshes import jittered_delaunay, structured_quads, structured_tris
+
+from test_backends_property import kernel_source
+
+# iteration set -> maps that start there (name, target set)
+MAPS = {
+    "cells": [("cell2node", "nodes")],
+    "facets": [("facet2node", "nodes"), ("facet2cell", "cells")],
+    "bfacets": [("bfacet2node", "nodes"), ("bfacet2cell", "cells")],
+    "nodes": [],
+}
+DATS = {"nodes": ("na", "nb"), "cells": ("ca", "cb"), "facets": ("fa",), "bfacets": ()}
+GLOBAL_USES = (("r", mc.READ), ("g", mc.INC), ("lo", mc.MIN), ("hi", mc.MAX))
+
+
+@st.composite
+def meshes(draw):
+    kind = draw(st.sampled_from(["quads", "tris", "delaunay"]))
+    if kind == "delaunay":
+        return kind, draw(st.integers(12, 60)), draw(st.integers(0, 1000))
+    return kind, draw(st.integers(2, 8)), draw(st.integers(2, 8))
+
+
+@st.composite
+def loops(draw):
+    iterset = draw(st.sampled_from(list(MAPS)))
+    choices = [(name, None, None) for name in DATS[iterset]]
+    for map_name, target in MAPS[iterset]:
+        choices += [(name, map_name, target) for name in DATS[target]]
+    picked = draw(st.lists(st.sampled_from(choices), min_size=1, max_size=4, unique_by=lambda c: c[0]))
+    args = []
+    for dat, map_name, _ in picked:
+        if map_name is None:
+            mode = draw(st.sampled_from([mc.READ, mc.WRITE, mc.RW, mc.INC]))
+            args.append((dat, mode, None, None))
+        else:  # indirect writes must be increments (WRITE/RW need an exclusive map)
+            mode = draw(st.sampled_from([mc.READ, mc.INC]))
+            index = draw(st.one_of(st.none(), st.integers(0, 3)))
+            args.append((dat, mode, map_name, index))
+    if draw(st.booleans()):
+        args.append(draw(st.sampled_from(GLOBAL_USES)) + (None, None))
+    return iterset, tuple(args)
+
+
+@st.composite
+def programs(draw, max_loops=8):
+    return draw(meshes()), tuple(draw(st.lists(loops(), min_size=1, max_size=max_loops)))
+
+
+def make_mesh(spec):
+    kind, a, b = spec
+    if kind == "delaunay":
+        return jittered_delaunay(a, seed=b)
+    return structured_quads(a, b) if kind == "quads" else structured_tris(a, b)
+
+
+class Program:
+    """A program declared on the current runtime (call after ``mc.reset_runtime``)."""
+
+    def __init__(self, spec, *, method="kway"):
+        mesh_spec, self.loop_specs = spec
+        mesh = make_mesh(mesh_spec)
+        d = mesh.declare()
+        self.sets = {"nodes": d.nodes, "cells": d.cells, "facets": d.facets, "bfacets": d.bfacets}
+        self.maps = {"cell2node": d.cell2node, "facet2node": d.facet2node, "facet2cell": d.facet2cell,
+                     "bfacet2node": d.bfacet2node, "bfacet2cell": d.bfacet2cell}
+        rng = np.random.default_rng(7)
+        self.dats = {}
+        for set_name, names in DATS.items():
+            for k, name in enumerate(names):
+                size = self.sets[set_name].size
+                self.dats[name] = mc.Dat(self.sets[set_name], 1 + k, rng.integers(-4, 5, size=(size, 1 + k)), name,
+                                         dtype=np.int64)
+        self.globals = {"r": mc.Global(1, 3, "r", dtype=np.int64), "g": mc.Global(1, 0, "g", dtype=np.int64),
+                        "lo": mc.Global(1, 10**9, "lo", dtype=np.int64), "hi": mc.Global(1, -(10**9), "hi", dtype=np.int64)}
+        self.coords = d.coords
+        mc.partition(method, coords=d.coords if method == "rib" else None, seed_set=d.cells if method != "rib" else None)
+        self.kernels = [self._kernel(i) for i in range(len(self.loop_specs))]
+
+    def _args(self, position):
+        _, specs = self.loop_specs[position]
+        args = []
+        for name, mode, map_name, index in specs:
+            if name in self.globals:
+                args.append(self.globals[name](mode))
+            elif map_name is None:
+                args.append(self.dats[name](mode))
+            else:
+                m = self.maps[map_name]
+                args.append(self.dats[name](mode, m if index is None else m[min(index, m.arity - 1)]))
+        return args
+
+    def _kernel(self, position):
+        source = kernel_source(self._args(position)).replace("def generated(", f"def loop{position}(")
+        return mc.Kernel.from_source(source)
+
+    def record(self):
+        for position, (iterset, _) in enumerate(self.loop_specs):
+            mc.par_loop(self.kernels[position], self.sets[iterset], *self._args(position), name=f"loop{position}")
+
+    def run(self, mode, *, executions=2):
+        """``mode``: None (no chain), or the chain's ``ca`` (True, False, "auto")."""
+        for _ in range(executions):
+            if mode is None:
+                self.record()
+                mc.flush()
+            else:
+                with mc.loop_chain("random", ca=mode):
+                    self.record()
+
+    def results(self):
+        values = [d.gather() for d in self.dats.values()]
+        return values + [g.value for g in self.globals.values()]

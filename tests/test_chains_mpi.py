@@ -1,0 +1,185 @@
+"""Loop chains on several ranks: communication-avoiding == per-loop == serial, and one
+grouped message per neighbour per chain (run by the MPI harness)."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import meshchain as mc
+from meshchain.distributed.grouped import GROUPED_TAG
+from meshchain.meshes import naca0012, structured_tris
+
+from chain_programs import Program, programs
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::meshchain.MeshchainWarning")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import synthetic_chain  # noqa: E402
+
+
+class CountingComm:
+    """A communicator that counts the point-to-point sends it is asked for, independently of
+    meshchain's statistics; everything else goes to the real communicator."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self.sends: list[tuple[int, int]] = []  # (destination, tag)
+
+    def Isend(self, buffer, dest, tag=0):  # noqa: N802 - mpi4py's name
+        self.sends.append((dest, tag))
+        return self._comm.Isend(buffer, dest=dest, tag=tag)
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+
+def self_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF
+
+
+def run_program(spec, comm, mode):
+    mc.reset_runtime(comm=comm)
+    program = Program(spec)
+    program.run(mode)
+    return program.results(), mc.stats()
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=programs())
+def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec):
+    serial, _ = run_program(spec, self_comm(), True)
+    per_loop, _ = run_program(spec, comm, None)
+    counting = CountingComm(comm)
+    ca, stats = run_program(spec, counting, True)
+    for want, got_loop, got_ca in zip(serial, per_loop, ca):
+        if got_ca is not None:  # gathered dats live on rank 0 only
+            np.testing.assert_array_equal(got_loop, want)
+            np.testing.assert_array_equal(got_ca, want)
+    chain = stats.chains["random"]
+    assert chain.mode == "ca" and chain.executions == 2
+    grouped = collections.Counter(dest for dest, tag in counting.sends if tag == GROUPED_TAG)
+    assert all(count <= chain.segments for count in grouped.values()), (grouped, chain.segments)
+    assert sum(grouped.values()) == chain.messages
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=600)
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=programs(max_loops=5))
+def test_random_chains_auto_and_off_equal_serial(comm, spec):
+    serial, _ = run_program(spec, self_comm(), None)
+    for mode in (False, "auto"):
+        got, stats = run_program(spec, comm, mode)
+        assert stats.chains["random"].mode in ("ca", "per-loop")
+        for want, value in zip(serial, got):
+            if value is not None:
+                np.testing.assert_array_equal(value, want)
+
+
+def synthetic(comm, nchains, *, ca=True, executions=3, size=(12, 12)):
+    mc.reset_runtime(comm=comm)
+    problem = synthetic_chain.declare(structured_tris(*size), dtype=np.int64)
+    synthetic_chain.run(problem, nchains, executions, ca=ca)
+    return problem
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("nchains", [1, 2, 4, 8])
+def test_synthetic_chain_sends_one_message_per_neighbour(comm, nchains):
+    counting = CountingComm(comm)
+    problem = synthetic(counting, nchains, executions=1)
+    before = mc.stats().chains["synthetic"]
+    counting.sends.clear()
+    synthetic_chain.run(problem, nchains, 1, ca=True)
+    after = mc.stats().chains["synthetic"]
+    sends = collections.Counter(dest for dest, _ in counting.sends)
+    # pres changed before the chain: one grouped message to every neighbour, nothing else
+    assert sends and set(sends.values()) == {1}, sends
+    assert {tag for _, tag in counting.sends} == {GROUPED_TAG}
+    assert after.messages - before.messages == len(sends)
+    assert after.segments - before.segments == 1 and after.depth == 2
+    assert not after.diagnostics
+    # loop by loop: update exchanges pres once, then every edge_flux exchanges res
+    assert after.per_loop_messages - before.per_loop_messages == (nchains + 1) * len(sends)
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+def test_synthetic_chain_matches_serial_in_every_mode(comm):
+    expected = synthetic(self_comm(), 4, ca=None)
+    want = [expected.res.gather(), expected.flux.gather()]
+    for ca in (None, False, True, "auto"):
+        problem = synthetic(comm, 4, ca=ca)
+        got = [problem.res.gather(), problem.flux.gather()]
+        if comm.rank == 0:
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(g, w)
+
+
+def airfoil_history(comm, iters, ca):
+    from test_airfoil import airfoil
+
+    mc.reset_runtime(comm=comm)
+    problem = airfoil.declare(naca0012(10, 15))
+    history = np.array([rms for _, rms in airfoil.run(problem, iters, report_every=5, out=None, ca=ca)])
+    return history, mc.stats()
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+def test_airfoil_with_chained_stages_prints_the_same_rms(comm):
+    serial, _ = airfoil_history(self_comm(), 30, None)
+    chained, stats = airfoil_history(comm, 30, True)
+    np.testing.assert_allclose(chained, serial, rtol=1e-12, atol=0)
+    stage = stats.chains["stage"]
+    assert stage.executions == 60 and stage.mode == "ca"
+    assert stage.exchanges <= stage.per_loop_exchanges
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_chains_from_a_configuration_file(comm, tmp_path_factory):
+    path = tmp_path_factory.mktemp(f"chains{comm.rank}") / "chains.toml"
+    path.write_text('[[chain]]\nname = "configured"\nloops = ["update", "edge_flux"]\nrepeat = 3\nmax_halo = 4\n')
+    expected = synthetic(self_comm(), 3, ca=None)
+    want = expected.flux.gather()
+    mc.reset_runtime(comm=comm, chains=path)
+    problem = synthetic_chain.declare(structured_tris(12, 12), dtype=np.int64)
+    for _ in range(3):
+        synthetic_chain.record(problem, 3)  # no loop_chain block in the science code
+    got = problem.flux.gather()
+    stats = mc.stats().chains["configured"]
+    assert stats.executions == 3 and stats.loops == 18 and stats.segments == 3
+    if comm.rank == 0:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_max_halo_one_splits_the_chain_and_says_why(comm):
+    expected = synthetic(self_comm(), 2, ca=None)
+    want = expected.flux.gather()
+    mc.reset_runtime(comm=comm)
+    problem = synthetic_chain.declare(structured_tris(12, 12), dtype=np.int64)
+    with pytest.warns(mc.MeshchainWarning, match=r"\[chain-") if comm.rank == 0 else _nothing():
+        with mc.loop_chain("limited", ca=True, max_halo=1):
+            synthetic_chain.record(problem, 2)
+    got = problem.flux.gather()
+    stats = mc.stats().chains["limited"]
+    assert stats.segments > 1 and stats.depth <= 1
+    assert any("allowed: 1" in d for d in stats.diagnostics), stats.diagnostics
+    if comm.rank == 0:
+        np.testing.assert_array_equal(got, want)
+
+
+class _nothing:  # noqa: N801
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
