@@ -151,8 +151,7 @@ def test_chains_from_a_configuration_file(comm, tmp_path_factory):
     want = expected.flux.gather()
     mc.reset_runtime(comm=comm, chains=path)
     problem = synthetic_chain.declare(structured_tris(12, 12), dtype=np.int64)
-    for _ in range(3):
-        synthetic_chain.record(problem, 3)  # no loop_chain block in the science code
+    synthetic_chain.run(problem, 3, 3, ca=None)  # the science code has no loop_chain block
     got = problem.flux.gather()
     stats = mc.stats().chains["configured"]
     assert stats.executions == 3 and stats.loops == 18 and stats.segments == 3
@@ -162,10 +161,11 @@ def test_chains_from_a_configuration_file(comm, tmp_path_factory):
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=300)
 def test_max_halo_one_splits_the_chain_and_says_why(comm):
-    expected = synthetic(self_comm(), 2, ca=None)
+    expected = synthetic(self_comm(), 2, ca=None, executions=1)
     want = expected.flux.gather()
     mc.reset_runtime(comm=comm)
     problem = synthetic_chain.declare(structured_tris(12, 12), dtype=np.int64)
+    mc.par_loop(synthetic_chain.advance, problem.nodes, problem.pres(mc.RW))
     with pytest.warns(mc.MeshchainWarning, match=r"\[chain-") if comm.rank == 0 else _nothing():
         with mc.loop_chain("limited", ca=True, max_halo=1):
             synthetic_chain.record(problem, 2)
