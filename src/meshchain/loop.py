@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import types
 import weakref
 from dataclasses import dataclass
@@ -60,20 +61,20 @@ class ParLoop:
     data: tuple  # distinct Dat/Global objects, in slot order
     maps: tuple  # distinct Map objects, in map_slot order
 
-    @property
+    @functools.cached_property
     def indirect_writes(self) -> tuple:
         """``(map, index)`` pairs (index ``None`` = every column) through which the loop writes."""
         return tuple(
             (a.map, a.index) for a in self.args if a.map is not None and a.access is not Access.READ
         )
 
-    @property
+    @functools.cached_property
     def reads(self) -> tuple:
         """Dats and globals whose values before the loop it may use (every mode but WRITE;
         an increment adds to the old value)."""
         return _distinct(a.data for a in self.args if a.access is not Access.WRITE)
 
-    @property
+    @functools.cached_property
     def writes(self) -> tuple:
         """Dats and globals the loop may change."""
         return _distinct(a.data for a in self.args if a.access.writes)

@@ -39,6 +39,7 @@ class Runtime:
         self.recorder = StatsRecorder()
         self._plans: dict = {}
         self.chain_plans: dict = {}
+        self._loops: dict = {}
         self._backend = None
         self.open_run: ChainRun | None = None
         self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
@@ -129,6 +130,22 @@ class Runtime:
         if len(self.trace) >= self.config.trace_length:
             self.flush()
 
+    def validated_loop(self, kernel, iterset, args, name):
+        """:func:`make_loop`, remembered for calls with the same kernel, set, arguments and name
+        (a time loop records the same loops again and again; the checks need not rerun). The
+        remembered loop keeps its objects alive, so their ids cannot be reused meanwhile."""
+        try:
+            key = (id(kernel), id(iterset), name,
+                   tuple((id(a.data), a.access, id(a.map), a.index) for a in args))
+        except AttributeError:  # not loop arguments: make_loop says what is wrong
+            return make_loop(kernel, iterset, args, name)
+        loop = self._loops.get(key)
+        if loop is None:
+            if len(self._loops) >= 4096:
+                self._loops.clear()
+            loop = self._loops[key] = make_loop(kernel, iterset, args, name)
+        return loop
+
     def open_chain(self, options) -> ChainRun:
         """Start recording loops into a chain (``with mc.loop_chain(...)``)."""
         refuse_nesting(self.open_run, options)
@@ -208,9 +225,25 @@ class Runtime:
         abort_on_failure(self, f"chain {run.options.name!r}", lambda: run_chain(self, run.options, loops, records, record))
 
     def run_ranges(self, items) -> None:
-        """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain)."""
-        for loop, start, end, record, targets in items:
+        """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain):
+        one backend call for the whole phase where the backend can fuse it."""
+        items = [item for item in items if item[2] > item[1]]
+        if not items:
+            return
+        if len(items) == 1:
+            loop, start, end, record, targets = items[0]
             self.run_range(loop, start, end, record, targets)
+            return
+        backend = self.backend
+        planned = []
+        for loop, start, end, record, targets in items:
+            if backend.needs_plan:
+                plan = self.plan_for(loop, start, end, record)
+                record.colours = max(record.colours, plan.ncolours)
+            else:
+                plan = Range(start, end)
+            planned.append((loop, plan, record, targets))
+        backend.run_phase(planned)
 
     def run_range(self, loop, start: int, end: int, record, targets=None) -> None:
         """Run iterations ``[start, end)`` of ``loop`` on the backend."""
@@ -325,7 +358,7 @@ def par_loop(kernel, iterset, *args, name=None) -> None:
             f"par_loop {label!r}: running on {runtime.comm.size} ranks but the mesh is not partitioned; "
             f"call mc.partition(...) after declaring the mesh and before the first loop."
         )
-    runtime.record(make_loop(kernel, iterset, args, name))
+    runtime.record(runtime.validated_loop(kernel, iterset, args, name))
 
 
 def flush() -> None:

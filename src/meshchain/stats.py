@@ -140,6 +140,16 @@ class Stats:
             f"{s.exchanges:>10}{s.messages:>9}{s.bytes_sent / 1e6:>9.3f}{s.time_wait:>9.4f}"
             for s in self.loops.values()
         ]
+        if self.chains:
+            rows += ["", f"{'chain':<20}{'runs':>6}{'loops':>7}{'mode':>9}{'segments':>9}{'r':>3}{'messages':>9}"
+                         f"{'(per-loop)':>11}{'MB sent':>9}{'(per-loop)':>11}{'S^c':>10}{'S^h':>10}{'(S^1)':>10}"]
+            rows += [
+                f"{c.name:<20}{c.executions:>6}{c.loops:>7}{c.mode:>9}{c.segments:>9}{c.depth:>3}{c.messages:>9}"
+                f"{c.per_loop_messages:>11}{c.bytes_sent / 1e6:>9.3f}{c.per_loop_bytes / 1e6:>11.3f}"
+                f"{c.core_iterations:>10}{c.iterations:>10}{c.per_loop_iterations:>10}"
+                for c in self.chains.values()
+            ]
+            rows += [f"  {c.name}: {d}" for c in self.chains.values() for d in c.diagnostics + [c.decision] if d]
         return "\n".join(rows)
 
 

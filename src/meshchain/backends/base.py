@@ -38,6 +38,13 @@ class Backend(ABC):
         """
 
 
+    def run_phase(self, items) -> None:
+        """Run ``(loop, plan, record, targets)`` items in order: one phase of a chain. Backends
+        that can compile a whole phase into one call override this."""
+        for loop, plan, record, targets in items:
+            self.run(loop, plan, record, targets)
+
+
 class Range:
     """Iterations ``start <= e < end`` (for backends that need no plan)."""
 
