@@ -158,7 +158,6 @@ class Runtime:
         (the block raised: its loops stay pending, like any recorded loop)."""
         if self.open_run is run:
             self.open_run = None
-        run.closed = True
         if force:
             self.run_entries(self.trace.take_chain(run))
 

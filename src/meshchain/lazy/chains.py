@@ -74,10 +74,10 @@ class ChainOptions:
 class ChainRun:
     """One execution of a chain: the loops recorded in it share this object."""
 
-    __slots__ = ("options", "loops", "closed")
+    __slots__ = ("options", "loops")
 
     def __init__(self, options: ChainOptions):
-        self.options, self.loops, self.closed = options, 0, False
+        self.options, self.loops = options, 0
 
     def __repr__(self) -> str:
         return f"ChainRun({self.options.name!r}, loops={self.loops})"
