@@ -217,12 +217,6 @@ def test_bad_chain_options_are_refused(options, message):
         mc.loop_chain("x", **options)
 
 
-def test_tile_size_warns_that_tiling_is_unavailable():
-    with pytest.warns(mc.MeshchainWarning, match=r"\[tiling-unavailable\]"):
-        with mc.loop_chain("tiled", tile_size=64):
-            pass
-
-
 def test_configured_chains_group_loops_by_name(tmp_path):
     path = tmp_path / "chains.toml"
     path.write_text('[[chain]]\nname = "pair"\nloops = ["inc_a", "copy_ab"]\nrepeat = 2\n')

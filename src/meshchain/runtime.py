@@ -23,7 +23,7 @@ from .distributed.comm import world_communicator
 from .errors import LoopError
 from .inspector import colour_blocks, touched_keys
 from .lazy import Trace
-from .lazy.chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting, warn_tiling
+from .lazy.chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .loop import make_loop
 from .stats import StatsRecorder
 
@@ -39,6 +39,7 @@ class Runtime:
         self.recorder = StatsRecorder()
         self._plans: dict = {}
         self.chain_plans: dict = {}
+        self.tile_plans: dict = {}
         self._loops: dict = {}
         self._backend = None
         self.open_run: ChainRun | None = None
@@ -56,6 +57,7 @@ class Runtime:
 
         self._plans.clear()
         self.chain_plans.clear()
+        self.tile_plans.clear()
         loop_module._exclusive_cache.clear()
 
     def map_sources(self) -> set:
@@ -149,7 +151,6 @@ class Runtime:
     def open_chain(self, options) -> ChainRun:
         """Start recording loops into a chain (``with mc.loop_chain(...)``)."""
         refuse_nesting(self.open_run, options)
-        warn_tiling(options)
         self.open_run = ChainRun(options)
         return self.open_run
 
@@ -212,20 +213,34 @@ class Runtime:
         record.executions += 1
         record.loops += len(loops)
         records = [self.recorder.loop(loop.name) for loop in loops]
+        tiling = None
+        if run.options.tile_size is not None:
+            from .tiled import Tiling
+
+            tiling = Tiling(run.options.tile_size, run.options.name, record)
+            record.tile_size = run.options.tile_size
         if not self.distributed:
             record.mode = "serial"
-            self.run_ranges([(loop, 0, loop.iterset.size, rec, None) for loop, rec in zip(loops, records)])
+            self.run_ranges([(loop, 0, loop.iterset.size, rec, None) for loop, rec in zip(loops, records)],
+                            tiling=tiling)
             for loop, rec in zip(loops, records):
                 _count_serial(rec, loop.iterset.size)
             return
         from .distributed.chain import run_chain
         from .distributed.execute import abort_on_failure
 
-        abort_on_failure(self, f"chain {run.options.name!r}", lambda: run_chain(self, run.options, loops, records, record))
+        abort_on_failure(self, f"chain {run.options.name!r}",
+                         lambda: run_chain(self, run.options, loops, records, record, tiling))
 
-    def run_ranges(self, items) -> None:
+    def run_ranges(self, items, *, tiling=None) -> None:
         """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain):
-        one backend call for the whole phase where the backend can fuse it."""
+        one backend call for the whole phase where the backend can fuse it; sparse-tiled
+        when ``tiling`` (a :class:`meshchain.tiled.Tiling`) is given."""
+        if tiling is not None:
+            from .tiled import run_tiled
+
+            run_tiled(self, items, tiling)
+            return
         items = [item for item in items if item[2] > item[1]]
         if not items:
             return

@@ -72,8 +72,15 @@ class ChainStats:
         ``ΣS^c`` and ``ΣS^1`` of per-loop execution.
     time_core, time_halo, time_wait : float
         Seconds in phase 1 (cores, exchange in flight), phase 2 (the rest) and waiting.
+    tile_size, tiles, tile_colours : int
+        Sparse tiling: seed iterations per tile, most tiles and colours of one tiled group.
+    tiled_groups, tile_inspections : int
+        Tiled groups run (a phase is one group unless a global reduction splits it) and
+        inspections made (the rest came from the cache).
+    time_tile_inspect : float
+        Seconds in the tiling inspector.
     diagnostics : list of str
-        Why a chain ran split, or not communication-avoiding (also given as warnings).
+        Why a chain ran split, not communication-avoiding, or untiled (also given as warnings).
     decision : str
         For ``ca="auto"``: what was chosen and why.
     """
@@ -100,6 +107,12 @@ class ChainStats:
     time_core: float = 0.0
     time_halo: float = 0.0
     time_wait: float = 0.0
+    tile_size: int = 0
+    tiles: int = 0
+    tile_colours: int = 0
+    tiled_groups: int = 0
+    tile_inspections: int = 0
+    time_tile_inspect: float = 0.0
     diagnostics: list = field(default_factory=list)
     decision: str = ""
 
@@ -164,7 +177,8 @@ def _combine(per_rank, attribute: str, kind) -> dict:
     return totals
 
 
-_MAXIMA = ("neighbours", "colours", "depth", "max_message", "per_loop_max_message")
+_MAXIMA = ("neighbours", "colours", "depth", "max_message", "per_loop_max_message", "tile_size", "tiles",
+           "tile_colours")
 
 
 def _merge(name: str, a, b):

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-__all__ = ["Backend"]
+import numpy as np
+
+from ..access import Access
+from ..types.args import GLOBAL
+
+__all__ = ["Backend", "reduced_targets", "combine_reductions"]
 
 
 class Backend(ABC):
@@ -24,6 +29,7 @@ class Backend(ABC):
 
     name = "abstract"
     needs_plan = False
+    can_tile = False
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -44,6 +50,28 @@ class Backend(ABC):
         for loop, plan, record, targets in items:
             self.run(loop, plan, record, targets)
 
+    def run_indices(self, loop, elements, record, targets=None) -> None:
+        """Run ``loop`` on the listed iterations ``elements`` (ascending). Backends that
+        tile by this generic path implement it."""
+        raise NotImplementedError(f"the {self.name} backend cannot run listed iterations")
+
+    def run_tiled(self, plan, items) -> None:
+        """Run a sparse-tiled chain: ``plan`` is a :class:`~meshchain.inspector.tiling.TilePlan`
+        and ``items`` its loops as ``(loop, record, targets)``. Colours in order, tiles of a
+        colour one after another here, every loop of a tile in chain order. Reductions go to
+        private arrays and are combined at the end, so a loop that reads a global sees its
+        value from before the chain, as it would untiled (the runtime never tiles a read
+        after a reduction of the same global)."""
+        private = [reduced_targets(loop, targets or {}) for loop, _, targets in items]
+        for c in range(plan.ncolours):
+            for t in plan.tile_order[plan.colour_offsets[c] : plan.colour_offsets[c + 1]]:
+                for position, (loop, record, _) in enumerate(items):
+                    its = plan.iterations[position][plan.starts[position][t] : plan.starts[position][t + 1]]
+                    if len(its):
+                        self.run_indices(loop, its, record, {**(items[position][2] or {}), **private[position]})
+        for (loop, _, targets), arrays in zip(items, private):
+            combine_reductions(loop, targets or {}, {i: a[None] for i, a in arrays.items()})
+
 
 class Range:
     """Iterations ``start <= e < end`` (for backends that need no plan)."""
@@ -59,3 +87,29 @@ def readonly(array):
     view = array.view()
     view.flags.writeable = False
     return view
+
+
+def reduced_targets(loop, targets: dict) -> dict:
+    """Fresh arrays for the globals ``loop`` reduces: zeros for INC, the current value for
+    MIN and MAX (argument position -> array)."""
+    private = {}
+    for i, arg in enumerate(loop.args):
+        if arg.kind == GLOBAL and arg.access is not Access.READ:
+            current = targets.get(i, arg.data._data)
+            private[i] = np.zeros_like(current) if arg.access is Access.INC else current.copy()
+    return private
+
+
+def combine_reductions(loop, targets: dict, partials: dict) -> None:
+    """Fold ``partials[i]`` (shape ``(nparts, dim)``) into argument ``i``'s target, in order."""
+    for i, values in partials.items():
+        arg = loop.args[i]
+        target = targets.get(i, arg.data._data)
+        if not len(values):
+            continue
+        if arg.access is Access.INC:
+            target += values.sum(axis=0, dtype=target.dtype)
+        elif arg.access is Access.MIN:
+            np.minimum(target, values.min(axis=0), out=target)
+        else:
+            np.maximum(target, values.max(axis=0), out=target)

@@ -1,8 +1,9 @@
 """Python source generation for the numba backend.
 
 One module per loop signature: the kernel's constants, the kernel itself as a
-``@njit`` function, and ``_mc_loop``, which runs blocks of one colour on threads
-(``prange``) and colours one after another.
+``@njit`` function, ``_mc_loop``, which runs blocks of one colour on threads
+(``prange``) and colours one after another, and ``_mc_tile``, which runs the loop's
+iterations of one sparse tile (a fused tiled chain calls it, see :mod:`.numba_backend`).
 
 Examples
 --------
@@ -76,7 +77,10 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     arrays += [f"_mc_p{i}" for i in reductions]
     flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_starts, {', '.join(arrays)}):"]
-    lines += ["    " + line for line in _block_lines(specs, body, reductions)]
+    lines += ["    " + line for line in _block_lines(specs, body, reductions, _RANGE)]
+    lines += ["", "", f"@_mc_njit(cache=True, {flags})",
+              f"def _mc_tile(_mc_b, _mc_starts, _mc_its, {', '.join(arrays)}):"]
+    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED)]
     lines += [
         "",
         "",
@@ -91,10 +95,16 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     return "\n".join(lines)
 
 
-def _block_lines(specs, body, reductions) -> list[str]:
+_RANGE = ["for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):"]
+_LISTED = ["for _mc_q in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):", "    _mc_e = _mc_its[_mc_q]"]
+
+
+def _block_lines(specs, body, reductions, header) -> list[str]:
+    """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (elements listed in
+    ``_mc_its``): ``header`` opens the element loop and binds ``_mc_e``."""
     inlined = body is not None
     lines = [line for i, s in enumerate(specs) for line in _block_prologue(i, s, inlined)]
-    lines.append("for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):")
+    lines += header
     element = []
     if inlined:
         indirect = {index_name(s): s for s in specs if s.kind == INDIRECT}

@@ -34,12 +34,17 @@ class ReferenceBackend(Backend):
     """Runs ``kernel.func`` in Python for each element in order."""
 
     name = "reference"
+    can_tile = True
 
     def run(self, loop, plan, record, targets=None) -> None:
+        self.run_indices(loop, range(plan.start, plan.end), record, targets)
+
+    def run_indices(self, loop, elements, record, targets=None) -> None:
         targets = targets or {}
         accessors = [_accessor(arg, targets.get(i)) for i, arg in enumerate(loop.args)]
         func = loop.kernel.func
-        for e in range(plan.start, plan.end):
+        for e in elements:
+            e = int(e)
             views = [get(e) for get, _ in accessors]
             try:
                 func(*views)

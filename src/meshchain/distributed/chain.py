@@ -9,14 +9,16 @@ import warnings
 
 from ..errors import MeshchainWarning
 from ..model import ChainEstimate, choose_ca
+from ..tiled import refuse_tiling
 from .execute import chain_plan, per_loop_estimate, run_chain_segments, run_loop
 from .partition import MAX_DEPTH
 
 __all__ = ["run_chain"]
 
 
-def run_chain(runtime, options, loops, records, chain) -> None:
-    """Run ``loops`` as the chain ``options`` describes; ``chain`` is its :class:`ChainStats`."""
+def run_chain(runtime, options, loops, records, chain, tiling=None) -> None:
+    """Run ``loops`` as the chain ``options`` describes; ``chain`` is its :class:`ChainStats`;
+    ``tiling`` (a :class:`meshchain.tiled.Tiling` or None) tiles every CA phase."""
     limit = min(options.max_halo or MAX_DEPTH, MAX_DEPTH)
     use_ca = options.ca
     plan = signature = None
@@ -31,9 +33,12 @@ def run_chain(runtime, options, loops, records, chain) -> None:
     if use_ca:
         _diagnose(runtime, chain, options, plan, len(loops))
         chain.mode = "ca"
-        run_chain_segments(runtime, loops, plan, signature, records, chain)
+        run_chain_segments(runtime, loops, plan, signature, records, chain, tiling)
         return
     chain.mode = "per-loop"
+    if tiling is not None:
+        refuse_tiling(runtime, tiling, "it runs loop by loop (ca=False or the model chose so), an exchange between "
+                                       "every two loops, so tiles cannot span loops; it runs untiled")
     before = _exchange_counts(records)
     for loop, record in zip(loops, records):
         run_loop(runtime, loop, record)

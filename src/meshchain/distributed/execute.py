@@ -124,14 +124,16 @@ def run_loop(runtime, loop, record) -> None:
         _run_segment(runtime, [loop], segment, signature, [record], grouped=False, chain_record=None)
 
 
-def run_chain_segments(runtime, loops, plan, signature, records, chain_record) -> None:
-    """A planned chain: every segment with one grouped exchange (Alg. 2)."""
+def run_chain_segments(runtime, loops, plan, signature, records, chain_record, tiling=None) -> None:
+    """A planned chain: every segment with one grouped exchange (Alg. 2); with ``tiling``
+    the core phase and the rest of each segment run sparse-tiled (core tiles while the
+    exchange is in flight, the others after it)."""
     for segment in plan.segments:
         _run_segment(runtime, loops[segment.start : segment.end], segment, signature,
-                     records[segment.start : segment.end], grouped=True, chain_record=chain_record)
+                     records[segment.start : segment.end], grouped=True, chain_record=chain_record, tiling=tiling)
 
 
-def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, chain_record) -> None:
+def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, chain_record, tiling=None) -> None:
     comm = runtime.comm
     objects = signature.by_key()
     for loop in loops:
@@ -154,7 +156,7 @@ def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, 
     cores = [_core(layout, t) if overlap else 0 for layout, t in zip(layouts, segment.thresholds)]
     phase1 = [(loop, 0, core, rec, red.owned) for loop, core, rec, red in zip(loops, cores, records, reductions)]
     t0 = time.perf_counter()
-    runtime.run_ranges(phase1)
+    runtime.run_ranges(phase1, tiling=tiling)
     t1 = time.perf_counter()
     if overlap:
         waited += _finish(exchanges)
@@ -163,7 +165,7 @@ def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, 
     for loop, layout, core, depth, rec, red in zip(loops, layouts, cores, segment.depths, records, reductions):
         phase2.append((loop, core, layout.n_owned, rec, red.owned))
         phase2.append((loop, layout.n_owned, layout.exec_end(depth), rec, red.scratch))
-    runtime.run_ranges(phase2)
+    runtime.run_ranges(phase2, tiling=tiling)
     t3 = time.perf_counter()
     for red in reductions:
         red.start(comm)

@@ -49,7 +49,7 @@ class ChainOptions:
         Communication-avoiding execution (one grouped exchange per segment), loop by loop,
         or decided per chain by the model.
     tile_size : int or None
-        Sparse tiling (not available yet: a warning says so and the chain runs untiled).
+        Sparse tiling: seed iterations per tile (``None``: untiled). See :mod:`meshchain.tiled`.
     max_halo : int or None
         Most halo layers the chain may use (default: as many as can be built, 16).
     """
@@ -229,13 +229,6 @@ class ChainMatcher:
                 self.active = (spec, run, 1)
                 return run, closed
         return None, closed
-
-
-def warn_tiling(options: ChainOptions) -> None:
-    if options.tile_size is not None:
-        warnings.warn(MeshchainWarning(
-            f"[tiling-unavailable] loop chain {options.name!r}: tile_size={options.tile_size} is ignored, sparse "
-            f"tiling is not implemented yet; the chain runs untiled."), stacklevel=3)
 
 
 def refuse_nesting(open_run: ChainRun | None, options: ChainOptions) -> None:
