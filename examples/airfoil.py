@@ -194,13 +194,13 @@ def reset(a: Airfoil) -> None:
     a.rms.value = 0.0
 
 
-def stage(a: Airfoil, *, ca=None) -> None:
+def stage(a: Airfoil, *, ca=None, tile_size=None) -> None:
     """One predictor or corrector stage: adt_calc, res_calc, bres_calc, update; as one loop
-    chain named ``"stage"`` unless ``ca`` is None."""
+    chain named ``"stage"`` unless ``ca`` is None (``tile_size``: sparse-tile the chain)."""
     if ca is None:
         record_stage(a)
         return
-    with mc.loop_chain("stage", ca=ca):
+    with mc.loop_chain("stage", ca=ca, tile_size=tile_size):
         record_stage(a)
 
 
@@ -223,20 +223,22 @@ def record_stage(a: Airfoil) -> None:
                 a.p_qold(mc.READ), a.p_q(mc.WRITE), a.p_res(mc.RW), a.p_adt(mc.READ), a.rms(mc.INC))
 
 
-def iterate(a: Airfoil, *, ca=None) -> float:
+def iterate(a: Airfoil, *, ca=None, tile_size=None) -> float:
     """One Airfoil iteration (save_soln, then two stages); returns OP2's rms."""
     mc.par_loop(save_soln, a.cells, a.p_q(mc.READ), a.p_qold(mc.WRITE))
     for _ in range(2):
-        stage(a, ca=ca)
+        stage(a, ca=ca, tile_size=tile_size)
     return math.sqrt(float(a.rms.value[0]) / a.cells.size)
 
 
-def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None) -> list[tuple[int, float]]:
+def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None,
+        tile_size=None) -> list[tuple[int, float]]:
     """Run ``iters`` iterations; print and return ``(iter, rms)`` every ``report_every``.
-    ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain)."""
+    ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain);
+    ``tile_size``: sparse-tile each stage chain."""
     history = []
     for it in range(1, iters + 1):
-        rms = iterate(a, ca=ca)
+        rms = iterate(a, ca=ca, tile_size=tile_size)
         if it % report_every == 0:
             history.append((it, rms))
             if out is not None:
@@ -256,6 +258,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="how to distribute the mesh under mpiexec (default rib)")
     parser.add_argument("--chain", choices=("none", "ca", "per-loop", "auto"), default="none",
                         help="run each stage as a loop chain: communication-avoiding, loop by loop, or auto")
+    parser.add_argument("--tile-size", type=int, help="sparse-tile each stage chain (needs --chain ca or auto)")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
     return parser.parse_args(argv)
 
@@ -272,7 +275,9 @@ def main(argv=None) -> int:
     rank = mc.get_runtime().comm.rank if mc.get_runtime().comm is not None else 0
     start = time.perf_counter()
     ca = {"none": None, "ca": True, "per-loop": False, "auto": "auto"}[args.chain]
-    run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca)
+    if args.tile_size is not None and ca is None:
+        ca = True  # tiling needs a chain
+    run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca, tile_size=args.tile_size)
     elapsed = time.perf_counter() - start
     stats = mc.stats()
     if args.timing and rank == 0:

@@ -93,15 +93,16 @@ def record(p: SyntheticChain, nchains: int) -> None:
                     p.cw(mc.READ, p.e2c[0]), p.cw(mc.READ, p.e2c[1]))
 
 
-def run(p: SyntheticChain, nchains: int, iters: int, *, ca=True) -> None:
-    """``iters`` time steps: ``advance``, then the chain (``ca=None``: no chain, loop by loop)."""
+def run(p: SyntheticChain, nchains: int, iters: int, *, ca=True, tile_size=None) -> None:
+    """``iters`` time steps: ``advance``, then the chain (``ca=None``: no chain, loop by loop;
+    ``tile_size``: sparse-tile the chain)."""
     for _ in range(iters):
         mc.par_loop(advance, p.nodes, p.pres(mc.RW))
         if ca is None:
             record(p, nchains)
             mc.flush()
         else:
-            with mc.loop_chain("synthetic", ca=ca):
+            with mc.loop_chain("synthetic", ca=ca, tile_size=tile_size):
                 record(p, nchains)
 
 
@@ -125,15 +126,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ca", choices=("on", "off", "auto", "none"), default="on",
                         help="communication-avoiding (on), chain run loop by loop (off), auto, or no chain")
     parser.add_argument("--partition", choices=("rib", "kway", "block"), default="kway")
+    parser.add_argument("--tile-size", type=int, help="sparse-tile the chain (seed iterations per tile)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     ca = {"on": True, "off": False, "auto": "auto", "none": None}[args.ca]
+    if args.tile_size is not None and ca is None:
+        raise SystemExit("--tile-size tiles a chain: use it with --ca on, off or auto, not none")
     problem = declare(structured_tris(*args.size), method=args.partition)
     start = time.perf_counter()
-    run(problem, args.nchains, args.iters, ca=ca)
+    run(problem, args.nchains, args.iters, ca=ca, tile_size=args.tile_size)
     total = checksum(problem)
     elapsed = time.perf_counter() - start
     if total is not None:

@@ -112,14 +112,15 @@ class Program:
         for position, (iterset, _) in enumerate(self.loop_specs):
             mc.par_loop(self.kernels[position], self.sets[iterset], *self._args(position), name=f"loop{position}")
 
-    def run(self, mode, *, executions=2):
-        """``mode``: None (no chain), or the chain's ``ca`` (True, False, "auto")."""
+    def run(self, mode, *, executions=2, tile_size=None):
+        """``mode``: None (no chain), or the chain's ``ca`` (True, False, "auto");
+        ``tile_size``: the chain's sparse tiling."""
         for _ in range(executions):
             if mode is None:
                 self.record()
                 mc.flush()
             else:
-                with mc.loop_chain("random", ca=mode):
+                with mc.loop_chain("random", ca=mode, tile_size=tile_size):
                     self.record()
 
     def results(self):

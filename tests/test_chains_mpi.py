@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.distributed.grouped import GROUPED_TAG
@@ -44,10 +45,10 @@ def self_comm():
     return MPI.COMM_SELF
 
 
-def run_program(spec, comm, mode):
+def run_program(spec, comm, mode, *, tile_size=None):
     mc.reset_runtime(comm=comm)
     program = Program(spec)
-    program.run(mode)
+    program.run(mode, tile_size=tile_size)
     return program.results(), mc.stats()
 
 
@@ -85,10 +86,10 @@ def test_random_chains_auto_and_off_equal_serial(comm, spec):
                 np.testing.assert_array_equal(value, want)
 
 
-def synthetic(comm, nchains, *, ca=True, executions=3, size=(12, 12)):
+def synthetic(comm, nchains, *, ca=True, executions=3, size=(12, 12), tile_size=None):
     mc.reset_runtime(comm=comm)
     problem = synthetic_chain.declare(structured_tris(*size), dtype=np.int64)
-    synthetic_chain.run(problem, nchains, executions, ca=ca)
+    synthetic_chain.run(problem, nchains, executions, ca=ca, tile_size=tile_size)
     return problem
 
 
@@ -124,13 +125,13 @@ def test_synthetic_chain_matches_serial_in_every_mode(comm):
                 np.testing.assert_array_equal(g, w)
 
 
-def airfoil_history(comm, iters, ca):
+def airfoil_history(comm, iters, ca, tile_size=None):
     from test_airfoil import airfoil
 
     mc.reset_runtime(comm=comm)
     problem = airfoil.declare(naca0012(10, 15))
-    history = np.array([rms for _, rms in airfoil.run(problem, iters, report_every=5, out=None, ca=ca)])
-    return history, mc.stats()
+    history = airfoil.run(problem, iters, report_every=5, out=None, ca=ca, tile_size=tile_size)
+    return np.array([rms for _, rms in history]), mc.stats()
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
@@ -183,3 +184,57 @@ class _nothing:  # noqa: N801
 
     def __exit__(self, *exc):
         return False
+
+
+# --- sparse tiling composed with the communication-avoiding executor ---------------------------
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=programs(max_loops=6), tile_size=st.integers(1, 200))
+def test_random_tiled_chains_equal_serial(comm, spec, tile_size):
+    serial, _ = run_program(spec, self_comm(), None)
+    tiled, stats = run_program(spec, comm, True, tile_size=tile_size)
+    for want, got in zip(serial, tiled):
+        if got is not None:
+            np.testing.assert_array_equal(got, want)
+    chain = stats.chains["random"]
+    # a rank may own none of a small set's elements, so count tiled groups over all ranks
+    assert chain.mode == "ca" and comm.allreduce(chain.tiled_groups) >= 1
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("tile_size", [1, 24, 10**6])
+def test_tiled_synthetic_chain_sends_what_untiled_sends_and_matches_serial(comm, tile_size):
+    want = synthetic(self_comm(), 3, ca=None).flux.gather()
+    synthetic(comm, 3)
+    untiled_messages = mc.stats().chains["synthetic"].messages
+    problem = synthetic(comm, 3, tile_size=tile_size)
+    chain = mc.stats().chains["synthetic"]
+    got = problem.flux.gather()
+    assert chain.messages == untiled_messages and chain.tiled_groups >= 3  # a core and a rest phase per step
+    assert chain.tile_inspections <= chain.tiled_groups // 3 + 1
+    if comm.rank == 0:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_tiled_airfoil_stages_on_ranks_give_the_serial_rms(comm):
+    serial, _ = airfoil_history(self_comm(), 20, None)
+    tiled, stats = airfoil_history(comm, 20, True, tile_size=48)
+    np.testing.assert_allclose(tiled, serial, rtol=1e-12, atol=0)
+    assert stats.chains["stage"].tiled_groups > 0
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_chain_run_loop_by_loop_refuses_tiling_and_says_why(comm):
+    want = synthetic(self_comm(), 2, ca=None).flux.gather()
+    with pytest.warns(mc.MeshchainWarning, match=r"\[tiling-refused\]") if comm.rank == 0 else _nothing():
+        problem = synthetic(comm, 2, ca=False, tile_size=16)
+    chain = mc.stats().chains["synthetic"]
+    assert chain.mode == "per-loop" and chain.tiled_groups == 0
+    assert any("[tiling-refused]" in d and "loop by loop" in d for d in chain.diagnostics)
+    got = problem.flux.gather()
+    if comm.rank == 0:
+        np.testing.assert_array_equal(got, want)

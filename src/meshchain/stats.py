@@ -162,6 +162,9 @@ class Stats:
                 f"{c.core_iterations:>10}{c.iterations:>10}{c.per_loop_iterations:>10}"
                 for c in self.chains.values()
             ]
+            rows += [f"  {c.name}: tiled, tile_size {c.tile_size}: {c.tiled_groups} tiled groups, up to {c.tiles} tiles "
+                     f"in {c.tile_colours} colours; {c.tile_inspections} inspections, {c.time_tile_inspect:.3f} s"
+                     for c in self.chains.values() if c.tiled_groups]
             rows += [f"  {c.name}: {d}" for c in self.chains.values() for d in c.diagnostics + [c.decision] if d]
         return "\n".join(rows)
 
