@@ -76,6 +76,7 @@ def measure(info, step, tile_sizes, iters: int, repeats: int) -> list[dict]:
     rows = []
     for tile_size in tile_sizes:
         mc.stats(reset=True)
+        mc.get_runtime().tile_plans.clear()  # inspect again (another thread count may have cached the plan)
         step(tile_size)  # compile the tiled chain and inspect it
         mc.flush()
         chain = mc.stats().chains[info["chain"]]
@@ -96,11 +97,11 @@ def measure(info, step, tile_sizes, iters: int, repeats: int) -> list[dict]:
 
 
 def table(rows) -> str:
-    lines = ["| chain | mesh | loops | tile size | tiles | colours | untiled ms/step | tiled ms/step | speed-up | "
-             "inspection s | break-even executions |", "|---" * 11 + "|"]
+    lines = ["| chain | mesh | loops | threads | tile size | tiles | colours | untiled ms/step | tiled ms/step | "
+             "speed-up | inspection s | break-even executions |", "|---" * 12 + "|"]
     for r in rows:
         even = "never" if r["break_even_executions"] is None else f"{r['break_even_executions']:.0f}"
-        lines.append(f"| {r['chain']} | {r['mesh']} | {r['loops']} | {r['tile_size']} | {r['tiles']} | {r['colours']} | "
+        lines.append(f"| {r['chain']} | {r['mesh']} | {r['loops']} | {r['threads']} | {r['tile_size']} | {r['tiles']} | {r['colours']} | "
                      f"{r['ms_untiled']:.2f} | {r['ms_tiled']:.2f} | **{r['speedup']:.3f}** | {r['inspect_s']:.3f} | "
                      f"{even} |")
     return "\n".join(lines)
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--nchains", type=int, nargs="+", default=[2, 4], help="synthetic: loops = 2 x nchains")
     parser.add_argument("--airfoil-size", type=int, nargs=2, default=(400, 600), metavar=("I", "J"))
     parser.add_argument("--tile-sizes", type=int, nargs="+", default=[256, 1024, 4096, 16384, 65536])
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iters", type=int, default=5, help="steps per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the fastest counts")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "tiling.json")
@@ -121,14 +122,14 @@ def main(argv=None) -> int:
 
     import meshchain as mc
 
-    mc.configure(threads=args.threads)
     rows = []
     for name in args.problems:
         problems = ([synthetic_problem(args.size, n) for n in args.nchains] if name == "synthetic"
                     else [airfoil_problem(tuple(args.airfoil_size))])
         for info, step in problems:
-            info["threads"] = args.threads
-            rows += measure(info, step, args.tile_sizes, args.iters, args.repeats)
+            for threads in args.threads:
+                mc.configure(threads=threads)
+                rows += measure({**info, "threads": threads}, step, args.tile_sizes, args.iters, args.repeats)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(rows, indent=1))
     print(table(rows))

@@ -44,7 +44,7 @@ def tile_problems(draw):
         keys = draw(arrays(np.int64, (size, ncols), elements=st.integers(0, nkeys - 1)))
         loops.append(TileLoop(start, start + size, keys))
     seed = draw(st.one_of(st.none(), st.integers(0, len(loops) - 1)))
-    return loops, nkeys, draw(st.integers(1, 35)), seed
+    return loops, nkeys, draw(st.integers(1, 35)), seed, draw(st.sampled_from(["natural", "grown"]))
 
 
 def tile_keys(plan, loops, tile) -> set:
@@ -79,8 +79,8 @@ def assert_legal(plan, loops) -> None:
 @settings(max_examples=150, **SETTINGS)
 @given(problem=tile_problems())
 def test_inspector_output_satisfies_the_colouring_invariant(problem):
-    loops, nkeys, tile_size, seed = problem
-    plan = tile_chain(loops, nkeys=nkeys, tile_size=tile_size, seed=seed)
+    loops, nkeys, tile_size, seed, partition = problem
+    plan = tile_chain(loops, nkeys=nkeys, tile_size=tile_size, seed=seed, partition=partition)
     assert_legal(plan, loops)
     check_colouring(plan, loops)
     seed = plan.seed
@@ -107,21 +107,29 @@ def test_inspector_refuses_bad_input():
         tile_chain(loops, nkeys=1, tile_size=1)
     with pytest.raises(MeshchainError, match="seed"):
         tile_chain(loops, nkeys=2, tile_size=1, seed=3)
+    with pytest.raises(MeshchainError, match="partition"):
+        tile_chain(loops, nkeys=2, tile_size=1, partition="metis")
 
 
+@pytest.mark.parametrize("partition", ["natural", "grown"])
 @pytest.mark.parametrize("tile_size", [1, 16, 200, 10**6])
-def test_inspector_on_the_synthetic_chain_is_legal_and_seed_tiles_are_compact(tile_size):
+def test_inspector_on_the_synthetic_chain_is_legal_and_grown_tiles_are_compact(tile_size, partition):
     problem = synthetic_chain.declare(structured_tris(24, 16), dtype=np.int64)
     synthetic_chain.record(problem, 2)
     entries = mc.get_runtime().trace.take()  # recorded, not run: only their footprints are wanted
     footprints, nkeys = chain_footprints([(e.loop, 0, e.loop.iterset.size) for e in entries])
-    plan = tile_chain(footprints, nkeys=nkeys, tile_size=tile_size)
+    plan = tile_chain(footprints, nkeys=nkeys, tile_size=tile_size, partition=partition)
     check_colouring(plan, footprints)
     assert nkeys == problem.nodes.size  # res and flux are written, on the nodes; pres and cw only read
     assert plan.ntiles >= -(-problem.edges.size // tile_size)
-    if tile_size == 16:  # a grown tile spans few mesh rows: its nodes are few
-        nodes = [len(tile_keys(plan, footprints[plan.seed : plan.seed + 1], t)) for t in range(plan.ntiles)]
-        assert np.median(nodes) < 16
+    if tile_size == 16:
+        seed_nodes = [len(tile_keys(plan, footprints[plan.seed : plan.seed + 1], t)) for t in range(plan.ntiles)]
+        if partition == "grown":  # a blob of 16 edges has few nodes
+            assert np.median(seed_nodes) < 16
+        else:  # natural runs follow the numbering: every seed tile is one stretch of it
+            assert all(np.all(np.diff(plan.iterations[plan.seed][plan.starts[plan.seed][t]:
+                                                              plan.starts[plan.seed][t + 1]]) == 1)
+                       for t in range(plan.ntiles))
 
 
 # --- tiled execution ---------------------------------------------------------------------------

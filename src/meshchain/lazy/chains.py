@@ -14,6 +14,7 @@ no change::
     repeat = 1          # the list repeated this many times forms one chain
     max_halo = 4        # most halo layers the chain may use (optional)
     ca = true           # true, false or "auto" (optional, default true)
+    tile_size = 4096    # sparse tiling: seed iterations per tile (optional)
 
 Examples
 --------
@@ -92,6 +93,8 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
     ca : True, False or "auto", keyword-only
         See :class:`ChainOptions`.
     tile_size : int or None, keyword-only
+        Sparse tiling: run the chain tile by tile, ``tile_size`` iterations of its seed loop
+        per tile (see :mod:`meshchain.tiled`); None runs it loop by loop.
     max_halo : int or None, keyword-only
 
     Examples
@@ -115,6 +118,11 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
     [2, 4, 2]
     >>> mc.stats().chains["degrees"].executions
     1
+    >>> with mc.loop_chain("tiled", tile_size=1):       # the same chain, one edge per tile
+    ...     mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
+    ...     mc.par_loop(double, nodes, deg(mc.READ), twice(mc.WRITE))
+    >>> twice.data[:, 0].tolist(), mc.stats().chains["tiled"].tiles
+    ([4, 8, 4], 2)
     """
 
     def __init__(self, name: str, *, ca=True, tile_size: int | None = None, max_halo: int | None = None):
