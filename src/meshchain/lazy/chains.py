@@ -118,11 +118,11 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
     [2, 4, 2]
     >>> mc.stats().chains["degrees"].executions
     1
-    >>> with mc.loop_chain("tiled", tile_size=1):       # the same chain, one edge per tile
+    >>> with mc.loop_chain("tiled", tile_size=1):  # tiles of one node (the larger loop seeds)
     ...     mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
     ...     mc.par_loop(double, nodes, deg(mc.READ), twice(mc.WRITE))
     >>> twice.data[:, 0].tolist(), mc.stats().chains["tiled"].tiles
-    ([4, 8, 4], 2)
+    ([4, 8, 4], 3)
     """
 
     def __init__(self, name: str, *, ca=True, tile_size: int | None = None, max_halo: int | None = None):
