@@ -65,8 +65,13 @@ def assert_legal(plan, loops) -> None:
             for key in tile_keys(plan, loops, tile):
                 assert owner.setdefault(key, tile) == tile, f"tiles {owner[key]} and {tile} share key {key}"
     tiles = [plan.tiles_of(position) for position in range(len(loops))]
-    for position, loop in enumerate(loops):  # every iteration exactly once
+    for position, loop in enumerate(loops):  # every iteration exactly once, and the runs list them
         assert sorted(plan.iterations[position].tolist()) == list(range(loop.start, loop.end))
+        offsets, lo, hi = plan.runs[position]
+        for tile in range(plan.ntiles):
+            ranges = [range(lo[r], hi[r]) for r in range(offsets[tile], offsets[tile + 1])]
+            listed = plan.iterations[position][plan.starts[position][tile] : plan.starts[position][tile + 1]]
+            assert [e for run in ranges for e in run] == listed.tolist()
     for a in range(len(loops)):  # conflicting iterations run in chain order
         for b in range(a + 1, len(loops)):
             for i, row in enumerate(loops[a].keys):

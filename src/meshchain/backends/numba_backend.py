@@ -117,7 +117,7 @@ class NumbaBackend(Backend):
             tiled = self._tiled[key] = self._build_tiled(key)
         flat = [plan.colour_offsets, plan.tile_order]
         for position, group in enumerate(arrays):
-            flat += [plan.starts[position], plan.iterations[position], *group]
+            flat += [*plan.runs[position], *group]
         names = [loop.name for loop, _, _ in items]
         before = len(tiled.overloads)
         start = time.perf_counter()
@@ -142,7 +142,8 @@ class NumbaBackend(Backend):
         params, calls = ["_mc_offsets", "_mc_order"], []
         for position, (module_name, count) in enumerate(key):
             lines.append(f"_mc_f{position} = sys.modules[{module_name!r}]._mc_tile")
-            names = [f"_mc_s{position}", f"_mc_i{position}"] + [f"_mc_a{position}_{j}" for j in range(count)]
+            names = [f"_mc_r{position}", f"_mc_lo{position}", f"_mc_hi{position}"]
+            names += [f"_mc_a{position}_{j}" for j in range(count)]
             params += names
             calls.append(f"            _mc_f{position}(_mc_t, {', '.join(names)})")
         lines += ["", "", "@_mc_njit(cache=True, parallel=True, nogil=True)", f"def _mc_tiled({', '.join(params)}):",

@@ -79,7 +79,7 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_starts, {', '.join(arrays)}):"]
     lines += ["    " + line for line in _block_lines(specs, body, reductions, _RANGE)]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
-              f"def _mc_tile(_mc_b, _mc_starts, _mc_its, {', '.join(arrays)}):"]
+              f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
     lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED)]
     lines += [
         "",
@@ -96,12 +96,14 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
 
 
 _RANGE = ["for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):"]
-_LISTED = ["for _mc_q in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):", "    _mc_e = _mc_its[_mc_q]"]
+_LISTED = ["for _mc_r in range(_mc_runs[_mc_b], _mc_runs[_mc_b + 1]):",
+           "    for _mc_e in range(_mc_lo[_mc_r], _mc_hi[_mc_r]):"]
 
 
 def _block_lines(specs, body, reductions, header) -> list[str]:
-    """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (elements listed in
-    ``_mc_its``): ``header`` opens the element loop and binds ``_mc_e``."""
+    """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (a tile's runs of
+    consecutive elements, ``[_mc_lo[r], _mc_hi[r])`` for runs ``r`` of tile ``_mc_b``):
+    ``header`` opens the element loop(s) and binds ``_mc_e``."""
     inlined = body is not None
     lines = [line for i, s in enumerate(specs) for line in _block_prologue(i, s, inlined)]
     lines += header
@@ -115,7 +117,7 @@ def _block_lines(specs, body, reductions, header) -> list[str]:
     else:
         element.append(f"_mc_kernel({', '.join(_view(i, s) for i, s in enumerate(specs))})")
     element += [line for i, s in enumerate(specs) for line in _after_kernel(i, s)]
-    lines += ["    " + line for line in element]
+    lines += ["    " * len(header) + line for line in element]
     for i in reductions:
         if inlined:
             lines += [f"_mc_p{i}[_mc_b, {k}] = {scalar_reduction(i, k)}" for k in range(specs[i].dim)]

@@ -98,6 +98,10 @@ class TilePlan:
         Loop ``l`` runs ``iterations[l][starts[l][t]:starts[l][t + 1]]`` in tile ``t``.
     iterations : tuple of ndarray of int64
         Loop ``l``'s iterations grouped by tile, ascending inside a tile.
+    runs : tuple of (ndarray, ndarray, ndarray)
+        Loop ``l``'s iterations per tile as runs of consecutive iterations: tile ``t`` runs
+        ``range(lo[r], hi[r])`` for ``r`` in ``range(offsets[t], offsets[t + 1])``, where
+        ``offsets, lo, hi = runs[l]`` (executors loop over plain ranges, as untiled).
     rounds : int
         Projections made (1 when the first colouring held).
     """
@@ -109,6 +113,7 @@ class TilePlan:
     colour_offsets: np.ndarray
     starts: tuple
     iterations: tuple
+    runs: tuple
     rounds: int
 
     @property
@@ -297,12 +302,26 @@ def _plan(loops, tile_size, seed, colours, assign, offsets, ntiles, rounds) -> T
     order = np.argsort(colours, kind="stable").astype(np.int64)
     counts = np.bincount(colours, minlength=1)
     colour_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    starts, iterations = [], []
+    starts, iterations, runs = [], [], []
     for l, loop in enumerate(loops):
         s, its = _group_by_tile(assign[offsets[l] : offsets[l + 1]], ntiles, loop.start)
         starts.append(s)
         iterations.append(its)
-    return TilePlan(tile_size, seed, colours, order, colour_offsets, tuple(starts), tuple(iterations), rounds)
+        runs.append(_runs(s, its))
+    return TilePlan(tile_size, seed, colours, order, colour_offsets, tuple(starts), tuple(iterations), tuple(runs),
+                    rounds)
+
+
+def _runs(starts, iterations):
+    """``(offsets, lo, hi)``: each tile's iterations as runs of consecutive numbers."""
+    first = np.ones(len(iterations), dtype=bool)
+    first[1:] = np.diff(iterations) != 1
+    first[starts[:-1][starts[:-1] < len(iterations)]] = True
+    begin = np.flatnonzero(first)
+    lo = iterations[begin]
+    hi = np.append(iterations[begin[1:] - 1], iterations[-1] if len(iterations) else 0) + 1 if len(begin) else lo
+    offsets = np.searchsorted(begin, starts).astype(np.int64)
+    return offsets, np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
 
 
 # --- compiled kernels ------------------------------------------------------------------------
