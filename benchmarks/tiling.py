@@ -13,6 +13,10 @@ inspector's time for the chain (first execution; later ones reuse the plan), til
 colours, and the chain executions after which tiling has paid for its inspection
 (``t_inspect / (T_untiled - T_tiled)`` per execution; "never" when tiling is slower).
 
+The tile size ``2**30`` makes a single tile: the chain fused into one compiled call that
+runs each loop over its whole set in order, without the block colouring untiled loops use
+for threads. It separates that effect from the cache reuse that real tiles add.
+
 Usage::
 
     python benchmarks/tiling.py                     # writes results/tiling.json
@@ -28,6 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+WHOLE = 1 << 30  # a tile size this large makes one tile: the fused chain, untiled order, no colouring
 sys.path.insert(0, str(HERE.parent / "examples"))
 
 
@@ -101,7 +106,8 @@ def table(rows) -> str:
              "speed-up | inspection s | break-even executions |", "|---" * 12 + "|"]
     for r in rows:
         even = "never" if r["break_even_executions"] is None else f"{r['break_even_executions']:.0f}"
-        lines.append(f"| {r['chain']} | {r['mesh']} | {r['loops']} | {r['threads']} | {r['tile_size']} | {r['tiles']} | {r['colours']} | "
+        size = "whole set" if r["tiles"] == 1 and r["tile_size"] >= WHOLE else r["tile_size"]
+        lines.append(f"| {r['chain']} | {r['mesh']} | {r['loops']} | {r['threads']} | {size} | {r['tiles']} | {r['colours']} | "
                      f"{r['ms_untiled']:.2f} | {r['ms_tiled']:.2f} | **{r['speedup']:.3f}** | {r['inspect_s']:.3f} | "
                      f"{even} |")
     return "\n".join(lines)
@@ -113,7 +119,8 @@ def main(argv=None) -> int:
     parser.add_argument("--size", type=int, default=577, help="synthetic mesh: structured_tris(N, N) (~3 N^2 edges)")
     parser.add_argument("--nchains", type=int, nargs="+", default=[2, 4], help="synthetic: loops = 2 x nchains")
     parser.add_argument("--airfoil-size", type=int, nargs=2, default=(400, 600), metavar=("I", "J"))
-    parser.add_argument("--tile-sizes", type=int, nargs="+", default=[256, 1024, 4096, 16384, 65536])
+    parser.add_argument("--tile-sizes", type=int, nargs="+", default=[1024, 4096, 16384, 65536, WHOLE],
+                        help=f"seed iterations per tile ({WHOLE}: one tile, the whole set)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iters", type=int, default=5, help="steps per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the fastest counts")
