@@ -75,17 +75,14 @@ def _diagnose(runtime, tiling: Tiling, message: str) -> None:
 
 def _groups(items) -> list:
     """Cut items where a loop reads a global that an earlier loop of its group reduces."""
-    groups, reduced = [[]], {}
+    groups, reduced = [[]], set()
     for item in items:
         loop = item[0]
-        reads = [a.data for a in loop.args if a.data.is_global and a.access is Access.READ]
-        if any(id(g) in reduced for g in reads):
+        if any(a.data.is_global and a.access is Access.READ and id(a.data) in reduced for a in loop.args):
             groups.append([])
-            reduced = {}
+            reduced = set()
         groups[-1].append(item)
-        for a in loop.args:
-            if a.data.is_global and a.access is not Access.READ:
-                reduced[id(a.data)] = a.data
+        reduced.update(id(a.data) for a in loop.args if a.data.is_global and a.access.writes)
     return groups
 
 

@@ -63,12 +63,13 @@ class Backend(ABC):
         value from before the chain, as it would untiled (the runtime never tiles a read
         after a reduction of the same global)."""
         private = [reduced_targets(loop, targets or {}) for loop, _, targets in items]
+        running = [{**(targets or {}), **mine} for (_, _, targets), mine in zip(items, private)]
         for c in range(plan.ncolours):
             for t in plan.tile_order[plan.colour_offsets[c] : plan.colour_offsets[c + 1]]:
                 for position, (loop, record, _) in enumerate(items):
                     its = plan.iterations[position][plan.starts[position][t] : plan.starts[position][t + 1]]
                     if len(its):
-                        self.run_indices(loop, its, record, {**(items[position][2] or {}), **private[position]})
+                        self.run_indices(loop, its, record, running[position])
         for (loop, _, targets), arrays in zip(items, private):
             combine_reductions(loop, targets or {}, {i: a[None] for i, a in arrays.items()})
 

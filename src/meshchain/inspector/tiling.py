@@ -188,7 +188,8 @@ def tile_chain(loops, *, nkeys: int, tile_size: int, seed: int | None = None, pa
     seed_assign[offsets[seed] : offsets[seed + 1]] = seed_tiles
     pairs = _unique_pairs(_sharing_pairs(flat, key_offsets, ncols, only_seed, seed_assign, offsets, nkeys, ntiles),
                           ntiles)
-    colours = _greedy_colours(*_adjacency(pairs, ntiles))
+    starts, neighbours, _ = _adjacency(pairs, ntiles)
+    colours = _recolour(np.full(ntiles, -1, dtype=np.int64), starts, neighbours, ntiles, np.arange(ntiles))
     rounds = 0
     while True:
         rounds += 1
@@ -493,22 +494,11 @@ def _sharing_pairs(flat, key_offsets, ncols, sizes, assign, offsets, nkeys, ntil
                 if shared[k + 1]:
                     tiles[fill[k]] = t
                     fill[k] += 1
-    # distinct tiles per key, compacted in place; then all pairs of them
-    stamp = np.full(ntiles, -1, dtype=np.int64)
-    distinct = np.zeros(nkeys + 1, dtype=np.int64)
-    write = 0
+    distinct = _compact_rows(count, tiles, ntiles)  # distinct tiles per key; then all pairs of them
     npairs = 0
     for k in range(nkeys):
-        begin = write
-        for p in range(count[k], count[k + 1]):
-            t = tiles[p]
-            if stamp[t] != k:
-                stamp[t] = k
-                tiles[write] = t
-                write += 1
-        d = write - begin
+        d = distinct[k + 1] - distinct[k]
         npairs += d * (d - 1) // 2
-        distinct[k + 1] = write
     pairs = np.empty((npairs, 2), dtype=np.int64)
     q = 0
     for k in range(nkeys):
@@ -538,18 +528,26 @@ def _adjacency(pairs, ntiles):  # pragma: no cover - compiled
         fill[a] += 1
         neighbours[fill[b]] = a
         fill[b] += 1
-    stamp = np.full(ntiles, -1, dtype=np.int64)
-    starts = np.zeros(ntiles + 1, dtype=np.int64)
+    starts = _compact_rows(degree, neighbours, ntiles)
+    return starts, neighbours[: starts[-1]], ntiles
+
+
+@njit(cache=True, nogil=True)
+def _compact_rows(bounds, values, nvalues):  # pragma: no cover - compiled
+    """Drop repeated values within each CSR row ``values[bounds[r]:bounds[r + 1]]`` (values
+    ``< nvalues``), compacting in place; returns the new row bounds."""
+    stamp = np.full(nvalues, -1, dtype=np.int64)
+    out = np.zeros(len(bounds), dtype=np.int64)
     write = 0
-    for t in range(ntiles):
-        for p in range(degree[t], degree[t + 1]):
-            u = neighbours[p]
-            if stamp[u] != t:
-                stamp[u] = t
-                neighbours[write] = u
+    for r in range(len(bounds) - 1):
+        for p in range(bounds[r], bounds[r + 1]):
+            v = values[p]
+            if stamp[v] != r:
+                stamp[v] = r
+                values[write] = v
                 write += 1
-        starts[t + 1] = write
-    return starts, neighbours[:write], ntiles
+        out[r + 1] = write
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -583,29 +581,14 @@ def _unique_pairs(pairs, ntiles):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _recolour(colours, starts, neighbours, ntiles, tiles):  # pragma: no cover - compiled
-    """Give each of ``tiles`` (in order) the lowest colour none of its neighbours has."""
+    """Give each of ``tiles`` (in order) the lowest colour none of its coloured neighbours
+    has (colour -1: not coloured yet). All tiles in tile order is first-fit colouring."""
     colours = colours.copy()
     taken = np.full(ntiles + 1, -1, dtype=np.int64)
     for t in tiles:
         for p in range(starts[t], starts[t + 1]):
-            taken[colours[neighbours[p]]] = t
-        c = 0
-        while taken[c] == t:
-            c += 1
-        colours[t] = c
-    return colours
-
-
-@njit(cache=True, nogil=True)
-def _greedy_colours(starts, neighbours, ntiles):  # pragma: no cover - compiled
-    """First-fit colouring in tile order."""
-    colours = np.full(ntiles, -1, dtype=np.int64)
-    taken = np.full(ntiles + 1, -1, dtype=np.int64)
-    for t in range(ntiles):
-        for p in range(starts[t], starts[t + 1]):
-            c = colours[neighbours[p]]
-            if c >= 0:
-                taken[c] = t
+            if colours[neighbours[p]] >= 0:
+                taken[colours[neighbours[p]]] = t
         c = 0
         while taken[c] == t:
             c += 1
