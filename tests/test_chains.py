@@ -11,7 +11,6 @@ import meshchain as mc
 from meshchain.access import Access
 from meshchain.inspector.chain import ArgSig, LoopSig, SetFacts, core_thresholds, plan_chain, validity_after
 from meshchain.lazy.chains import parse_chain_config
-from meshchain.model import ChainEstimate, choose_ca
 
 from chain_programs import Program, programs
 
@@ -353,8 +352,3 @@ def test_validity_after_writes():
     assert validity_after(inc, 3, {RES: 1}, lambda e: e) == {RES: 1}
     assert validity_after(inc, 3, {RES: 5}, lambda e: e) == {RES: 2}
     assert validity_after(write, 2, {CW: 0}, lambda e: e - 1) == {CW: 1}
-
-
-def test_auto_placeholder_prefers_fewer_exchange_rounds():
-    assert choose_ca(ChainEstimate(5, 1, 1, 2))[0] is True
-    assert choose_ca(ChainEstimate(1, 1, 1, 2))[0] is False

@@ -34,6 +34,7 @@ from .errors import (
     SetMismatchError,
 )
 from .kernel import Kernel, kernel
+from . import model
 from .distributed.inputs import Block
 from .distributed.partition import partition
 from .lazy.chains import loop_chain
@@ -46,7 +47,7 @@ __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
-    "partition", "Block",
+    "partition", "Block", "model",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "MeshFileError", "MeshFileNotFoundError",

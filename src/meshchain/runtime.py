@@ -25,6 +25,7 @@ from .inspector import colour_blocks, touched_keys
 from .lazy import Trace
 from .lazy.chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .loop import make_loop
+from .model.overheads import Observations
 from .stats import StatsRecorder
 
 __all__ = ["Runtime", "get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats"]
@@ -39,6 +40,13 @@ class Runtime:
         self.recorder = StatsRecorder()
         self._plans: dict = {}
         self.chain_plans: dict = {}
+        self.ca_decisions: dict = {}
+        self.chain_profiles: dict = {}
+        self.observations = Observations()
+        self.fitted_machine = None  # (calibration, observations seen, Machine with fitted overheads)
+        self.predictions: dict = {}
+        self.calibration = None  # meshchain.model.Calibration, set by calibrate() or loaded
+        self.calibration_looked_up = False
         self.tile_plans: dict = {}
         self._loops: dict = {}
         self._backend = None
@@ -57,6 +65,8 @@ class Runtime:
 
         self._plans.clear()
         self.chain_plans.clear()
+        self.ca_decisions.clear()
+        self.chain_profiles.clear()
         self.tile_plans.clear()
         loop_module._exclusive_cache.clear()
 
@@ -221,16 +231,20 @@ class Runtime:
             record.tile_size = run.options.tile_size
         if not self.distributed:
             record.mode = "serial"
+            began = time.perf_counter()
             self.run_ranges([(loop, 0, loop.iterset.size, rec, None) for loop, rec in zip(loops, records)],
                             tiling=tiling)
+            record.time_total += time.perf_counter() - began
             for loop, rec in zip(loops, records):
                 _count_serial(rec, loop.iterset.size)
             return
         from .distributed.chain import run_chain
         from .distributed.execute import abort_on_failure
 
+        began = time.perf_counter()
         abort_on_failure(self, f"chain {run.options.name!r}",
                          lambda: run_chain(self, run.options, loops, records, record, tiling))
+        record.time_total += time.perf_counter() - began
 
     def run_ranges(self, items, *, tiling=None) -> None:
         """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain):

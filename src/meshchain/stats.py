@@ -82,7 +82,17 @@ class ChainStats:
     diagnostics : list of str
         Why a chain ran split, not communication-avoiding, or untiled (also given as warnings).
     decision : str
-        For ``ca="auto"``: what was chosen and why.
+        For ``ca="auto"``: what was chosen and why, with the predicted times.
+    time_total : float
+        Seconds the chain's executions took (wall clock; over ranks: the slowest).
+    predicted_executions : int
+        Executions for which the model predicted both variants (a calibration was known).
+    predicted_per_loop, predicted_ca : float
+        Their predicted seconds, equations (2) and (3), summed (over ranks: the slowest).
+    model : str
+        The calibration used for the predictions.
+    profile : meshchain.model.ChainProfile or None
+        The model terms of the latest execution on this rank (over ranks: rank 0's).
     """
 
     name: str
@@ -115,9 +125,43 @@ class ChainStats:
     time_tile_inspect: float = 0.0
     diagnostics: list = field(default_factory=list)
     decision: str = ""
+    time_total: float = 0.0
+    predicted_executions: int = 0
+    predicted_per_loop: float = 0.0
+    predicted_ca: float = 0.0
+    model: str = ""
+    profile: object = None
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "predicted_gain": self.predicted_gain,
+                "comm_reduction": self.comm_reduction, "comp_increase": self.comp_increase}
+
+    @property
+    def predicted_gain(self) -> float:
+        """The model's gain of CA over per-loop in percent (NaN without predictions)."""
+        from .model.equations import gain_percent
+
+        return gain_percent(self.predicted_per_loop, self.predicted_ca) if self.predicted_executions else float("nan")
+
+    @property
+    def comm_reduction(self) -> float:
+        """Table 5's "Comm Reduc.%", ``100 (1 - p·m^r / Σ d·p·m^1)``, of the latest execution's
+        :attr:`profile` (NaN without one)."""
+        from .model.equations import comm_reduction_percent
+
+        totals = self._totals()
+        return comm_reduction_percent(totals["per_loop_bytes"], totals["ca_bytes"]) if totals else float("nan")
+
+    @property
+    def comp_increase(self) -> float:
+        """Table 5's "Comp Inc.%", ``100 (1 - ΣS^1 / ΣS^h)``, of the latest :attr:`profile`."""
+        from .model.equations import comp_increase_percent
+
+        totals = self._totals()
+        return comp_increase_percent(totals["per_loop_iterations"], totals["ca_iterations"]) if totals else float("nan")
+
+    def _totals(self) -> dict | None:
+        return self.profile.totals() if self.profile is not None and self.profile.ca else None
 
     def diagnose(self, message: str) -> bool:
         """Record ``message``; True if it is new for this chain."""
@@ -166,7 +210,15 @@ class Stats:
                      f"in {c.tile_colours} colours; {c.tile_inspections} inspections, {c.time_tile_inspect:.3f} s"
                      for c in self.chains.values() if c.tiled_groups]
             rows += [f"  {c.name}: {d}" for c in self.chains.values() for d in c.diagnostics + [c.decision] if d]
+            rows += [_model_row(c) for c in self.chains.values() if c.predicted_executions]
         return "\n".join(rows)
+
+
+def _model_row(c: ChainStats) -> str:
+    n = c.predicted_executions
+    return (f"  {c.name}: model: per-loop {c.predicted_per_loop / n * 1e3:.3f} ms, CA {c.predicted_ca / n * 1e3:.3f} ms "
+            f"per execution, predicted gain {c.predicted_gain:+.1f} %; comm reduction {c.comm_reduction:.1f} %, "
+            f"comp increase {c.comp_increase:.1f} % ({c.model})")
 
 
 def _combine(per_rank, attribute: str, kind) -> dict:
@@ -181,7 +233,7 @@ def _combine(per_rank, attribute: str, kind) -> dict:
 
 
 _MAXIMA = ("neighbours", "colours", "depth", "max_message", "per_loop_max_message", "tile_size", "tiles",
-           "tile_colours")
+           "tile_colours", "time_total", "predicted_executions", "predicted_per_loop", "predicted_ca")
 
 
 def _merge(name: str, a, b):
@@ -189,7 +241,7 @@ def _merge(name: str, a, b):
         return max(a, b)
     if name == "diagnostics":
         return a + [x for x in b if x not in a]
-    if isinstance(a, str):
+    if isinstance(a, str) or name == "profile":
         return a or b
     if isinstance(a, list):
         return add_by_layer(a, b)
@@ -223,7 +275,8 @@ class StatsRecorder:
 
     def snapshot(self, backend: str) -> Stats:
         return Stats({k: dataclasses.replace(v) for k, v in self.loops.items()}, backend,
-                     {k: dataclasses.replace(v, diagnostics=list(v.diagnostics)) for k, v in self.chains.items()})
+                     {k: dataclasses.replace(v, diagnostics=list(v.diagnostics))
+                      for k, v in self.chains.items()})
 
     def reset(self) -> None:
         self.loops.clear()

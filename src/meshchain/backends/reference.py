@@ -20,6 +20,8 @@ Examples
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..access import Access
@@ -43,6 +45,7 @@ class ReferenceBackend(Backend):
         targets = targets or {}
         accessors = [_accessor(arg, targets.get(i)) for i, arg in enumerate(loop.args)]
         func = loop.kernel.func
+        began = time.perf_counter()
         for e in elements:
             e = int(e)
             views = [get(e) for get, _ in accessors]
@@ -53,6 +56,7 @@ class ReferenceBackend(Backend):
             for (_, put), view in zip(accessors, views):
                 if put is not None:
                     put(e, view)
+        record.time_compute += time.perf_counter() - began
 
 
 def _accessor(arg, target=None):

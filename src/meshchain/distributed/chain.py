@@ -8,9 +8,11 @@ from __future__ import annotations
 import warnings
 
 from ..errors import MeshchainWarning
-from ..model import ChainEstimate, choose_ca
+from ..model.profile import ChainProfile
 from ..tiled import refuse_tiling
-from .execute import chain_plan, per_loop_estimate, run_chain_segments, run_loop
+from .auto import decide, observe, record_prediction
+from .estimate import ca_profile, per_loop_profile
+from .execute import chain_plan, run_chain_segments, run_loop
 from .partition import MAX_DEPTH
 
 __all__ = ["run_chain"]
@@ -24,12 +26,17 @@ def run_chain(runtime, options, loops, records, chain, tiling=None) -> None:
     plan = signature = None
     if use_ca is not False:
         plan, signature = chain_plan(runtime, loops, limit)
-    estimate = per_loop_estimate(runtime, loops)
-    _add_per_loop(chain, estimate)
+    profile = _profile(runtime, loops, plan, signature)
+    _add_per_loop(chain, profile)
+    record_prediction(runtime, chain, profile)
     if use_ca == "auto":
-        ca_rounds = sum(1 for s in plan.segments if s.required)
-        use_ca, why = choose_ca(ChainEstimate(estimate["rounds"], ca_rounds, len(plan.segments), plan.depth))
-        chain.decision = why
+        decision = decide(runtime, profile, signature)
+        use_ca, chain.decision = decision.use_ca, decision.why
+    with observe(runtime, profile, bool(use_ca), records):
+        _run(runtime, options, loops, records, chain, tiling, plan, signature, profile, use_ca)
+
+
+def _run(runtime, options, loops, records, chain, tiling, plan, signature, profile, use_ca) -> None:
     if use_ca:
         _diagnose(runtime, chain, options, plan, len(loops))
         chain.mode = "ca"
@@ -42,23 +49,39 @@ def run_chain(runtime, options, loops, records, chain, tiling=None) -> None:
     before = _exchange_counts(records)
     for loop, record in zip(loops, records):
         run_loop(runtime, loop, record)
-    _add_measured_per_loop(chain, records, before, estimate)
+    _add_measured_per_loop(chain, records, before, profile)
 
 
-def _add_per_loop(chain, estimate: dict) -> None:
-    chain.per_loop_exchanges += estimate["exchanges"]
-    chain.per_loop_messages += estimate["messages"]
-    chain.per_loop_bytes += estimate["bytes"]
-    chain.per_loop_max_message = max(chain.per_loop_max_message, estimate["max_message"])
-    chain.per_loop_core_iterations += estimate["core_iterations"]
-    chain.per_loop_iterations += estimate["iterations"]
+def _profile(runtime, loops, plan, signature) -> ChainProfile:
+    """The chain's :class:`ChainProfile` from the current state (cached: it depends only on
+    the loops, their dats' valid depths and the halo layers built)."""
+    valid = tuple(d._valid_depth for loop in loops for d in loop.data if not d.is_global)
+    key = (tuple(id(loop) for loop in loops), valid, runtime.depth, id(plan))
+    cached = runtime.chain_profiles.get(key)
+    if cached is not None and cached[1] is plan and all(a is b for a, b in zip(cached[0], loops)):
+        return cached[2]
+    profile = ChainProfile(per_loop_profile(runtime, loops), ca_profile(plan, signature, loops) if plan else ())
+    if len(runtime.chain_profiles) >= 1024:
+        runtime.chain_profiles.clear()
+    runtime.chain_profiles[key] = (tuple(loops), plan, profile)
+    return profile
+
+
+def _add_per_loop(chain, profile) -> None:
+    totals = profile.totals()
+    chain.per_loop_exchanges += sum(lp.dats for lp in profile.per_loop)
+    chain.per_loop_messages += totals["per_loop_messages"]
+    chain.per_loop_bytes += totals["per_loop_bytes"]
+    chain.per_loop_max_message = max([chain.per_loop_max_message, *(lp.max_message for lp in profile.per_loop)])
+    chain.per_loop_core_iterations += totals["per_loop_core"]
+    chain.per_loop_iterations += totals["per_loop_iterations"]
 
 
 def _exchange_counts(records) -> dict:
     return {id(r): (r.exchanges, r.messages, r.bytes_sent, r.time_wait) for r in records}
 
 
-def _add_measured_per_loop(chain, records, before: dict, estimate: dict) -> None:
+def _add_measured_per_loop(chain, records, before: dict, profile) -> None:
     """Per-loop mode: the chain's measured exchanges are those its loops made."""
     unique = {id(r): r for r in records}
     for key, record in unique.items():
@@ -67,10 +90,10 @@ def _add_measured_per_loop(chain, records, before: dict, estimate: dict) -> None
         chain.messages += record.messages - messages
         chain.bytes_sent += record.bytes_sent - sent
         chain.time_wait += record.time_wait - wait
-    chain.max_message = max(chain.max_message, estimate["max_message"])
+    chain.max_message = max([chain.max_message, *(lp.max_message for lp in profile.per_loop)])
     chain.segments += len(records)
-    chain.core_iterations += estimate["core_iterations"]
-    chain.iterations += estimate["iterations"]
+    chain.core_iterations += sum(lp.core for lp in profile.per_loop)
+    chain.iterations += sum(lp.iterations for lp in profile.per_loop)
     chain.depth = max(chain.depth, 1)
 
 

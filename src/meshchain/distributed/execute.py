@@ -30,7 +30,7 @@ from .exchange import Exchange
 from .grouped import GroupedExchange
 from .layout import MAX_LEVEL
 
-__all__ = ["run_loop", "run_chain_segments", "chain_plan", "abort_on_failure", "per_loop_estimate"]
+__all__ = ["run_loop", "run_chain_segments", "chain_plan", "abort_on_failure"]
 
 
 def abort_on_failure(runtime, what: str, action) -> None:
@@ -235,46 +235,6 @@ def _count_grouped(chain, exchanges, layouts, cores, segment, core_time, halo_ti
     chain.time_core += core_time
     chain.time_halo += halo_time
     chain.time_wait += waited
-
-
-def per_loop_estimate(runtime, loops) -> dict:
-    """What running ``loops`` one by one (Alg. 1) would exchange and compute on this rank,
-    from the current valid depths, without running anything: the model's per-loop side."""
-    valid = {id(d): d._valid_depth for loop in loops for d in loop.data if not d.is_global}
-    totals = {"rounds": 0, "exchanges": 0, "messages": 0, "bytes": 0, "max_message": 0, "core_iterations": 0,
-              "iterations": 0}
-    for loop in loops:
-        plan, signature = chain_plan(runtime, [loop], limit=max(runtime.depth, 1))
-        segment = plan.segments[0]
-        objects = signature.by_key()
-        stale = [(key, need) for key, need in segment.required if valid[id(objects[key])] < need]
-        totals["rounds"] += bool(stale)
-        for key, need in stale:
-            dat = objects[key]
-            _estimate_exchange(totals, dat, valid[id(dat)], need)
-            valid[id(dat)] = need
-        layout = loop.iterset._layout
-        totals["core_iterations"] += _core(layout, segment.thresholds[0])
-        totals["iterations"] += layout.exec_end(segment.depths[0])
-        local = {key: valid[id(obj)] for key, obj in objects.items() if not obj.is_global}
-        local = validity_after(signature.loops[0], segment.depths[0], local, layout.covered)
-        for key, depth in local.items():
-            valid[id(objects[key])] = depth
-    return totals
-
-
-def _estimate_exchange(totals, dat, lo, hi) -> None:
-    from .exchange import _layers
-
-    layout = dat.dataset._layout
-    row = int(np.prod(dat._data.shape[1:], dtype=np.int64)) * dat._data.dtype.itemsize
-    totals["exchanges"] += 1
-    for neighbour in layout.neighbours:
-        rows = _layers(layout.exports.get(neighbour), lo, hi).size
-        if rows:
-            totals["messages"] += 1
-            totals["bytes"] += rows * row
-            totals["max_message"] = max(totals["max_message"], rows * row)
 
 
 # --- reductions ------------------------------------------------------------------------------

@@ -1,9 +1,31 @@
-"""Chain profitability: when communication avoidance pays.
+"""Chain profitability: when communication avoidance pays (the OP2 paper's §3.2).
 
-For now only :func:`choose_ca`, the hook ``ca="auto"`` calls; the analytic model of the
-OP2 paper (equations 1-4) and its calibration replace its placeholder rule.
+* :mod:`~meshchain.model.equations`: equations 1-4, the predicted gain and the paper's
+  Table 5 columns;
+* :mod:`~meshchain.model.profile`: a chain's model terms on one rank (``mc.stats()``
+  keeps the latest in ``ChainStats.profile``);
+* :mod:`~meshchain.model.calibrate`: ``L``, ``B``, ``c`` measured on this machine and
+  ``g_l`` from timed runs, cached per host and rank count;
+* :mod:`~meshchain.model.policy`: the decision of ``ca="auto"``;
+* :mod:`~meshchain.model.report`: ``python -m meshchain report``, the profitability table.
 """
 
-from .policy import ChainEstimate, choose_ca
+from .calibrate import Calibration, calibrate, load_calibration, loop_costs
+from .equations import (
+    Machine,
+    ca_segment_time,
+    comm_reduction_percent,
+    comp_increase_percent,
+    gain_percent,
+    grouped_message_size,
+    op2_chain_time,
+    op2_loop_time,
+)
+from .policy import Decision, choose_ca
+from .profile import ChainProfile, LoopProfile, SegmentProfile
 
-__all__ = ["ChainEstimate", "choose_ca"]
+__all__ = [
+    "Machine", "op2_loop_time", "op2_chain_time", "ca_segment_time", "grouped_message_size", "gain_percent",
+    "comm_reduction_percent", "comp_increase_percent", "ChainProfile", "LoopProfile", "SegmentProfile",
+    "Calibration", "calibrate", "load_calibration", "loop_costs", "Decision", "choose_ca",
+]

@@ -1,0 +1,26 @@
+"""``python -m meshchain``: the profitability report and the demo.
+
+Commands::
+
+    python -m meshchain report synthetic --ranks 2 4 --loops 2 8 32   # the model against measurement
+    python -m meshchain demo                                          # what `make demo` runs
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"report": "main", "report-worker": "worker_main", "demo": "demo_main"}
+    if not argv or argv[0] not in commands:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    from .model import report
+
+    return getattr(report, commands[argv[0]])(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Example applications written with meshchain, importable from the installed package.
+
+Each module holds one solver's kernels, data declarations and time loop; the scripts in
+``examples/`` are thin command-line drivers around them.
+
+* :mod:`meshchain.apps.airfoil`: OP2's Airfoil (2D Euler flow around a NACA0012 aerofoil);
+  its predictor/corrector stage is the loop chain ``"stage"``.
+* :mod:`meshchain.apps.synthetic`: the MG-CFD synthetic loop chain of the OP2
+  communication-avoiding paper; the chain ``"synthetic"``.
+
+Workload interface
+------------------
+Both modules offer the same small interface, used to profile them side by side:
+
+``setup(*, per_rank, loops, method=...) -> problem``
+    Build a mesh sized so that each MPI rank owns about ``per_rank`` iterations of the
+    chain's main set, declare the data on it and partition it.
+``step(problem, *, ca) -> None``
+    One time step, with the chain run as ``mc.loop_chain(CHAIN, ca=ca)``;
+    ``ca`` is True, False or ``"auto"``.
+``CHAIN``
+    The chain's name (``"stage"``, ``"synthetic"``).
+``loops_in_chain(loops) -> int``
+    How many loops the chain really has when ``loops`` are requested.
+``checksum(problem) -> float | None``
+    A number every rank count and mode reproduces, on rank 0 (``None`` on other ranks).
+
+Examples
+--------
+>>> from meshchain.apps import airfoil, synthetic
+>>> airfoil.CHAIN, airfoil.loops_in_chain(10), synthetic.CHAIN, synthetic.loops_in_chain(10)
+('stage', 4, 'synthetic', 10)
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigurationError
+
+__all__: list[str] = []
+
+
+def _total_size(per_rank: int) -> int:
+    """``per_rank`` times the number of MPI ranks (1 without MPI): the workload's global size."""
+    if isinstance(per_rank, bool) or not isinstance(per_rank, int) or per_rank < 1:
+        raise ConfigurationError(f"per_rank must be a positive integer, got {per_rank!r}.")
+    from ..runtime import get_runtime
+
+    comm = get_runtime().comm
+    return per_rank * (1 if comm is None else comm.size)
+
+
+def _check_chain_mode(ca) -> None:
+    """A workload step always runs its chain: ``ca=None`` (no chain) is refused here; other
+    values are checked by :class:`meshchain.loop_chain`."""
+    if ca is None:
+        raise ConfigurationError("a workload step runs its loop chain: ca must be True, False or 'auto', not None.")

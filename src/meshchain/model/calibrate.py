@@ -1,0 +1,270 @@
+"""Calibrating the model on this machine: ``L``, ``B`` and ``c`` measured, ``g_l`` from timed runs.
+
+:func:`calibrate` (collective on the runtime's communicator) times ping-pong messages
+between pairs of ranks (``0 <-> 1``, ``2 <-> 3``, ...) at several sizes and fits
+``t = L + m / B`` to half the round trips; it times packing and unpacking rows of a
+dat as a grouped message does (``c`` per byte); and it takes each loop's cost per
+iteration ``g_l`` from the loops timed so far (:func:`loop_costs`). Every rank gets the
+same numbers: the largest latency and pack cost and the smallest bandwidth measured.
+
+Results are saved as JSON in ``<cache_dir>/model/<host>-<N>ranks.json`` and used by
+``ca="auto"`` in later runs with the same host and rank count (:func:`load_calibration`).
+On one process the "messages" go to the process itself.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> calibration = mc.model.calibrate(save=False, repeats=3)
+>>> m = calibration.machine
+>>> m.latency > 0 and m.bandwidth > 0 and m.pack_cost > 0
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigurationError
+from .equations import Machine
+from .overheads import fit_overheads
+
+__all__ = ["Calibration", "calibrate", "load_calibration", "loop_costs", "calibration_path", "measure_network",
+           "measure_packing",
+           "measure_chain_machine"]
+
+SIZES = (8, 1024, 16384, 131072, 1048576)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibrated :class:`Machine` and loop costs ``g_l`` (seconds per iteration, by loop
+    name) for ``ranks`` ranks on ``host``; ``overheads``: whether the machine's ``o_r`` and
+    ``o_l`` were fitted (from executions of both kinds) or are unknown."""
+
+    machine: Machine
+    loop_costs: dict = field(default_factory=dict)
+    ranks: int = 1
+    host: str = ""
+    created: str = ""
+    overheads: bool = False
+
+    def as_dict(self) -> dict:
+        return {"machine": asdict(self.machine), "loop_costs": dict(self.loop_costs), "ranks": self.ranks,
+                "host": self.host, "created": self.created, "overheads": self.overheads}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        return cls(Machine(**data["machine"]), dict(data.get("loop_costs", {})), int(data["ranks"]),
+                   data.get("host", ""), data.get("created", ""), bool(data.get("overheads", False)))
+
+    def describe(self, machine: Machine | None = None) -> str:
+        """The constants in words (``machine``: these instead of the calibration's)."""
+        m = machine or self.machine
+        return (f"L = {m.latency * 1e6:.2f} µs, B = {m.bandwidth / 1e9:.2f} GB/s, c = {m.pack_cost * 1e9:.3f} ns/B, "
+                f"o_r = {m.round_overhead * 1e6:.1f} µs, o_l = {m.loop_overhead * 1e6:.1f} µs; "
+                f"{self.ranks} rank(s) on {self.host or '?'}")
+
+
+def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibration:
+    """Measure ``L``, ``B`` and ``c`` on the runtime's communicator and take ``g_l`` from the
+    loops timed so far; use the result for ``ca="auto"`` from now on. Collective.
+
+    Parameters
+    ----------
+    save : bool, keyword-only
+        Write the result to :func:`calibration_path` (rank 0), for later runs.
+    repeats : int, keyword-only
+        Round trips timed per message size (the median counts).
+    sizes : sequence of int, keyword-only
+        Message sizes in bytes; at least two different ones.
+
+    Returns
+    -------
+    Calibration
+        Loop costs measured now replace saved ones of the same name; saved ones of loops
+        that did not run are kept.
+    """
+    from ..runtime import get_runtime
+
+    sizes = sorted({int(s) for s in sizes})
+    if len(sizes) < 2 or sizes[0] <= 0 or repeats < 1:
+        raise ConfigurationError(f"calibrate: need at least two positive message sizes and repeats >= 1, got "
+                                 f"sizes={sizes}, repeats={repeats}")
+    runtime = get_runtime()
+    runtime.flush()
+    return _calibrate(runtime, save=save, repeats=repeats, sizes=sizes)
+
+
+def measure_chain_machine(runtime) -> Calibration:
+    """What ``ca="auto"`` does when no calibration exists: :func:`calibrate` with the default
+    sizes, from inside a chain execution (collective; nothing is flushed)."""
+    return _calibrate(runtime, save=True, repeats=30, sizes=SIZES)
+
+
+def _calibrate(runtime, *, save: bool, repeats: int, sizes) -> Calibration:
+    comm = _communicator(runtime)
+    latency, bandwidth = measure_network(comm, sizes=sizes, repeats=repeats)
+    machine = Machine(latency, bandwidth, measure_packing(comm))
+    previous = load_calibration()
+    costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, loop_costs())}
+    machine, fitted = _overheads(comm, runtime, machine, costs, previous)
+    calibration = Calibration(machine, costs, comm.size, socket.gethostname(),
+                              datetime.datetime.now().isoformat(timespec="seconds"), fitted)
+    if save and comm.rank == 0:
+        path = calibration_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(calibration.as_dict(), indent=2))
+        partial.replace(path)  # atomic: a reader never sees half a file
+    runtime.calibration = calibration
+    runtime.calibration_looked_up = True
+    return calibration
+
+
+def _overheads(comm, runtime, machine: Machine, costs: dict, previous) -> tuple[Machine, bool]:
+    """``machine`` with ``o_r`` and ``o_l`` fitted from this run's timed executions (largest
+    over ranks) when they include both kinds, else the previous calibration's."""
+    from mpi4py import MPI
+
+    have = np.array([0.0 if runtime.observations.missing() else 1.0])
+    comm.Allreduce(MPI.IN_PLACE, have, op=MPI.MIN)
+    if have[0]:
+        fitted = np.array(fit_overheads(runtime.observations.residuals(costs, machine)))
+        comm.Allreduce(MPI.IN_PLACE, fitted, op=MPI.MAX)
+        return dataclasses.replace(machine, round_overhead=float(fitted[0]), loop_overhead=float(fitted[1])), True
+    if previous is not None and previous.overheads:
+        return dataclasses.replace(machine, round_overhead=previous.machine.round_overhead,
+                                   loop_overhead=previous.machine.loop_overhead), True
+    return machine, False
+
+
+def loop_costs(stats=None) -> dict:
+    """``g_l``: seconds per iteration of each loop timed so far on this rank (compute time
+    over iterations; compilation excluded), from ``stats`` or ``mc.stats()``."""
+    if stats is None:
+        from ..runtime import get_runtime
+
+        stats = get_runtime().recorder
+    return {name: s.time_compute / s.iterations for name, s in stats.loops.items()
+            if s.iterations and s.time_compute > 0}
+
+
+def calibration_path(ranks: int | None = None) -> Path:
+    """Where the calibration for this host and ``ranks`` (default: the runtime's) is kept."""
+    from ..runtime import get_runtime
+
+    runtime = get_runtime()
+    if ranks is None:
+        ranks = runtime.comm.size if runtime.comm is not None else 1
+    return Path(runtime.config.cache_dir) / "model" / f"{socket.gethostname()}-{ranks}ranks.json"
+
+
+def load_calibration(ranks: int | None = None) -> Calibration | None:
+    """The saved calibration for this host and rank count, or None if there is none.
+
+    A file that cannot be read as a calibration is an error (it names the file), not
+    silently ignored."""
+    path = calibration_path(ranks)
+    if not path.exists():
+        return None
+    try:
+        return Calibration.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"calibration file {path} is not a meshchain calibration ({exc}); delete it or "
+                                 f"run mc.model.calibrate() again") from None
+
+
+def measure_network(comm, *, sizes=SIZES, repeats: int = 30) -> tuple[float, float]:
+    """``(L, B)`` from ping-pong between rank pairs, agreed over ``comm`` (collective)."""
+    from mpi4py import MPI
+
+    times = np.array([_half_round_trip(comm, n, repeats) for n in sizes])
+    latency, bandwidth = _fit(np.array(sizes, dtype=float), times)
+    agreed = np.array([latency, -bandwidth])
+    comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
+    return float(agreed[0]), float(-agreed[1])
+
+
+def measure_packing(comm, *, rows: int = 50_000, width: int = 4, repeats: int = 5) -> float:
+    """``c``: seconds per byte to gather rows of a dat into a message and scatter them back,
+    the largest over ``comm`` (collective)."""
+    from mpi4py import MPI
+
+    rng = np.random.default_rng(comm.rank)
+    data = rng.random((rows * 4, width))
+    picked = np.sort(rng.choice(rows * 4, size=rows, replace=False))
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        message = np.ascontiguousarray(data[picked]).view(np.uint8).ravel()
+        data[picked] = message.view(data.dtype).reshape(-1, width)
+        best = min(best, time.perf_counter() - start)
+    cost = np.array([best / message.nbytes])
+    comm.Allreduce(MPI.IN_PLACE, cost, op=MPI.MAX)
+    return float(cost[0])
+
+
+def _communicator(runtime):
+    if runtime.comm is not None:
+        return runtime.comm
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF
+
+
+def _half_round_trip(comm, nbytes: int, repeats: int) -> float:
+    """Median of half a round trip of ``nbytes`` with this rank's partner (rank ^ 1); a rank
+    without a partner sends to itself."""
+    partner = comm.rank ^ 1
+    if partner >= comm.size:
+        partner = comm.rank
+    out, back = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
+    samples = []
+    comm.Barrier()
+    for _ in range(repeats + 2):  # two warm-up trips
+        start = time.perf_counter()
+        if partner == comm.rank:
+            request = comm.Irecv(back, source=partner, tag=77)
+            comm.Send(out, dest=partner, tag=77)
+            request.Wait()
+            request = comm.Irecv(out, source=partner, tag=77)
+            comm.Send(back, dest=partner, tag=77)
+            request.Wait()
+        elif comm.rank < partner:
+            comm.Send(out, dest=partner, tag=77)
+            comm.Recv(back, source=partner, tag=77)
+        else:
+            comm.Recv(back, source=partner, tag=77)
+            comm.Send(out, dest=partner, tag=77)
+        samples.append((time.perf_counter() - start) / 2)
+    comm.Barrier()
+    return float(np.median(samples[2:]))
+
+
+def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
+    """``t = L + m / B`` by least squares, kept positive: ``L`` at least a tenth of the
+    smallest message's time, ``B`` at least what the largest message achieved."""
+    slope, intercept = np.polyfit(sizes, times, 1)
+    latency = max(intercept, times[0] * 0.1, 1e-9)
+    bandwidth = sizes[-1] / times[-1]
+    if slope > 0:
+        bandwidth = max(1.0 / slope, bandwidth)
+    return float(latency), float(bandwidth)
+
+
+def _agreed_costs(comm, costs: dict) -> dict:
+    """Every rank's loop costs, the largest per loop (the slowest rank sets the pace)."""
+    merged: dict = {}
+    for rank_costs in comm.allgather(costs):
+        for name, g in rank_costs.items():
+            merged[name] = max(merged.get(name, 0.0), g)
+    return merged

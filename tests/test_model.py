@@ -1,0 +1,202 @@
+"""The analytic model (equations 1-4), its calibration and the overhead fit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import meshchain as mc
+from meshchain.model import (
+    ChainProfile,
+    LoopProfile,
+    Machine,
+    SegmentProfile,
+    ca_segment_time,
+    comm_reduction_percent,
+    comp_increase_percent,
+    gain_percent,
+    grouped_message_size,
+    op2_chain_time,
+    op2_loop_time,
+)
+from meshchain.model.overheads import Observation, Observations, fit_overheads
+
+MACHINE = Machine(latency=10e-6, bandwidth=1e9, pack_cost=2e-9)
+
+
+def test_equation_1_latency_hidden_behind_core():
+    # core 1000 x 1 µs = 1 ms hides 2 x 3 x (10 µs + 1 µs); then 200 halo-side iterations
+    t = op2_loop_time(g=1e-6, core=1000, iterations=1200, dats=2, neighbours=3, max_message=1000, machine=MACHINE)
+    assert t == pytest.approx(1000e-6 + 200e-6)
+
+
+def test_equation_1_communication_bound_and_opt2_factor_two():
+    # 10 core iterations of 1 µs; exchange 1 x 2 x (10 µs + 4 µs) = 28 µs; rest 5 µs
+    t = op2_loop_time(g=1e-6, core=10, iterations=15, dats=1, neighbours=2, max_message=4000, machine=MACHINE)
+    assert t == pytest.approx(28e-6 + 5e-6)
+    t2 = op2_loop_time(g=1e-6, core=10, iterations=15, dats=1, neighbours=2, max_message=4000, machine=MACHINE,
+                       messages_per_dat=2)
+    assert t2 == pytest.approx(56e-6 + 5e-6)
+
+
+def test_equation_1_no_exchange_is_just_compute():
+    assert op2_loop_time(g=2e-6, core=0, iterations=50, dats=0, neighbours=4, max_message=0,
+                         machine=MACHINE) == pytest.approx(100e-6)
+
+
+def test_equation_2_sums_loops():
+    loops = [dict(g=1e-6, core=10, iterations=15, dats=1, neighbours=2, max_message=4000),
+             dict(g=1e-6, core=1000, iterations=1200, dats=2, neighbours=3, max_message=1000)]
+    assert op2_chain_time(loops, machine=MACHINE) == pytest.approx(33e-6 + 1200e-6)
+
+
+def test_equation_3_grouped_message_with_pack_cost():
+    # p (L + m/B + c m) = 2 (10 + 8 + 16) µs = 68 µs > 2 x 30 x 1 µs of cores; rest 2 x 10 µs
+    t = ca_segment_time(g=[1e-6, 1e-6], core=[30, 30], iterations=[40, 40], neighbours=2, max_message=8000,
+                        machine=MACHINE)
+    assert t == pytest.approx(68e-6 + 20e-6)
+
+
+def test_equation_3_compute_bound():
+    t = ca_segment_time(g=[1e-6, 2e-6], core=[1000, 500], iterations=[1100, 600], neighbours=2, max_message=8000,
+                        machine=MACHINE)
+    assert t == pytest.approx(2000e-6 + 100e-6 + 200e-6)
+
+
+def test_equation_4_grouped_message_size():
+    # two dats of 4 doubles, 10 and 6 export rows; one int32 dat, 3 rows
+    assert grouped_message_size([(10, 32), (6, 32), (3, 4)]) == 16 * 32 + 12
+
+
+def test_overheads_enter_both_equations():
+    m = Machine(latency=0.0, bandwidth=1e12, round_overhead=50e-6, loop_overhead=5e-6)
+    assert op2_loop_time(g=0.0, core=0, iterations=0, dats=0, neighbours=0, max_message=0,
+                         machine=m) == pytest.approx(55e-6)
+    assert ca_segment_time(g=[0.0] * 4, core=[0] * 4, iterations=[0] * 4, neighbours=0, max_message=0,
+                           machine=m) == pytest.approx(50e-6 + 4 * 5e-6)
+
+
+@pytest.mark.parametrize("row", [
+    # OP2 paper, Table 5 (Hydra, 8M mesh): Σ2dpm¹, pm^r, ΣS¹, ΣS^h -> comm reduction %, comp increase %
+    (31694400, 21051360, 37538, 135189, 33.58, 72.23),
+    (51063200, 3508560, 75076, 271347, 93.12, 72.33),
+    (52824000, 105256800, 27106, 123131, -99.26, 77.99),
+    (89800800, 45780800, 10432, 10432, 49.02, 0.00),
+])
+def test_table_5_columns(row):
+    loop_bytes, ca_bytes, s1, sh, reduction, increase = row
+    assert comm_reduction_percent(loop_bytes, ca_bytes) == pytest.approx(reduction, abs=0.01)  # the paper truncates
+    assert comp_increase_percent(s1, sh) == pytest.approx(increase, abs=0.01)
+
+
+def test_gain_sign_convention():
+    assert gain_percent(1.0, 0.5) == 50.0
+    assert gain_percent(1.0, 4.0) == -300.0  # the paper's worst case
+
+
+def test_machine_rejects_nonsense():
+    with pytest.raises(mc.ConfigurationError, match="bandwidth"):
+        Machine(latency=1e-6, bandwidth=0.0)
+    with pytest.raises(mc.ConfigurationError, match="latency"):
+        Machine(latency=-1.0, bandwidth=1e9)
+    with pytest.raises(mc.ConfigurationError, match="staged_latency"):
+        Machine(latency=1e-6, bandwidth=1e9).staged()
+    assert Machine(latency=1e-6, bandwidth=1e9, staged_latency=2e-5).staged().latency == 2e-5
+
+
+def _profile():
+    loops = (LoopProfile("a", core=90, iterations=100, dats=1, neighbours=2, max_message=800, messages=2, bytes=1600),
+             LoopProfile("b", core=90, iterations=100, dats=1, neighbours=2, max_message=800, messages=2,
+                         bytes=1600))
+    ca = (SegmentProfile(("a", "b"), core=(85, 80), iterations=(110, 100), neighbours=2, max_message=1600,
+                         messages=2, bytes=3200),)
+    return ChainProfile(loops, ca)
+
+
+def test_profile_applies_the_equations_loop_by_loop():
+    profile, g = _profile(), {"a": 1e-7, "b": 2e-7}
+    expected = (op2_loop_time(g=1e-7, core=90, iterations=100, dats=1, neighbours=2, max_message=800, machine=MACHINE)
+                + op2_loop_time(g=2e-7, core=90, iterations=100, dats=1, neighbours=2, max_message=800,
+                                machine=MACHINE))
+    assert profile.per_loop_time(g, MACHINE) == pytest.approx(expected)
+    assert profile.ca_time(g, MACHINE) == pytest.approx(
+        ca_segment_time(g=[1e-7, 2e-7], core=[85, 80], iterations=[110, 100], neighbours=2, max_message=1600,
+                        machine=MACHINE))
+    assert profile.missing({"a": 1.0}) == ["b"]
+    assert ChainProfile.from_dict(json.loads(json.dumps(profile.as_dict()))) == profile
+    totals = profile.totals()
+    assert (totals["per_loop_bytes"], totals["ca_bytes"], totals["ca_iterations"]) == (3200, 3200, 210)
+
+
+def test_overhead_fit_recovers_known_constants_despite_an_outlier():
+    profile = _profile()
+    g = {"a": 1e-7, "b": 2e-7}
+    bare = Machine(latency=10e-6, bandwidth=1e9, pack_cost=2e-9)
+    true = Machine(latency=10e-6, bandwidth=1e9, pack_cost=2e-9, round_overhead=40e-6, loop_overhead=7e-6)
+    observations = Observations()
+    for ca in (False, True):
+        seconds = profile.ca_time(g, true) if ca else profile.per_loop_time(g, true)
+        observations.add(Observation(ca, seconds * 5, profile))  # a cold first execution
+        for _ in range(3):
+            observations.add(Observation(ca, seconds, profile))
+    assert observations.missing() == []
+    o_r, o_l = fit_overheads(observations.residuals(g, bare))
+    assert o_r == pytest.approx(40e-6, rel=1e-6)
+    assert o_l == pytest.approx(7e-6, rel=1e-6)
+
+
+def test_overhead_fit_never_negative():
+    assert fit_overheads([(4, 4, -1e-3), (1, 4, -2e-3)]) == (0.0, 0.0)
+    assert fit_overheads([]) == (0.0, 0.0)
+
+
+def test_calibrate_measures_plausible_positive_constants(tmp_path):
+    mc.configure(cache_dir=str(tmp_path))
+    calibration = mc.model.calibrate(repeats=5)
+    m = calibration.machine
+    assert 1e-9 < m.latency < 1e-2          # between a nanosecond and 10 ms per message
+    assert 1e7 < m.bandwidth < 1e13         # 10 MB/s .. 10 TB/s
+    assert 1e-13 < m.pack_cost < 1e-6       # per byte
+    assert calibration.ranks == 1 and not calibration.overheads
+    saved = mc.model.load_calibration()
+    assert saved == calibration
+    assert mc.get_runtime().calibration is calibration
+
+
+def test_calibrate_takes_loop_costs_from_timed_runs(tmp_path):
+    import numpy as np
+
+    mc.configure(cache_dir=str(tmp_path))
+    cells = mc.Set(20000, "cells")
+    q = mc.Dat(cells, 1, np.arange(20000.0), "q")
+
+    @mc.kernel
+    def square(a):
+        a[0] = a[0] * a[0] * 0.5
+
+    for _ in range(3):
+        mc.par_loop(square, cells, q(mc.RW))
+    mc.flush()
+    calibration = mc.model.calibrate(repeats=3)
+    g = calibration.loop_costs["square"]
+    assert 1e-12 < g < 1e-4  # seconds per iteration
+    # a later run on this host with as many ranks finds it
+    mc.reset_runtime(cache_dir=str(tmp_path))
+    assert mc.model.load_calibration().loop_costs["square"] == g
+
+
+def test_broken_calibration_file_is_an_error(tmp_path):
+    mc.configure(cache_dir=str(tmp_path))
+    path = mc.model.calibrate.__globals__["calibration_path"]()
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(mc.ConfigurationError, match="not a meshchain calibration"):
+        mc.model.load_calibration()
+
+
+def test_calibrate_rejects_bad_options():
+    with pytest.raises(mc.ConfigurationError, match="two positive message sizes"):
+        mc.model.calibrate(sizes=(8,), save=False)
+    assert math.isfinite(mc.model.calibrate(sizes=(8, 64), repeats=1, save=False).machine.latency)
