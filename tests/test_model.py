@@ -200,3 +200,27 @@ def test_calibrate_rejects_bad_options():
     with pytest.raises(mc.ConfigurationError, match="two positive message sizes"):
         mc.model.calibrate(sizes=(8,), save=False)
     assert math.isfinite(mc.model.calibrate(sizes=(8, 64), repeats=1, save=False).machine.latency)
+
+
+def test_report_refuses_bad_options():
+    from meshchain.model.report import run_report
+
+    with pytest.raises(mc.ConfigurationError, match=">= 2"):
+        run_report("synthetic", ranks=[1], per_rank=[100], loops=[2])
+    with pytest.raises(mc.ConfigurationError, match="unknown workload"):
+        run_report("hydra", ranks=[2], per_rank=[100], loops=[2])
+
+
+def test_demo_prints_the_profitability_table(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MESHCHAIN_CACHE_DIR=os.environ.get("MESHCHAIN_TEST_CACHE_DIR", str(tmp_path)))
+    done = subprocess.run([sys.executable, "-m", "meshchain", "demo", "--quick"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(line.split()[:2] == ["synthetic", "2"] for line in lines if line.strip())
+    assert any(line.split()[:2] == ["airfoil", "2"] for line in lines if line.strip())
+    assert "results: loop by loop and communication-avoiding agree in every row" in done.stdout

@@ -111,16 +111,22 @@ def _stream(command, env, timeout: float):
     """The JSON lines the job prints, as they come; a failed job raises with its output."""
     from ..errors import MeshchainError
 
+    import tempfile
+
     began = time.monotonic()
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as job:
+    # stderr goes to a file: a pipe nobody reads while stdout streams could fill and stall the job
+    with tempfile.TemporaryFile(mode="w+") as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
+                                                                     text=True, env=env) as job:
         for line in job.stdout:
             if line.startswith("{"):
                 yield json.loads(line)
             if time.monotonic() - began > timeout:
                 job.kill()
                 raise MeshchainError(f"report job {' '.join(command)} ran past {timeout:.0f} s and was stopped")
-        errors = job.stderr.read()
-        if job.wait() != 0:
+        job.wait()
+        log.seek(0)
+        errors = log.read()
+        if job.returncode != 0:
             raise MeshchainError(f"report job failed (exit {job.returncode}): {' '.join(command)}\n{errors[-4000:]}")
 
 
