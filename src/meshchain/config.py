@@ -18,7 +18,8 @@ from .errors import ConfigurationError
 
 __all__ = ["Config", "BACKENDS"]
 
-BACKENDS = ("numba", "reference", "cupy")
+BACKENDS = ("numba", "reference", "cupy", "cuda-emulation")
+GPU_INCREMENTS = ("atomic", "colour")
 
 
 def _default_cache_dir() -> Path:
@@ -33,7 +34,9 @@ class Config:
     Attributes
     ----------
     backend : str
-        ``"numba"`` (default), ``"reference"`` (the NumPy/Python oracle) or ``"cupy"``.
+        ``"numba"`` (default), ``"reference"`` (the NumPy/Python oracle), ``"cupy"`` (NVIDIA
+        GPUs) or ``"cuda-emulation"`` (the cupy backend's CUDA source run on the CPU: slow,
+        for testing GPU code paths without a GPU).
     threads : int or None
         Threads for the numba backend; ``None`` uses all of Numba's threads.
     cache_dir : Path
@@ -50,6 +53,12 @@ class Config:
         flight (default); False waits for the exchanges first (for measurements).
     chains : Path or None
         A TOML file naming loop chains by their loops (see :mod:`meshchain.lazy.chains`).
+    gpu_threads : int
+        Threads per CUDA block (a power of two, at most 1024; default 256).
+    gpu_increments : str
+        How CUDA loops increment data through maps: ``"atomic"`` (``atomicAdd``, default)
+        or ``"colour"`` (iterations coloured so that one launch never increments an
+        element twice; plain adds, one launch per colour).
     """
 
     backend: str = "numba"
@@ -60,6 +69,8 @@ class Config:
     debug: bool = False
     overlap: bool = True
     chains: Path | None = None
+    gpu_threads: int = 256
+    gpu_increments: str = "atomic"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -70,6 +81,13 @@ class Config:
                 raise ConfigurationError(f"{field} must be an integer >= {low}, got {value!r}.")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ConfigurationError(f"threads must be a positive integer or None, got {self.threads!r}.")
+        threads = self.gpu_threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024 or threads & (threads - 1):
+            raise ConfigurationError(f"gpu_threads must be a power of two from 1 to 1024, got {threads!r}.")
+        if self.gpu_increments not in GPU_INCREMENTS:
+            raise ConfigurationError(
+                f"gpu_increments must be one of {', '.join(GPU_INCREMENTS)}, got {self.gpu_increments!r}."
+            )
         for flag in ("debug", "overlap"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
@@ -89,7 +107,7 @@ class Config:
     @classmethod
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
-        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``."""
+        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -100,7 +118,7 @@ class Config:
 
 
 def _parse(name: str, raw: str):
-    if name in ("backend", "cache_dir"):
+    if name in ("backend", "cache_dir", "gpu_increments"):
         return raw
     if name == "chains":
         return raw or None

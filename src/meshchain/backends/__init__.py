@@ -17,6 +17,13 @@ def make_backend(name: str, runtime):
         from .numba_backend import NumbaBackend
 
         return NumbaBackend(runtime)
+    if name in ("cupy", "cuda-emulation"):
+        from .cuda.backend import CudaBackend
+        from .cuda.device import CupyDevice, EmulatedDevice
+
+        device = CupyDevice if name == "cupy" else EmulatedDevice
+        return CudaBackend(runtime, device(runtime.config.cache_dir))
     raise BackendUnavailableError(
-        f"backend {name!r} is not available in this version of meshchain; use 'numba' or 'reference'."
+        f"backend {name!r} is not available in this version of meshchain; use 'numba', 'reference', 'cupy' or "
+        f"'cuda-emulation'."
     )

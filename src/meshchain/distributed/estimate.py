@@ -94,7 +94,7 @@ def _message_sizes(items) -> dict:
     sizes: dict[int, int] = {}
     for dat, lo, hi in items:
         layout = dat.dataset._layout
-        row = int(np.prod(dat._data.shape[1:], dtype=np.int64)) * dat._data.dtype.itemsize
+        row = int(np.prod(dat._host.shape[1:], dtype=np.int64)) * dat._host.dtype.itemsize
         for neighbour in layout.neighbours:
             rows = _layers(layout.exports.get(neighbour), lo, hi).size
             if rows:

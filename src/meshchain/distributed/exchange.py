@@ -21,13 +21,13 @@ class Exchange:
         self.requests, self.unpack = [], []
         self.messages = self.bytes_sent = 0
         layout = dat.dataset._layout
-        data = dat._data
+        data = dat._host  # shapes only: rows are read where they are current
         tag = dat._tag
         for neighbour in layout.neighbours:
             exported = _layers(layout.exports.get(neighbour), lo, hi)
             imported = _layers(layout.imports.get(neighbour), lo, hi)
             if exported.size:
-                buffer = np.ascontiguousarray(data[exported])
+                buffer = np.ascontiguousarray(dat._read_rows(exported))
                 self.requests.append(comm.Isend(buffer, dest=neighbour, tag=tag))
                 self.unpack.append((None, buffer))  # keep the send buffer alive until the wait
                 self.messages += 1
@@ -43,10 +43,9 @@ class Exchange:
             from mpi4py import MPI
 
             MPI.Request.Waitall(self.requests)
-        data = self.dat._data
         for indices, buffer in self.unpack:
             if indices is not None:
-                data[indices] = buffer
+                self.dat._write_rows(indices, buffer)
         self.dat._valid_depth = max(self.dat._valid_depth, self.hi)
 
 

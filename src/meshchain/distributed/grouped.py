@@ -45,7 +45,7 @@ class GroupedExchange:
         for dat, lo, hi in self.items:
             rows = _layers(dat.dataset._layout.exports.get(neighbour), lo, hi)
             if rows.size:
-                parts.append(np.ascontiguousarray(dat._data[rows]).view(np.uint8).ravel())
+                parts.append(np.ascontiguousarray(dat._read_rows(rows)).view(np.uint8).ravel())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)
 
     def _incoming_bytes(self, neighbour) -> int:
@@ -64,8 +64,8 @@ class GroupedExchange:
                 rows = _layers(dat.dataset._layout.imports.get(neighbour), lo, hi)
                 size = rows.size * _row_bytes(dat)
                 if size:
-                    chunk = buffer[offset : offset + size].view(dat._data.dtype)
-                    dat._data[rows] = chunk.reshape((rows.size,) + dat._data.shape[1:])
+                    chunk = buffer[offset : offset + size].view(dat._host.dtype)
+                    dat._write_rows(rows, chunk.reshape((rows.size,) + dat._host.shape[1:]))
                 offset += size
         for dat, _, hi in self.items:
             dat._valid_depth = max(dat._valid_depth, hi)
@@ -73,7 +73,7 @@ class GroupedExchange:
 
 
 def _row_bytes(dat) -> int:
-    return int(np.prod(dat._data.shape[1:], dtype=np.int64)) * dat._data.dtype.itemsize
+    return int(np.prod(dat._host.shape[1:], dtype=np.int64)) * dat._host.dtype.itemsize
 
 
 def _neighbours(items) -> list[int]:

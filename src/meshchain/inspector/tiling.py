@@ -614,7 +614,7 @@ def chain_footprints(items) -> tuple[list[TileLoop], int]:
         for arg in loop.args:
             if id(arg.data) in written:
                 key = id(arg.data.dataset)
-                lengths[key] = max(lengths.get(key, 0), arg.data._data.shape[0])
+                lengths[key] = max(lengths.get(key, 0), _rows(arg.data))
     bases = dict(zip(lengths, np.concatenate(([0], np.cumsum(list(lengths.values()))))))
     nkeys = int(sum(lengths.values()))
     loops = []
@@ -634,3 +634,8 @@ def _columns(arg, start: int, end: int) -> np.ndarray:
         return np.arange(start, end, dtype=np.int64)[:, None]
     values = arg.map.values[start:end]
     return (values if arg.index is None else values[:, arg.index : arg.index + 1]).astype(np.int64)
+
+
+def _rows(dat) -> int:
+    """Rows of a dat's storage (owned and halo), without synchronising a device copy."""
+    return dat._host.shape[0]

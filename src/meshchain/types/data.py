@@ -76,6 +76,7 @@ class Dat:
         self.dim = check_count(dim, f"Dat {self.name!r} dim", minimum=1, error=DataShapeError)
         self._tag = 1  # MPI tag: set from the (agreed) declaration order on several ranks
         self._valid_depth = 0
+        self._device_copy = None  # the values on a GPU (meshchain.backends.cuda.residency)
         runtime = _runtime()
         if runtime.distributed:
             self._data = self._distributed_storage(runtime, data, dtype)
@@ -109,6 +110,38 @@ class Dat:
             return block
         self._valid_depth = runtime.depth
         return fetch_rows(comm, offsets, block, self.dataset._layout.global_ids)
+
+    @property
+    def _data(self) -> np.ndarray:
+        """The host array of owned and halo rows, made current; the caller may write to it,
+        so a device copy becomes stale (see :mod:`meshchain.backends.cuda.residency`)."""
+        if self._device_copy is not None:
+            self._device_copy.to_host(self._host, write=True)
+        return self._host
+
+    @_data.setter
+    def _data(self, array: np.ndarray) -> None:
+        self._device_copy = None
+        self._host = array
+
+    def _host_data(self) -> np.ndarray:
+        """The host array, made current, for reading only (a device copy stays current)."""
+        if self._device_copy is not None:
+            self._device_copy.to_host(self._host, write=False)
+        return self._host
+
+    def _read_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (halo packing): gathered where the values are current."""
+        if self._device_copy is not None:
+            return self._device_copy.read_rows(self._host, rows)
+        return self._host[rows]
+
+    def _write_rows(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Store rows ``rows`` (halo unpacking) wherever the values are current."""
+        if self._device_copy is not None:
+            self._device_copy.write_rows(self._host, rows, values)
+        else:
+            self._host[rows] = values
 
     def __call__(self, access, path=None) -> Arg:
         """Make a loop argument: ``dat(mode)`` (direct), ``dat(mode, map[i])`` or ``dat(mode, map)``."""
@@ -147,7 +180,7 @@ class Dat:
         """A read-only view of the owned values; forces pending loops."""
         _runtime().force_read(self)
         _runtime_partitioned(self)
-        view = self._data[: self.dataset.n_owned].view()
+        view = self._host_data()[: self.dataset.n_owned].view()
         view.flags.writeable = False
         return view
 
@@ -155,7 +188,7 @@ class Dat:
     def data_with_halos(self) -> np.ndarray:
         """Read-only view of owned and halo values (for debugging; halos may be stale)."""
         _runtime().force_read(self)
-        view = self._data.view()
+        view = self._host_data().view()
         view.flags.writeable = False
         return view
 
@@ -173,11 +206,11 @@ class Dat:
         runtime.force_read(self)
         layout = self.dataset._layout
         if layout is None:
-            return self._data[: self.dataset.size].copy()
+            return self._host_data()[: self.dataset.size].copy()
         from ..distributed.gather import gather_rows
 
         n = layout.n_owned
-        return gather_rows(runtime.comm, layout.global_ids[:n], self._data[:n], self.dataset.size)
+        return gather_rows(runtime.comm, layout.global_ids[:n], self._host_data()[:n], self.dataset.size)
 
     def __repr__(self) -> str:
         return f"Dat({self.dataset.name}, {self.dim}, {self.name!r}, dtype={self.dtype})"

@@ -1,0 +1,177 @@
+"""The CUDA backend: kernels translated to CUDA C, run on a GPU (``cupy``) or emulated.
+
+``backend="cupy"`` runs on a GPU through CuPy. ``backend="cuda-emulation"`` runs the
+very same generated source on the CPU (see :mod:`.emulation`); it is slow and exists
+so that the GPU code paths are tested where there is no GPU.
+
+Each loop signature (kernel, constants, argument specs, block size, increment mode)
+compiles once per process (and is cached on disk: CuPy's kernel cache, or the
+emulation's shared libraries). Dats stay on the device between loops
+(:mod:`.residency`); globals are small and stay on the host: read globals are copied
+in per launch, reductions come back as one partial row per block.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> mc.configure(backend="cuda-emulation")
+>>> cells = mc.Set(5, "cells")
+>>> q = mc.Dat(cells, 1, [1.0, 2.0, 3.0, 4.0, 5.0], "q")
+>>> top = mc.Global(1, -1e9, "top")
+>>> @mc.kernel
+... def biggest(a, m):
+...     m[0] = max(m[0], a[0] * a[0])
+>>> mc.par_loop(biggest, cells, q(mc.READ), top(mc.MAX))
+>>> top.value.tolist()
+[25.0]
+>>> mc.configure(backend="numba")
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ...access import Access
+from ...inspector import colour_blocks, touched_keys
+from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
+from ..base import Backend, combine_reductions
+from .codegen import loop_source
+from .device import check_sizes
+from .residency import device_array
+
+__all__ = ["CudaBackend"]
+
+
+class CudaBackend(Backend):
+    """Runs loops as generated ``__global__`` functions on ``device`` (see :mod:`.device`)."""
+
+    can_tile = True
+
+    def __init__(self, runtime, device):
+        super().__init__(runtime)
+        self.device = device
+        self.name = device.name
+        self._executors: dict = {}
+        self._maps: dict = {}
+        self._colourings: dict = {}
+        self._none = device.upload(np.zeros(1, dtype=np.int64))
+
+    @property
+    def threads(self) -> int:
+        return self.runtime.config.gpu_threads
+
+    def run(self, loop, plan, record, targets=None) -> None:
+        executor = self._executor(loop, record)
+        if executor.coloured:
+            for elements in self._colouring(loop, plan.start, plan.end, record):
+                self._launch(loop, executor, record, targets, elements=elements, count=len(elements))
+            return
+        self._launch(loop, executor, record, targets, start=plan.start, count=plan.end - plan.start)
+
+    def run_indices(self, loop, elements, record, targets=None) -> None:
+        elements = np.ascontiguousarray(elements, dtype=np.int64)
+        executor = self._executor(loop, record)
+        if executor.coloured:
+            for picked in self._colouring_of_list(loop, elements):
+                self._launch(loop, executor, record, targets, elements=self.device.upload(picked), count=len(picked))
+            return
+        self._launch(loop, executor, record, targets, elements=self.device.upload(elements), count=len(elements))
+
+    # --- compilation ----------------------------------------------------------------------------
+
+    def _executor(self, loop, record) -> "_Executor":
+        config = self.runtime.config
+        constants = tuple(c.source for c in loop.kernel.constants())
+        key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments)
+        executor = self._executors.get(key)
+        if executor is None:
+            check_sizes(loop)
+            began = time.perf_counter()
+            coloured = config.gpu_increments == "colour" and _increments_through_maps(loop)
+            source = loop_source(loop, threads=config.gpu_threads, colour=coloured)
+            what = f"kernel {loop.kernel.name!r} (loop {loop.name!r})"
+            executor = self._executors[key] = _Executor(self.device.compile(source.text, what), source, coloured)
+            record.time_compile += time.perf_counter() - began
+            record.compilations += 1
+        return executor
+
+    # --- launching ------------------------------------------------------------------------------
+
+    def _launch(self, loop, executor, record, targets, *, start=0, elements=None, count: int) -> None:
+        if count <= 0:
+            return
+        targets = targets or {}
+        device, threads = self.device, self.threads
+        grid = (count + threads - 1) // threads
+        operands = []
+        for name, kind in executor.source.params:
+            if kind == "data":
+                operands.append(self._data_operand(loop, int(name[1:]), targets))
+            elif kind == "map":
+                operands.append(self._map(loop.maps[int(name[1:])]))
+            else:
+                operands.append(device.empty((grid, loop.specs[int(name[1:])].dim), loop.args[int(name[1:])].data.dtype))
+        listed = elements is not None
+        arguments = [int(start), int(count), elements if listed else self._none, np.int32(1 if listed else 0), *operands]
+        began = time.perf_counter()
+        device.launch(executor.function, grid, threads, arguments)
+        partials = {i: device.to_host(operands[-len(executor.source.reductions) + k])
+                    for k, i in enumerate(executor.source.reductions)}
+        device.synchronize()
+        record.time_compute += time.perf_counter() - began
+        combine_reductions(loop, targets, partials)
+
+    def _data_operand(self, loop, slot: int, targets: dict):
+        obj = loop.data[slot]
+        if obj.is_global:
+            position = next(i for i, s in enumerate(loop.specs) if s.slot == slot)
+            return self.device.upload(targets.get(position, obj._data))
+        write = any(s.slot == slot and s.access is not Access.READ for s in loop.specs)
+        return device_array(self.device, obj, write=write)
+
+    def _map(self, map_):
+        entry = self._maps.get(id(map_))
+        if entry is None or entry[0] is not map_.values:
+            values = np.ascontiguousarray(map_.values, dtype=np.int32)
+            entry = self._maps[id(map_)] = (map_.values, self.device.upload(values), map_)
+        return entry[1]
+
+    # --- colouring (increments="colour") --------------------------------------------------------
+
+    def _colouring(self, loop, start: int, end: int, record) -> list:
+        """The iterations of ``[start, end)`` by colour, on the device: iterations of one colour
+        never increment the same element."""
+        writes = loop.indirect_writes
+        key = (id(loop.iterset), start, end, tuple((id(m), i) for m, i in writes))
+        cached = self._colourings.get(key)
+        if cached is None:
+            began = time.perf_counter()
+            touch, nkeys = touched_keys(start, end, writes)
+            plan = colour_blocks(start, end, block_size=1, touch=touch, nkeys=nkeys)
+            lists = [plan.block_order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]] + start
+                     for c in range(plan.ncolours)]
+            cached = self._colourings[key] = ([self.device.upload(np.ascontiguousarray(e)) for e in lists],
+                                              tuple(m for m, _ in writes))
+            record.time_plan += time.perf_counter() - began
+            record.colours = max(record.colours, len(lists))
+        return cached[0]
+
+    def _colouring_of_list(self, loop, elements: np.ndarray) -> list:
+        """Colours of listed iterations (a sparse tile): greedy, in list order."""
+        touch, nkeys = touched_keys(0, int(elements.max()) + 1, loop.indirect_writes)
+        picked = np.ascontiguousarray(touch[elements])
+        plan = colour_blocks(0, len(elements), block_size=1, touch=picked, nkeys=nkeys)
+        return [elements[plan.block_order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]]]
+                for c in range(plan.ncolours)]
+
+
+class _Executor:
+    __slots__ = ("function", "source", "coloured")
+
+    def __init__(self, function, source, coloured: bool):
+        self.function, self.source, self.coloured = function, source, coloured
+
+
+def _increments_through_maps(loop) -> bool:
+    return any(s.access is Access.INC and s.kind in (INDIRECT, WHOLE_MAP) for s in loop.specs)

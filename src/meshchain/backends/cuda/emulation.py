@@ -1,0 +1,132 @@
+"""Run the generated CUDA source on the CPU: the host emulation used by tests without a GPU.
+
+The source is compiled as C++ with ``-DMC_EMULATION`` and :data:`HEADER` included first.
+The header stands in for the CUDA built-ins: ``threadIdx``/``blockIdx``/``blockDim``/
+``gridDim``, ``__global__``/``__device__``/``__shared__``/``__constant__``, ``atomicAdd``
+and ``__syncthreads``. A launch runs the blocks one after another; the threads of a
+block are cooperative fibers (``ucontext``) on one OS thread, switched round-robin:
+``__syncthreads`` yields to the next thread, so every thread of the block reaches a
+barrier before any goes past it, exactly as on the GPU. ``__shared__`` variables become
+function statics, shared by the fibers of the running block. Nothing runs
+concurrently, so ``atomicAdd`` is a plain add (the emulation cannot show a race; the
+colouring and atomics are exercised for their results).
+
+Each generated module is compiled once into ``<cache_dir>/cuda-emulation/<hash>.so``
+and called through :mod:`ctypes` (``mc_launch``, defined by the generated source).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ...errors import BackendUnavailableError, CompilationError
+
+__all__ = ["HEADER", "compile_emulated", "compiler"]
+
+HEADER = r"""
+// meshchain CUDA host emulation: stands in for the CUDA built-ins (see meshchain.backends.cuda.emulation).
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+#include <ucontext.h>
+using std::fabs; using std::floor; using std::fmod; using std::sqrt; using std::pow;
+struct mc_dim3 { unsigned x = 1, y = 1, z = 1; };
+static mc_dim3 threadIdx, blockIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __constant__
+static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, sizeof d); return d; }
+template <typename T, typename U> static inline T atomicAdd(T* address, U value) {
+    T old = *address; *address = old + (T)value; return old; }
+
+namespace mc_emulation {
+static ucontext_t scheduler;
+static std::vector<ucontext_t> fibers;
+static std::vector<char> stacks;
+static std::vector<char> finished;
+static const std::function<void()>* body = nullptr;
+static unsigned current = 0;
+static const size_t stack_size = 256 * 1024;
+static void trampoline() { (*body)(); finished[current] = 1; }
+}  // namespace mc_emulation
+
+static inline void __syncthreads() {
+    using namespace mc_emulation;
+    swapcontext(&fibers[current], &scheduler);
+}
+
+static void mc_emulate(unsigned grid, unsigned block, const std::function<void()>& kernel) {
+    using namespace mc_emulation;
+    gridDim.x = grid; blockDim.x = block;
+    fibers.resize(block); finished.assign(block, 0); stacks.resize((size_t)block * stack_size);
+    body = &kernel;
+    for (unsigned b = 0; b < grid; ++b) {
+        blockIdx.x = b;
+        for (unsigned t = 0; t < block; ++t) {
+            getcontext(&fibers[t]);
+            fibers[t].uc_stack.ss_sp = &stacks[(size_t)t * stack_size];
+            fibers[t].uc_stack.ss_size = stack_size;
+            fibers[t].uc_link = &scheduler;
+            makecontext(&fibers[t], trampoline, 0);
+            finished[t] = 0;
+        }
+        for (bool running = true; running;) {
+            running = false;
+            for (unsigned t = 0; t < block; ++t) {
+                if (finished[t]) continue;
+                current = t; threadIdx.x = t;
+                swapcontext(&scheduler, &fibers[t]);
+                running = running || !finished[t];
+            }
+        }
+    }
+}
+"""
+
+
+def compiler() -> str:
+    """The C++ compiler the emulation uses (``$CXX`` or ``g++``); raises when there is none."""
+    name = os.environ.get("CXX", "g++")
+    path = shutil.which(name)
+    if path is None:
+        raise BackendUnavailableError(
+            f"the CUDA host emulation needs a C++ compiler; {name!r} was not found (set CXX or install g++)."
+        )
+    return path
+
+
+def compile_emulated(source: str, directory: Path, *, what: str):
+    """Compile ``source`` (a generated module) for the emulation; return its ``mc_launch``.
+
+    The library goes to ``directory/<hash>.so`` (written atomically, reused by later runs).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    header = directory / "mc_emulation.h"
+    if not header.exists() or header.read_text() != HEADER:
+        temporary = directory / f".mc_emulation.{os.getpid()}.h"
+        temporary.write_text(HEADER)
+        os.replace(temporary, header)
+    digest = hashlib.sha256((HEADER + source).encode()).hexdigest()[:24]
+    cu, library = directory / f"{digest}.cu", directory / f"{digest}.so"
+    if not library.exists():
+        cu.write_text(source)
+        temporary = directory / f".{digest}.{os.getpid()}.so"
+        command = [compiler(), "-std=c++17", "-O1", "-shared", "-fPIC", "-DMC_EMULATION", "-include", str(header),
+                   "-x", "c++", str(cu), "-o", str(temporary)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CompilationError(f"the CUDA emulation could not compile {what}; source: {cu}\n"
+                                   + "\n".join(done.stderr.splitlines()[:20]))
+        os.replace(temporary, library)
+    return ctypes.CDLL(str(library)).mc_launch
