@@ -11,6 +11,7 @@ Usage::
     python examples/airfoil.py                      # generated 720000-cell mesh, 1000 iterations
     python examples/airfoil.py --mesh new_grid.dat  # OP2 ASCII mesh
     python examples/airfoil.py --size 100 150 --iters 200 --backend reference
+    python examples/airfoil.py --backend cupy           # on an NVIDIA GPU
 
 Every 100 iterations it prints one line ``<iter> <rms>`` (rms as ``%.15e``).
 """
@@ -24,6 +25,7 @@ import time
 import meshchain as mc
 from meshchain.apps.airfoil import *  # noqa: F401,F403 - re-exported: tests and benchmarks use airfoil.declare, .run, ...
 from meshchain.apps.airfoil import declare, run
+from meshchain.config import BACKENDS, GPU_INCREMENTS
 from meshchain.meshes import naca0012, read_op2_ascii
 
 
@@ -33,7 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--size", nargs=2, type=int, metavar=("I", "J"), default=(400, 600),
                         help="generated mesh size, as OP2's generator (default 400 600: 720000 cells)")
     parser.add_argument("--iters", type=int, default=1000, help="iterations (default 1000)")
-    parser.add_argument("--backend", choices=("numba", "reference"), help="execution backend")
+    parser.add_argument("--backend", choices=BACKENDS, help="execution backend")
+    parser.add_argument("--gpu-increments", choices=GPU_INCREMENTS, help="cupy backend: atomicAdd or colouring")
     parser.add_argument("--threads", type=int, help="threads for the numba backend")
     parser.add_argument("--partition", choices=("rib", "kway", "block"), default="rib",
                         help="how to distribute the mesh under mpiexec (default rib)")
@@ -46,7 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    options = {k: v for k, v in (("backend", args.backend), ("threads", args.threads)) if v is not None}
+    chosen = (("backend", args.backend), ("threads", args.threads), ("gpu_increments", args.gpu_increments))
+    options = {k: v for k, v in chosen if v is not None}
     if options:
         mc.configure(**options)
     mesh = read_op2_ascii(args.mesh) if args.mesh else naca0012(*args.size)

@@ -25,6 +25,8 @@ import argparse
 import sys
 import time
 
+import meshchain as mc
+from meshchain.config import BACKENDS
 from meshchain.apps.synthetic import *  # noqa: F401,F403 - re-exported: tests and benchmarks use sc.declare, .run, ...
 from meshchain.apps.synthetic import checksum, declare, run
 from meshchain.meshes import structured_tris
@@ -40,11 +42,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="communication-avoiding (on), chain run loop by loop (off), auto, or no chain")
     parser.add_argument("--partition", choices=("rib", "kway", "block"), default="kway")
     parser.add_argument("--tile-size", type=int, help="sparse-tile the chain (seed iterations per tile)")
+    parser.add_argument("--backend", choices=BACKENDS, help="execution backend (default: numba)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.backend is not None:
+        mc.configure(backend=args.backend)
     ca = {"on": True, "off": False, "auto": "auto", "none": None}[args.ca]
     if args.tile_size is not None and ca is None:
         raise SystemExit("--tile-size tiles a chain: use it with --ca on, off or auto, not none")

@@ -459,6 +459,11 @@ class _FunctionTranslator:
             raise self.fail(node, f"the call {ast.unparse(node)!r}")
         if name == "print":
             raise self.fail(node, "print()", "remove it, or run with backend='reference' to debug.")
+        if name == "len" and len(node.args) == 1:
+            view = self.view_of(node.args[0])
+            if view is None:
+                raise self.fail(node, f"len() of the non-array {ast.unparse(node.args[0])!r}")
+            return literal(view.shape[0], INT), INT
         args = [self.scalar(a) for a in node.args]
         return self.builtin(node, name, args)
 
@@ -509,9 +514,6 @@ class _FunctionTranslator:
             for c in codes[1:]:
                 code = f"mc_{name}({code}, ({t})({c}))"
             return code, t
-        if name == "len" and count == 1:
-            view = self.view_of(node.args[0])
-            return literal(view.shape[0], INT), INT
         raise self.fail(node, f"the function call {ast.unparse(node)!r}",
                         "kernels may call math/numpy functions, min, max, abs, round, casts and helper functions.")
 
