@@ -212,6 +212,7 @@ UNSUPPORTED = {
     "assert a[0] > 0\n    b[0] = 1.0": "assert statement",
     "t = np.zeros(2)\n    b[0] = t[5]": "index 5 is outside",
     "b[0] = {1: 2.0}[1]": "the expression",
+    "b[0] = a[0] or 1.0": "'and'/'or' on numbers used as a value",
 }
 
 

@@ -143,7 +143,8 @@ class CudaBackend(Backend):
         """The iterations of ``[start, end)`` by colour, on the device: iterations of one colour
         never increment the same element."""
         writes = loop.indirect_writes
-        key = (id(loop.iterset), start, end, tuple((id(m), i) for m, i in writes))
+        # map values change when the mesh is partitioned: key on them, and keep them alive
+        key = (id(loop.iterset), start, end, tuple((id(m), id(m.values), i) for m, i in writes))
         cached = self._colourings.get(key)
         if cached is None:
             began = time.perf_counter()
@@ -152,7 +153,7 @@ class CudaBackend(Backend):
             lists = [plan.block_order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]] + start
                      for c in range(plan.ncolours)]
             cached = self._colourings[key] = ([self.device.upload(np.ascontiguousarray(e)) for e in lists],
-                                              tuple(m for m, _ in writes))
+                                              loop.iterset, tuple(m.values for m, _ in writes))
             record.time_plan += time.perf_counter() - began
             record.colours = max(record.colours, len(lists))
         return cached[0]

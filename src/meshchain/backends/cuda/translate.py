@@ -91,6 +91,7 @@ class _FunctionTranslator:
         self.returns = returns
         self.return_type = None
         self.emitting = False
+        self.in_condition = False
         self.counter = 0
 
     def run(self) -> str:
@@ -293,8 +294,12 @@ class _FunctionTranslator:
         return f"(long long)({code})"
 
     def condition(self, node):
-        code, t = self.scalar(node)
-        return code, t
+        """A test (if, while, conditional expression): ``and``/``or`` may take any values here."""
+        outer, self.in_condition = self.in_condition, True
+        try:
+            return self.scalar(node)
+        finally:
+            self.in_condition = outer
 
     def expr(self, node, *, statement=False):
         method = getattr(self, f"ex_{type(node).__name__}", None)
@@ -427,7 +432,11 @@ class _FunctionTranslator:
 
     def ex_BoolOp(self, node):
         op = " && " if isinstance(node.op, ast.And) else " || "
-        return "(" + op.join(f"({self.scalar(v)[0]})" for v in node.values) + ")", BOOL
+        operands = [self.scalar(v) for v in node.values]
+        if not self.in_condition and any(t not in (None, BOOL) for _, t in operands):
+            raise self.fail(node, f"'and'/'or' on numbers used as a value ({ast.unparse(node)!r})",
+                            "compare explicitly, e.g. '(a != 0) and (b != 0)', or use a conditional expression.")
+        return "(" + op.join(f"({code})" for code, _ in operands) + ")", BOOL
 
     def ex_Compare(self, node):
         parts, left = [], self.scalar(node.left)[0]
@@ -440,7 +449,7 @@ class _FunctionTranslator:
         return "(" + " && ".join(parts) + ")", BOOL
 
     def ex_IfExp(self, node):
-        test = self.scalar(node.test)[0]
+        test = self.condition(node.test)[0]
         body, bt = self.scalar(node.body)
         other, ot = self.scalar(node.orelse)
         t = bt if bt == ot else join(bt, ot)
