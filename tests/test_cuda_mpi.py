@@ -80,12 +80,14 @@ def test_emulated_gpu_chains_on_ranks_equal_the_serial_reference(comm, spec, mes
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
-def test_emulated_gpu_airfoil_chained_stages_on_two_ranks(comm, meshchain_cache_dir):
+@pytest.mark.parametrize("increments", ["atomic", "colour"])
+def test_emulated_gpu_airfoil_chained_stages_on_two_ranks(comm, meshchain_cache_dir, increments):
     from test_airfoil import airfoil
 
     histories = []
     for communicator, backend, ca in ((self_comm(), "reference", None), (comm, "cuda-emulation", True)):
-        mc.reset_runtime(comm=communicator, backend=backend, gpu_threads=32, cache_dir=meshchain_cache_dir)
+        mc.reset_runtime(comm=communicator, backend=backend, gpu_threads=32, cache_dir=meshchain_cache_dir,
+                         gpu_increments=increments)
         problem = airfoil.declare(naca0012(8, 12))
         histories.append(np.array([rms for _, rms in airfoil.run(problem, 6, report_every=2, out=None, ca=ca)]))
     np.testing.assert_allclose(histories[1], histories[0], rtol=1e-12, atol=0)

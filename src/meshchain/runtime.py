@@ -285,16 +285,18 @@ class Runtime:
             plan = Range(start, end)
         backend.run(loop, plan, record, targets)
 
-    def plan_for(self, loop, start: int, end: int, record):
+    def plan_for(self, loop, start: int, end: int, record, *, block_size: int | None = None):
         """The block-colouring plan of ``loop`` over ``[start, end)`` (cached by iteration
-        set, range and write maps)."""
+        set, range, write maps and block size; ``block_size`` defaults to the configured one,
+        1 colours single iterations)."""
         writes = loop.indirect_writes
-        key = (loop.iterset, start, end, tuple((id(m), i) for m, i in writes))
+        block_size = self.config.block_size if block_size is None else block_size
+        key = (loop.iterset, start, end, tuple((id(m), i) for m, i in writes), block_size)
         plan = self._plans.get(key)
         if plan is None:
             began = time.perf_counter()
             touch, nkeys = touched_keys(start, end, writes)
-            plan = colour_blocks(start, end, block_size=self.config.block_size, touch=touch, nkeys=nkeys)
+            plan = colour_blocks(start, end, block_size=block_size, touch=touch, nkeys=nkeys)
             self._plans[key] = (plan, tuple(m for m, _ in writes))  # keep the maps alive with the key
             record.time_plan += time.perf_counter() - began
             return plan

@@ -116,4 +116,4 @@ def _plan(runtime, group, tiling: Tiling):
 
 def _item_key(loop, start: int, end: int) -> tuple:
     return (id(loop.iterset), start, end,
-            tuple((id(a.data), id(a.map), a.index, a.access, len(getattr(a.data, '_host', a.data._data))) for a in loop.args))
+            tuple((id(a.data), id(a.map), a.index, a.access, len(a.data._host)) for a in loop.args))

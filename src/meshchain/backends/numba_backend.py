@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import re
 import sys
 import time
@@ -21,6 +20,7 @@ import numpy as np
 from ..access import Access
 from ..errors import AccessModeError, BackendUnavailableError, CompilationError, ConfigurationError, KernelRuntimeError
 from .base import Backend, combine_reductions, readonly
+from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
 
 __all__ = ["NumbaBackend", "import_generated"]
@@ -255,17 +255,7 @@ def import_generated(source: str, name: str, directory: Path):
     module_name = f"_meshchain_generated_{stem}"
     if module_name in sys.modules:
         return sys.modules[module_name], path
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            temporary = directory / f".{stem}.{os.getpid()}.tmp"
-            temporary.write_text(source)
-            os.replace(temporary, path)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"cannot write generated code to {directory} ({exc}); set MESHCHAIN_CACHE_DIR or "
-            f"mc.configure(cache_dir=...) to a writable directory."
-        ) from None
+    save_source(directory, stem, ".py", source)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     try:

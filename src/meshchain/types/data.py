@@ -280,6 +280,11 @@ class Global:
         self.settle()
         self._data[...] = self._coerce(new)
 
+    @property
+    def _host(self) -> np.ndarray:
+        """The values (globals always live on the host; dats name their host array so too)."""
+        return self._data
+
     def settle(self) -> None:
         """Finish a reduction over ranks that is still in flight."""
         if self._pending is not None:

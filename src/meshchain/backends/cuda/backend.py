@@ -91,7 +91,8 @@ class CudaBackend(Backend):
             coloured = config.gpu_increments == "colour" and _increments_through_maps(loop)
             source = loop_source(loop, threads=config.gpu_threads, colour=coloured)
             what = f"kernel {loop.kernel.name!r} (loop {loop.name!r})"
-            executor = self._executors[key] = _Executor(self.device.compile(source.text, what), source, coloured)
+            executor = self._executors[key] = _Executor(self.device.compile(source.text, what), source, coloured,
+                                                           loop.specs)
             record.time_compile += time.perf_counter() - began
             record.compilations += 1
         return executor
@@ -105,13 +106,13 @@ class CudaBackend(Backend):
         device, threads = self.device, self.threads
         grid = (count + threads - 1) // threads
         operands = []
-        for name, kind in executor.source.params:
+        for kind, number in executor.source.params:
             if kind == "data":
-                operands.append(self._data_operand(loop, int(name[1:]), targets))
+                operands.append(self._data_operand(loop.data[number], executor.slots[number], targets))
             elif kind == "map":
-                operands.append(self._map(loop.maps[int(name[1:])]))
+                operands.append(self._map(loop.maps[number]))
             else:
-                operands.append(device.empty((grid, loop.specs[int(name[1:])].dim), loop.args[int(name[1:])].data.dtype))
+                operands.append(device.empty((grid, loop.specs[number].dim), loop.args[number].data.dtype))
         listed = elements is not None
         arguments = [int(start), int(count), elements if listed else self._none, np.int32(1 if listed else 0), *operands]
         began = time.perf_counter()
@@ -122,13 +123,12 @@ class CudaBackend(Backend):
         record.time_compute += time.perf_counter() - began
         combine_reductions(loop, targets, partials)
 
-    def _data_operand(self, loop, slot: int, targets: dict):
-        obj = loop.data[slot]
+    def _data_operand(self, obj, use, targets: dict):
+        """A data slot's device array; ``use`` is the argument position of a global, or
+        whether the loop writes the dat."""
         if obj.is_global:
-            position = next(i for i, s in enumerate(loop.specs) if s.slot == slot)
-            return self.device.upload(targets.get(position, obj._data))
-        write = any(s.slot == slot and s.access is not Access.READ for s in loop.specs)
-        return device_array(self.device, obj, write=write)
+            return self.device.upload(targets.get(use, obj._data))
+        return device_array(self.device, obj, write=use)
 
     def _map(self, map_):
         entry = self._maps.get(id(map_))
@@ -141,21 +141,15 @@ class CudaBackend(Backend):
 
     def _colouring(self, loop, start: int, end: int, record) -> list:
         """The iterations of ``[start, end)`` by colour, on the device: iterations of one colour
-        never increment the same element."""
-        writes = loop.indirect_writes
-        # map values change when the mesh is partitioned: key on them, and keep them alive
-        key = (id(loop.iterset), start, end, tuple((id(m), id(m.values), i) for m, i in writes))
-        cached = self._colourings.get(key)
-        if cached is None:
-            began = time.perf_counter()
-            touch, nkeys = touched_keys(start, end, writes)
-            plan = colour_blocks(start, end, block_size=1, touch=touch, nkeys=nkeys)
-            lists = [plan.block_order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]] + start
-                     for c in range(plan.ncolours)]
-            cached = self._colourings[key] = ([self.device.upload(np.ascontiguousarray(e)) for e in lists],
-                                              loop.iterset, tuple(m.values for m, _ in writes))
-            record.time_plan += time.perf_counter() - began
-            record.colours = max(record.colours, len(lists))
+        never increment the same element. The runtime's plan cache colours single iterations
+        (and forgets them when the mesh is partitioned); this keeps their device copies."""
+        plan = self.runtime.plan_for(loop, start, end, record, block_size=1)
+        cached = self._colourings.get(id(plan))
+        if cached is None or cached[1] is not plan:
+            order = plan.block_order + start  # block b of size 1 is iteration start + b
+            lists = [order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]] for c in range(plan.ncolours)]
+            cached = self._colourings[id(plan)] = ([self.device.upload(e) for e in lists], plan)
+            record.colours = max(record.colours, plan.ncolours)
         return cached[0]
 
     def _colouring_of_list(self, loop, elements: np.ndarray) -> list:
@@ -168,10 +162,19 @@ class CudaBackend(Backend):
 
 
 class _Executor:
-    __slots__ = ("function", "source", "coloured")
+    """A compiled loop; ``slots[slot]`` is, for a global, its argument position (the reduction
+    target may be redirected there), for a dat whether the loop writes it."""
 
-    def __init__(self, function, source, coloured: bool):
+    __slots__ = ("function", "source", "coloured", "slots")
+
+    def __init__(self, function, source, coloured: bool, specs):
         self.function, self.source, self.coloured = function, source, coloured
+        self.slots = {}
+        for position, s in enumerate(specs):
+            if s.kind == GLOBAL:
+                self.slots.setdefault(s.slot, position)
+            else:
+                self.slots[s.slot] = self.slots.get(s.slot, False) or s.access is not Access.READ
 
 
 def _increments_through_maps(loop) -> bool:

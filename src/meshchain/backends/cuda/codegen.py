@@ -83,9 +83,9 @@ MC_DEVICE_INLINE void mc_atomic_add(long long* a, long long v) {
 
 @dataclass(frozen=True)
 class LoopSource:
-    """Generated source and what the launcher must pass: ``params`` lists
-    ``(name, kind)`` after ``(mc_start, mc_n, mc_list, mc_listed)``, kind one of
-    ``"data"`` (slot), ``"map"`` (map slot) or ``"partial"`` (reduction argument position)."""
+    """Generated source and what the launcher must pass: ``params`` lists ``(kind, number)``
+    after ``(mc_start, mc_n, mc_list, mc_listed)``: ``("data", slot)``, ``("map", map slot)``
+    or ``("partial", reduction argument position)``."""
 
     text: str
     params: tuple
@@ -117,13 +117,16 @@ def loop_source(loop, *, threads: int, colour: bool) -> LoopSource:
         "#ifdef MC_EMULATION",
         f'extern "C" void mc_launch(unsigned mc_grid, {signature}) {{',
         f"    mc_emulate(mc_grid, MC_THREADS, [&]() {{ mc_loop(mc_start, mc_n, mc_list, mc_listed"
-        + "".join(f", {name}" for name, _ in params) + "); });",
+        + "".join(f", {_NAMES[kind]}{number}" for kind, number in params) + "); });",
         "}",
         "#endif",
     ]
     text = "\n".join([*header, unit.source, "", f'extern "C" __global__ void mc_loop({signature})', "{", *body,
                       "}", *launcher, ""])
     return LoopSource(text, tuple(params), reductions)
+
+
+_NAMES = {"data": "d", "map": "m", "partial": "p"}
 
 
 def _ctype(spec) -> str:
@@ -137,7 +140,7 @@ def _kernel_view(spec) -> View:
 
 
 def _parameters(loop):
-    """``[(name, kind)]`` and their C declarations: data slots, maps, partials."""
+    """``[(kind, number)]`` and their C declarations: data slots, maps, partials."""
     specs = loop.specs
     params, declarations = [], []
     slots = {}
@@ -146,14 +149,14 @@ def _parameters(loop):
     for slot in sorted(slots):
         first = slots[slot][0]
         read_only = all(s.access is Access.READ or s.kind == GLOBAL for s in slots[slot])
-        params.append((f"d{slot}", "data"))
+        params.append(("data", slot))
         declarations.append(f"const {_ctype(first)}* __restrict__ d{slot}" if read_only else f"{_ctype(first)}* d{slot}")
     for m in sorted({s.map_slot for s in specs if s.map_slot >= 0}):
-        params.append((f"m{m}", "map"))
+        params.append(("map", m))
         declarations.append(f"const int* __restrict__ m{m}")
     for i, s in enumerate(specs):
         if s.kind == GLOBAL and s.access is not Access.READ:
-            params.append((f"p{i}", "partial"))
+            params.append(("partial", i))
             declarations.append(f"{_ctype(s)}* p{i}")
     return params, declarations
 

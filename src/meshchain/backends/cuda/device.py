@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import BackendUnavailableError, CompilationError
+from ..generated import save_source
 
 __all__ = ["CupyDevice", "EmulatedDevice"]
 
@@ -99,14 +100,7 @@ class CupyDevice:
         self._pinned: dict = {}
 
     def compile(self, source: str, what: str):
-        digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{digest}.cu"
-            if not path.exists():
-                path.write_text(source)
-        except OSError:
-            path = None
+        path = save_source(self.directory, hashlib.sha256(source.encode()).hexdigest()[:24], ".cu", source)
         try:
             module = self.cp.RawModule(code=source, options=("--std=c++17",))
             return module.get_function("mc_loop")
@@ -157,5 +151,6 @@ class CupyDevice:
 def check_sizes(loop) -> None:
     """Refuse maps whose values do not fit the int32 indices of the generated code."""
     for m in loop.maps:
-        if m.target.size >= 2**31 or m.values.shape[0] * m.arity >= 2**62:
-            raise CompilationError(f"map {m.name!r} is too large for the CUDA backend's int32 indices.")
+        if m.target.size >= 2**31:
+            raise CompilationError(f"map {m.name!r} points into {m.target.size} elements, too many for the CUDA "
+                                   f"backend's int32 map values.")

@@ -12,7 +12,8 @@ concurrently, so ``atomicAdd`` is a plain add (the emulation cannot show a race;
 colouring and atomics are exercised for their results).
 
 Each generated module is compiled once into ``<cache_dir>/cuda-emulation/<hash>.so``
-and called through :mod:`ctypes` (``mc_launch``, defined by the generated source).
+and called through :mod:`ctypes` (``mc_launch``, defined by the generated source); the
+source is kept beside it as ``<hash>.cu``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import subprocess
 from pathlib import Path
 
 from ...errors import BackendUnavailableError, CompilationError
+from ..generated import save_source
 
 __all__ = ["HEADER", "compile_emulated", "compiler"]
 
@@ -111,16 +113,11 @@ def compile_emulated(source: str, directory: Path, *, what: str):
 
     The library goes to ``directory/<hash>.so`` (written atomically, reused by later runs).
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    header = directory / "mc_emulation.h"
-    if not header.exists() or header.read_text() != HEADER:
-        temporary = directory / f".mc_emulation.{os.getpid()}.h"
-        temporary.write_text(HEADER)
-        os.replace(temporary, header)
-    digest = hashlib.sha256((HEADER + source).encode()).hexdigest()[:24]
-    cu, library = directory / f"{digest}.cu", directory / f"{digest}.so"
+    header = save_source(directory, f"mc_emulation_{_digest(HEADER)}", ".h", HEADER)
+    digest = _digest(HEADER + source)
+    library = directory / f"{digest}.so"
     if not library.exists():
-        cu.write_text(source)
+        cu = save_source(directory, digest, ".cu", source)
         temporary = directory / f".{digest}.{os.getpid()}.so"
         command = [compiler(), "-std=c++17", "-O1", "-shared", "-fPIC", "-DMC_EMULATION", "-include", str(header),
                    "-x", "c++", str(cu), "-o", str(temporary)]
@@ -130,3 +127,7 @@ def compile_emulated(source: str, directory: Path, *, what: str):
                                    + "\n".join(done.stderr.splitlines()[:20]))
         os.replace(temporary, library)
     return ctypes.CDLL(str(library)).mc_launch
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

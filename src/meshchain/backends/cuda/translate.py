@@ -538,7 +538,6 @@ class _FunctionTranslator:
             name = f"mc_helper_{helper.name}_{len(self.unit.helpers)}"
             translator = _FunctionTranslator(helper, [t for _, t in args], self.unit, name,
                                              stack=self.stack + (self.kernel,), returns=True)
-            self.unit.helpers[key] = (name, None)
             self.unit.helpers[key] = (name, translator.run())
         name, result = self.unit.helpers[key]
         if result == "void" and not statement:
@@ -561,8 +560,11 @@ class _FunctionTranslator:
 
 
 def _as_load(node):
+    """``node`` (an assignment target) as an expression that reads it."""
     copy = ast.parse(ast.unparse(node), mode="eval").body
-    return ast.fix_missing_locations(ast.copy_location(copy, node)) if hasattr(node, "lineno") else copy
+    for part in ast.walk(copy):
+        ast.copy_location(part, node)  # errors inside name the statement's line
+    return copy
 
 
 def _constant_int(node):

@@ -73,11 +73,7 @@ def join(a, b):
         return INT if a == BOOL else a
     if is_int(a) and is_int(b):
         return INT32 if {a, b} <= {BOOL, INT32} else INT
-    if FLOAT in (a, b) and is_float(a) and is_float(b):
-        return DOUBLE
-    if FLOAT in (a, b):
-        return DOUBLE  # float32 with an integer: float64, as in NumPy
-    return DOUBLE
+    return DOUBLE  # float64 with anything, float32 with an integer (as in NumPy)
 
 
 def literal(value, ctype: str) -> str:
