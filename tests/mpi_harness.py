@@ -877,6 +877,9 @@ class _ChildSession:
                 report.longreprtext, "\n"]
         for title, content in report.sections:
             text += [f"---- {title} ----\n", content, "\n"]
+        # MPICH's own "application called MPI_Abort" line is printed as the rank dies and
+        # mpiexec sometimes drops it; say it here, where the grace period below covers it.
+        text.append(f"==== meshchain MPI: rank {world.rank} calls MPI_Abort(COMM_WORLD, 1) ====\n")
         capman = self.config.pluginmanager.getplugin("capturemanager")
         guard = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
         with guard:
