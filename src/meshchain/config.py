@@ -20,6 +20,7 @@ __all__ = ["Config", "BACKENDS"]
 
 BACKENDS = ("numba", "reference", "cupy", "cuda-emulation")
 GPU_INCREMENTS = ("atomic", "colour")
+GPU_HALOS = ("auto", "staged", "direct")
 
 
 def _default_cache_dir() -> Path:
@@ -59,6 +60,11 @@ class Config:
         How CUDA loops increment data through maps: ``"atomic"`` (``atomicAdd``, default)
         or ``"colour"`` (iterations coloured so that one launch never increments an
         element twice; plain adds, one launch per colour).
+    gpu_halos : str
+        How CUDA backends hand halo bytes to MPI on several ranks: ``"staged"`` (one copy
+        of each exchange's packed bytes through pinned host buffers), ``"direct"`` (the
+        device buffers themselves; needs a CUDA-aware MPI) or ``"auto"`` (default: direct
+        when the MPI library reports CUDA support, else staged).
     """
 
     backend: str = "numba"
@@ -71,6 +77,7 @@ class Config:
     chains: Path | None = None
     gpu_threads: int = 256
     gpu_increments: str = "atomic"
+    gpu_halos: str = "auto"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -88,6 +95,8 @@ class Config:
             raise ConfigurationError(
                 f"gpu_increments must be one of {', '.join(GPU_INCREMENTS)}, got {self.gpu_increments!r}."
             )
+        if self.gpu_halos not in GPU_HALOS:
+            raise ConfigurationError(f"gpu_halos must be one of {', '.join(GPU_HALOS)}, got {self.gpu_halos!r}.")
         for flag in ("debug", "overlap"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
@@ -107,7 +116,7 @@ class Config:
     @classmethod
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
-        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``."""
+        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``, ``_GPU_HALOS``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -118,7 +127,7 @@ class Config:
 
 
 def _parse(name: str, raw: str):
-    if name in ("backend", "cache_dir", "gpu_increments"):
+    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos"):
         return raw
     if name == "chains":
         return raw or None

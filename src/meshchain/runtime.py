@@ -418,6 +418,8 @@ def stats(*, reset: bool = False, all_ranks: bool = False):
     """
     runtime = get_runtime()
     runtime.flush()
+    if runtime._backend is not None:
+        runtime._backend.settle()  # GPU launches are timed by events, read once they are done
     snapshot = runtime.recorder.snapshot(runtime.config.backend)
     if reset:
         runtime.recorder.reset()

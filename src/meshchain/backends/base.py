@@ -50,6 +50,21 @@ class Backend(ABC):
         for loop, plan, record, targets in items:
             self.run(loop, plan, record, targets)
 
+    def halo_exchanges(self, comm, items, *, grouped: bool) -> list:
+        """Post the exchanges that bring ``items`` (``[(dat, lo, hi), ...]``) from valid depth
+        ``lo`` to ``hi``: one grouped message per neighbour, or one per dat and neighbour.
+        Each has ``finish()`` and counts ``messages``, ``bytes_sent`` (and, grouped, ``largest``).
+        Backends that keep dats elsewhere than in host memory override this."""
+        from ..distributed.exchange import Exchange
+        from ..distributed.grouped import GroupedExchange
+
+        if grouped:
+            return [GroupedExchange(comm, items)]
+        return [Exchange(comm, dat, lo, hi) for dat, lo, hi in items]
+
+    def settle(self) -> None:
+        """Wait for work still running asynchronously and account its times (``mc.stats()``)."""
+
     def run_indices(self, loop, elements, record, targets=None) -> None:
         """Run ``loop`` on the listed iterations ``elements`` (ascending). Backends that
         tile by this generic path implement it."""

@@ -5,7 +5,10 @@ loop is a segment of one (Alg. 1, one message per dat per neighbour); a
 communication-avoiding chain is split into as few segments as its dependences allow
 (Alg. 2, one grouped message per neighbour per segment). A segment:
 
-1. posts the exchanges that bring every dat it reads to the depth it needs;
+1. starts the exchanges that bring every dat it reads to the depth it needs (on the host
+   the messages are posted at once; on a GPU the rows are packed on the device and a copy to
+   the host is started, and the messages are posted in step 3, after the core kernels were
+   enqueued, so that the copies and the messages overlap them);
 2. runs every loop's core range (owned elements far enough from the partition
    boundary: they touch nothing that is arriving or still to be computed), in order;
 3. waits for the exchanges;
@@ -26,8 +29,6 @@ import numpy as np
 from ..access import Access
 from ..inspector.chain import ArgSig, LoopSig, SetFacts, plan_chain, validity_after
 from ..stats import add_by_layer
-from .exchange import Exchange
-from .grouped import GroupedExchange
 from .layout import MAX_LEVEL
 
 __all__ = ["run_loop", "run_chain_segments", "chain_plan", "abort_on_failure"]
@@ -142,10 +143,7 @@ def _run_segment(runtime, loops, segment, signature, records, *, grouped: bool, 
                 obj.settle()
     items = [(objects[key], objects[key]._valid_depth, depth) for key, depth in segment.required
              if objects[key]._valid_depth < depth]
-    if grouped:
-        exchanges = [GroupedExchange(comm, items)] if items else []
-    else:
-        exchanges = [Exchange(comm, dat, lo, hi) for dat, lo, hi in items]
+    exchanges = runtime.backend.halo_exchanges(comm, items, grouped=grouped) if items else []
     overlap = bool(exchanges) and runtime.config.overlap
     waited = 0.0
     if exchanges and not overlap:

@@ -37,7 +37,9 @@ from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
 from ..base import Backend, combine_reductions
 from .codegen import loop_source
+from ...distributed.grouped import GROUPED_TAG
 from .device import check_sizes
+from .halo import HALO_SOURCE, DeviceExchange, HaloPattern, halo_mode
 from .residency import device_array
 
 __all__ = ["CudaBackend"]
@@ -55,6 +57,10 @@ class CudaBackend(Backend):
         self._executors: dict = {}
         self._maps: dict = {}
         self._colourings: dict = {}
+        self._patterns: dict = {}
+        self._halo_kernel = None
+        if runtime.distributed:
+            halo_mode(runtime.config.gpu_halos, device)  # gpu_halos="direct" without CUDA-aware MPI fails now
         self._none = device.upload(np.zeros(1, dtype=np.int64))
 
     @property
@@ -77,6 +83,40 @@ class CudaBackend(Backend):
                 self._launch(loop, executor, record, targets, elements=self.device.upload(picked), count=len(picked))
             return
         self._launch(loop, executor, record, targets, elements=self.device.upload(elements), count=len(elements))
+
+    def settle(self) -> None:
+        self.device.settle()
+
+    # --- halo exchanges (see :mod:`.halo`) ------------------------------------------------------
+
+    def halo_exchanges(self, comm, items, *, grouped: bool) -> list:
+        """Exchanges packed, staged and unpacked on the device: one for all ``items`` when
+        ``grouped``, else one per dat (with the dat's own tag, as the host exchanges)."""
+        if grouped:
+            return [DeviceExchange(self, comm, items, tag=GROUPED_TAG)]
+        return [DeviceExchange(self, comm, [item], tag=item[0]._tag) for item in items]
+
+    def halo_pattern(self, items) -> HaloPattern:
+        """The cached :class:`HaloPattern` of an exchange of ``items``."""
+        staged = halo_mode(self.runtime.config.gpu_halos, self.device)
+        key = (tuple((id(dat), lo, hi, dat._host.shape, dat._host.dtype.str) for dat, lo, hi in items), staged)
+        pattern = self._patterns.get(key)
+        if pattern is None or not pattern.matches(items):
+            dropped = [pattern] if pattern is not None else []
+            if len(self._patterns) > 256:
+                dropped = list(self._patterns.values())
+                self._patterns.clear()
+            for old in dropped:  # their pinned buffers go back to a pool: no copy may still read them
+                if old.inbound is not None:
+                    self.device.wait(old.inbound)
+            pattern = self._patterns[key] = HaloPattern(self.device, items, staged=staged)
+        return pattern
+
+    def halo_kernel(self):
+        """The compiled pack/unpack kernel (:data:`~.halo.HALO_SOURCE`)."""
+        if self._halo_kernel is None:
+            self._halo_kernel = self.device.compile(HALO_SOURCE, "the halo packing kernel")
+        return self._halo_kernel
 
     # --- compilation ----------------------------------------------------------------------------
 
@@ -115,12 +155,9 @@ class CudaBackend(Backend):
                 operands.append(device.empty((grid, loop.specs[number].dim), loop.args[number].data.dtype))
         listed = elements is not None
         arguments = [int(start), int(count), elements if listed else self._none, np.int32(1 if listed else 0), *operands]
-        began = time.perf_counter()
-        device.launch(executor.function, grid, threads, arguments)
+        device.launch(executor.function, grid, threads, arguments, record)  # asynchronous on a GPU
         partials = {i: device.to_host(operands[-len(executor.source.reductions) + k])
                     for k, i in enumerate(executor.source.reductions)}
-        device.synchronize()
-        record.time_compute += time.perf_counter() - began
         combine_reductions(loop, targets, partials)
 
     def _data_operand(self, obj, use, targets: dict):

@@ -8,8 +8,10 @@ host side is newer; reading ``dat.data`` (or anything else that needs the host a
 downloads a dat whose device side is newer. So ``dat.data`` on the host is always right,
 and a time loop on the GPU moves no data between host and device.
 
-Halo exchanges move only the exchanged rows (:meth:`DeviceCopy.read_rows`,
-:meth:`DeviceCopy.write_rows`), gathered and scattered on the device.
+Halo exchanges of the CUDA backend pack and unpack rows on the device (:mod:`.halo`).
+A dat with a device copy that a host backend exchanges (after ``mc.configure`` switched
+backends) moves only its exchanged rows (:meth:`DeviceCopy.read_rows`,
+:meth:`DeviceCopy.write_rows`), gathered and scattered where they are current.
 """
 
 from __future__ import annotations
