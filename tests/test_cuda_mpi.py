@@ -112,7 +112,8 @@ def test_emulated_gpu_airfoil_chained_stages_on_two_ranks(comm, meshchain_cache_
     np.testing.assert_allclose(histories[1], histories[0], rtol=1e-12, atol=0)
     assert mc.stats().chains["stage"].mode == "ca"
     # each rank has one neighbour, which it sends to and receives from in every exchange:
-    # exactly one staged copy each way per exchange, although exchanges carry several dats
+    # exactly one staged copy each way per exchange, also for those that carry several dats
+    # (the first chain's exchange brings both x and q)
     counts = (staging.copies_out, staging.copies_in, len(staging.exchanged))
     assert everywhere(comm, counts[0] == counts[1] == counts[2] > 0), counts
     assert everywhere(comm, max(staging.exchanged) >= 2), staging.exchanged
