@@ -6,6 +6,7 @@ as the reference on one rank; or are handed to MPI on the device (``gpu_halos="d
 from __future__ import annotations
 
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -141,3 +142,27 @@ def test_a_host_backend_after_the_emulated_gpu_exchanges_rows_where_they_are_cur
     got = program.results()
     assert everywhere(comm, all(g is None or np.array_equal(g, w) for g, w in zip(got, serial))), (got, serial)
     assert everywhere(comm, counts["gather"] > 0), counts
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_the_emulation_catches_messages_posted_before_their_staged_copy(comm, meshchain_cache_dir):
+    # a mutation of DeviceExchange.post that forgets to wait for the copy to the host: the
+    # emulated copy stream holds the copy back, so stale bytes are sent and the halos go wrong
+    spec = (("quads", 6, 5), (("nodes", (("na", mc.RW, None, None),)),
+                              ("cells", (("ca", mc.RW, None, None), ("na", mc.READ, "cell2node", None)))))
+    reference = run_program(spec, self_comm(), None, meshchain_cache_dir, "reference")
+    serial = reference.results()
+    right = run_program(spec, comm, None, meshchain_cache_dir, "cuda-emulation").results()
+
+    class Hasty(EmulatedDevice):
+        def wait(self, event):
+            if sys._getframe(1).f_code.co_name != "post":
+                super().wait(event)
+    mc.reset_runtime(comm=comm, backend="cuda-emulation", gpu_threads=32, cache_dir=meshchain_cache_dir)
+    mc.get_runtime().backend.device.__class__ = Hasty
+    program = Program(spec)
+    program.run(None)
+    wrong = program.results()
+    same = lambda got: all(g is None or np.array_equal(g, w) for g, w in zip(got, serial))  # noqa: E731
+    assert everywhere(comm, same(right)), (right, serial)
+    assert not everywhere(comm, same(wrong)), "a missing wait went unnoticed"
