@@ -116,7 +116,7 @@ class Runtime:
             self._backend = None
         self.config = new
         try:
-            self.backend  # noqa: B018 - build now so that bad options fail inside configure()
+            self.backend.validate(new)  # build now, so that bad options fail inside configure()
         except Exception:
             self.config, self._backend = old_config, old_backend
             if old_backend is not None and hasattr(old_backend, "restore"):

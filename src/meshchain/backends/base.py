@@ -62,6 +62,9 @@ class Backend(ABC):
             return [GroupedExchange(comm, items)]
         return [Exchange(comm, dat, lo, hi) for dat, lo, hi in items]
 
+    def validate(self, config) -> None:
+        """Refuse options this backend cannot honour here (raises ConfigurationError)."""
+
     def settle(self) -> None:
         """Wait for work still running asynchronously and account its times (``mc.stats()``)."""
 

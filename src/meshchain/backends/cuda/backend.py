@@ -59,9 +59,13 @@ class CudaBackend(Backend):
         self._colourings: dict = {}
         self._patterns: dict = {}
         self._halo_kernel = None
-        if runtime.distributed:
-            halo_mode(runtime.config.gpu_halos, device)  # gpu_halos="direct" without CUDA-aware MPI fails now
         self._none = device.upload(np.zeros(1, dtype=np.int64))
+        self.validate(runtime.config)
+
+    def validate(self, config) -> None:
+        """On several ranks, ``gpu_halos="direct"`` needs a CUDA-aware MPI."""
+        if self.runtime.distributed:
+            halo_mode(config.gpu_halos, self.device)
 
     @property
     def threads(self) -> int:
