@@ -34,11 +34,8 @@ def fake_gpu(monkeypatch, meshchain_cache_dir):
 @given(spec=loop_specs())
 def test_the_cupy_device_runs_random_loops_like_the_reference(fake_gpu, spec):
     mc.configure(gpu_threads=32)
-    expected = run_on("reference", spec)
-    actual = run_on("cupy", spec)
-    for want, got in zip(expected, actual):
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+    for want, got in zip(run_on("reference", spec), run_on("cupy", spec), strict=True):
+        np.testing.assert_array_equal(got, want, strict=True)  # dtypes too
 
 
 @pytest.mark.parametrize("increments", ["atomic", "colour"])
