@@ -33,11 +33,11 @@ import time
 import numpy as np
 
 from ...access import Access
+from ...distributed.grouped import GROUPED_TAG
 from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
 from ..base import Backend, combine_reductions
 from .codegen import loop_source
-from ...distributed.grouped import GROUPED_TAG
 from .device import check_sizes
 from .halo import HALO_SOURCE, DeviceExchange, HaloPattern, halo_mode
 from .residency import device_array

@@ -41,7 +41,6 @@ class EmulatedDevice:
     """NumPy arrays and C++-compiled generated source (see :mod:`.emulation`)."""
 
     name = "cuda-emulation"
-
     aware_mpi = False  # as most MPI libraries: gpu_halos="auto" stages halos through host buffers
     host_memory = True  # but its "device" memory is host memory, so gpu_halos="direct" works too
 
@@ -124,10 +123,6 @@ class EmulatedDevice:
     def scatter(self, array, rows: np.ndarray, values: np.ndarray) -> None:
         array[rows] = values
 
-    def synchronize(self) -> None:
-        pass
-
-
 class _Done:
     """An event of the emulated device."""
 
@@ -145,6 +140,8 @@ class CupyDevice:
     per rank to choose otherwise."""
 
     name = "cupy"
+    aware_mpi = None  # asked of the MPI library when a halo exchange first needs it
+    host_memory = False
 
     def __init__(self, cache_dir: Path):
         try:
@@ -175,9 +172,6 @@ class CupyDevice:
         except Exception as exc:  # noqa: BLE001 - NVRTC errors come in several types
             raise CompilationError(f"NVRTC could not compile {what}; source: {path}\n{str(exc)[:2000]}") from None
 
-    aware_mpi = None  # asked of the MPI library when a halo exchange first needs it
-    host_memory = False
-
     def launch(self, function, grid: int, threads: int, arguments, record=None) -> None:
         converted = tuple(v if not isinstance(v, int) else np.int64(v) for v in arguments)
         if record is None:
@@ -193,7 +187,7 @@ class CupyDevice:
 
     def settle(self) -> None:
         """Wait for the GPU and add the launches' times to their records."""
-        self.synchronize()
+        self.cp.cuda.get_current_stream().synchronize()
         self._account(lambda stop: True)
 
     def _account(self, finished) -> None:
@@ -262,9 +256,6 @@ class CupyDevice:
 
     def scatter(self, array, rows: np.ndarray, values: np.ndarray) -> None:
         array[self.cp.asarray(rows)] = self.cp.asarray(values)
-
-    def synchronize(self) -> None:
-        self.cp.cuda.get_current_stream().synchronize()
 
 
 _HOST_TO_DEVICE, _DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind

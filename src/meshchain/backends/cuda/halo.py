@@ -34,6 +34,7 @@ import ctypes
 import numpy as np
 
 from ...distributed.exchange import _layers
+from ...distributed.grouped import _row_bytes
 from ...errors import ConfigurationError
 from .residency import DEVICE, device_array
 
@@ -75,10 +76,6 @@ extern "C" void mc_launch(unsigned mc_grid, long long mc_n, const unsigned long 
 }
 #endif
 """
-
-
-def _row_bytes(dat) -> int:
-    return int(np.prod(dat._host.shape[1:], dtype=np.int64)) * dat._host.dtype.itemsize
 
 
 class _Side:
