@@ -1,0 +1,241 @@
+"""meshchain's own cost per loop: the execution core's Python overhead, with its floors.
+
+Four cases on tiny sets (so that only meshchain's own work is timed), 1 Numba thread:
+
+``eager``
+    one process: ``par_loop`` of a direct one-argument loop over a 4-element set, then
+    ``mc.flush()`` (time per loop);
+``chain``
+    one process: a 16-loop chain (8 x the synthetic ``update``, ``edge_flux`` pair on a
+    small triangle mesh) executed again: recording included (time per loop);
+``mpi-pair``
+    2 ranks: a node loop writing ``pres`` directly and an edge loop reading it through a
+    map, so every step exchanges the ``pres`` halo; ``mc.flush()`` after the pair (time per
+    loop);
+``mpi-chain``
+    2 ranks: the 16-loop chain run communication-avoiding, executed again (one grouped
+    exchange per execution; time per loop).
+
+In the same run, the floors: ``numba-call`` is a bare call of the very compiled function
+the eager case runs, with the arguments its plan prepared; ``mpi-exchange`` a bare
+``Startall``/``Waitall`` of persistent requests with the neighbours and sizes of the
+pair's halo exchange. Each case reports its ratio to its floor. Every case keeps the best
+of ``--repeats`` rounds (slowest rank). ``--network tcp`` sends MPI messages through
+MPICH's TCP module over loopback (``MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_NETMOD=ofi
+FI_PROVIDER=tcp``), like an Ethernet cluster; ``shm`` is shared memory.
+
+Usage::
+
+    python benchmarks/overhead.py                       # writes results/overhead.json
+    python benchmarks/overhead.py --network shm --repeats 3 --calls 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TCP = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+LIMITS_US = {"eager": 5.0, "chain": 2.0, "mpi-pair": 15.0, "mpi-chain": 5.0}
+FLOOR_OF = {"eager": "numba-call", "chain": "numba-call", "mpi-pair": "mpi-exchange", "mpi-chain": "mpi-exchange"}
+
+
+def mpiexec() -> str:
+    candidate = Path(sys.executable).parent / "mpiexec"
+    return str(candidate) if candidate.exists() else "mpiexec"
+
+
+def best_per_call(action, calls: int, repeats: int, comm=None) -> float:
+    """Seconds per call of ``action``: the best round of ``repeats`` (slowest rank)."""
+    best = float("inf")
+    for _ in range(repeats):
+        if comm is not None:
+            comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            action()
+        elapsed = (time.perf_counter() - start) / calls
+        if comm is not None:
+            from mpi4py import MPI
+
+            elapsed = comm.allreduce(elapsed, op=MPI.MAX)
+        best = min(best, elapsed)
+    return best
+
+
+def tiny_synthetic():
+    from meshchain.apps import synthetic
+    from meshchain.meshes import structured_tris
+
+    return synthetic.declare(structured_tris(6, 6), method="block")
+
+
+def serial_worker(calls: int, repeats: int) -> dict:
+    import numpy as np
+
+    import meshchain as mc
+    from meshchain.apps import synthetic
+
+    cells = mc.Set(4, "cells")
+    q = mc.Dat(cells, 1, np.arange(4.0), "q")
+
+    @mc.kernel
+    def relax(a):
+        a[0] = a[0] * 0.5 + 1.0
+
+    def eager():
+        mc.par_loop(relax, cells, q(mc.RW))
+        mc.flush()
+
+    problem = tiny_synthetic()
+
+    def chain():
+        with mc.loop_chain("bench", ca=True):
+            synthetic.record(problem, 8)
+
+    for action in (eager, chain):  # compile (or load from the cache) and build the plans
+        action()
+        action()
+    results = {"eager": best_per_call(eager, calls, repeats),
+               "chain": best_per_call(chain, calls // 4, repeats) / 16}
+    floor = numba_floor(relax, cells, q)
+    if floor is not None:
+        results["numba-call"] = best_per_call(floor, calls, repeats)
+    return results
+
+
+def numba_floor(kernel, iterset, dat):
+    """A bare call of the compiled function the eager loop runs, with its prepared arguments
+    (None where this version of meshchain does not expose its plans)."""
+    import meshchain as mc
+
+    session = mc.get_runtime()
+    finder = getattr(session, "replay_call", None)
+    if finder is None:
+        return None
+    function, arguments = finder(kernel, iterset, dat)
+    return lambda: function(*arguments)
+
+
+def mpi_worker(calls: int, repeats: int) -> dict:
+    import meshchain as mc
+    from meshchain.apps import synthetic
+
+    comm = mc.get_runtime().comm
+    problem = tiny_synthetic()
+    p = problem
+
+    def pair():
+        mc.par_loop(synthetic.advance, p.nodes, p.pres(mc.RW))
+        mc.par_loop(synthetic.update, p.edges, p.res(mc.INC, p.e2n[0]), p.res(mc.INC, p.e2n[1]),
+                    p.pres(mc.READ, p.e2n[0]), p.pres(mc.READ, p.e2n[1]))
+        mc.flush()
+
+    def chain():
+        with mc.loop_chain("bench", ca=True):
+            synthetic.record(problem, 8)
+
+    for action in (pair, chain):
+        action()
+        action()
+    results = {"mpi-pair": best_per_call(pair, calls, repeats, comm) / 2,
+               "mpi-chain": best_per_call(chain, calls // 4, repeats, comm) / 16,
+               "mpi-exchange": exchange_floor(comm, problem, calls, repeats)}
+    return results if comm.rank == 0 else {}
+
+
+def exchange_floor(comm, problem, calls: int, repeats: int) -> float:
+    """A bare mpi4py ``Startall``/``Waitall`` of persistent requests with the neighbours and
+    byte counts of one exchange of the ``pres`` halo (one layer)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    import meshchain as mc
+
+    sizes = mc.get_runtime().halo_sizes(problem.pres, depth=1) if hasattr(mc.get_runtime(), "halo_sizes") \
+        else _halo_sizes_legacy(problem.pres)
+    requests, buffers = [], []
+    for neighbour, (out_bytes, in_bytes) in sorted(sizes.items()):
+        out, inbound = np.ones(max(out_bytes, 1), np.uint8)[:out_bytes], np.empty(in_bytes, np.uint8)
+        buffers += [out, inbound]
+        if out_bytes:
+            requests.append(comm.Send_init(out, dest=neighbour, tag=99))
+        if in_bytes:
+            requests.append(comm.Recv_init(inbound, source=neighbour, tag=99))
+
+    def exchange():
+        MPI.Prequest.Startall(requests)
+        MPI.Request.Waitall(requests)
+
+    exchange()
+    return best_per_call(exchange, calls, repeats, comm)
+
+
+def _halo_sizes_legacy(dat) -> dict:
+    layout = dat.dataset._layout
+    row = dat._host.dtype.itemsize * dat.dim
+    return {n: (len(layout.exports.get(n, [[]])[0]) * row, len(layout.imports.get(n, [[]])[0]) * row)
+            for n in layout.neighbours}
+
+
+def run_worker(kind: str, network: str, calls: int, repeats: int) -> dict:
+    env = dict(os.environ, MESHCHAIN_THREADS="1")
+    if network == "tcp":
+        env.update(TCP)
+    command = [sys.executable, __file__, "--worker", kind, "--calls", str(calls), "--repeats", str(repeats)]
+    if kind == "mpi":
+        command = [mpiexec(), "-n", "2", *command]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=1800)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| network | case | µs per loop | limit | floor | floor µs | ratio to floor |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        floor = row.get("floor_us")
+        ratio = f"{row['us'] / floor:.1f}" if floor else ""
+        floor_text = f"{floor:.2f}" if floor else ""
+        lines.append(f"| {row['network']} | {row['case']} | {row['us']:.2f} | {LIMITS_US[row['case']]:.0f} | "
+                     f"{FLOOR_OF[row['case']]} | {floor_text} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--network", choices=("shm", "tcp", "both"), default="both")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--worker", choices=("serial", "mpi"))
+    parser.add_argument("--json", default=str(HERE / "results" / "overhead.json"))
+    args = parser.parse_args()
+    if args.worker == "serial":
+        print(json.dumps(serial_worker(args.calls, args.repeats)))
+        return
+    if args.worker == "mpi":
+        results = mpi_worker(args.calls, args.repeats)
+        if results:  # rank 0
+            print(json.dumps(results))
+        return
+    serial = run_worker("serial", "shm", args.calls, args.repeats)
+    rows = [{"network": "-", "case": case, "us": serial[case] * 1e6,
+             "floor_us": serial.get(FLOOR_OF[case], 0) * 1e6} for case in ("eager", "chain")]
+    networks = ("shm", "tcp") if args.network == "both" else (args.network,)
+    for network in networks:
+        measured = run_worker("mpi", network, args.calls, args.repeats)
+        rows += [{"network": network, "case": case, "us": measured[case] * 1e6,
+                  "floor_us": measured["mpi-exchange"] * 1e6} for case in ("mpi-pair", "mpi-chain")]
+    print(table(rows))
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "calls": args.calls, "repeats": args.repeats}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
