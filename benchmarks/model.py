@@ -1,6 +1,6 @@
 """Prediction error of the calibrated model over the synthetic-chain sweep.
 
-For each rank count and per-rank size, one ``mpiexec`` job (``meshchain.model.report``)
+For each rank count and per-rank size, one ``mpiexec`` job (``meshchain.apps.report``)
 times the synthetic chain loop by loop and communication-avoiding at each loop count,
 calibrates the model on the job's communicator (``L``, ``B``, ``c`` measured; ``g_l`` and
 meshchain's overheads ``o_r``, ``o_l`` fitted from the job's timed executions) and predicts
@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from meshchain.model.report import ProgressBar, format_table, run_report
+from meshchain.apps.report import ProgressBar, format_table, run_report
 
 HERE = Path(__file__).resolve().parent
 

@@ -185,7 +185,9 @@ def _halo_sizes_legacy(dat) -> dict:
 
 
 def run_worker(kind: str, network: str, calls: int, repeats: int) -> dict:
-    env = dict(os.environ, MESHCHAIN_THREADS="1")
+    # a cache directory of its own: compiled loops are reused from run to run, and no saved
+    # calibration of another program turns on the model's per-execution predictions
+    env = dict(os.environ, MESHCHAIN_THREADS="1", MESHCHAIN_CACHE_DIR=str(HERE / "build" / "overhead-cache"))
     if network == "tcp":
         env.update(TCP)
     command = [sys.executable, __file__, "--worker", kind, "--calls", str(calls), "--repeats", str(repeats)]

@@ -25,7 +25,7 @@ import time
 import meshchain as mc
 from meshchain.apps.airfoil import *  # noqa: F401,F403 - re-exported: tests and benchmarks use airfoil.declare, .run, ...
 from meshchain.apps.airfoil import declare, run
-from meshchain.config import BACKENDS, GPU_INCREMENTS
+from meshchain.core.config import BACKENDS, GPU_INCREMENTS
 from meshchain.meshes import naca0012, read_op2_ascii
 
 

@@ -26,7 +26,7 @@ import sys
 import time
 
 import meshchain as mc
-from meshchain.config import BACKENDS
+from meshchain.core.config import BACKENDS
 from meshchain.apps.synthetic import *  # noqa: F401,F403 - re-exported: tests and benchmarks use sc.declare, .run, ...
 from meshchain.apps.synthetic import checksum, declare, run
 from meshchain.meshes import structured_tris

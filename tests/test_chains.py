@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
-from meshchain.access import Access
+from meshchain.core.access import Access
 from meshchain.inspector.chain import ArgSig, LoopSig, SetFacts, core_thresholds, plan_chain, validity_after
-from meshchain.lazy.chains import parse_chain_config
+from meshchain.engine.chains import parse_chain_config
 
 from chain_programs import Program, programs
 

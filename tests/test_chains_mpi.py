@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
-from meshchain.distributed.grouped import GROUPED_TAG
+from meshchain.comm.grouped import GROUPED_TAG
 from meshchain.meshes import naca0012, structured_tris
 
 from chain_programs import Program, programs

@@ -145,8 +145,8 @@ def test_independent_blocks_share_one_colour():
 
 def test_runtime_plan_matches_colour_blocks():
     """The runtime's cached plan is colour_blocks over the loop's indirect writes, per block size."""
-    from meshchain.loop import make_loop
-    from meshchain.stats import LoopStats
+    from meshchain.ir.loop import make_loop
+    from meshchain.core.stats import LoopStats
 
     nodes, edges = mc.Set(30, "nodes"), mc.Set(80, "edges")
     e2n = mc.Map(edges, nodes, 2, np.random.default_rng(1).integers(0, 30, size=(80, 2)), "e2n")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import meshchain as mc
 from meshchain.backends.cuda.codegen import loop_source
 from meshchain.backends.cuda.device import EmulatedDevice
-from meshchain.loop import make_loop
+from meshchain.ir.loop import make_loop
 from meshchain.meshes import naca0012
 
 from chain_programs import Program, programs

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import meshchain as mc
 from meshchain.backends.cuda.device import EmulatedDevice
 from meshchain.backends.cuda.halo import HALO_SOURCE, HALO_THREADS, halo_mode, mpi_is_cuda_aware
-from meshchain.config import Config
+from meshchain.core.config import Config
 
 from test_cuda import _nvcc, needs_nvcc
 

@@ -1,5 +1,5 @@
-"""Unit tests of kernel parsing and free-name resolution (meshchain.kernel), of the
-static index check (meshchain.analysis.index_safety) and of env parsing (meshchain.config)."""
+"""Unit tests of kernel parsing and free-name resolution (meshchain.ir.kernel), of the
+static index check (meshchain.ir.analysis.index_safety) and of env parsing (meshchain.core.config)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import meshchain as mc
-from meshchain.analysis import index_safety
-from meshchain.config import Config
-from meshchain.kernel import MAX_CONSTANT_ARRAY, describe_constant
+from meshchain.ir.analysis import index_safety
+from meshchain.core.config import Config
+from meshchain.ir.kernel import MAX_CONSTANT_ARRAY, describe_constant
 
 # Module-level names the kernels below read.
 NCOMP = 3

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import meshio
-from meshchain.errors import DataShapeError, DeclarationError, MapError, MeshchainError
+from meshchain.core.errors import DataShapeError, DeclarationError, MapError, MeshchainError
 from meshchain.meshes.generators import (
     UnstructuredMesh,
     jittered_delaunay,

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshchain.errors import DataShapeError, DeclarationError, MapError, MeshchainError
+from meshchain.core.errors import DataShapeError, DeclarationError, MapError, MeshchainError
 from meshchain.meshes.naca import naca0012, naca0012_thickness
 from meshchain.meshes.op2 import AirfoilMesh, read_op2_ascii, write_op2_ascii
 

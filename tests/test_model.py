@@ -203,7 +203,7 @@ def test_calibrate_rejects_bad_options():
 
 
 def test_report_refuses_bad_options():
-    from meshchain.model.report import run_report
+    from meshchain.apps.report import run_report
 
     with pytest.raises(mc.ConfigurationError, match=">= 2"):
         run_report("synthetic", ranks=[1], per_rank=[100], loops=[2])

@@ -342,7 +342,7 @@ def test_depth_beyond_what_can_be_built_is_refused(comm):
 def test_deeper_halos_built_on_demand_keep_values_and_results(comm):
     """Layers added after partitioning equal the brute-force layers, dats keep their values,
     and loops still give the serial answer."""
-    from meshchain.distributed.partition import ensure_depth
+    from meshchain.partition.distribute import ensure_depth
 
     def run(c, extend):
         mc.reset_runtime(comm=c)

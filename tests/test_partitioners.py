@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 MPI = pytest.importorskip("mpi4py.MPI")
 pymetis = pytest.importorskip("pymetis")
 
-from meshchain.distributed import partitioners as P  # noqa: E402
-from meshchain.distributed.partitioners import _principal_axes, block_offsets, kway, rib  # noqa: E402
-from meshchain.errors import DeclarationError, MeshchainError  # noqa: E402
+from meshchain.partition import partitioners as P  # noqa: E402
+from meshchain.partition.partitioners import _principal_axes, block_offsets, kway, rib  # noqa: E402
+from meshchain.core.errors import DeclarationError, MeshchainError  # noqa: E402
 
 SELF = MPI.COMM_SELF
 FAST = settings(max_examples=40, deadline=None)
@@ -277,8 +277,8 @@ WORKER = textwrap.dedent(
     import sys, traceback
     import numpy as np
     from mpi4py import MPI
-    from meshchain.distributed.partitioners import block_offsets, kway, rib
-    from meshchain.errors import DeclarationError
+    from meshchain.partition.partitioners import block_offsets, kway, rib
+    from meshchain.core.errors import DeclarationError
 
     comm = MPI.COMM_WORLD
     size, rank = comm.size, comm.rank

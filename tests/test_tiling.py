@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import meshchain as mc
-from meshchain.errors import ConfigurationError, MeshchainError
+from meshchain.core.errors import ConfigurationError, MeshchainError
 from meshchain.inspector.tiling import TileLoop, chain_footprints, check_colouring, tile_chain
 from meshchain.meshes import naca0012, structured_tris
 

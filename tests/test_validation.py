@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import meshchain as mc
-from meshchain.config import Config
+from meshchain.core.config import Config
 
 # --------------------------------------------------------------------------- #
 # A small mesh shared by the tests (4 edges over 3 nodes, 2 cells)

@@ -14,8 +14,8 @@ Examples
 3.0
 """
 
-from .access import INC, MAX, MIN, READ, RW, WRITE, Access
-from .errors import (
+from .core.access import INC, MAX, MIN, READ, RW, WRITE, Access
+from .core.errors import (
     AccessModeError,
     ArgumentCountError,
     BackendUnavailableError,
@@ -33,12 +33,13 @@ from .errors import (
     MeshFileNotFoundError,
     SetMismatchError,
 )
-from .kernel import Kernel, kernel
+from .ir.kernel import Kernel, kernel
 from . import model
-from .distributed.inputs import Block
-from .distributed.partition import partition
-from .lazy.chains import loop_chain
-from .runtime import configure, flush, get_runtime, par_loop, reset_runtime, stats
+from .core import errors
+from .comm.inputs import Block
+from .partition.distribute import partition
+from .engine.chains import loop_chain
+from .engine.session import configure, flush, get_runtime, par_loop, reset_runtime, stats
 from .types import Arg, Dat, Global, Map, MapIndex, Set
 
 __version__ = "0.1.0"

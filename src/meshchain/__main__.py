@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    from .model import report
+    from .apps import report
 
     return getattr(report, commands[argv[0]])(argv[1:])
 

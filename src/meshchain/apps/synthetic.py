@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 import meshchain as mc
-from meshchain.errors import ConfigurationError
+from meshchain.core.errors import ConfigurationError
 from meshchain.meshes import structured_tris
 
 from . import _check_chain_mode, _total_size

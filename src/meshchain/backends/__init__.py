@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import BackendUnavailableError
+from ..core.errors import BackendUnavailableError
 
 __all__ = ["make_backend"]
 

@@ -1,6 +1,6 @@
 """The interface every backend implements.
 
-A backend turns a validated :class:`~meshchain.loop.ParLoop` into work: it compiles
+A backend turns a validated :class:`~meshchain.ir.loop.ParLoop` into work: it compiles
 (or fetches from its caches) an executor for the loop's signature and runs it on
 the plan the inspector made. Backends never validate user input: that happened
 when the loop was recorded.
@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ..access import Access
+from ..core.access import Access
 from ..types.args import GLOBAL
 
 __all__ = ["Backend", "reduced_targets", "combine_reductions"]
@@ -23,7 +23,7 @@ class Backend(ABC):
 
     Parameters
     ----------
-    runtime : meshchain.runtime.Runtime
+    runtime : meshchain.engine.session.Runtime
         Gives the configuration and the inspector's plans.
     """
 
@@ -55,8 +55,8 @@ class Backend(ABC):
         ``lo`` to ``hi``: one grouped message per neighbour, or one per dat and neighbour.
         Each has ``finish()`` and counts ``messages``, ``bytes_sent`` (and, grouped, ``largest``).
         Backends that keep dats elsewhere than in host memory override this."""
-        from ..distributed.exchange import Exchange
-        from ..distributed.grouped import GroupedExchange
+        from ..comm.p2p import Exchange
+        from ..comm.grouped import GroupedExchange
 
         if grouped:
             return [GroupedExchange(comm, items)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 
 __all__ = ["save_source"]
 

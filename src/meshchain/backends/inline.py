@@ -14,7 +14,7 @@ the code generator then calls it as a function instead.
 Examples
 --------
 >>> import meshchain as mc
->>> from meshchain.loop import make_loop
+>>> from meshchain.ir.loop import make_loop
 >>> from meshchain.backends.inline import inline_body
 >>> cells = mc.Set(2, "cells")
 >>> q, s = mc.Dat(cells, 2, None, "q"), mc.Global(1, 0.0, "s")
@@ -29,7 +29,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from ..access import Access
+from ..core.access import Access
 from ..types.args import DIRECT, INDIRECT, WHOLE_MAP
 
 __all__ = ["inline_body", "index_name", "scalar_reduction"]

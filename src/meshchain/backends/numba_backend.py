@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..access import Access
-from ..errors import AccessModeError, BackendUnavailableError, CompilationError, ConfigurationError, KernelRuntimeError
+from ..core.access import Access
+from ..core.errors import AccessModeError, BackendUnavailableError, CompilationError, ConfigurationError, KernelRuntimeError
 from .base import Backend, combine_reductions, readonly
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args

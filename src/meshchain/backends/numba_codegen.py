@@ -8,7 +8,7 @@ iterations of one sparse tile (a fused tiled chain calls it, see :mod:`.numba_ba
 Examples
 --------
 >>> import meshchain as mc
->>> from meshchain.loop import make_loop
+>>> from meshchain.ir.loop import make_loop
 >>> from meshchain.backends.numba_codegen import loop_source
 >>> cells = mc.Set(2, "cells")
 >>> q = mc.Dat(cells, 1, None, "q")
@@ -25,7 +25,7 @@ import ast
 
 import numpy as np
 
-from ..access import Access
+from ..core.access import Access
 from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
 from .inline import index_name, inline_body, scalar_reduction
 

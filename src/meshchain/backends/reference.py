@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from ..access import Access
-from ..errors import AccessModeError, KernelRuntimeError
+from ..core.access import Access
+from ..core.errors import AccessModeError, KernelRuntimeError
 from ..types.args import DIRECT, GLOBAL, INDIRECT
 from .base import Backend, readonly
 

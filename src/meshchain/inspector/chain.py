@@ -6,7 +6,7 @@ mesh's layer facts to a :class:`ChainPlan`: where the chain must be split into
 segments, each segment's per-loop execution depth, core threshold and the valid halo
 depth each dat needs when the segment starts (what its one grouped exchange brings).
 
-Semantics of depths (see :mod:`meshchain.distributed.layout`): a loop at execution
+Semantics of depths (see :mod:`meshchain.partition.layout`): a loop at execution
 depth ``e`` runs the owned elements and the exec halo of layers ``1..e``; it reads
 data of layers ``<= max(1, e)`` through maps and ``<= e`` directly; what it writes
 through maps is complete for targets of data layer ``<= e - 1`` (given their old values
@@ -29,7 +29,7 @@ read in phase 2.
 
 Examples
 --------
->>> from meshchain.access import Access
+>>> from meshchain.core.access import Access
 >>> from meshchain.inspector.chain import ArgSig, LoopSig, SetFacts, plan_chain
 >>> edges, nodes = 0, 1
 >>> update = LoopSig("update", edges, (ArgSig(0, False, True, Access.INC, nodes),   # res
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..access import Access
+from ..core.access import Access
 
 __all__ = ["ArgSig", "LoopSig", "SetFacts", "SegmentPlan", "ChainPlan", "plan_chain", "core_thresholds",
            "validity_after"]
@@ -236,7 +236,7 @@ def validity_after(loop: LoopSig, depth: int, valid: dict, covered) -> dict:
     values were valid. Written directly: valid to ``covered(depth)`` (``WRITE``), or there
     and where the old values were valid (``RW``, ``INC``).
 
-    >>> from meshchain.access import Access
+    >>> from meshchain.core.access import Access
     >>> inc = LoopSig("inc", 0, (ArgSig(0, False, True, Access.INC, 1),))
     >>> validity_after(inc, 2, {0: 3}, lambda e: e)
     {0: 1}

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..access import Access
-from ..errors import MeshchainError
+from ..core.access import Access
+from ..core.errors import MeshchainError
 
 __all__ = ["TileLoop", "TilePlan", "tile_chain", "chain_footprints", "check_colouring", "MAX_ROUNDS"]
 

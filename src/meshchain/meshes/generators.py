@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DataShapeError, DeclarationError, MapError
+from ..core.errors import DataShapeError, DeclarationError, MapError
 
 if TYPE_CHECKING:  # pragma: no cover
     import meshchain as mc

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataShapeError, MeshchainError, MeshFileError, MeshFileNotFoundError
+from ..core.errors import DataShapeError, MeshchainError, MeshFileError, MeshFileNotFoundError
 from .generators import CELL_TYPES, UnstructuredMesh
 
 __all__ = ["read_meshio", "MeshFileError", "MeshFileNotFoundError"]

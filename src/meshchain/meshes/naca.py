@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DeclarationError
+from ..core.errors import DeclarationError
 from .op2 import AirfoilMesh
 
 __all__ = ["naca0012"]

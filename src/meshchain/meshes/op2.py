@@ -38,7 +38,7 @@ from typing import Union
 
 import numpy as np
 
-from ..errors import DataShapeError, MapError, MeshFileError, MeshFileNotFoundError
+from ..core.errors import DataShapeError, MapError, MeshFileError, MeshFileNotFoundError
 
 __all__ = ["AirfoilMesh", "DeclaredAirfoil", "read_op2_ascii", "write_op2_ascii"]
 

@@ -7,7 +7,7 @@
 * :mod:`~meshchain.model.calibrate`: ``L``, ``B``, ``c`` measured on this machine and
   ``g_l`` from timed runs, cached per host and rank count;
 * :mod:`~meshchain.model.policy`: the decision of ``ca="auto"``;
-* :mod:`~meshchain.model.report`: ``python -m meshchain report``, the profitability table.
+* :mod:`~meshchain.apps.report`: ``python -m meshchain report``, the profitability table.
 """
 
 from .calibrate import Calibration, calibrate, load_calibration, loop_costs

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 from .equations import Machine
 from .overheads import fit_overheads
 
@@ -93,7 +93,7 @@ def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibrati
         Loop costs measured now replace saved ones of the same name; saved ones of loops
         that did not run are kept.
     """
-    from ..runtime import get_runtime
+    from ..engine.session import get_runtime
 
     sizes = sorted({int(s) for s in sizes})
     if len(sizes) < 2 or sizes[0] <= 0 or repeats < 1:
@@ -151,7 +151,7 @@ def loop_costs(stats=None) -> dict:
     """``g_l``: seconds per iteration of each loop timed so far on this rank (compute time
     over iterations; compilation excluded), from ``stats`` or ``mc.stats()``."""
     if stats is None:
-        from ..runtime import get_runtime
+        from ..engine.session import get_runtime
 
         stats = get_runtime().recorder
     return {name: s.time_compute / s.iterations for name, s in stats.loops.items()
@@ -160,7 +160,7 @@ def loop_costs(stats=None) -> dict:
 
 def calibration_path(ranks: int | None = None) -> Path:
     """Where the calibration for this host and ``ranks`` (default: the runtime's) is kept."""
-    from ..runtime import get_runtime
+    from ..engine.session import get_runtime
 
     runtime = get_runtime()
     if ranks is None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 
 __all__ = [
     "Machine", "op2_loop_time", "op2_chain_time", "ca_segment_time", "grouped_message_size",

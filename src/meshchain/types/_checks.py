@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import DataShapeError, DeclarationError
+from ..core.errors import DataShapeError, DeclarationError
 
 SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)

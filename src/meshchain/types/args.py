@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..access import Access
+from ..core.access import Access
 from .maps import Map
 
 __all__ = ["Arg", "DIRECT", "INDIRECT", "WHOLE_MAP", "GLOBAL"]

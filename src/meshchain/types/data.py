@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..access import DAT_MODES, GLOBAL_MODES, Access
-from ..errors import AccessModeError, DataShapeError, SetMismatchError
+from ..core.access import DAT_MODES, GLOBAL_MODES, Access
+from ..core.errors import AccessModeError, DataShapeError, SetMismatchError
 from ._checks import as_storage, check_count, check_name, resolve_dtype
 from .args import Arg
 from .maps import Map, MapIndex
@@ -23,7 +23,7 @@ def _check_access(access, owner: str, allowed, advice: str) -> Access:
 
 
 def _runtime():
-    from ..runtime import get_runtime
+    from ..engine.session import get_runtime
 
     return get_runtime()
 
@@ -32,7 +32,7 @@ def _runtime_partitioned(dat):
     """The runtime, refusing on several ranks to hand out data before ``mc.partition``."""
     runtime = _runtime()
     if runtime.distributed and not runtime.partitioned:
-        from ..errors import LoopError
+        from ..core.errors import LoopError
 
         raise LoopError(
             f"Dat {dat.name!r}: its data is laid out for partitioning, not yet distributed; call "
@@ -93,8 +93,8 @@ class Dat:
 
     def _distributed_storage(self, runtime, data, dtype):
         """Block rows (before mc.partition) or local rows (after), validated on all ranks together."""
-        from ..distributed.comm import block_offsets, fetch_rows, raise_together
-        from ..distributed.inputs import to_block_rows
+        from ..comm.collectives import block_offsets, fetch_rows, raise_together
+        from ..comm.inputs import to_block_rows
 
         comm, n = runtime.comm, self.dataset.size
         offsets = block_offsets(n, comm.size)
@@ -207,7 +207,7 @@ class Dat:
         layout = self.dataset._layout
         if layout is None:
             return self._host_data()[: self.dataset.size].copy()
-        from ..distributed.gather import gather_rows
+        from ..comm.gather import gather_rows
 
         n = layout.n_owned
         return gather_rows(runtime.comm, layout.global_ids[:n], self._host_data()[:n], self.dataset.size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import MapError
+from ..core.errors import MapError
 from ._checks import check_count, check_name
 from .sets import Set
 
@@ -46,7 +46,7 @@ class Map:
         self.arity = check_count(arity, f"Map {self.name!r} arity", minimum=1, error=MapError)
         self._indices = tuple(MapIndex(self, i) for i in range(self.arity))
         self._unsigned_view = self._block_values = None
-        from ..runtime import get_runtime
+        from ..engine.session import get_runtime
 
         runtime = get_runtime()
         if runtime.distributed:
@@ -85,9 +85,9 @@ class MapIndex:
 
 def _distributed_values(runtime, values, source: Set, target: Set, arity: int, name: str) -> np.ndarray:
     """This rank's block of the map's rows, validated on every rank together."""
-    from ..distributed.comm import raise_together
-    from ..distributed.inputs import to_block_rows
-    from ..errors import DeclarationError
+    from ..comm.collectives import raise_together
+    from ..comm.inputs import to_block_rows
+    from ..core.errors import DeclarationError
 
     if runtime.partitioned:
         raise_together(runtime.comm, DeclarationError(

@@ -11,13 +11,13 @@ __all__ = ["Set"]
 
 def _register(obj, agreed) -> None:
     """On several ranks: check that ``agreed`` is the same everywhere and record ``obj``."""
-    from ..runtime import get_runtime
+    from ..engine.session import get_runtime
 
     runtime = get_runtime()
     if runtime.distributed:
         if runtime.partitioned:
-            from ..distributed.comm import raise_together
-            from ..errors import DeclarationError
+            from ..comm.collectives import raise_together
+            from ..core.errors import DeclarationError
 
             raise_together(runtime.comm, DeclarationError(
                 f"Set {agreed[1]!r} is declared after mc.partition; declare every set and map before partitioning."))

@@ -32,8 +32,8 @@ import time
 
 import numpy as np
 
-from ...access import Access
-from ...distributed.grouped import GROUPED_TAG
+from ...core.access import Access
+from ...comm.grouped import GROUPED_TAG
 from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
 from ..base import Backend, combine_reductions

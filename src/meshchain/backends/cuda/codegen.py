@@ -22,7 +22,7 @@ the end.
 Examples
 --------
 >>> import meshchain as mc
->>> from meshchain.loop import make_loop
+>>> from meshchain.ir.loop import make_loop
 >>> from meshchain.backends.cuda.codegen import loop_source
 >>> cells = mc.Set(4, "cells")
 >>> q, total = mc.Dat(cells, 1, None, "q"), mc.Global(1, 0.0, "total")
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...access import Access
+from ...core.access import Access
 from ...types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
 from .translate import translate
 from .types import View, c_type

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, CompilationError
+from ...core.errors import BackendUnavailableError, CompilationError
 from ..generated import save_source
 
 __all__ = ["CupyDevice", "EmulatedDevice"]

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ...errors import BackendUnavailableError, CompilationError
+from ...core.errors import BackendUnavailableError, CompilationError
 from ..generated import save_source
 
 __all__ = ["HEADER", "compile_emulated", "compiler"]

@@ -3,8 +3,8 @@
 An exchange of ``[(dat, lo, hi), ...]`` (one dat for a loop, every dat a chain segment
 needs for a grouped exchange) sends, to each neighbour, one message: the rows that the
 neighbour imports in layers ``lo+1..hi`` of each dat in turn, the same bytes as
-:class:`~meshchain.distributed.grouped.GroupedExchange` (or, for one dat,
-:class:`~meshchain.distributed.exchange.Exchange`) sends from the host.
+:class:`~meshchain.comm.grouped.GroupedExchange` (or, for one dat,
+:class:`~meshchain.comm.p2p.Exchange`) sends from the host.
 
 On the device:
 
@@ -33,9 +33,9 @@ import ctypes
 
 import numpy as np
 
-from ...distributed.exchange import _layers
-from ...distributed.grouped import _row_bytes
-from ...errors import ConfigurationError
+from ...comm.p2p import _layers
+from ...comm.grouped import _row_bytes
+from ...core.errors import ConfigurationError
 from .residency import DEVICE, device_array
 
 __all__ = ["HALO_SOURCE", "HALO_THREADS", "HaloPattern", "DeviceExchange", "halo_mode", "mpi_is_cuda_aware"]

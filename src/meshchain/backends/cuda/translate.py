@@ -7,7 +7,7 @@ expressions, ``if``/``elif``/``else``, ``for ... in range(...)``, ``while``,
 arrays (``np.zeros``/``np.ones``/``np.empty`` of a constant shape), indexing of the
 argument views, ``math``/``numpy`` functions, module constants (numbers, tuples,
 small arrays) and helper functions (translated too, one version per argument
-types). Anything else raises :class:`~meshchain.errors.KernelError` naming the
+types). Anything else raises :class:`~meshchain.core.errors.KernelError` naming the
 kernel, the line and the construct.
 
 Examples
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import AccessModeError, KernelError
+from ...core.errors import AccessModeError, KernelError
 from .types import BOOL, DOUBLE, INT, View, c_type, is_float, is_int, join, literal, scalar_type
 
 __all__ = ["translate", "Unit"]

@@ -8,7 +8,7 @@ otherwise reports that run-time bounds checks are needed.
 Examples
 --------
 >>> import meshchain as mc
->>> from meshchain.analysis import index_safety
+>>> from meshchain.ir.analysis import index_safety
 >>> k = mc.Kernel.from_source("def f(a):\\n    for i in range(3):\\n        a[i] = 0\\n")
 >>> index_safety(k, [(3,)])
 True
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 
-from .errors import KernelError
+from ..core.errors import KernelError
 
 __all__ = ["index_safety", "written_params", "non_increment_uses"]
 

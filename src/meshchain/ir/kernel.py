@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .analysis import index_safety, non_increment_uses, written_params
-from .errors import KernelError
+from ..core.errors import KernelError
 
 __all__ = ["Kernel", "kernel", "Constant"]
 
@@ -153,13 +153,13 @@ class Kernel:
         return all(helper.unchanged() for helper in self._helpers)
 
     def non_increment_uses(self, param: str) -> list:
-        """Cached :func:`meshchain.analysis.non_increment_uses`."""
+        """Cached :func:`meshchain.ir.analysis.non_increment_uses`."""
         if param not in self._increment_uses:
             self._increment_uses[param] = non_increment_uses(self, param)
         return self._increment_uses[param]
 
     def index_safety(self, shapes) -> bool:
-        """Cached :func:`meshchain.analysis.index_safety` for these view shapes."""
+        """Cached :func:`meshchain.ir.analysis.index_safety` for these view shapes."""
         shapes = tuple(shapes)
         if shapes not in self._safety:
             self._safety[shapes] = index_safety(self, shapes)

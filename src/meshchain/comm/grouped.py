@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exchange import _layers
+from .p2p import _layers
 
 __all__ = ["GroupedExchange", "GROUPED_TAG"]
 

@@ -20,7 +20,7 @@ equations alone and with the fitted overheads; and the measured gain.
 
 Examples
 --------
->>> from meshchain.model.report import format_table
+>>> from meshchain.apps.report import format_table
 >>> row = dict(workload="synthetic", ranks=2, per_rank=1000, loops=8, per_loop_bytes=6720, ca_bytes=2720,
 ...            per_loop_core=38688, per_loop_iterations=40688, ca_core=32113, ca_iterations=41512,
 ...            comm_reduction=59.5, comp_increase=2.0, paper_gain=3.1, predicted_gain=21.0,
@@ -109,7 +109,7 @@ def run_report(workload: str, *, ranks, per_rank, loops, iters: int = 10, repeat
 
 def _stream(command, env, timeout: float):
     """The JSON lines the job prints, as they come; a failed job raises with its output."""
-    from ..errors import MeshchainError
+    from ..core.errors import MeshchainError
 
     import tempfile
 
@@ -131,7 +131,7 @@ def _stream(command, env, timeout: float):
 
 
 def _check_options(workload, ranks, per_rank, loops, iters, repeats) -> None:
-    from ..errors import ConfigurationError
+    from ..core.errors import ConfigurationError
 
     if workload not in WORKLOADS:
         raise ConfigurationError(f"unknown workload {workload!r}: choose one of {', '.join(WORKLOADS)}")
@@ -231,7 +231,7 @@ def _prediction(mc, comm, name: str, calibration) -> dict:
     import numpy as np
     from mpi4py import MPI
 
-    from .calibrate import loop_costs
+    from ..model.calibrate import loop_costs
 
     profile = mc.stats().chains[name].profile
     g = {**calibration.loop_costs, **loop_costs()}
@@ -348,7 +348,7 @@ ca="auto" makes this choice per chain from the calibrated model."""
 
 def _print_calibration(rows) -> None:
     if rows:
-        from .calibrate import Calibration
+        from ..model.calibrate import Calibration
 
         calibration = Calibration.from_dict(rows[-1]["calibration"])
         print(f"calibration ({calibration.created}): {calibration.describe()}")

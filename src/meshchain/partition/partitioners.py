@@ -5,7 +5,7 @@ distribution: rank ``r`` holds global ids ``[offsets[r], offsets[r + 1])`` with
 ``offsets = block_offsets(N, comm.size)``. The partitioners here are pure
 functions of those distributed arrays: each rank passes its own rows and gets back
 the part of each of them. Every function is collective over ``comm``; invalid
-input found on any rank raises the same :class:`~meshchain.errors.DeclarationError`
+input found on any rank raises the same :class:`~meshchain.core.errors.DeclarationError`
 on every rank (the ranks agree on errors before raising, so none is left waiting in
 a collective).
 
@@ -58,7 +58,7 @@ import operator
 
 import numpy as np
 
-from meshchain.errors import DeclarationError
+from meshchain.core.errors import DeclarationError
 
 __all__ = ["block_offsets", "rib", "kway"]
 

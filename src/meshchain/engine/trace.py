@@ -10,7 +10,7 @@ access it through). Everything else stays pending, in order.
 Examples
 --------
 >>> from types import SimpleNamespace as Loop
->>> from meshchain.lazy.trace import Trace
+>>> from meshchain.engine.trace import Trace
 >>> a, b, c = object(), object(), object()
 >>> t = Trace()
 >>> t.append(Loop(name="writes_a", reads=(), writes=(a,)))

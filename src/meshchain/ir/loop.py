@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import meshchain as mc
->>> from meshchain.loop import make_loop
+>>> from meshchain.ir.loop import make_loop
 >>> cells = mc.Set(2, "cells")
 >>> q = mc.Dat(cells, 1, [1.0, 2.0], "q")
 >>> @mc.kernel
@@ -24,11 +24,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .access import Access
-from .errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
+from ..core.access import Access
+from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
 from .kernel import Kernel
-from .types import Arg, Set
-from .types.args import GLOBAL
+from ..types import Arg, Set
+from ..types.args import GLOBAL
 
 __all__ = ["ParLoop", "ArgSpec", "make_loop"]
 
@@ -215,8 +215,8 @@ def _check_exclusive(arg: Arg, name: str) -> None:
 
 def _agreed_exclusivity_error(arg: Arg, name: str):
     """The error (agreed by every rank) for an RW path that reaches an element twice, or None."""
-    from .distributed.comm import raise_together
-    from .runtime import get_runtime
+    from ..comm.collectives import raise_together
+    from ..engine.session import get_runtime
 
     values = arg.map.values if arg.index is None else arg.map.values[:, arg.index]
     counts = np.bincount(values.ravel()) if values.size else np.zeros(0, dtype=np.int64)

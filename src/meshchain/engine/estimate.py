@@ -14,7 +14,7 @@ import numpy as np
 
 from ..inspector.chain import validity_after
 from ..model.profile import ChainProfile, LoopProfile, SegmentProfile
-from .exchange import _layers
+from ..comm.p2p import _layers
 from .execute import _core, chain_plan
 
 __all__ = ["chain_profile", "per_loop_profile", "ca_profile", "per_loop_rounds"]
@@ -22,7 +22,7 @@ __all__ = ["chain_profile", "per_loop_profile", "ca_profile", "per_loop_rounds"]
 
 def chain_profile(runtime, loops, plan, signature) -> ChainProfile:
     """Both executions of ``loops`` from the current state; ``plan`` and ``signature`` are the
-    chain's CA plan (:func:`meshchain.distributed.execute.chain_plan`)."""
+    chain's CA plan (:func:`meshchain.engine.execute.chain_plan`)."""
     return ChainProfile(per_loop_profile(runtime, loops), ca_profile(plan, signature, loops))
 
 

@@ -2,7 +2,7 @@
 
 Examples
 --------
->>> from meshchain.config import Config
+>>> from meshchain.core.config import Config
 >>> Config.from_env({"MESHCHAIN_BACKEND": "reference"}).backend
 'reference'
 """
@@ -53,7 +53,7 @@ class Config:
         On several ranks, run a loop's core iterations while its halo exchanges are in
         flight (default); False waits for the exchanges first (for measurements).
     chains : Path or None
-        A TOML file naming loop chains by their loops (see :mod:`meshchain.lazy.chains`).
+        A TOML file naming loop chains by their loops (see :mod:`meshchain.engine.chains`).
     gpu_threads : int
         Threads per CUDA block (a power of two, at most 1024; default 256).
     gpu_increments : str

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import MeshchainWarning
+from ..core.errors import MeshchainWarning
 from ..model.profile import ChainProfile
-from ..tiled import refuse_tiling
+from .tiled import refuse_tiling
 from .auto import decide, observe, record_prediction
 from .estimate import ca_profile, per_loop_profile
 from .execute import chain_plan, run_chain_segments, run_loop
-from .partition import MAX_DEPTH
+from ..partition.distribute import MAX_DEPTH
 
 __all__ = ["run_chain"]
 
 
 def run_chain(runtime, options, loops, records, chain, tiling=None) -> None:
     """Run ``loops`` as the chain ``options`` describes; ``chain`` is its :class:`ChainStats`;
-    ``tiling`` (a :class:`meshchain.tiled.Tiling` or None) tiles every CA phase."""
+    ``tiling`` (a :class:`meshchain.engine.tiled.Tiling` or None) tiles every CA phase."""
     limit = min(options.max_halo or MAX_DEPTH, MAX_DEPTH)
     use_ca = options.ca
     plan = signature = None

@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 
-from ..access import Access
+from ..core.access import Access
 from ..inspector.chain import ArgSig, LoopSig, SetFacts, plan_chain, validity_after
-from ..stats import add_by_layer
-from .layout import MAX_LEVEL
+from ..core.stats import add_by_layer
+from ..partition.layout import MAX_LEVEL
 
 __all__ = ["run_loop", "run_chain_segments", "chain_plan", "abort_on_failure"]
 
@@ -98,7 +98,7 @@ def chain_plan(runtime, loops, limit: int):
 
     Returns ``(plan, signature)``. Cached by the chain's signature and the mesh's layers.
     """
-    from .partition import ensure_depth
+    from ..partition.distribute import ensure_depth
 
     signature = _Signature(loops)
     while True:

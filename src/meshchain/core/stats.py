@@ -2,7 +2,7 @@
 
 Examples
 --------
->>> from meshchain.stats import LoopStats
+>>> from meshchain.core.stats import LoopStats
 >>> LoopStats("update").calls
 0
 """
@@ -139,7 +139,7 @@ class ChainStats:
     @property
     def predicted_gain(self) -> float:
         """The model's gain of CA over per-loop in percent (NaN without predictions)."""
-        from .model.equations import gain_percent
+        from ..model.equations import gain_percent
 
         return gain_percent(self.predicted_per_loop, self.predicted_ca) if self.predicted_executions else float("nan")
 
@@ -147,7 +147,7 @@ class ChainStats:
     def comm_reduction(self) -> float:
         """Table 5's "Comm Reduc.%", ``100 (1 - p·m^r / Σ d·p·m^1)``, of the latest execution's
         :attr:`profile` (NaN without one)."""
-        from .model.equations import comm_reduction_percent
+        from ..model.equations import comm_reduction_percent
 
         totals = self._totals()
         return comm_reduction_percent(totals["per_loop_bytes"], totals["ca_bytes"]) if totals else float("nan")
@@ -155,7 +155,7 @@ class ChainStats:
     @property
     def comp_increase(self) -> float:
         """Table 5's "Comp Inc.%", ``100 (1 - ΣS^1 / ΣS^h)``, of the latest :attr:`profile`."""
-        from .model.equations import comp_increase_percent
+        from ..model.equations import comp_increase_percent
 
         totals = self._totals()
         return comp_increase_percent(totals["per_loop_iterations"], totals["ca_iterations"]) if totals else float("nan")

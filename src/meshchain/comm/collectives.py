@@ -2,7 +2,7 @@
 
 Everything here is collective over ``comm``: every rank calls each function in the
 same order. Errors found on some ranks are agreed on first (:func:`raise_together`),
-so every rank raises the same :class:`~meshchain.errors.MeshchainError` and none is
+so every rank raises the same :class:`~meshchain.core.errors.MeshchainError` and none is
 left waiting in a collective.
 """
 
@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from .partitioners import block_offsets  # the one definition of the block distribution
+from ..partition.partitioners import block_offsets  # the one definition of the block distribution
 
 __all__ = [
     "world_communicator",

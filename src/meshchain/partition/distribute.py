@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigurationError, DeclarationError
-from .comm import _ranges, alltoallv, block_offsets, block_owner, fetch_rows, raise_together
+from ..core.errors import ConfigurationError, DeclarationError
+from ..comm.collectives import _ranges, alltoallv, block_offsets, block_owner, fetch_rows, raise_together
 from .layout import build_layouts
 
 __all__ = ["partition", "ensure_depth", "METHODS", "MAX_DEPTH"]
@@ -51,7 +51,7 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     >>> import meshchain as mc
     >>> mc.partition("block")   # one process: nothing to distribute
     """
-    from ..runtime import get_runtime
+    from ..engine.session import get_runtime
 
     runtime = get_runtime()
     _check_options(method, coords, depth)
@@ -87,7 +87,7 @@ def ensure_depth(depth: int, *, flush: bool = True) -> None:
     Pending loops run first unless ``flush`` is False (the executor, between loops it
     has taken from the trace).
     """
-    from ..runtime import get_runtime
+    from ..engine.session import get_runtime
 
     runtime = get_runtime()
     if not runtime.distributed or depth <= runtime.depth:

@@ -19,9 +19,9 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from .access import Access
-from .errors import MeshchainWarning
-from .inspector.tiling import chain_footprints, tile_chain
+from ..core.access import Access
+from ..core.errors import MeshchainWarning
+from ..inspector.tiling import chain_footprints, tile_chain
 
 __all__ = ["Tiling", "run_tiled", "refuse_tiling"]
 
@@ -31,7 +31,7 @@ _CACHE_LIMIT = 256
 @dataclass(frozen=True)
 class Tiling:
     """How one chain's phases are tiled: ``tile_size`` seed iterations per tile; the chain's
-    name and :class:`~meshchain.stats.ChainStats` for statistics and diagnostics."""
+    name and :class:`~meshchain.core.stats.ChainStats` for statistics and diagnostics."""
 
     tile_size: int
     name: str

@@ -10,7 +10,7 @@ raises the same error everywhere.
 Examples
 --------
 >>> import numpy as np
->>> from meshchain.distributed.inputs import Block
+>>> from meshchain.comm.inputs import Block
 >>> Block(np.zeros((3, 2))).rows.shape
 (3, 2)
 """
@@ -21,8 +21,8 @@ import hashlib
 
 import numpy as np
 
-from ..errors import DataShapeError
-from .comm import alltoallv, block_offsets, block_owner, raise_together
+from ..core.errors import DataShapeError
+from .collectives import alltoallv, block_offsets, block_owner, raise_together
 
 __all__ = ["Block", "to_block_rows"]
 

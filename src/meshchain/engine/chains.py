@@ -18,7 +18,7 @@ no change::
 
 Examples
 --------
->>> from meshchain.lazy.chains import parse_chain_config
+>>> from meshchain.engine.chains import parse_chain_config
 >>> [(c.name, c.pattern) for c in parse_chain_config('[[chain]]\\nname = "a"\\nloops = ["x", "y"]\\n')]
 [('a', ('x', 'y'))]
 """
@@ -30,7 +30,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigurationError, LoopError, MeshchainWarning
+from ..core.errors import ConfigurationError, LoopError, MeshchainWarning
 
 __all__ = ["ChainOptions", "ChainRun", "loop_chain", "parse_chain_config", "load_chain_config", "ChainMatcher",
            "CA_CHOICES"]
@@ -50,7 +50,7 @@ class ChainOptions:
         Communication-avoiding execution (one grouped exchange per segment), loop by loop,
         or decided per chain by the model.
     tile_size : int or None
-        Sparse tiling: seed iterations per tile (``None``: untiled). See :mod:`meshchain.tiled`.
+        Sparse tiling: seed iterations per tile (``None``: untiled). See :mod:`meshchain.engine.tiled`.
     max_halo : int or None
         Most halo layers the chain may use (default: as many as can be built, 16).
     """
@@ -94,7 +94,7 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
         See :class:`ChainOptions`.
     tile_size : int or None, keyword-only
         Sparse tiling: run the chain tile by tile, ``tile_size`` iterations of its seed loop
-        per tile (see :mod:`meshchain.tiled`); None runs it loop by loop.
+        per tile (see :mod:`meshchain.engine.tiled`); None runs it loop by loop.
     max_halo : int or None, keyword-only
 
     Examples
@@ -130,13 +130,13 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
         self.run: ChainRun | None = None
 
     def __enter__(self) -> "loop_chain":
-        from ..runtime import get_runtime
+        from .session import get_runtime
 
         self.run = get_runtime().open_chain(self.options)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        from ..runtime import get_runtime
+        from .session import get_runtime
 
         get_runtime().close_chain(self.run, force=exc_type is None)
 

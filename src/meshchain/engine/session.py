@@ -3,7 +3,7 @@
 Evaluation is lazy. ``par_loop`` records a loop in the trace and returns. Loops run
 when something forces them: reading ``dat.data``, ``dat.gather()`` or
 ``global.value`` runs exactly the pending loops the object depends on (dependence
-analysis in :mod:`meshchain.lazy.trace`); setting ``global.value`` or writing through
+analysis in :mod:`meshchain.engine.trace`); setting ``global.value`` or writing through
 ``dat.data`` first runs the loops that use the object; ``mc.flush()``, leaving a
 ``loop_chain`` block, completing a chain named in the chain configuration, or the
 trace reaching ``config.trace_length`` loops run what is pending.
@@ -16,17 +16,17 @@ import time
 
 import weakref
 
-from .backends import make_backend
-from .backends.base import Range
-from .config import Config
-from .distributed.comm import world_communicator
-from .errors import LoopError
-from .inspector import colour_blocks, touched_keys
-from .lazy import Trace
-from .lazy.chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
-from .loop import make_loop
-from .model.overheads import Observations
-from .stats import StatsRecorder
+from ..backends import make_backend
+from ..backends.base import Range
+from ..core.config import Config
+from ..comm.collectives import world_communicator
+from ..core.errors import LoopError
+from ..inspector import colour_blocks, touched_keys
+from .trace import Trace
+from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
+from ..ir.loop import make_loop
+from ..model.overheads import Observations
+from ..core.stats import StatsRecorder
 
 __all__ = ["Runtime", "get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats"]
 
@@ -61,7 +61,7 @@ class Runtime:
 
     def forget_plans(self) -> None:
         """Drop cached execution plans and per-map checks (after local numbers changed)."""
-        from . import loop as loop_module
+        from ..ir import loop as loop_module
 
         self._plans.clear()
         self.chain_plans.clear()
@@ -80,7 +80,7 @@ class Runtime:
 
         Returns its position in the declaration order, the same on every rank (dats use it
         as their MPI message tag)."""
-        from .distributed.inputs import check_agreement
+        from ..comm.inputs import check_agreement
 
         check_agreement(self.comm, (type(obj).__name__, agreed), f"{type(obj).__name__} declaration {agreed!r}")
         self._declared.append(weakref.ref(obj))
@@ -93,7 +93,7 @@ class Runtime:
         collection frees unreferenced objects at different times on different ranks, and
         collective steps (building halos) must see the same list everywhere.
         """
-        from .types import Dat, Map, Set
+        from ..types import Dat, Map, Set
 
         objects = [r() for r in self._declared]
         if agreed and self.distributed:
@@ -210,7 +210,7 @@ class Runtime:
     def execute(self, loop) -> None:
         record = self.recorder.loop(loop.name)
         if self.distributed:
-            from .distributed.execute import abort_on_failure, run_loop
+            from .execute import abort_on_failure, run_loop
 
             abort_on_failure(self, f"loop {loop.name!r}", lambda: run_loop(self, loop, record))
             return
@@ -238,8 +238,8 @@ class Runtime:
             for loop, rec in zip(loops, records):
                 _count_serial(rec, loop.iterset.size)
             return
-        from .distributed.chain import run_chain
-        from .distributed.execute import abort_on_failure
+        from .chain import run_chain
+        from .execute import abort_on_failure
 
         began = time.perf_counter()
         abort_on_failure(self, f"chain {run.options.name!r}",
@@ -249,7 +249,7 @@ class Runtime:
     def run_ranges(self, items, *, tiling=None) -> None:
         """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain):
         one backend call for the whole phase where the backend can fuse it; sparse-tiled
-        when ``tiling`` (a :class:`meshchain.tiled.Tiling`) is given."""
+        when ``tiling`` (a :class:`meshchain.engine.tiled.Tiling`) is given."""
         if tiling is not None:
             from .tiled import run_tiled
 
@@ -397,7 +397,7 @@ def flush() -> None:
 
 
 def configure(**options) -> None:
-    """Change options (see :class:`~meshchain.config.Config`); pending loops run first.
+    """Change options (see :class:`~meshchain.core.config.Config`); pending loops run first.
 
     Examples
     --------
@@ -411,7 +411,7 @@ def configure(**options) -> None:
 
 
 def stats(*, reset: bool = False, all_ranks: bool = False):
-    """A snapshot of per-loop statistics (:class:`~meshchain.stats.Stats`).
+    """A snapshot of per-loop statistics (:class:`~meshchain.core.stats.Stats`).
 
     ``reset`` clears them; ``all_ranks`` (collective) sums the counters and times over the
     ranks (``neighbours`` is the maximum).
@@ -426,3 +426,8 @@ def stats(*, reset: bool = False, all_ranks: bool = False):
     if all_ranks and runtime.comm is not None:
         snapshot = snapshot.combined(runtime.comm.allgather(snapshot))
     return snapshot
+
+
+from ..core import context as _context  # noqa: E402
+
+_context.install(get_runtime)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .comm import _ranges, alltoallv, block_offsets, block_owner, fetch_csr, fetch_rows
+from ..comm.collectives import _ranges, alltoallv, block_offsets, block_owner, fetch_csr, fetch_rows
 
 __all__ = ["SetLayout", "build_layouts", "INTERIOR"]
 

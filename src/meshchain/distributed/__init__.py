@@ -1,1 +1,0 @@
-"""Distributed memory: partitioning, layered halos, local numbering and halo exchanges."""
