@@ -7,7 +7,7 @@ Four cases on tiny sets (so that only meshchain's own work is timed), 1 Numba th
     ``mc.flush()`` (time per loop);
 ``chain``
     one process: a 16-loop chain (8 x the synthetic ``update``, ``edge_flux`` pair on a
-    small triangle mesh) executed again: recording included (time per loop);
+    3 x 3 triangle mesh, 21 edges) executed again: recording included (time per loop);
 ``mpi-pair``
     2 ranks: a node loop writing ``pres`` directly and an edge loop reading it through a
     map, so every step exchanges the ``pres`` halo; ``mc.flush()`` after the pair (time per
@@ -16,10 +16,13 @@ Four cases on tiny sets (so that only meshchain's own work is timed), 1 Numba th
     2 ranks: the 16-loop chain run communication-avoiding, executed again (one grouped
     exchange per execution; time per loop).
 
-In the same run, the floors: ``numba-call`` is a bare call of the very compiled function
-the eager case runs, with the arguments its plan prepared; ``mpi-exchange`` a bare
-``Startall``/``Waitall`` of persistent requests with the neighbours and sizes of the
-pair's halo exchange. Each case reports its ratio to its floor. Every case keeps the best
+In the same run, the floors: ``numba-loop`` is a bare call of the very compiled function
+the eager case runs, with the arguments its plan prepared; ``numba-chain`` the same for
+the chain's one fused call (per loop: its compiled work, which a tiny mesh keeps small);
+``mpi-exchange`` a bare ``Startall``/``Waitall`` of persistent requests with the neighbours
+and sizes of the pair's halo exchange; ``mpi-agree`` a bare one-int ``Allreduce``, what the
+agreement on failures after every execution on several ranks costs at least. Each case
+reports its ratio to its floor. Every case keeps the best
 of ``--repeats`` rounds (slowest rank). ``--network tcp`` sends MPI messages through
 MPICH's TCP module over loopback (``MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_NETMOD=ofi
 FI_PROVIDER=tcp``), like an Ethernet cluster; ``shm`` is shared memory.
@@ -43,12 +46,26 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TCP = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
 LIMITS_US = {"eager": 5.0, "chain": 2.0, "mpi-pair": 15.0, "mpi-chain": 5.0}
-FLOOR_OF = {"eager": "numba-call", "chain": "numba-call", "mpi-pair": "mpi-exchange", "mpi-chain": "mpi-exchange"}
+FLOOR_OF = {"eager": "numba-loop", "chain": "numba-chain", "mpi-pair": "mpi-exchange", "mpi-chain": "mpi-exchange"}
 
 
 def mpiexec() -> str:
     candidate = Path(sys.executable).parent / "mpiexec"
     return str(candidate) if candidate.exists() else "mpiexec"
+
+
+def warm_up(actions, seconds: float = 1.0, comm=None) -> None:
+    """Run ``actions`` for ``seconds`` before anything is timed: on this VM the first second
+    of a busy process runs measurably slower (every case, the floors included). On several
+    ranks rank 0's clock decides, so that every rank runs as many exchanges."""
+    end = time.perf_counter() + seconds
+    while True:
+        for _ in range(50):
+            for action in actions:
+                action()
+        over = time.perf_counter() > end
+        if (comm.bcast(over) if comm is not None else over):
+            return
 
 
 def best_per_call(action, calls: int, repeats: int, comm=None) -> float:
@@ -73,7 +90,7 @@ def tiny_synthetic():
     from meshchain.apps import synthetic
     from meshchain.meshes import structured_tris
 
-    return synthetic.declare(structured_tris(6, 6), method="block")
+    return synthetic.declare(structured_tris(3, 3), method="block")  # 21 edges, 16 nodes, 18 cells
 
 
 def serial_worker(calls: int, repeats: int) -> dict:
@@ -99,28 +116,27 @@ def serial_worker(calls: int, repeats: int) -> dict:
         with mc.loop_chain("bench", ca=True):
             synthetic.record(problem, 8)
 
-    for action in (eager, chain):  # compile (or load from the cache) and build the plans
-        action()
-        action()
+    warm_up((eager, chain))  # compiles (or loads from the cache) and builds the plans first
     results = {"eager": best_per_call(eager, calls, repeats),
-               "chain": best_per_call(chain, calls // 4, repeats) / 16}
-    floor = numba_floor(relax, cells, q)
-    if floor is not None:
-        results["numba-call"] = best_per_call(floor, calls, repeats)
+               "chain": best_per_call(chain, calls // 4, repeats) / 16,
+               "numba-loop": best_per_call(numba_floor(lambda u: u.loops[0].kernel is relax), calls, repeats),
+               "numba-chain": best_per_call(numba_floor(lambda u: u.chain == "bench"), calls, repeats) / 16}
     return results
 
 
-def numba_floor(kernel, iterset, dat):
-    """A bare call of the compiled function the eager loop runs, with its prepared arguments
-    (None where this version of meshchain does not expose its plans)."""
+def numba_floor(wanted):
+    """A bare call of the compiled function a unit's plan runs (``wanted(unit)`` picks the
+    unit), with the arguments the plan prepared: the plan's own prepared call, without the
+    pipeline around it."""
     import meshchain as mc
 
-    session = mc.get_runtime()
-    finder = getattr(session, "replay_call", None)
-    if finder is None:
-        return None
-    function, arguments = finder(kernel, iterset, dat)
-    return lambda: function(*arguments)
+    plans = mc.get_runtime().pipeline.plans
+    for (unit, _, _), plan in zip(plans.keys(), plans.values()):
+        if wanted(unit):
+            call = plan.steps[0].core
+            entry, arguments = call.entry, call.arguments
+            return lambda: entry(*arguments)
+    raise RuntimeError("the unit's plan was not found")
 
 
 def mpi_worker(calls: int, repeats: int) -> dict:
@@ -141,12 +157,12 @@ def mpi_worker(calls: int, repeats: int) -> dict:
         with mc.loop_chain("bench", ca=True):
             synthetic.record(problem, 8)
 
-    for action in (pair, chain):
-        action()
-        action()
+    pair(), chain()  # compile (or load from the cache) and build the plans, together
+    warm_up((pair, chain), comm=comm)
     results = {"mpi-pair": best_per_call(pair, calls, repeats, comm) / 2,
                "mpi-chain": best_per_call(chain, calls // 4, repeats, comm) / 16,
-               "mpi-exchange": exchange_floor(comm, problem, calls, repeats)}
+               "mpi-exchange": exchange_floor(comm, problem, calls, repeats),
+               "mpi-agree": agreement_floor(comm, calls, repeats)}
     return results if comm.rank == 0 else {}
 
 
@@ -158,8 +174,7 @@ def exchange_floor(comm, problem, calls: int, repeats: int) -> float:
 
     import meshchain as mc
 
-    sizes = mc.get_runtime().halo_sizes(problem.pres, depth=1) if hasattr(mc.get_runtime(), "halo_sizes") \
-        else _halo_sizes_legacy(problem.pres)
+    sizes = _halo_sizes(problem.pres)
     requests, buffers = [], []
     for neighbour, (out_bytes, in_bytes) in sorted(sizes.items()):
         out, inbound = np.ones(max(out_bytes, 1), np.uint8)[:out_bytes], np.empty(in_bytes, np.uint8)
@@ -177,9 +192,22 @@ def exchange_floor(comm, problem, calls: int, repeats: int) -> float:
     return best_per_call(exchange, calls, repeats, comm)
 
 
-def _halo_sizes_legacy(dat) -> dict:
-    layout = dat.dataset._layout
-    row = dat._host.dtype.itemsize * dat.dim
+def agreement_floor(comm, calls: int, repeats: int) -> float:
+    """A bare ``Allreduce`` of one int: what the agreement on failures after every execution on
+    several ranks costs at least."""
+    import numpy as np
+    from mpi4py import MPI
+
+    flag = np.zeros(1, dtype=np.int32)
+    return best_per_call(lambda: comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX), calls, repeats, comm)
+
+
+def _halo_sizes(dat) -> dict:
+    """Bytes sent to and received from each neighbour to bring ``dat``'s first halo layer."""
+    import meshchain as mc
+
+    layout = mc.get_runtime().layout_of(dat.dataset)
+    row = dat.dtype.itemsize * dat.dim
     return {n: (len(layout.exports.get(n, [[]])[0]) * row, len(layout.imports.get(n, [[]])[0]) * row)
             for n in layout.neighbours}
 
@@ -198,21 +226,22 @@ def run_worker(kind: str, network: str, calls: int, repeats: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| network | case | µs per loop | limit | floor | floor µs | ratio to floor |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| network | case | µs per loop | limit | floor | floor µs | ratio to floor | Allreduce µs |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         floor = row.get("floor_us")
         ratio = f"{row['us'] / floor:.1f}" if floor else ""
         floor_text = f"{floor:.2f}" if floor else ""
+        agree = f"{row['agree_us']:.2f}" if row.get("agree_us") else ""
         lines.append(f"| {row['network']} | {row['case']} | {row['us']:.2f} | {LIMITS_US[row['case']]:.0f} | "
-                     f"{FLOOR_OF[row['case']]} | {floor_text} | {ratio} |")
+                     f"{FLOOR_OF[row['case']]} | {floor_text} | {ratio} | {agree} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--network", choices=("shm", "tcp", "both"), default="both")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--worker", choices=("serial", "mpi"))
     parser.add_argument("--json", default=str(HERE / "results" / "overhead.json"))
@@ -232,7 +261,8 @@ def main() -> None:
     for network in networks:
         measured = run_worker("mpi", network, args.calls, args.repeats)
         rows += [{"network": network, "case": case, "us": measured[case] * 1e6,
-                  "floor_us": measured["mpi-exchange"] * 1e6} for case in ("mpi-pair", "mpi-chain")]
+                  "floor_us": measured["mpi-exchange"] * 1e6, "agree_us": measured["mpi-agree"] * 1e6}
+                 for case in ("mpi-pair", "mpi-chain")]
     print(table(rows))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
-from meshchain.comm.grouped import GROUPED_TAG
+import meshchain.comm.exchange as halo_exchange
+from meshchain.comm.exchange import GROUPED_TAG
 from meshchain.meshes import naca0012, structured_tris
 
 from chain_programs import Program, programs
@@ -23,17 +24,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import synthetic_chain  # noqa: E402
 
 
-class CountingComm:
-    """A communicator that counts the point-to-point sends it is asked for, independently of
-    meshchain's statistics; everything else goes to the real communicator."""
+START_REQUESTS = halo_exchange.start_requests
 
-    def __init__(self, comm):
+
+class CountingComm:
+    """A communicator that counts the point-to-point sends started through it, independently
+    of meshchain's statistics: every ``Isend``, and every start of a persistent send made by
+    its ``Send_init`` (meshchain starts persistent requests in one place,
+    ``meshchain.comm.exchange.start_requests``, which is wrapped while the test runs);
+    everything else goes to the real communicator."""
+
+    def __init__(self, comm, monkeypatch):
         self._comm = comm
         self.sends: list[tuple[int, int]] = []  # (destination, tag)
+        self._persistent: dict = {}  # id(request) -> (request, destination, tag)
+        def counted_start(requests):
+            for request in requests:
+                found = self._persistent.get(id(request))
+                if found is not None and found[0] is request:
+                    self.sends.append(found[1:])
+            START_REQUESTS(requests)
+
+        monkeypatch.setattr(halo_exchange, "start_requests", counted_start)
 
     def Isend(self, buffer, dest, tag=0):  # noqa: N802 - mpi4py's name
         self.sends.append((dest, tag))
         return self._comm.Isend(buffer, dest=dest, tag=tag)
+
+    def Send_init(self, buffer, dest, tag=0):  # noqa: N802 - mpi4py's name
+        request = self._comm.Send_init(buffer, dest=dest, tag=tag)
+        self._persistent[id(request)] = (request, dest, tag)
+        return request
 
     def __getattr__(self, name):
         return getattr(self._comm, name)
@@ -56,10 +77,10 @@ def run_program(spec, comm, mode, *, tile_size=None):
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs())
-def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec):
+def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec, monkeypatch):
     serial, _ = run_program(spec, self_comm(), True)
     per_loop, _ = run_program(spec, comm, None)
-    counting = CountingComm(comm)
+    counting = CountingComm(comm, monkeypatch)
     ca, stats = run_program(spec, counting, True)
     for want, got_loop, got_ca in zip(serial, per_loop, ca):
         if got_ca is not None:  # gathered dats live on rank 0 only
@@ -95,8 +116,8 @@ def synthetic(comm, nchains, *, ca=True, executions=3, size=(12, 12), tile_size=
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
 @pytest.mark.parametrize("nchains", [1, 2, 4, 8])
-def test_synthetic_chain_sends_one_message_per_neighbour(comm, nchains):
-    counting = CountingComm(comm)
+def test_synthetic_chain_sends_one_message_per_neighbour(comm, nchains, monkeypatch):
+    counting = CountingComm(comm, monkeypatch)
     problem = synthetic(counting, nchains, executions=1)
     before = mc.stats().chains["synthetic"]
     counting.sends.clear()

@@ -40,6 +40,11 @@ def problems(draw):
     return writes, start, end, block_size
 
 
+def keys_of(writes):
+    """``touched_keys``'s description of ``(map, column)`` pairs: values, column, target, rows."""
+    return [(m.values, index, id(m.target), m.target.size) for m, index in writes]
+
+
 def written_elements(writes, e):
     """The (target set, element) pairs iteration ``e`` writes, computed from the maps themselves."""
     out = set()
@@ -84,7 +89,7 @@ def check_plan(plan, writes, start, end, block_size):
 @given(problem=problems())
 def test_colouring_invariant(problem):
     writes, start, end, block_size = problem
-    touch, nkeys = touched_keys(start, end, writes)
+    touch, nkeys = touched_keys(start, end, keys_of(writes))
     plan = colour_blocks(start, end, block_size=block_size, touch=touch, nkeys=nkeys)
     check_plan(plan, writes, start, end, block_size)
     if not writes:
@@ -95,7 +100,7 @@ def test_colouring_invariant(problem):
 @given(problem=problems())
 def test_touched_keys(problem):
     writes, start, end, _ = problem
-    touch, nkeys = touched_keys(start, end, writes)
+    touch, nkeys = touched_keys(start, end, keys_of(writes))
     columns = sum(m.arity if i is None else 1 for m, i in writes)
     assert touch.shape == (end - start, columns) and touch.flags.c_contiguous
     assert nkeys == sum({id(m.target): m.target.size for m, _ in writes}.values())
@@ -114,7 +119,7 @@ def test_colouring_is_deterministic(problem):
     writes, start, end, block_size = problem
     plans = []
     for _ in range(2):
-        touch, nkeys = touched_keys(start, end, writes)
+        touch, nkeys = touched_keys(start, end, keys_of(writes))
         plans.append(colour_blocks(start, end, block_size=block_size, touch=touch.copy(), nkeys=nkeys))
     for field in ("block_starts", "block_order", "colour_offsets", "block_colours"):
         np.testing.assert_array_equal(getattr(plans[0], field), getattr(plans[1], field))
@@ -143,24 +148,23 @@ def test_independent_blocks_share_one_colour():
     assert plan.ncolours == 1 and plan.block_order.tolist() == [0, 1, 2]
 
 
-def test_runtime_plan_matches_colour_blocks():
-    """The runtime's cached plan is colour_blocks over the loop's indirect writes, per block size."""
+def test_session_colouring_matches_colour_blocks():
+    """The session's cached colouring is colour_blocks over the loop's indirect writes, per block size."""
     from meshchain.ir.loop import make_loop
-    from meshchain.core.stats import LoopStats
 
     nodes, edges = mc.Set(30, "nodes"), mc.Set(80, "edges")
     e2n = mc.Map(edges, nodes, 2, np.random.default_rng(1).integers(0, 30, size=(80, 2)), "e2n")
     x, w = mc.Dat(nodes, 1, None, "x"), mc.Dat(edges, 1, None, "w")
     k = mc.Kernel.from_source("def k(a, b, c):\n    a[0] += c[0]\n    b[0] += c[0]\n")
     loop = make_loop(k, edges, (x(mc.INC, e2n[0]), x(mc.INC, e2n[1]), w(mc.READ)))
-    touch, nkeys = touched_keys(0, 80, [(e2n, 0), (e2n, 1)])
+    touch, nkeys = touched_keys(0, 80, keys_of([(e2n, 0), (e2n, 1)]))
     runtime = mc.get_runtime()
     for block_size in (4, 16):
         mc.configure(block_size=block_size)
         expected = colour_blocks(0, 80, block_size=block_size, touch=touch, nkeys=nkeys)
-        plan = runtime.plan_for(loop, 0, 80, LoopStats("k"))
+        plan = runtime.colouring(loop, 0, 80)
         assert plan.ncolours > 1
         check_plan(plan, [(e2n, 0), (e2n, 1)], 0, 80, block_size)
         for field in ("block_starts", "block_order", "colour_offsets", "block_colours"):
             np.testing.assert_array_equal(getattr(plan, field), getattr(expected, field))
-        assert runtime.plan_for(loop, 0, 80, LoopStats("k")) is plan
+        assert runtime.colouring(loop, 0, 80) is plan

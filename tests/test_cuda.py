@@ -109,14 +109,14 @@ def test_dats_stay_on_the_device_until_the_host_reads_them(monkeypatch):
     mc.flush()
     uploads = transfers.up
     assert transfers.down == 0 and uploads <= 3  # a, b and the empty element list: once each
-    assert b._device_copy.state == "device"
+    assert mc.get_runtime().storage(b).device.state == "device"
     np.testing.assert_array_equal(b.data_ro[:, 0], 10.0 * np.arange(10.0))
-    assert transfers.down == 1 and b._device_copy.state == "both"  # read-only: the device copy stays valid
+    assert transfers.down == 1 and mc.get_runtime().storage(b).device.state == "both"  # read-only: the device copy stays valid
     mc.par_loop(scale_into, cells, a(mc.READ), b(mc.RW))
     mc.flush()
     assert transfers.up == uploads
     b.data[:] = 1.0  # handed out for writing: the device copy is stale
-    assert b._device_copy.state == "host"
+    assert mc.get_runtime().storage(b).device.state == "host"
     mc.par_loop(scale_into, cells, a(mc.READ), b(mc.RW))
     np.testing.assert_array_equal(b.data[:, 0], 1.0 + 2.0 * np.arange(10.0))
     assert transfers.up == uploads + 1
@@ -274,7 +274,7 @@ def test_airfoil_and_the_construct_kernel_compile_with_nvcc(tmp_path):
     loops = []
     mc.get_runtime().trace.take()
     airfoil.record_stage(problem)
-    loops = [entry.loop for entry in mc.get_runtime().trace.take()]
+    loops = [loop for loop, _ in mc.get_runtime().trace.take()]
     nodes, cells = mc.Set(4, "nodes"), mc.Set(3, "cells")
     c2n = mc.Map(cells, nodes, 2, [[0, 1], [1, 2], [2, 3]], "c2n")
     x, cell = mc.Dat(nodes, 2, None, "x"), mc.Dat(cells, 3, None, "cell")

@@ -156,13 +156,12 @@ def test_direct_halos_without_cuda_aware_mpi_fail_when_the_backend_is_made():
         def upload(self, host):
             return np.array(host)
 
-    class OnRanks:
-        distributed = True
+    from meshchain.core.cache import CacheRegistry
 
-        def __init__(self, halos):
-            self.config = Config(gpu_halos=halos)
+    def on_ranks(halos, gpu):  # the backend as a session on several ranks makes it
+        return CudaBackend(Config(gpu_halos=halos), CacheRegistry(), distributed=True, device=gpu)
 
     with pytest.raises(mc.ConfigurationError, match="gpu_halos='direct' needs a CUDA-aware MPI"):
-        CudaBackend(OnRanks("direct"), Gpu(False))
-    assert CudaBackend(OnRanks("direct"), Gpu(True)).name == "cupy"
-    assert CudaBackend(OnRanks("auto"), Gpu(False)).name == "cupy"
+        on_ranks("direct", Gpu(False))
+    assert on_ranks("direct", Gpu(True)).name == "cupy"
+    assert on_ranks("auto", Gpu(False)).name == "cupy"

@@ -189,7 +189,9 @@ def test_calibrate_takes_loop_costs_from_timed_runs(tmp_path):
 
 def test_broken_calibration_file_is_an_error(tmp_path):
     mc.configure(cache_dir=str(tmp_path))
-    path = mc.model.calibrate.__globals__["calibration_path"]()
+    from meshchain.model.calibrate import calibration_path
+
+    path = calibration_path(tmp_path, 1)  # this host, one rank
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(mc.ConfigurationError, match="not a meshchain calibration"):

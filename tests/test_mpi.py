@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import meshchain as mc
 from meshchain.meshes import naca0012, structured_quads
 
+from helpers import host_rows, layout_of
 from test_backends_property import build, kernel_source, loop_specs
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -34,7 +35,7 @@ def declare_quads(nx, ny, *, method="rib", depth=1, partition=True):
 
 
 def owned_global_ids(s):
-    layout = s._layout
+    layout = layout_of(s)
     return np.arange(s.size) if layout is None else layout.global_ids[: layout.n_owned]
 
 
@@ -72,7 +73,7 @@ def brute_force_layers(mesh_maps, owned, depth):
 def assert_layers_match(sets, mesh_maps, depth):
     want_data, want_exec = brute_force_layers(mesh_maps, {s: owned_global_ids(s) for s in sets}, depth)
     for s in sets:
-        layout = s._layout
+        layout = layout_of(s)
         got_data = dict(zip(layout.global_ids.tolist(), layout.data_layers.tolist()))
         got_exec = {g: e for g, e in zip(layout.global_ids.tolist(), layout.exec_layers.tolist()) if e <= depth}
         assert got_data == want_data[s], s.name
@@ -105,7 +106,7 @@ def test_a_map_from_a_set_to_itself_keeps_halos_small(comm):
     right = np.minimum(np.arange(mesh.ncell) + 1, mesh.ncell - 1).reshape(-1, 1)
     c2c = mc.Map(d.cells, d.cells, 1, right, "c2c")
     mc.partition("rib", coords=d.coords)
-    layout = d.cells._layout
+    layout = layout_of(d.cells)
     assert len(layout.global_ids) - layout.n_owned < 0.5 * layout.n_owned, (layout.n_owned, len(layout.global_ids))
     maps = mesh_maps_of(mesh, d) + [(d.cells, d.cells, right)]
     assert_layers_match((d.nodes, d.cells, d.facets, d.bfacets), maps, 1)
@@ -246,7 +247,7 @@ def test_input_modes_agree(comm, mode):
     d = mesh.declare()
     q = mc.Dat(d.cells, 1, given_values, "q")
     mc.partition("rib", coords=d.coords)
-    layout = d.cells._layout
+    layout = layout_of(d.cells)
     np.testing.assert_array_equal(q.data[:, 0], values[layout.global_ids[: layout.n_owned]])
     gathered = q.gather()
     if comm.rank == 0:
@@ -263,8 +264,8 @@ def test_each_rank_keeps_only_its_part_after_rib(comm):
     x = mc.Dat(nodes, 2, mesh.coords if root else None, "x")
     q = mc.Dat(cells, 1, np.ones(mesh.ncell) if root else None, "q")
     mc.partition("rib", coords=x)
-    for s, arrays in ((nodes, [x._data]), (cells, [q._data, c2n.values])):
-        local = len(s._layout.global_ids)
+    for s, arrays in ((nodes, [host_rows(x)]), (cells, [host_rows(q), c2n.values])):
+        local = len(layout_of(s).global_ids)
         assert local < 0.75 * s.size, (s.name, local, s.size)
         assert all(len(a) == local for a in arrays)
     assert sum(comm.allgather(cells.n_owned)) == cells.size
@@ -279,7 +280,7 @@ def test_writing_data_invalidates_halos(comm):
         v = mc.Dat(d.cells, 1, np.arange(mesh.ncell), "v", dtype=np.int64)
         acc = mc.Dat(d.cells, 1, None, "acc", dtype=np.int64)
         mc.partition("rib", coords=d.coords)
-        layout = d.cells._layout
+        layout = layout_of(d.cells)
         owned = layout.global_ids[: layout.n_owned] if layout is not None else np.arange(mesh.ncell)
         v.data[:, 0] = owned * owned  # written through .data: halo copies are stale now
         mc.par_loop(facet_flux, d.facets, v(mc.READ, d.facet2cell[0]), v(mc.READ, d.facet2cell[1]),
@@ -302,10 +303,10 @@ def test_exchange_statistics(comm):
                 acc(mc.INC, d.facet2cell[0]), acc(mc.INC, d.facet2cell[1]))
     flux = mc.stats().loops["facet_flux"]
     assert flux.exchanges == 1
-    assert flux.messages == len([n for n in d.cells._layout.neighbours if d.cells._layout.exports.get(n)])
-    assert flux.bytes_sent == 8 * sum(len(np.concatenate(x)) for x in d.cells._layout.exports.values())
+    assert flux.messages == len([n for n in layout_of(d.cells).neighbours if layout_of(d.cells).exports.get(n)])
+    assert flux.bytes_sent == 8 * sum(len(np.concatenate(x)) for x in layout_of(d.cells).exports.values())
     assert flux.core_iterations + flux.halo_iterations <= flux.iterations
-    layout = d.facets._layout
+    layout = layout_of(d.facets)
     assert flux.halo_iterations_by_layer == [layout.exec_ends[1] - layout.exec_ends[0]]
     assert mc.stats().loops["bump_cells"].exchanges == 0
     total = mc.stats(all_ranks=True).loops["facet_flux"]
@@ -342,7 +343,6 @@ def test_depth_beyond_what_can_be_built_is_refused(comm):
 def test_deeper_halos_built_on_demand_keep_values_and_results(comm):
     """Layers added after partitioning equal the brute-force layers, dats keep their values,
     and loops still give the serial answer."""
-    from meshchain.partition.distribute import ensure_depth
 
     def run(c, extend):
         mc.reset_runtime(comm=c)
@@ -356,7 +356,7 @@ def test_deeper_halos_built_on_demand_keep_values_and_results(comm):
         flux()
         owned_before = acc.gather()
         if extend:
-            ensure_depth(3)
+            mc.get_runtime().ensure_depth(3)
         assert_same = acc.gather()
         mc.par_loop(bump_cells, d.cells, acc(mc.READ), v(mc.RW))
         flux()
@@ -364,7 +364,7 @@ def test_deeper_halos_built_on_demand_keep_values_and_results(comm):
 
     _, _, _, expected = run(self_comm(), False)
     mesh, d, (before, after_extension), actual = run(comm, True)
-    assert d.cells._layout.depth == 3
+    assert layout_of(d.cells).depth == 3
     if comm.rank == 0:
         np.testing.assert_array_equal(after_extension, before)
         np.testing.assert_array_equal(actual, expected)

@@ -14,6 +14,8 @@ import pytest
 
 import meshchain as mc
 
+from helpers import host_rows
+
 
 @mc.kernel
 def step(a, d):
@@ -94,7 +96,7 @@ def test_loops_wait_until_forced_then_run_in_order(backend, force):
     mc.par_loop(accumulate, cells, q(mc.READ), total(mc.INC))
     runtime = mc.get_runtime()
     assert len(runtime.trace) == 4
-    assert not q._data.any() and total._data[0] == 0.0, "nothing may run before evaluation is forced"  # peek
+    assert not host_rows(q).any() and host_rows(total)[0] == 0.0, "nothing may run before evaluation is forced"  # peek
     if force == "data":
         result = q.data
     elif force == "data_ro":
@@ -102,14 +104,14 @@ def test_loops_wait_until_forced_then_run_in_order(backend, force):
     elif force == "flush":
         mc.flush()
         assert len(runtime.trace) == 0
-        result = q._data
+        result = host_rows(q)
     elif force == "value":
         assert total.value[0] == 4 * 123.0
-        result = q._data
+        result = host_rows(q)
     else:
         assert mc.stats().loops["step"].calls == 3
         assert len(runtime.trace) == 0
-        result = q._data
+        result = host_rows(q)
     assert result[:, 0].tolist() == [123.0] * 4
     assert total.value[0] == 4 * 123.0
 
@@ -120,11 +122,11 @@ def test_trace_runs_when_it_reaches_trace_length():
     q = mc.Dat(cells, 1, None, "q")
     one, two, three = digits(1, 2, 3)
     mc.par_loop(step, cells, q(mc.RW), one(mc.READ))
-    assert len(mc.get_runtime().trace) == 1 and not q._data.any()
+    assert len(mc.get_runtime().trace) == 1 and not host_rows(q).any()
     mc.par_loop(step, cells, q(mc.RW), two(mc.READ))
-    assert len(mc.get_runtime().trace) == 0 and q._data[0, 0] == 12.0
+    assert len(mc.get_runtime().trace) == 0 and host_rows(q)[0, 0] == 12.0
     mc.par_loop(step, cells, q(mc.RW), three(mc.READ))
-    assert len(mc.get_runtime().trace) == 1 and q._data[0, 0] == 12.0
+    assert len(mc.get_runtime().trace) == 1 and host_rows(q)[0, 0] == 12.0
     assert q.data[0, 0] == 123.0
 
 
@@ -145,7 +147,7 @@ def test_configure_runs_pending_loops():
     q = mc.Dat(cells, 1, None, "q")
     record_123(cells, q)
     mc.configure(block_size=8)
-    assert len(mc.get_runtime().trace) == 0 and q._data[:, 0].tolist() == [123.0] * 2
+    assert len(mc.get_runtime().trace) == 0 and host_rows(q)[:, 0].tolist() == [123.0] * 2
 
 
 # --------------------------------------------------------------------------- #

@@ -122,7 +122,9 @@ def test_inspector_on_the_synthetic_chain_is_legal_and_grown_tiles_are_compact(t
     problem = synthetic_chain.declare(structured_tris(24, 16), dtype=np.int64)
     synthetic_chain.record(problem, 2)
     entries = mc.get_runtime().trace.take()  # recorded, not run: only their footprints are wanted
-    footprints, nkeys = chain_footprints([(e.loop, 0, e.loop.iterset.size) for e in entries])
+    layout = mc.get_runtime().layout
+    footprints, nkeys = chain_footprints([(loop, 0, loop.iterset.size) for loop, _ in entries],
+                                         values=layout.values, rows=lambda s: s.size)
     plan = tile_chain(footprints, nkeys=nkeys, tile_size=tile_size, partition=partition)
     check_colouring(plan, footprints)
     assert nkeys == problem.nodes.size  # res and flux are written, on the nodes; pres and cw only read

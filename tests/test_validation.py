@@ -533,6 +533,24 @@ def test_bad_environment_variable(environ, message):
         Config.from_env(environ)
 
 
+@pytest.mark.parametrize(("name", "closest"), [("MESHCHAIN_TRANSPORT", None), ("MESHCHAIN_THREDS", "MESHCHAIN_THREADS"),
+                                               ("MESHCHAIN_BLOCKSIZE", "MESHCHAIN_BLOCK_SIZE")])
+def test_unknown_environment_variable_is_named_with_the_closest_option(name, closest):
+    with pytest.warns(mc.MeshchainWarning, match=rf"\[unknown-option\] environment variable {name} is not a meshchain "
+                                                 rf"option") as caught:
+        config = Config.from_env({name: "4"})
+    assert config == Config.from_env({}), "an unknown variable changes nothing"
+    message = str(caught[0].message)
+    assert "did you mean MESHCHAIN_" in message
+    if closest is not None:
+        assert f"did you mean {closest}?" in message
+
+
+def test_the_test_harness_variables_are_not_reported(recwarn):
+    Config.from_env({"MESHCHAIN_MPI_CHILD": "1", "MESHCHAIN_TEST_CACHE_DIR": "/tmp/x", "MESHCHAIN_THREADS": "1"})
+    assert not [w for w in recwarn if issubclass(w.category, mc.MeshchainWarning)]
+
+
 def test_every_error_is_a_meshchain_error():
     errors = [getattr(mc, name) for name in mc.errors.__all__ if not issubclass(getattr(mc, name), Warning)]
     assert len(errors) >= 15

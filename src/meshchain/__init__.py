@@ -36,11 +36,8 @@ from .core.errors import (
 from .ir.kernel import Kernel, kernel
 from . import model
 from .core import errors
-from .comm.inputs import Block
-from .partition.distribute import partition
-from .engine.chains import loop_chain
-from .engine.session import configure, flush, get_runtime, par_loop, reset_runtime, stats
-from .types import Arg, Dat, Global, Map, MapIndex, Set
+from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, reset_runtime, stats
+from .types import Arg, Block, Dat, Global, Map, MapIndex, Set
 
 __version__ = "0.1.0"
 

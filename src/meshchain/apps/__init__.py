@@ -43,7 +43,7 @@ def _total_size(per_rank: int) -> int:
     """``per_rank`` times the number of MPI ranks (1 without MPI): the workload's global size."""
     if isinstance(per_rank, bool) or not isinstance(per_rank, int) or per_rank < 1:
         raise ConfigurationError(f"per_rank must be a positive integer, got {per_rank!r}.")
-    from ..engine.session import get_runtime
+    from ..api import get_runtime
 
     comm = get_runtime().comm
     return per_rank * (1 if comm is None else comm.size)

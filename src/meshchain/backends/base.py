@@ -1,21 +1,51 @@
-"""The interface every backend implements.
+"""The interface every backend implements: prepared calls for the phases of a plan.
 
-A backend turns a validated :class:`~meshchain.ir.loop.ParLoop` into work: it compiles
-(or fetches from its caches) an executor for the loop's signature and runs it on
-the plan the inspector made. Backends never validate user input: that happened
-when the loop was recorded.
+A backend turns validated :class:`~meshchain.ir.loop.ParLoop` records into work. The
+engine hands it the *runs* of one phase of a plan (:class:`PhaseRun`: a loop, an
+iteration range, the storage of the loop's dats and globals, its maps' local values,
+where its reductions go, and the range's block colouring when the backend asked for one)
+and gets back a prepared call: compiling, caching executors and preparing arguments
+happen once, when the plan is built; the call itself only runs. Backends never look at
+the session: the configuration and a cache registry are handed to them.
+
+Backends never validate user input: that happened when the loop was recorded.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 import numpy as np
 
+from ..comm.exchange import HaloExchange, HaloItem
 from ..core.access import Access
 from ..types.args import GLOBAL
 
-__all__ = ["Backend", "reduced_targets", "combine_reductions"]
+__all__ = ["Backend", "PhaseRun", "reduced_targets", "combine_reductions", "readonly", "arrays_of"]
+
+
+class PhaseRun(NamedTuple):
+    """Iterations ``[start, end)`` of ``loop``.
+
+    ``data`` are the storage records of the loop's dats and globals in slot order
+    (:class:`~meshchain.core.storage.DatStorage`, :class:`~meshchain.core.storage.GlobalStorage`),
+    ``maps`` its maps' values in local numbering in map-slot order, ``targets`` the arrays
+    that receive the reductions of globals by argument position (empty: the globals
+    themselves), ``colouring`` the block colouring of the range (a
+    :class:`~meshchain.inspector.colouring.Plan`) when :meth:`Backend.colouring_block_size`
+    asked for one, ``timer(seconds)`` where a backend that times its work itself (a GPU's
+    events) reports the run's compute time.
+    """
+
+    loop: object
+    start: int
+    end: int
+    data: tuple
+    maps: tuple
+    targets: dict
+    colouring: object = None
+    timer: object = None
 
 
 class Backend(ABC):
@@ -23,82 +53,93 @@ class Backend(ABC):
 
     Parameters
     ----------
-    runtime : meshchain.engine.session.Runtime
-        Gives the configuration and the inspector's plans.
+    config : meshchain.core.config.Config
+        The options (threads, block size, cache directory, debug, GPU options).
+    caches : meshchain.core.cache.CacheRegistry
+        Where the backend registers its caches (compiled executors, device copies of maps).
+    distributed : bool
+        Whether the session runs on several ranks.
     """
 
     name = "abstract"
-    needs_plan = False
     can_tile = False
+    times_itself = False  # True: compute times come through PhaseRun.timer, not the engine's clock
 
-    def __init__(self, runtime):
-        self.runtime = runtime
+    def __init__(self, config, caches, *, distributed: bool = False):
+        self.config, self.caches, self.distributed = config, caches, distributed
+
+    def colouring_block_size(self, loop) -> int | None:
+        """The block size of the colouring the runs of ``loop`` need (None: no colouring)."""
+        return None
 
     @abstractmethod
-    def run(self, loop, plan, record, targets=None) -> None:
-        """Execute ``loop`` over the iterations of ``plan`` and update ``record``.
+    def phase(self, runs, report):
+        """A prepared call that runs ``runs`` (:class:`PhaseRun`) in order.
 
-        ``plan`` is a colouring :class:`~meshchain.inspector.Plan` when ``needs_plan`` is True,
-        else a :class:`Range`; both have ``start`` and ``end``. ``targets`` maps argument
-        positions of reduced globals to the arrays to reduce into (default: the globals).
+        ``report(loop, seconds, compiled, cache_hits)`` is told about every compilation
+        (or load from a cache) made while preparing. Errors in compiling raise here.
         """
 
+    def tiled(self, plan, runs, report):
+        """A prepared call that runs a sparse-tiled group: ``plan`` is a
+        :class:`~meshchain.inspector.tiling.TilePlan`, ``runs`` its loops (ranges unused).
+        Colours in order, tiles of a colour one after another here, every loop of a tile
+        in chain order. Reductions go to private arrays and are combined at the end, so a
+        loop that reads a global sees its value from before the group, as it would untiled
+        (the engine never tiles a read after a reduction of the same global)."""
+        prepared = [self.listed(run, report) for run in runs]
 
-    def run_phase(self, items) -> None:
-        """Run ``(loop, plan, record, targets)`` items in order: one phase of a chain. Backends
-        that can compile a whole phase into one call override this."""
-        for loop, plan, record, targets in items:
-            self.run(loop, plan, record, targets)
+        def call():
+            private = [reduced_targets(run.loop, arrays_of(run)) for run in runs]
+            for c in range(plan.ncolours):
+                for t in plan.tile_order[plan.colour_offsets[c]: plan.colour_offsets[c + 1]]:
+                    for position, run in enumerate(prepared):
+                        its = plan.iterations[position][plan.starts[position][t]: plan.starts[position][t + 1]]
+                        if len(its):
+                            run(its, private[position])
+            for run, arrays in zip(runs, private):
+                combine_reductions(run.loop, arrays_of(run), {i: a[None] for i, a in arrays.items()})
 
-    def halo_exchanges(self, comm, items, *, grouped: bool) -> list:
-        """Post the exchanges that bring ``items`` (``[(dat, lo, hi), ...]``) from valid depth
-        ``lo`` to ``hi``: one grouped message per neighbour, or one per dat and neighbour.
-        Each has ``finish()`` and counts ``messages``, ``bytes_sent`` (and, grouped, ``largest``).
-        Backends that keep dats elsewhere than in host memory override this."""
-        from ..comm.p2p import Exchange
-        from ..comm.grouped import GroupedExchange
+        return call
 
-        if grouped:
-            return [GroupedExchange(comm, items)]
-        return [Exchange(comm, dat, lo, hi) for dat, lo, hi in items]
+    def listed(self, run, report):
+        """A prepared call ``f(elements, targets)`` running ``run``'s loop on the listed
+        iterations (ascending), reducing into ``targets``; backends that tile by the
+        generic path of :meth:`tiled` implement it."""
+        raise NotImplementedError(f"the {self.name} backend cannot run listed iterations")
 
-    def validate(self, config) -> None:
+    def halo_exchange(self, comm, items, *, tag: int):
+        """An exchange of ``items`` (``(storage, exports, imports)``: a dat's storage and, per
+        neighbour, the rows sent and received, in wire order), with ``begin()``, ``end()``,
+        ``close()``, ``messages``, ``bytes_sent`` and ``largest``. Host exchanges pack in
+        compiled code; rows of a dat whose values are on a device are brought over first.
+        Backends that keep dats elsewhere override this."""
+        return HaloExchange(comm, [HaloItem(storage.host, exports, imports,
+                                            storage.rows_to_host if storage.device is not None else None,
+                                            storage.rows_from_host if storage.device is not None else None)
+                                   for storage, exports, imports in items], tag=tag)
+
+    def prepare_data(self, storage, *, write: bool) -> None:
+        """Make a dat's values usable by this backend before a plan that uses it is built."""
+        storage.host_current(write=write)
+
+    def validate(self) -> None:
         """Refuse options this backend cannot honour here (raises ConfigurationError)."""
 
     def settle(self) -> None:
-        """Wait for work still running asynchronously and account its times (``mc.stats()``)."""
+        """Wait for work still running asynchronously and hand its times to ``timers``."""
 
-    def run_indices(self, loop, elements, record, targets=None) -> None:
-        """Run ``loop`` on the listed iterations ``elements`` (ascending). Backends that
-        tile by this generic path implement it."""
-        raise NotImplementedError(f"the {self.name} backend cannot run listed iterations")
-
-    def run_tiled(self, plan, items) -> None:
-        """Run a sparse-tiled chain: ``plan`` is a :class:`~meshchain.inspector.tiling.TilePlan`
-        and ``items`` its loops as ``(loop, record, targets)``. Colours in order, tiles of a
-        colour one after another here, every loop of a tile in chain order. Reductions go to
-        private arrays and are combined at the end, so a loop that reads a global sees its
-        value from before the chain, as it would untiled (the runtime never tiles a read
-        after a reduction of the same global)."""
-        private = [reduced_targets(loop, targets or {}) for loop, _, targets in items]
-        running = [{**(targets or {}), **mine} for (_, _, targets), mine in zip(items, private)]
-        for c in range(plan.ncolours):
-            for t in plan.tile_order[plan.colour_offsets[c] : plan.colour_offsets[c + 1]]:
-                for position, (loop, record, _) in enumerate(items):
-                    its = plan.iterations[position][plan.starts[position][t] : plan.starts[position][t + 1]]
-                    if len(its):
-                        self.run_indices(loop, its, record, running[position])
-        for (loop, _, targets), arrays in zip(items, private):
-            combine_reductions(loop, targets or {}, {i: a[None] for i, a in arrays.items()})
+    def restore(self) -> None:
+        """Re-apply this backend's process-wide settings (after another configuration was refused)."""
 
 
-class Range:
-    """Iterations ``start <= e < end`` (for backends that need no plan)."""
-
-    __slots__ = ("start", "end")
-
-    def __init__(self, start: int, end: int):
-        self.start, self.end = start, end
+def arrays_of(run) -> dict:
+    """``run``'s reduction targets: its own, or the globals' values (argument position -> array)."""
+    targets = dict(run.targets)
+    for i, arg in enumerate(run.loop.args):
+        if arg.kind == GLOBAL and arg.access is not Access.READ and i not in targets:
+            targets[i] = run.data[run.loop.specs[i].slot].value
+    return targets
 
 
 def readonly(array):
@@ -114,7 +155,7 @@ def reduced_targets(loop, targets: dict) -> dict:
     private = {}
     for i, arg in enumerate(loop.args):
         if arg.kind == GLOBAL and arg.access is not Access.READ:
-            current = targets.get(i, arg.data._data)
+            current = targets[i]
             private[i] = np.zeros_like(current) if arg.access is Access.INC else current.copy()
     return private
 
@@ -123,7 +164,7 @@ def combine_reductions(loop, targets: dict, partials: dict) -> None:
     """Fold ``partials[i]`` (shape ``(nparts, dim)``) into argument ``i``'s target, in order."""
     for i, values in partials.items():
         arg = loop.args[i]
-        target = targets.get(i, arg.data._data)
+        target = targets[i]
         if not len(values):
             continue
         if arg.access is Access.INC:

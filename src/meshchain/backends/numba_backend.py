@@ -4,6 +4,11 @@ Each loop signature (kernel, its constants, and for every argument its kind, acc
 mode, dim, dtype and map arity/index) becomes one Python module in
 ``<cache_dir>/numba/``, named by the hash of its text. Importing it from a file lets
 Numba's ``cache=True`` keep the machine code, so the next process reuses it.
+
+A phase of several runs is one call of a generated ``_mc_phase`` (:mod:`.numba_fused`).
+Everything is compiled (or loaded from the disk cache) when the plan is built, each loop
+on its own first so that an error names it; the prepared call then calls the compiled
+entry point with arguments prepared once: no type dispatch, no allocation.
 """
 
 from __future__ import annotations
@@ -19,216 +24,223 @@ import numpy as np
 
 from ..core.access import Access
 from ..core.errors import AccessModeError, BackendUnavailableError, CompilationError, ConfigurationError, KernelRuntimeError
-from .base import Backend, combine_reductions, readonly
+from ..core.storage import GlobalStorage
+from .base import Backend, arrays_of, combine_reductions, readonly
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
+from .numba_fused import phase_source, tiled_source
 
-__all__ = ["NumbaBackend", "import_generated"]
+__all__ = ["NumbaBackend", "import_generated", "set_threads"]
 
 
 class NumbaBackend(Backend):
     """Compiles each loop signature with Numba and runs it over the coloured block plan."""
 
     name = "numba"
-    needs_plan = True
     can_tile = True
 
-    def __init__(self, runtime):
-        super().__init__(runtime)
+    def __init__(self, config, caches, *, distributed: bool = False):
+        super().__init__(config, caches, distributed=distributed)
         try:
             import numba
         except ImportError as exc:  # pragma: no cover - numba is a dependency
-            raise BackendUnavailableError(f"the numba backend needs the numba package: {exc}") from None
+            raise BackendUnavailableError(f"the numba backend needs the numba package: {exc}") from exc
         self._numba = numba
-        self._executors: dict = {}
-        self._phases: dict = {}
-        self._tiled: dict = {}
-        self._threads = runtime.config.threads
+        self._threads = config.threads
         set_threads(numba, self._threads)
+        self._directory = Path(config.cache_dir) / "numba"
+        self._executors = caches.cache("numba loop modules", limit=4096)
+        self._fused = caches.cache("numba fused modules", limit=1024)
 
     def restore(self) -> None:
-        """Re-apply this backend's thread count (after another configuration was refused)."""
         set_threads(self._numba, self._threads)
 
-    def run(self, loop, plan, record, targets=None) -> None:
-        executor = self._executor(loop, record)
-        arrays = executor.arrays(loop, plan, targets or {})
-        before = len(executor.dispatcher.overloads)
-        hits = _cache_hits(executor.dispatcher)
-        start = time.perf_counter()
-        try:
-            executor.dispatcher(*arrays)
-        except self._numba.core.errors.NumbaError as exc:
-            raise _compile_failure(loop, executor.path, exc) from None
-        except (IndexError, SystemError) as exc:
-            # an IndexError raised inside a prange region surfaces as SystemError
-            raise KernelRuntimeError(
-                f"kernel {loop.kernel.name!r} in loop {loop.name!r}: {exc}; an index fell outside an argument view "
-                f"(view shapes {[a.view_shape for a in loop.args]}); generated source: {executor.path}"
-            ) from None
-        elapsed = time.perf_counter() - start
-        if len(executor.dispatcher.overloads) > before:
-            record.time_compile += elapsed
-            record.compilations += 1
-            record.cache_hits += _cache_hits(executor.dispatcher) - hits
-        else:
-            record.time_compute += elapsed
+    def colouring_block_size(self, loop) -> int:
+        return self.config.block_size
 
-    def run_phase(self, items) -> None:
-        """Run a chain phase as ONE compiled call (Python overhead per phase, not per loop).
+    # --- prepared calls ---------------------------------------------------------------------------
 
-        The first time a phase signature is met its loops run one by one (each compiles,
-        or loads from the cache, with its own error messages); after that a generated
-        ``_mc_phase`` function calls every loop's ``_mc_loop`` in order.
-        """
-        executors = [self._executor(loop, record) for loop, _, record, _ in items]
-        arrays = [ex.arrays(loop, plan, targets or {}) for ex, (loop, plan, _, targets) in zip(executors, items)]
-        key = tuple((ex.module_name, len(a)) for ex, a in zip(executors, arrays))
-        phase = self._phases.get(key)
-        if phase is None:
-            super().run_phase(items)
-            self._phases[key] = self._build_phase(key)
-            return
-        flat = [array for group in arrays for array in group]
-        elapsed, compiled = self._call_fused(phase, flat, f"chain phase of loops {[loop.name for loop, *_ in items]}")
-        _share_time([(record, plan.end - plan.start) for _, plan, record, _ in items], elapsed, compiled=compiled)
+    def phase(self, runs, report):
+        runs = [run for run in runs if run.end > run.start]
+        if not runs:
+            return None
+        parts = [self._operands(run, report) for run in runs]
+        names = [run.loop.name for run in runs]
+        if len(parts) == 1:
+            executor, arguments, entry = parts[0]
+            return _Call(entry, tuple(arguments), names, executor.path, runs)
+        calls, arrays = _shared_arrays([arguments[4:] for _, arguments, _ in parts])
+        plan, index = _concatenated([arguments[:3] for _, arguments, _ in parts])
+        module_calls = [(executor.module_name, call) for (executor, _, _), call in zip(parts, calls)]
+        function = self._generated("_mc_phase", phase_source(module_calls, len(arrays)), "chain_phase")
+        arguments = (plan, index, self._serial(), *arrays)
+        entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
+        return _Call(entry, arguments, names, None, runs)
 
-    def run_tiled(self, plan, items) -> None:
-        """Run a sparse-tiled chain as ONE compiled call: colours in order, the tiles of a
-        colour on threads (``prange``), each tile calling every loop's ``_mc_tile`` in chain
-        order. Reductions go to per-tile partial rows, combined in tile order afterwards, so
-        the result does not depend on the thread count."""
-        executors = [self._executor(loop, record) for loop, record, _ in items]
-        arrays = [ex.operands(loop, plan.ntiles, targets or {}) for ex, (loop, _, targets) in zip(executors, items)]
-        key = tuple((ex.module_name, len(a)) for ex, a in zip(executors, arrays))
-        tiled = self._tiled.get(key)
-        if tiled is None:
-            tiled = self._tiled[key] = self._build_tiled(key)
-        flat = [plan.colour_offsets, plan.tile_order]
-        for position, group in enumerate(arrays):
-            flat += [*plan.runs[position], *group]
-        elapsed, compiled = self._call_fused(tiled, flat, f"tiled chain of loops {[loop.name for loop, _, _ in items]}")
-        for ex, (loop, _, targets), group in zip(executors, items, arrays):
-            partials = group[len(group) - len(ex.reductions):]
-            combine_reductions(loop, targets or {}, dict(zip(ex.reductions, partials)))
-        _share_time([(record, len(its)) for (_, record, _), its in zip(items, plan.iterations)], elapsed,
-                    compiled=compiled)
+    def tiled(self, plan, runs, report):
+        """One compiled call for the whole tiled group: colours in order, the tiles of a colour
+        on threads, each tile calling every loop's ``_mc_tile`` in chain order. Reductions go
+        to per-tile partial rows, combined in tile order afterwards, so the result does not
+        depend on the thread count."""
+        parts = []
+        for position, run in enumerate(runs):
+            executor = self._executor(run.loop, report)
+            operands = executor.operands(run, plan.ntiles)
+            self._compile(executor.tile, (np.int64(0), *plan.runs[position], *operands), run.loop, report,
+                          path=executor.path)
+            parts.append((executor, operands))
+        calls, arrays = _shared_arrays([operands for _, operands in parts])
+        offsets, index = _concatenated([plan.runs[position] for position in range(len(runs))])
+        module_calls = [(executor.module_name, call) for (executor, _), call in zip(parts, calls)]
+        function = self._generated("_mc_tiled", tiled_source(module_calls, len(arrays)), "tiled_chain")
+        arguments = (plan.colour_offsets, plan.tile_order, offsets, index, self._serial(), *arrays)
+        names = [run.loop.name for run in runs]
+        entry = self._compile(function, arguments, runs[0].loop, report, what=f"tiled chain of loops {names}")
+        call = _Call(entry, arguments, names, None, runs)
+        reductions = [(run.loop, arrays_of(run), dict(zip(executor.reductions,
+                                                        operands[len(operands) - len(executor.reductions):])))
+                      for run, (executor, operands) in zip(runs, parts) if executor.reductions]
+        if not reductions:
+            return call
 
-    def _call_fused(self, function, arguments, what: str) -> tuple[float, bool]:
-        """Call a generated function that runs several loops; returns ``(seconds, compiled)``
-        and turns Numba's failures into meshchain errors that name ``what``."""
-        before = len(function.overloads)
-        start = time.perf_counter()
-        try:
-            function(*arguments)
-        except self._numba.core.errors.NumbaError as exc:
-            raise CompilationError(f"the numba backend could not compile the {what}: {_first_lines(str(exc))}") from None
-        except (IndexError, SystemError) as exc:
-            raise KernelRuntimeError(f"a kernel of the {what} failed: {exc}; an index fell outside an argument "
-                                     f"view") from None
-        return time.perf_counter() - start, len(function.overloads) > before
+        def tiled_with_reductions():
+            call()
+            for loop, targets, partials in reductions:
+                combine_reductions(loop, targets, partials)
 
-    def _build_tiled(self, key):
-        lines = ["# Generated by meshchain: one sparse-tiled loop chain. Do not edit.", "import sys",
-                 "from numba import njit as _mc_njit, prange as _mc_prange", ""]
-        params, calls = ["_mc_offsets", "_mc_order"], []
-        for position, (module_name, count) in enumerate(key):
-            lines.append(f"_mc_f{position} = sys.modules[{module_name!r}]._mc_tile")
-            names = [f"_mc_r{position}", f"_mc_lo{position}", f"_mc_hi{position}"]
-            names += [f"_mc_a{position}_{j}" for j in range(count)]
-            params += names
-            calls.append(f"            _mc_f{position}(_mc_t, {', '.join(names)})")
-        lines += ["", "", "@_mc_njit(cache=True, parallel=True, nogil=True)", f"def _mc_tiled({', '.join(params)}):",
-                  "    for _mc_c in range(len(_mc_offsets) - 1):",
-                  "        for _mc_k in _mc_prange(_mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]):",
-                  "            _mc_t = _mc_order[_mc_k]", *calls, ""]
-        module, _ = import_generated("\n".join(lines), "tiled_chain", Path(self.runtime.config.cache_dir) / "numba")
-        return module._mc_tiled
+        return tiled_with_reductions
 
-    def _build_phase(self, key):
-        lines = ["# Generated by meshchain: one phase of a loop chain. Do not edit.", "import sys",
-                 "from numba import njit as _mc_njit", ""]
-        params, calls = [], []
-        for position, (module_name, count) in enumerate(key):
-            lines.append(f"_mc_f{position} = sys.modules[{module_name!r}]._mc_loop")
-            names = [f"_mc_a{position}_{j}" for j in range(count)]
-            params += names
-            calls.append(f"    _mc_f{position}({', '.join(names)})")
-        lines += ["", "", "@_mc_njit(cache=True, nogil=True)", f"def _mc_phase({', '.join(params)}):", *calls, ""]
-        module, _ = import_generated("\n".join(lines), "chain_phase", Path(self.runtime.config.cache_dir) / "numba")
-        return module._mc_phase
+    # --- compilation ------------------------------------------------------------------------------
 
-    def _executor(self, loop, record) -> "_Executor":
+    def _operands(self, run, report):
+        """The loop's executor, its arguments for this run, and its entry point compiled for them."""
+        executor = self._executor(run.loop, report)
+        colouring = run.colouring
+        arguments = [colouring.block_starts, colouring.block_order, colouring.colour_offsets, self._serial(),
+                     *executor.operands(run, colouring.nblocks)]
+        return executor, arguments, self._compile(executor.dispatcher, arguments, run.loop, report, path=executor.path)
+
+    def _serial(self) -> bool:
+        """Whether Numba runs one thread (loops then skip starting a thread team)."""
+        return self._numba.get_num_threads() == 1
+
+    def _executor(self, loop, report) -> "_Executor":
         constants = tuple(c.source for c in loop.kernel.constants())
-        key = (loop.kernel, constants, loop.specs)
+        key = (loop.kernel, constants, loop.specs, self.config.debug)
         executor = self._executors.get(key)
         if executor is None:
-            start = time.perf_counter()
-            executor = self._executors[key] = self._build(loop)
-            record.time_compile += time.perf_counter() - start
+            began = time.perf_counter()
+            safe = loop.kernel.index_safety(a.view_shape for a in loop.args)
+            source = loop_source(loop, boundscheck=self.config.debug or not safe)
+            module, path = import_generated(source, loop.kernel.name, self._directory)
+            executor = self._executors[key] = _Executor(module, path, loop.specs)
+            report(loop, time.perf_counter() - began, False, 0)
         return executor
 
-    def _build(self, loop) -> "_Executor":
-        config = self.runtime.config
-        safe = loop.kernel.index_safety(a.view_shape for a in loop.args)
-        source = loop_source(loop, boundscheck=config.debug or not safe)
-        module, path = import_generated(source, loop.kernel.name, Path(config.cache_dir) / "numba")
-        return _Executor(module._mc_loop, path, loop.specs, module.__name__)
+    def _generated(self, function: str, source: str, name: str):
+        found = self._fused.get(source)
+        if found is None:
+            module, _ = import_generated(source, name, self._directory)
+            found = self._fused[source] = getattr(module, function)
+        return found
+
+    def _compile(self, function, arguments, loop, report, *, path=None, what=None):
+        """``function``'s entry point for ``arguments``' types (compiled, or loaded from the disk
+        cache, unless it already was); errors name the loop (or ``what``) and the source."""
+        signature = tuple(self._numba.typeof(a) for a in arguments)
+        overload = function.overloads.get(signature)
+        if overload is not None:
+            return overload.entry_point
+        hits = _cache_hits(function)
+        began = time.perf_counter()
+        try:
+            entry = function.compile(signature)
+        except self._numba.core.errors.NumbaError as exc:
+            if what is not None and path is None:
+                raise CompilationError(f"the numba backend could not compile the {what}: "
+                                       f"{_first_lines(str(exc))}") from exc
+            raise _compile_failure(loop, path, exc) from exc
+        hit = _cache_hits(function) - hits
+        report(loop, time.perf_counter() - began, True, hit)
+        return entry
+
+
+class _Call:
+    """A prepared call of a compiled function: runs a phase with arguments bound once."""
+
+    __slots__ = ("entry", "arguments", "names", "path", "runs")
+
+    def __init__(self, entry, arguments, names, path, runs):
+        self.entry, self.arguments, self.names, self.path, self.runs = entry, arguments, names, path, runs
+
+    def __call__(self) -> None:
+        try:
+            self.entry(*self.arguments)
+        except (IndexError, SystemError) as exc:  # an IndexError inside a prange region surfaces as SystemError
+            raise self._failure(exc) from exc
+
+    def _failure(self, exc) -> KernelRuntimeError:
+        if len(self.runs) == 1:
+            loop = self.runs[0].loop
+            return KernelRuntimeError(
+                f"kernel {loop.kernel.name!r} in loop {loop.name!r}: {exc}; an index fell outside an argument view "
+                f"(view shapes {[a.view_shape for a in loop.args]}); generated source: {self.path}")
+        return KernelRuntimeError(f"a kernel of the chain phase of loops {self.names} failed: {exc}; an index fell "
+                                  f"outside an argument view")
 
 
 class _Executor:
-    """A compiled loop plus the recipe for its array arguments."""
+    """A generated loop module plus the recipe for its array arguments."""
 
-    def __init__(self, dispatcher, path: Path, specs, module_name: str):
-        self.dispatcher, self.path, self.module_name = dispatcher, path, module_name
+    def __init__(self, module, path: Path, specs):
+        self.dispatcher, self.tile = module._mc_loop, module._mc_tile
+        self.path, self.module_name, self.specs = path, module.__name__, specs
         self.reductions = reduction_args(specs)
         read_only: dict[int, bool] = {}
         for s in specs:
             read_only[s.slot] = read_only.get(s.slot, True) and s.access is Access.READ
         self.read_only = [read_only[j] for j in range(len(read_only))]
 
-    def arrays(self, loop, plan, targets: dict) -> list:
-        """Arguments of ``_mc_loop`` for a block plan."""
-        return [plan.block_starts, plan.block_order, plan.colour_offsets, *self.operands(loop, plan.nblocks, targets)]
-
-    def operands(self, loop, nparts: int, targets: dict) -> list:
+    def operands(self, run, nparts: int) -> list:
         """Data, maps and one partial row per block (or tile) for each reduction: the
         arguments of ``_mc_block`` / ``_mc_tile`` after their range."""
-        data = [_readonly_cached(obj) if ro else obj._data for obj, ro in zip(loop.data, self.read_only)]
-        for position, array in targets.items():
-            data[loop.specs[position].slot] = array
-        partials = [np.empty((nparts, loop.specs[i].dim), dtype=loop.args[i].data.dtype) for i in self.reductions]
-        return [*data, *(_unsigned(m) for m in loop.maps), *partials]
+        data = []
+        for record, ro in zip(run.data, self.read_only):
+            array = record.value if isinstance(record, GlobalStorage) else record.host
+            data.append(readonly(array) if ro else array)
+        for position, array in run.targets.items():
+            data[self.specs[position].slot] = array
+        partials = [np.empty((nparts, self.specs[i].dim), dtype=np.dtype(self.specs[i].dtype)) for i in self.reductions]
+        return [*data, *(_unsigned(values) for values in run.maps), *partials]
 
 
-def _share_time(shares, elapsed: float, *, compiled: bool) -> None:
-    """Split a fused call's time over its loops' records by ``(record, iterations)``."""
-    total = sum(n for _, n in shares) or 1
-    for record, n in shares:
-        if compiled:
-            record.time_compile += elapsed * n / total
-        else:
-            record.time_compute += elapsed * n / total
-    if compiled:
-        shares[0][0].compilations += 1
+def _shared_arrays(groups):
+    """Each array once (by identity): ``(per group, the indices of its arrays; the arrays)``."""
+    arrays, seen, calls = [], {}, []
+    for group in groups:
+        indices = []
+        for array in group:
+            key = id(array)
+            if key not in seen:
+                seen[key] = len(arrays)
+                arrays.append(array)
+            indices.append(seen[key])
+        calls.append(tuple(indices))
+    return calls, arrays
 
 
-def _unsigned(map_):
-    """The map's values viewed as unsigned integers (validated >= 0): indexing with them
-    needs no negative-index wraparound in the compiled code."""
-    view = getattr(map_, "_unsigned_view", None)
-    if view is None:
-        view = map_.values.view(np.dtype(map_.values.dtype.str.replace("i", "u")))
-        map_._unsigned_view = view
-    return view
+def _concatenated(groups):
+    """Every group's int64 arrays in one array, and the offsets of each (three per group)."""
+    parts = [np.asarray(a, dtype=np.int64) for group in groups for a in group]
+    offsets = np.concatenate(([0], np.cumsum([len(p) for p in parts]))).astype(np.int64)
+    joined = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return np.ascontiguousarray(joined), offsets
 
 
-def _readonly_cached(obj):
-    view = getattr(obj, "_readonly_view", None)
-    if view is None or view.base is not obj._data:
-        view = readonly(obj._data)
-        obj._readonly_view = view
-    return view
+def _unsigned(values):
+    """Map values viewed as unsigned integers (validated >= 0): indexing with them needs no
+    negative-index wraparound in the compiled code."""
+    return values.view(np.dtype(values.dtype.str.replace("i", "u")))
 
 
 def set_threads(numba, threads) -> None:
@@ -261,7 +273,7 @@ def import_generated(source: str, name: str, directory: Path):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise CompilationError(f"generated module {path} failed to import: {type(exc).__name__}: {exc}") from None
+        raise CompilationError(f"generated module {path} failed to import: {type(exc).__name__}: {exc}") from exc
     sys.modules[module_name] = module
     return module, path
 

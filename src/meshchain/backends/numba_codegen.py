@@ -2,7 +2,9 @@
 
 One module per loop signature: the kernel's constants, the kernel itself as a
 ``@njit`` function, ``_mc_loop``, which runs blocks of one colour on threads
-(``prange``) and colours one after another, and ``_mc_tile``, which runs the loop's
+(``prange``; in order when ``_mc_serial`` says there is one thread, or when a colour has
+one block: starting a thread team costs microseconds) and colours one after another,
+and ``_mc_tile``, which runs the loop's
 iterations of one sparse tile (a fused tiled chain calls it, see :mod:`.numba_backend`).
 
 Examples
@@ -85,10 +87,15 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
         "",
         "",
         f"@_mc_njit(cache=True, parallel=True, {flags})",
-        f"def _mc_loop(_mc_starts, _mc_order, _mc_offsets, {', '.join(arrays)}):",
+        f"def _mc_loop(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {', '.join(arrays)}):",
         "    for _mc_c in range(len(_mc_offsets) - 1):",
-        "        for _mc_i in _mc_prange(_mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]):",
-        f"            _mc_block(_mc_order[_mc_i], _mc_starts, {', '.join(arrays)})",
+        "        _mc_first, _mc_last = _mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]",
+        "        if _mc_serial or _mc_last - _mc_first <= 1:  # no thread team for one block",
+        "            for _mc_i in range(_mc_first, _mc_last):",
+        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {', '.join(arrays)})",
+        "        else:",
+        "            for _mc_i in _mc_prange(_mc_first, _mc_last):",
+        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {', '.join(arrays)})",
     ]
     for i in reductions:
         lines += ["    " + line for line in _final_reduction(i, specs[i])]

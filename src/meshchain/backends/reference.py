@@ -20,7 +20,6 @@ Examples
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -38,36 +37,47 @@ class ReferenceBackend(Backend):
     name = "reference"
     can_tile = True
 
-    def run(self, loop, plan, record, targets=None) -> None:
-        self.run_indices(loop, range(plan.start, plan.end), record, targets)
+    def phase(self, runs, report):
+        prepared = [(self.listed(run, report), range(run.start, run.end)) for run in runs if run.end > run.start]
 
-    def run_indices(self, loop, elements, record, targets=None) -> None:
-        targets = targets or {}
-        accessors = [_accessor(arg, targets.get(i)) for i, arg in enumerate(loop.args)]
+        def call():
+            for run, elements in prepared:
+                run(elements, None)
+
+        return call
+
+    def listed(self, run, report):
+        loop = run.loop
         func = loop.kernel.func
-        began = time.perf_counter()
-        for e in elements:
-            e = int(e)
-            views = [get(e) for get, _ in accessors]
-            try:
-                func(*views)
-            except (IndexError, ValueError, ArithmeticError) as exc:
-                raise _kernel_failure(loop, e, exc) from None
-            for (_, put), view in zip(accessors, views):
-                if put is not None:
-                    put(e, view)
-        record.time_compute += time.perf_counter() - began
+
+        def execute(elements, targets):
+            targets = run.targets if targets is None else {**run.targets, **targets}
+            accessors = [_accessor(run, i, targets.get(i)) for i in range(len(loop.args))]
+            for e in elements:
+                e = int(e)
+                views = [get(e) for get, _ in accessors]
+                try:
+                    func(*views)
+                except (IndexError, ValueError, ArithmeticError) as exc:
+                    raise _kernel_failure(loop, e, exc) from exc
+                for (_, put), view in zip(accessors, views):
+                    if put is not None:
+                        put(e, view)
+
+        return execute
 
 
-def _accessor(arg, target=None):
-    """``(get(e) -> view, put(e, view) or None)`` for one argument."""
-    array = arg.data._data if target is None else target
+def _accessor(run, position: int, target=None):
+    """``(get(e) -> view, put(e, view) or None)`` for argument ``position`` of ``run``'s loop."""
+    arg, spec = run.loop.args[position], run.loop.specs[position]
+    record = run.data[spec.slot]
+    array = target if target is not None else (record.value if arg.kind == GLOBAL else record.host)
     source = readonly(array) if arg.access is Access.READ else array
     if arg.kind == GLOBAL:
         return (lambda e: source), None
     if arg.kind == DIRECT:
         return (lambda e: source[e]), None
-    values = arg.map.values
+    values = run.maps[spec.map_slot]
     if arg.kind == INDIRECT:
         column = values[:, arg.index]
         return (lambda e: source[column[e]]), None

@@ -1,60 +1,17 @@
-"""Communication primitives for setting up a distributed mesh.
+"""Collective helpers for setting up a distributed mesh (all-to-all, fetches, gathers).
 
 Everything here is collective over ``comm``: every rank calls each function in the
-same order. Errors found on some ranks are agreed on first (:func:`raise_together`),
-so every rank raises the same :class:`~meshchain.core.errors.MeshchainError` and none is
-left waiting in a collective.
+same order. Rows are numpy arrays; MPI datatypes come from
+:func:`mpi4py.util.dtlib.from_numpy_dtype`.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from ..partition.partitioners import block_offsets  # the one definition of the block distribution
+from .blocks import block_owner
 
-__all__ = [
-    "world_communicator",
-    "raise_together",
-    "alltoallv",
-    "block_offsets",
-    "block_owner",
-    "fetch_rows",
-    "fetch_csr",
-]
-
-_LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK", "HYDI_CONTROL_FD")
-
-
-def world_communicator():
-    """``MPI.COMM_WORLD`` when this process was started by an MPI launcher, else None.
-
-    mpi4py is imported only then, so serial runs never initialise MPI.
-    """
-    if not any(v in os.environ for v in _LAUNCHER_VARIABLES):
-        return None
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-def raise_together(comm, error: Exception | None) -> None:
-    """Raise on every rank if ``error`` is not None on some rank (the lowest rank's error)."""
-    if comm is None or comm.size == 1:
-        if error is not None:
-            raise error
-        return
-    messages = comm.allgather(None if error is None else (type(error), str(error)))
-    for rank, found in enumerate(messages):
-        if found is not None:
-            kind, text = found
-            raise kind(text if rank == comm.rank else f"{text} (reported by rank {rank})")
-
-
-def block_owner(offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The rank holding each global id in a block distribution with ``offsets``."""
-    return (np.searchsorted(offsets, ids, side="right") - 1).astype(np.int64)
+__all__ = ["alltoallv", "fetch_rows", "fetch_csr", "gather_rows", "concatenated_ranges", "mpi_datatype"]
 
 
 def alltoallv(comm, send: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +27,7 @@ def alltoallv(comm, send: np.ndarray, destinations: np.ndarray) -> tuple[np.ndar
     recv_counts = np.array(comm.alltoall(counts.tolist()), dtype=np.int64)
     row = int(np.prod(send.shape[1:], dtype=np.int64))
     received = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
-    mpi_type = _mpi_type(send.dtype)
+    mpi_type = mpi_datatype(send.dtype)
     send_displ = np.concatenate(([0], np.cumsum(counts)[:-1])) * row
     recv_displ = np.concatenate(([0], np.cumsum(recv_counts)[:-1])) * row
     comm.Alltoallv(
@@ -81,10 +38,11 @@ def alltoallv(comm, send: np.ndarray, destinations: np.ndarray) -> tuple[np.ndar
     return received, sources
 
 
-def _mpi_type(dtype):
-    from mpi4py import MPI
+def mpi_datatype(dtype):
+    """The MPI datatype of a numpy dtype (mpi4py's public mapping)."""
+    from mpi4py.util.dtlib import from_numpy_dtype
 
-    return MPI._typedict[np.dtype(dtype).char]
+    return from_numpy_dtype(np.dtype(dtype))
 
 
 def fetch_rows(comm, offsets: np.ndarray, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -110,7 +68,7 @@ def fetch_csr(comm, offsets: np.ndarray, pointers: np.ndarray, values: np.ndarra
     requests, sources = alltoallv(comm, ids, owners)
     rows = requests - offsets[comm.rank]
     lengths = (pointers[rows + 1] - pointers[rows]).astype(np.int64)
-    reply_values, _ = alltoallv(comm, values[_ranges(pointers[rows], lengths)], np.repeat(sources, lengths))
+    reply_values, _ = alltoallv(comm, values[concatenated_ranges(pointers[rows], lengths)], np.repeat(sources, lengths))
     reply_lengths, _ = alltoallv(comm, lengths, sources)
     order = np.argsort(owners, kind="stable")  # reply i answers ids[order[i]]
     lengths_in_order = np.empty(len(ids), dtype=np.int64)
@@ -119,14 +77,26 @@ def fetch_csr(comm, offsets: np.ndarray, pointers: np.ndarray, values: np.ndarra
     position_in_reply = np.empty(len(ids), dtype=np.int64)
     position_in_reply[order] = np.arange(len(ids))
     out_pointers = np.concatenate(([0], np.cumsum(lengths_in_order))).astype(np.int64)
-    out_values = reply_values[_ranges(reply_starts[position_in_reply], lengths_in_order)]
+    out_values = reply_values[concatenated_ranges(reply_starts[position_in_reply], lengths_in_order)]
     return out_pointers, out_values
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + n)`` for each start ``s`` and length ``n``."""
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
     shifts = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
     return shifts + np.arange(total, dtype=np.int64)
+
+
+def gather_rows(comm, global_ids: np.ndarray, rows: np.ndarray, n_global: int):
+    """Rows of all ranks placed at their global ids, on rank 0 (``None`` elsewhere)."""
+    gathered_ids = comm.gather(np.ascontiguousarray(global_ids, dtype=np.int64), root=0)
+    gathered_rows = comm.gather(np.ascontiguousarray(rows), root=0)
+    if comm.rank != 0:
+        return None
+    result = np.empty((n_global,) + rows.shape[1:], dtype=rows.dtype)
+    for ids, values in zip(gathered_ids, gathered_rows):
+        result[ids] = values
+    return result

@@ -3,16 +3,19 @@
 A dat or map may be declared with the global array on every rank, on rank 0 only
 (``None`` elsewhere), or as each rank's own consecutive rows wrapped in
 :class:`Block` (a mesh read in parallel never sits whole on one rank). In every case
-the rows end up in the standard block distribution (:func:`~.comm.block_offsets`).
+the rows end up in the standard block distribution (:func:`~meshchain.comm.blocks.block_offsets`).
 The decision is collective: all ranks learn what the others passed, so a mistake
 raises the same error everywhere.
 
 Examples
 --------
+On one rank holds the whole array, so its block is all of it:
+
 >>> import numpy as np
->>> from meshchain.comm.inputs import Block
->>> Block(np.zeros((3, 2))).rows.shape
-(3, 2)
+>>> from mpi4py import MPI
+>>> from meshchain.comm.inputs import to_block_rows
+>>> to_block_rows(MPI.COMM_SELF, np.arange(4), 4, "values").tolist()
+[0, 1, 2, 3]
 """
 
 from __future__ import annotations
@@ -22,22 +25,11 @@ import hashlib
 import numpy as np
 
 from ..core.errors import DataShapeError
-from .collectives import alltoallv, block_offsets, block_owner, raise_together
+from ..types.block import Block
+from .blocks import block_offsets, block_owner
+from .collectives import alltoallv, mpi_datatype
 
-__all__ = ["Block", "to_block_rows"]
-
-
-class Block:
-    """This rank's consecutive rows of a global array (rank order = row order).
-
-    Parameters
-    ----------
-    rows : array_like
-        Shape ``(n_local, ...)``; the row counts of all ranks must add up to the set size.
-    """
-
-    def __init__(self, rows):
-        self.rows = np.asarray(rows)
+__all__ = ["to_block_rows"]
 
 
 def _describe(data):
@@ -95,7 +87,7 @@ def _scatter_from_root(comm, data, offsets):
     if comm.rank == 0:
         array = np.ascontiguousarray(data)
         counts = (np.diff(offsets) * row).tolist()
-        comm.Scatterv([array, counts, (offsets[:-1] * row).tolist(), _type(array.dtype)], rows)
+        comm.Scatterv([array, counts, (offsets[:-1] * row).tolist(), mpi_datatype(array.dtype)], rows)
     else:
         comm.Scatterv(None, rows)
     return rows
@@ -106,18 +98,3 @@ def _rebalance(comm, rows, counts, offsets):
     ids = np.arange(start, start + len(rows), dtype=np.int64)
     received, _ = alltoallv(comm, np.ascontiguousarray(rows), block_owner(offsets, ids))
     return received
-
-
-def _type(dtype):
-    from mpi4py import MPI
-
-    return MPI._typedict[np.dtype(dtype).char]
-
-
-def check_agreement(comm, value, what: str) -> None:
-    """Raise on every rank unless ``value`` (hashable, small) is the same on every rank."""
-    values = comm.allgather(value)
-    error = None
-    if any(v != values[0] for v in values):
-        error = DataShapeError(f"{what} differs between ranks: {values}; every rank must pass the same value.")
-    raise_together(None, error)

@@ -42,6 +42,10 @@ class Access(enum.Enum):
     def __repr__(self) -> str:
         return f"mc.{self.value}"
 
+    # members are singletons: hash by identity (Enum's own hash runs Python code; loop
+    # arguments are cached by access mode, so this is on every par_loop's path)
+    __hash__ = object.__hash__
+
 
 READ = Access.READ
 WRITE = Access.WRITE

@@ -10,13 +10,21 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, MeshchainWarning
 
-__all__ = ["Config", "BACKENDS"]
+__all__ = ["Config", "BACKENDS", "AUXILIARY_VARIABLES"]
+
+AUXILIARY_VARIABLES = frozenset({
+    # set by meshchain's own test harness (tests/mpi_harness.py, tests/conftest.py) and notebook
+    "MESHCHAIN_MPI_CHILD", "MESHCHAIN_MPI_NPROCS", "MESHCHAIN_MPI_NODEID", "MESHCHAIN_MPI_RESULTS",
+    "MESHCHAIN_MPI_WALL_SLACK", "MESHCHAIN_TEST_CACHE_DIR", "MESHCHAIN_NOTEBOOK_SMALL",
+})
 
 BACKENDS = ("numba", "reference", "cupy", "cuda-emulation")
 GPU_INCREMENTS = ("atomic", "colour")
@@ -123,7 +131,20 @@ class Config:
             raw = environ.get(f"MESHCHAIN_{field.name.upper()}")
             if raw is not None:
                 options[field.name] = _parse(field.name, raw)
+        _warn_unknown(environ, [f"MESHCHAIN_{f.name.upper()}" for f in dataclasses.fields(cls)])
         return cls(**options)
+
+
+def _warn_unknown(environ, known) -> None:
+    """A :class:`MeshchainWarning` for each ``MESHCHAIN_*`` variable that is no option (a
+    misspelt option would otherwise be ignored without a word)."""
+    for name in sorted(environ):
+        if name.startswith("MESHCHAIN_") and name not in known and name not in AUXILIARY_VARIABLES:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}? " if close else ""
+            warnings.warn(MeshchainWarning(
+                f"[unknown-option] environment variable {name} is not a meshchain option and is ignored; {hint}"
+                f"options: {', '.join(known)}."), stacklevel=3)
 
 
 def _parse(name: str, raw: str):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-__all__ = ["LoopStats", "ChainStats", "Stats", "StatsRecorder"]
+__all__ = ["LoopStats", "ChainStats", "Stats", "StatsRecorder", "gain_percent", "comm_reduction_percent",
+           "comp_increase_percent", "add_by_layer"]
 
 
 @dataclass
@@ -139,24 +140,18 @@ class ChainStats:
     @property
     def predicted_gain(self) -> float:
         """The model's gain of CA over per-loop in percent (NaN without predictions)."""
-        from ..model.equations import gain_percent
-
         return gain_percent(self.predicted_per_loop, self.predicted_ca) if self.predicted_executions else float("nan")
 
     @property
     def comm_reduction(self) -> float:
         """Table 5's "Comm Reduc.%", ``100 (1 - p·m^r / Σ d·p·m^1)``, of the latest execution's
         :attr:`profile` (NaN without one)."""
-        from ..model.equations import comm_reduction_percent
-
         totals = self._totals()
         return comm_reduction_percent(totals["per_loop_bytes"], totals["ca_bytes"]) if totals else float("nan")
 
     @property
     def comp_increase(self) -> float:
         """Table 5's "Comp Inc.%", ``100 (1 - ΣS^1 / ΣS^h)``, of the latest :attr:`profile`."""
-        from ..model.equations import comp_increase_percent
-
         totals = self._totals()
         return comp_increase_percent(totals["per_loop_iterations"], totals["ca_iterations"]) if totals else float("nan")
 
@@ -255,29 +250,106 @@ def add_by_layer(a: list, b) -> list:
 
 
 class StatsRecorder:
-    """Mutable counters owned by the runtime."""
+    """The session's statistics: records counted once (compilation, inspection,
+    diagnostics) and the accounts of live plans (what each of their runs adds; see
+    :mod:`meshchain.engine.accounting`), folded together when they are read.
+
+    :meth:`loop` and :meth:`chain` give the base records (to count into);
+    :attr:`loops` and :attr:`chains` the folded view, as of now.
+    """
 
     def __init__(self):
-        self.loops: dict[str, LoopStats] = {}
-        self.chains: dict[str, ChainStats] = {}
+        self._loops: dict[str, LoopStats] = {}
+        self._chains: dict[str, ChainStats] = {}
+        self._accounts: list = []
+        self.sequence: dict[str, int] = {}  # chain name -> run number of the latest folded account
 
     def loop(self, name: str) -> LoopStats:
-        record = self.loops.get(name)
+        record = self._loops.get(name)
         if record is None:
-            record = self.loops[name] = LoopStats(name)
+            record = self._loops[name] = LoopStats(name)
         return record
 
     def chain(self, name: str) -> ChainStats:
-        record = self.chains.get(name)
+        record = self._chains.get(name)
         if record is None:
-            record = self.chains[name] = ChainStats(name)
+            record = self._chains[name] = ChainStats(name)
         return record
 
+    @property
+    def loops(self) -> dict:
+        return self._folded().loops
+
+    @property
+    def chains(self) -> dict:
+        return self._folded().chains
+
+    def attach(self, account) -> None:
+        """Count ``account``'s runs from now on (it has ``add_to(recorder)`` and ``reset()``)."""
+        self._accounts.append(account)
+
+    def detach(self, account) -> None:
+        """Fold ``account`` in for good (its plan is dropped)."""
+        if account in self._accounts:
+            self._accounts.remove(account)
+            account.add_to(self)
+            account.reset()
+
     def snapshot(self, backend: str) -> Stats:
-        return Stats({k: dataclasses.replace(v) for k, v in self.loops.items()}, backend,
-                     {k: dataclasses.replace(v, diagnostics=list(v.diagnostics))
-                      for k, v in self.chains.items()})
+        folded = self._folded()
+        return Stats(folded.loops, backend, folded.chains)
+
+    def _folded(self) -> Stats:
+        folded = StatsRecorder()
+        folded._loops = {k: _copy(v) for k, v in self._loops.items()}
+        folded._chains = {k: _copy(v) for k, v in self._chains.items()}
+        folded.sequence = dict(self.sequence)
+        for account in self._accounts:
+            account.add_to(folded)
+        return Stats(folded._loops, "", folded._chains)
 
     def reset(self) -> None:
-        self.loops.clear()
-        self.chains.clear()
+        self._loops.clear()
+        self._chains.clear()
+        self.sequence.clear()
+        for account in self._accounts:
+            account.reset()
+
+
+def _copy(record):
+    copied = dataclasses.replace(record)
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, list):
+            setattr(copied, f.name, list(value))
+    return copied
+
+
+def gain_percent(per_loop_time: float, ca_time: float) -> float:
+    """The gain of CA over per-loop execution, ``100 (T_op2 - T_ca) / T_op2`` (the paper's
+    "Gain%": negative when CA is slower, down to -300 % in its Table 5).
+
+    >>> gain_percent(2.0, 1.5)
+    25.0
+    """
+    if per_loop_time <= 0:
+        return 0.0
+    return 100.0 * (per_loop_time - ca_time) / per_loop_time
+
+
+def comm_reduction_percent(per_loop_bytes: float, ca_bytes: float) -> float:
+    """Table 5 "Comm Reduc.%": ``100 (1 - p·m^r / Σ k·d·p·m^1)``.
+
+    >>> round(comm_reduction_percent(31694400, 21051360), 2)   # Hydra 'weight', 4 nodes
+    33.58
+    """
+    return 100.0 * (1.0 - ca_bytes / per_loop_bytes) if per_loop_bytes else 0.0
+
+
+def comp_increase_percent(per_loop_iterations: float, ca_iterations: float) -> float:
+    """Table 5 "Comp Inc.%": ``100 (1 - ΣS^1 / ΣS^h)``.
+
+    >>> round(comp_increase_percent(37538, 135189), 2)         # Hydra 'weight', 4 nodes
+    72.23
+    """
+    return 100.0 * (1.0 - per_loop_iterations / ca_iterations) if ca_iterations else 0.0

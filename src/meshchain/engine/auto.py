@@ -1,125 +1,144 @@
-"""The model on several ranks: predictions recorded per chain, timed executions observed,
-and ``ca="auto"``'s decision.
+"""The model in the engine: ``ca="auto"``'s decision, predictions in ``mc.stats()``, and the
+timed executions the runtime's overheads are fitted from.
 
-Every chain execution on several ranks records its :class:`~meshchain.model.ChainProfile`
-in ``mc.stats()`` and, unless something was compiled during it, is kept as an
-:class:`~meshchain.model.overheads.Observation` (to fit the runtime's overheads). Once a
-calibration is known (``mc.model.calibrate()`` now, or saved by an earlier run on this
-host with as many ranks) the predicted time of both variants is recorded too.
+Every chain execution on several ranks is kept as an
+:class:`~meshchain.model.overheads.Observation` (to fit the runtime's overheads ``o_r`` and
+``o_l``). Once a calibration is known (``mc.model.calibrate()`` now, or saved by an
+earlier run on this host with as many ranks) the predicted time of both variants is
+added to the chain's statistics too.
 
 ``ca="auto"`` needs ``g_l`` for every loop and the overheads: until it has them it runs
-the chain once each way to time it (the decision says so). Then it agrees on the
-slowest rank's predictions (one small ``Allreduce``), chooses, and remembers the choice
-for the chain and the state it starts from, so later executions cost nothing extra.
+the chain each way to time it (the decision says so). Then it agrees on the slowest
+rank's predictions (one small ``Allreduce``), chooses, and remembers the choice for the
+chain and the state it starts from, so later executions cost one look-up.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from contextlib import contextmanager
 
 import numpy as np
 
-from ..model.calibrate import load_calibration, loop_costs, measure_chain_machine
-from ..model.overheads import Observation, fit_overheads
+from ..model.calibrate import calibration_path, load_calibration, loop_costs, measure
+from ..model.overheads import Observation, Observations, fit_overheads
 from ..model.policy import choose_ca, measuring
 
-__all__ = ["current_calibration", "record_prediction", "decide", "observe", "fitted_machine"]
+__all__ = ["ModelState"]
+
+REFIT_EVERY = 16  # observations between two fits of the overheads
 
 
-def current_calibration(runtime, *, measure: bool = False):
-    """The runtime's calibration: the one set by ``mc.model.calibrate()``, else the saved one
-    for this host and rank count; with ``measure`` (collective) the network is measured
-    now if neither exists."""
-    if runtime.calibration is None and not runtime.calibration_looked_up:
-        runtime.calibration = load_calibration()
-        runtime.calibration_looked_up = True
-    if runtime.calibration is None and measure:
-        runtime.calibration = measure_chain_machine(runtime)
-    return runtime.calibration
+class ModelState:
+    """The session's model: calibration, observations, decisions (see the module docstring)."""
 
+    def __init__(self, session):
+        self.session = session
+        self.calibration = None  # meshchain.model.Calibration, set by calibrate() or loaded
+        self.looked_up = False
+        self.observations = Observations()
+        self._fitted = None  # (calibration, observations seen, g, Machine with fitted overheads)
+        self.decisions = session.caches.cache("ca decisions", limit=1024,
+                                              events=("configure", "partition", "repartition"))
 
-def costs(runtime, calibration) -> dict:
-    """``g_l`` by loop name: measured in this run where a loop ran, else calibrated."""
-    return {**calibration.loop_costs, **loop_costs(runtime.recorder)}
+    # --- calibration ------------------------------------------------------------------------------
 
+    def current_calibration(self, *, measure_now: bool = False):
+        """The calibration set by ``mc.model.calibrate()``, else the saved one for this host and
+        rank count; with ``measure_now`` (collective) the network is measured now if neither
+        exists."""
+        if self.calibration is None and not self.looked_up:
+            self.calibration = load_calibration(self.session.size, cache_dir=self.session.config.cache_dir)
+            self.looked_up = True
+        if self.calibration is None and measure_now:
+            self.calibrate(save=True, repeats=30, sizes=None)
+        return self.calibration
 
-def fitted_machine(runtime, calibration, g: dict, *, fresh: bool = False):
-    """The calibrated machine with the overheads fitted from this run's observations (when
-    it has enough of both kinds), else the calibration's own (None if it has none).
+    def calibrate(self, *, save: bool, repeats: int, sizes):
+        """Measure the machine on the session's communicator (collective) and use the result."""
+        session = self.session
+        comm = session.comm
+        if comm is None:
+            from mpi4py import MPI
 
-    The fit is redone when 16 executions were observed since the last one, or ``fresh``."""
-    observations = runtime.observations
-    if observations.missing():
-        return calibration.machine if calibration.overheads else None
-    cached = runtime.fitted_machine
-    if cached is not None and not fresh and cached[0] is calibration and observations.added - cached[1] < 16:
-        return cached[2]
-    machine = dataclasses.replace(calibration.machine, round_overhead=0.0, loop_overhead=0.0)
-    o_r, o_l = fit_overheads(observations.residuals(g, machine))
-    machine = dataclasses.replace(machine, round_overhead=o_r, loop_overhead=o_l)
-    runtime.fitted_machine = (calibration, observations.added, machine)
-    return machine
+            comm = MPI.COMM_SELF
+        previous = load_calibration(comm.size, cache_dir=session.config.cache_dir)
+        path = calibration_path(session.config.cache_dir, comm.size) if save else None
+        options = {} if sizes is None else {"sizes": sizes}
+        self.calibration = measure(comm, costs=loop_costs(session.recorder), observations=self.observations,
+                                   previous=previous, path=path, repeats=repeats, **options)
+        self.looked_up = True
+        return self.calibration
 
+    def fitted(self, calibration, *, fresh: bool = False):
+        """``(g, machine)``: loop costs (measured in this run where a loop ran, else calibrated)
+        and the calibrated machine with the overheads fitted from this run's observations
+        (when it has enough of both kinds), else the calibration's own (machine None when it
+        has none). Refitted every :data:`REFIT_EVERY` observations, or when ``fresh``."""
+        observations = self.observations
+        cached = self._fitted
+        if (cached is not None and not fresh and cached[0] is calibration
+                and observations.added - cached[1] < REFIT_EVERY):
+            return cached[2], cached[3]
+        g = {**calibration.loop_costs, **loop_costs(self.session.recorder)}
+        if observations.missing():
+            machine = calibration.machine if calibration.overheads else None
+        else:
+            machine = dataclasses.replace(calibration.machine, round_overhead=0.0, loop_overhead=0.0)
+            o_r, o_l = fit_overheads(observations.residuals(g, machine))
+            machine = dataclasses.replace(machine, round_overhead=o_r, loop_overhead=o_l)
+        self._fitted = (calibration, observations.added, g, machine)
+        return g, machine
 
-@contextmanager
-def observe(runtime, profile, ca: bool, records):
-    """Time the execution in the ``with`` block and keep it as an observation, unless a loop
-    was compiled meanwhile."""
-    compiled = sum(r.compilations for r in records)
-    began = time.perf_counter()
-    yield
-    seconds = time.perf_counter() - began
-    if sum(r.compilations for r in records) == compiled:
-        runtime.observations.add(Observation(ca, seconds, profile))
+    # --- per execution ----------------------------------------------------------------------------
 
+    def observe(self, ca: bool, seconds: float, profile) -> None:
+        """Keep a timed execution of a chain on several ranks."""
+        self.observations.add(Observation(ca, seconds, profile))
 
-def record_prediction(runtime, chain, profile) -> None:
-    """Add this execution's model terms and predicted times on this rank to ``chain``."""
-    chain.profile = profile
-    calibration = current_calibration(runtime)
-    if calibration is None or not profile.ca:
-        return
-    g = costs(runtime, calibration)
-    machine = fitted_machine(runtime, calibration, g)
-    if machine is None or profile.missing(g):
-        return
-    key = (id(profile), machine)
-    predicted = runtime.predictions.get(key)
-    if predicted is None or predicted[0] is not profile:
-        if len(runtime.predictions) >= 1024:
-            runtime.predictions.clear()
-        predicted = runtime.predictions[key] = (profile, profile.per_loop_time(g, machine),
-                                                profile.ca_time(g, machine), calibration.describe(machine))
-    chain.predicted_executions += 1
-    chain.predicted_per_loop += predicted[1]
-    chain.predicted_ca += predicted[2]
-    chain.model = predicted[3]
+    def predict(self, account, profile) -> None:
+        """Add this execution's predicted times on this rank to the chain's account (when a
+        calibration is known)."""
+        calibration = self.current_calibration()
+        if calibration is None or not profile.ca:
+            return
+        g, machine = self.fitted(calibration)
+        if machine is None or profile.missing(g):
+            return
+        cached = account.prediction
+        if cached is None or cached[0] is not machine:
+            cached = account.prediction = (machine, profile.per_loop_time(g, machine), profile.ca_time(g, machine))
+            account.model = calibration.describe(machine)
+        predicted = account.predicted
+        predicted[0] += 1
+        predicted[1] += cached[1]
+        predicted[2] += cached[2]
 
+    # --- ca="auto" --------------------------------------------------------------------------------
 
-def decide(runtime, profile, signature):
-    """``ca="auto"`` for a chain with ``profile`` (collective; the same answer on every rank)."""
-    objects = signature.by_key()
-    key = (signature.loops, tuple(sorted((k, o._valid_depth) for k, o in objects.items() if not o.is_global)))
-    decision = runtime.ca_decisions.get(key)
-    if decision is not None:
-        return decision
-    calibration = current_calibration(runtime, measure=True)
-    g = costs(runtime, calibration)
-    missing = profile.missing(g)
-    machine = fitted_machine(runtime, calibration, g, fresh=True)
-    unobserved = runtime.observations.missing() if machine is None else []
-    predicted = np.array([0.0, 0.0, float(bool(missing)), float(False in unobserved),
-                          float(True in unobserved)])
-    if not missing and machine is not None:
-        predicted[:2] = profile.per_loop_time(g, machine), profile.ca_time(g, machine)
-    from mpi4py import MPI
+    def use_ca(self, unit, profile) -> bool:
+        """``ca="auto"`` for ``unit`` in its current state (collective; the same on every rank)."""
+        key = (unit.options, unit.loops, unit.state())
+        decision = self.decisions.get(key)
+        if decision is None:
+            decision = self._decide(profile)
+            if decision.gain == decision.gain:  # not NaN: the model decided; keep it
+                self.decisions[key] = decision
+        self.session.recorder.chain(unit.chain).decision = decision.why
+        return decision.use_ca
 
-    runtime.comm.Allreduce(MPI.IN_PLACE, predicted, op=MPI.MAX)
-    if predicted[2:].any():
-        return measuring(missing, run_ca=bool(not predicted[2] and not predicted[3] and predicted[4]))
-    decision = choose_ca(per_loop_time=float(predicted[0]), ca_time=float(predicted[1]),
+    def _decide(self, profile):
+        calibration = self.current_calibration(measure_now=True)
+        g, machine = self.fitted(calibration, fresh=True)
+        missing = profile.missing(g)
+        unobserved = self.observations.missing() if machine is None else []
+        predicted = np.array([0.0, 0.0, float(bool(missing)), float(False in unobserved),
+                              float(True in unobserved)])
+        if not missing and machine is not None:
+            predicted[:2] = profile.per_loop_time(g, machine), profile.ca_time(g, machine)
+        from mpi4py import MPI
+
+        self.session.comm.Allreduce(MPI.IN_PLACE, predicted, op=MPI.MAX)
+        if predicted[2:].any():
+            return measuring(missing, run_ca=bool(not predicted[2] and not predicted[3] and predicted[4]))
+        return choose_ca(per_loop_time=float(predicted[0]), ca_time=float(predicted[1]),
                          basis=calibration.describe(machine))
-    runtime.ca_decisions[key] = decision
-    return decision

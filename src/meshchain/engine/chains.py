@@ -1,4 +1,4 @@
-"""Loop chains: ``with mc.loop_chain(...)`` blocks and chains named in a TOML file.
+"""Loop chains: the options of ``with mc.loop_chain(...)`` blocks and chains named in a TOML file.
 
 A chain groups consecutive loops so that the runtime can execute them together: on
 several ranks with one grouped halo exchange (communication avoidance, ``ca=True``),
@@ -32,13 +32,13 @@ from pathlib import Path
 
 from ..core.errors import ConfigurationError, LoopError, MeshchainWarning
 
-__all__ = ["ChainOptions", "ChainRun", "loop_chain", "parse_chain_config", "load_chain_config", "ChainMatcher",
-           "CA_CHOICES"]
+__all__ = ["ChainOptions", "ChainRun", "parse_chain_config", "load_chain_config", "ChainMatcher", "CA_CHOICES",
+           "refuse_nesting"]
 
 CA_CHOICES = (True, False, "auto")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ChainOptions:
     """How one chain runs.
 
@@ -50,7 +50,7 @@ class ChainOptions:
         Communication-avoiding execution (one grouped exchange per segment), loop by loop,
         or decided per chain by the model.
     tile_size : int or None
-        Sparse tiling: seed iterations per tile (``None``: untiled). See :mod:`meshchain.engine.tiled`.
+        Sparse tiling: seed iterations per tile (``None``: untiled). See :mod:`meshchain.engine.tiling`.
     max_halo : int or None
         Most halo layers the chain may use (default: as many as can be built, 16).
     """
@@ -59,6 +59,26 @@ class ChainOptions:
     ca: object = True
     tile_size: int | None = None
     max_halo: int | None = None
+
+    @classmethod
+    def of(cls, name, ca=True, tile_size=None, max_halo=None) -> "ChainOptions":
+        """The options object for these values: the same object every time (plans are keyed
+        by it, and a time loop opens the same chain block again and again)."""
+        try:
+            found = _INTERNED[name, ca, tile_size, max_halo]
+            # 1 == True and hash alike: only the very same values may share an object
+            if found.ca is ca and found.tile_size is tile_size and found.max_halo is max_halo:
+                return found
+        except (KeyError, TypeError):
+            pass
+        options = cls(name, ca, tile_size, max_halo)
+        if len(_INTERNED) >= 4096:
+            _INTERNED.clear()
+        try:
+            _INTERNED[name, ca, tile_size, max_halo] = options
+        except TypeError:
+            pass
+        return options
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -72,73 +92,20 @@ class ChainOptions:
                                          f"got {value!r}.")
 
 
+_INTERNED: dict = {}
+
+
 class ChainRun:
     """One execution of a chain: the loops recorded in it share this object."""
 
-    __slots__ = ("options", "loops")
+    __slots__ = ("options", "opened")
 
-    def __init__(self, options: ChainOptions):
-        self.options, self.loops = options, 0
+    def __init__(self, options: ChainOptions, opened=None):
+        self.options = options
+        self.opened = opened  # (loops pending, the trace's removals) when its block opened
 
     def __repr__(self) -> str:
-        return f"ChainRun({self.options.name!r}, loops={self.loops})"
-
-
-class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...)``
-    """Execute the loops recorded inside the block as one chain when the block ends.
-
-    Parameters
-    ----------
-    name : str
-    ca : True, False or "auto", keyword-only
-        See :class:`ChainOptions`.
-    tile_size : int or None, keyword-only
-        Sparse tiling: run the chain tile by tile, ``tile_size`` iterations of its seed loop
-        per tile (see :mod:`meshchain.engine.tiled`); None runs it loop by loop.
-    max_halo : int or None, keyword-only
-
-    Examples
-    --------
-    >>> import numpy as np, meshchain as mc
-    >>> nodes, edges = mc.Set(3, "nodes"), mc.Set(2, "edges")
-    >>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")
-    >>> deg = mc.Dat(nodes, 1, None, "deg", dtype=np.int64)
-    >>> twice = mc.Dat(nodes, 1, None, "twice", dtype=np.int64)
-    >>> @mc.kernel
-    ... def count(a, b):
-    ...     a[0] += 1
-    ...     b[0] += 1
-    >>> @mc.kernel
-    ... def double(d, t):
-    ...     t[0] = 2 * d[0]
-    >>> with mc.loop_chain("degrees", ca=True):
-    ...     mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
-    ...     mc.par_loop(double, nodes, deg(mc.READ), twice(mc.WRITE))
-    >>> twice.data[:, 0].tolist()
-    [2, 4, 2]
-    >>> mc.stats().chains["degrees"].executions
-    1
-    >>> with mc.loop_chain("tiled", tile_size=1):  # tiles of one node (the larger loop seeds)
-    ...     mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
-    ...     mc.par_loop(double, nodes, deg(mc.READ), twice(mc.WRITE))
-    >>> twice.data[:, 0].tolist(), mc.stats().chains["tiled"].tiles
-    ([4, 8, 4], 3)
-    """
-
-    def __init__(self, name: str, *, ca=True, tile_size: int | None = None, max_halo: int | None = None):
-        self.options = ChainOptions(name, ca, tile_size, max_halo)
-        self.run: ChainRun | None = None
-
-    def __enter__(self) -> "loop_chain":
-        from .session import get_runtime
-
-        self.run = get_runtime().open_chain(self.options)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        from .session import get_runtime
-
-        get_runtime().close_chain(self.run, force=exc_type is None)
+        return f"ChainRun({self.options.name!r})"
 
 
 def parse_chain_config(text: str, source: str = "<chains>") -> list["ChainSpec"]:

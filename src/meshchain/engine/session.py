@@ -1,180 +1,288 @@
-"""The one runtime object: configuration, the trace of pending loops, caches and stats.
+"""The session: everything mutable in meshchain for one run, and the way loops get run.
+
+A :class:`Session` holds the configuration, the communicator, the trace of pending loops,
+the declarations and their storage, the mesh layout, the caches, the statistics, the
+model's state and the backend. The API layer (:mod:`meshchain.api`) creates one and
+hands it to user objects through :mod:`meshchain.core.context`; below the API the
+session is passed explicitly.
 
 Evaluation is lazy. ``par_loop`` records a loop in the trace and returns. Loops run
-when something forces them: reading ``dat.data``, ``dat.gather()`` or
-``global.value`` runs exactly the pending loops the object depends on (dependence
-analysis in :mod:`meshchain.engine.trace`); setting ``global.value`` or writing through
-``dat.data`` first runs the loops that use the object; ``mc.flush()``, leaving a
-``loop_chain`` block, completing a chain named in the chain configuration, or the
-trace reaching ``config.trace_length`` loops run what is pending.
-Tests call :func:`reset_runtime` to start from a clean state.
+when something forces them: reading ``dat.data``, ``dat.gather()`` or ``global.value``
+runs exactly the pending loops the object depends on (dependence analysis in
+:mod:`.trace`); setting ``global.value`` or writing through ``dat.data`` first runs the
+loops that use the object; ``mc.flush()``, leaving a ``loop_chain`` block, completing a
+chain named in the chain configuration, or the trace reaching ``config.trace_length``
+loops run what is pending. Each unit (a loop, or the loops of one chain) then runs
+through the pipeline (:mod:`.pipeline`).
+
+Examples
+--------
+>>> import meshchain as mc
+>>> session = mc.get_runtime()
+>>> session.distributed, session.size, len(session.trace)
+(False, 1, 0)
 """
 
 from __future__ import annotations
 
 import time
 
-import weakref
+import numpy as np
 
 from ..backends import make_backend
-from ..backends.base import Range
+from ..comm.agree import raise_together
+from ..comm.blocks import block_offsets
+from ..comm.collectives import fetch_rows, gather_rows
+from ..comm.world import world_communicator
+from ..core.cache import CacheRegistry
 from ..core.config import Config
-from ..comm.collectives import world_communicator
-from ..core.errors import LoopError
-from ..inspector import colour_blocks, touched_keys
-from .trace import Trace
-from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
-from ..ir.loop import make_loop
-from ..model.overheads import Observations
+from ..core.errors import ConfigurationError, DeclarationError, LoopError
 from ..core.stats import StatsRecorder
+from ..core.storage import DataStore
+from ..inspector.colouring import colour_blocks, touched_keys
+from ..ir.loop import exclusivity_error, make_loop
+from ..partition.distribute import check_options, deepen, distribute, moved_rows
+from ..partition.layout import MeshLayout
+from .auto import ModelState
+from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
+from .declare import Declarations
+from .pipeline import Pipeline
+from .trace import Trace, dependents
 
-__all__ = ["Runtime", "get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats"]
+__all__ = ["Session"]
 
 
-class Runtime:
-    """Holds everything mutable in meshchain. Use :func:`get_runtime`, do not build one."""
+class Session:
+    """Everything mutable in meshchain (see the module docstring). Use ``mc.get_runtime()``."""
 
-    def __init__(self, config: Config | None = None, *, comm=None):
+    def __init__(self, config: Config | None = None, *, comm=None, inherit=None):
+        """``inherit``: a session on one process whose declarations (and their values) this one,
+        also on one process, takes over (``mc.reset_runtime`` keeps what users declared)."""
         self.config = config if config is not None else Config.from_env()
-        self.trace = Trace()
-        self.recorder = StatsRecorder()
-        self._plans: dict = {}
-        self.chain_plans: dict = {}
-        self.ca_decisions: dict = {}
-        self.chain_profiles: dict = {}
-        self.observations = Observations()
-        self.fitted_machine = None  # (calibration, observations seen, Machine with fitted overheads)
-        self.predictions: dict = {}
-        self.calibration = None  # meshchain.model.Calibration, set by calibrate() or loaded
-        self.calibration_looked_up = False
-        self.tile_plans: dict = {}
-        self._loops: dict = {}
-        self._backend = None
-        self.open_run: ChainRun | None = None
-        self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
         self.comm = comm if comm is not None else world_communicator()
         self.distributed = self.comm is not None and self.comm.size > 1
+        self.size = 1 if self.comm is None else self.comm.size
+        self.rank = 0 if self.comm is None else self.comm.rank
+        self.caches = CacheRegistry()
+        self.trace = Trace()
+        self.recorder = StatsRecorder()
+        self.store = DataStore()
+        self.declarations = Declarations(self)
+        if inherit is not None and not self.distributed and not inherit.distributed:
+            self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
+        self.layout = MeshLayout.serial(self.declarations.map_rows)
         self.partitioned = False
-        self.depth = 0
-        self.halo_map_sources: set = set()
-        self._declared: list = []
+        self.colourings = self.caches.cache("colourings", limit=4096, events=("configure", "partition", "repartition"))
+        self.tile_plans = self.caches.cache("tile plans", limit=256, events=("configure", "partition", "repartition"))
+        self._loops = self.caches.cache("validated loops", limit=4096)
+        self._last_loop = self.caches.cache("loops by arguments", limit=4096)
+        self._exclusive = self.caches.cache("exclusive paths", limit=4096, events=("partition", "repartition"))
+        self.pipeline = Pipeline(self)
+        self.model = ModelState(self)
+        self.open_run: ChainRun | None = None
+        self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
+        self._backend = None
+        self._trace_length = self.config.trace_length
 
-    def forget_plans(self) -> None:
-        """Drop cached execution plans and per-map checks (after local numbers changed)."""
-        from ..ir import loop as loop_module
+    # --- declarations (called by the user objects, through meshchain.core.context) -------------------
 
-        self._plans.clear()
-        self.chain_plans.clear()
-        self.ca_decisions.clear()
-        self.chain_profiles.clear()
-        self.tile_plans.clear()
-        loop_module._exclusive_cache.clear()
+    def declare_set(self, s) -> None:
+        self.declarations.set(s)
 
-    def map_sources(self) -> set:
-        """``id`` of every set that a map the halos were built from starts from (their halos
-        can be run); the same on every rank."""
-        return self.halo_map_sources
+    def declare_map(self, m, values) -> None:
+        self.declarations.map(m, values)
 
-    def declare(self, obj, agreed) -> int:
-        """Record a declaration made on several ranks; ``agreed`` must match on every rank.
+    def declare_dat(self, d, data, dtype) -> np.dtype:
+        chosen, storage = self.declarations.dat(d, data, dtype)
+        self.store.add(d, storage)
+        return chosen
 
-        Returns its position in the declaration order, the same on every rank (dats use it
-        as their MPI message tag)."""
-        from ..comm.inputs import check_agreement
+    def declare_global(self, g, value: np.ndarray) -> None:
+        self.store.add(g, self.declarations.global_(value))
 
-        check_agreement(self.comm, (type(obj).__name__, agreed), f"{type(obj).__name__} declaration {agreed!r}")
-        self._declared.append(weakref.ref(obj))
-        return len(self._declared)
+    def n_owned(self, s) -> int:
+        if self.distributed and not self.partitioned:
+            return s.size  # not distributed yet
+        return self.layout.of(s).n_owned
 
-    def declared(self, *, agreed: bool = False):
-        """The live sets, maps and dats declared so far, in declaration order.
+    def map_values(self, m):
+        if self.distributed and not self.partitioned:
+            return None
+        return self.layout.values(m)
 
-        With ``agreed=True`` (collective) only the objects alive on every rank: garbage
-        collection frees unreferenced objects at different times on different ranks, and
-        collective steps (building halos) must see the same list everywhere.
-        """
-        from ..types import Dat, Map, Set
+    def layout_of(self, s):
+        """The :class:`~meshchain.partition.layout.SetLayout` of ``s`` on this rank (None on
+        several ranks before ``mc.partition``)."""
+        if self.distributed and not self.partitioned:
+            return None
+        return self.layout.of(s)
 
-        objects = [r() for r in self._declared]
-        if agreed and self.distributed:
-            objects = _alive_everywhere(self.comm, objects)
-        pick = lambda kind: [o for o in objects if isinstance(o, kind)]  # noqa: E731
-        return pick(Set), pick(Map), pick(Dat)
+    def storage(self, obj):
+        """The storage record of a dat or global of this session."""
+        record = self.store.get(obj)
+        if record is None:
+            raise DeclarationError(f"{type(obj).__name__} {obj.name!r} belongs to another meshchain session "
+                                   f"(mc.reset_runtime() discards every declaration); declare it again.")
+        return record
 
-    @property
-    def backend(self):
-        if self._backend is None:
-            self._backend = make_backend(self.config.backend, self)
-        return self._backend
+    # --- values (dat.data, glob.value, dat.gather()) -----------------------------------------------
 
-    def reconfigure(self, **options) -> None:
-        """Apply new options; if they are refused, the runtime keeps its old configuration."""
-        new = self.config.replace(**options)
-        self.flush()
-        old_config, old_backend = self.config, self._backend
-        if new.backend != old_config.backend or new.threads != old_config.threads or new.cache_dir != old_config.cache_dir:
-            self._backend = None
-        self.config = new
+    def dat_values(self, d, *, write: bool, halos: bool = False) -> np.ndarray:
+        """``d``'s owned rows (with ``halos``: all rows), after the loops they depend on ran;
+        with ``write`` the caller may change them, so its halo copies are stale."""
+        storage = self.storage(d)
+        if write:
+            self._require_partitioned(d)
+            self.force_write(d)
+            storage.valid_depth = 0
+            return storage.host_current(write=True)[: storage.n_owned]
+        self.force_read(d)
+        if not halos:
+            self._require_partitioned(d)
+        view = storage.host_current(write=False)
+        view = (view if halos else view[: storage.n_owned]).view()
+        view.flags.writeable = False
+        return view
+
+    def gather(self, d):
+        self._require_partitioned(d)
+        self.force_read(d)
+        storage = self.storage(d)
+        host = storage.host_current(write=False)
+        if not self.distributed:
+            return host[: d.dataset.size].copy()
+        layout = self.layout.of(d.dataset)
+        n = layout.n_owned
+        return gather_rows(self.comm, layout.global_ids[:n], host[:n], d.dataset.size)
+
+    def global_value(self, g) -> np.ndarray:
+        storage = self.storage(g)
+        self.force_read(g)
+        storage.settle()
+        return storage.value.copy()
+
+    def set_global_value(self, g, new) -> None:
+        storage = self.storage(g)
+        self.force_write(g)
+        storage.settle()
+        storage.value[...] = g.coerce(new)
+
+    def _require_partitioned(self, d) -> None:
+        if self.distributed and not self.partitioned:
+            raise LoopError(
+                f"Dat {d.name!r}: its data is laid out for partitioning, not yet distributed; call "
+                f"mc.partition(...) before reading .data or .gather() on several ranks."
+            )
+
+    # --- recording ----------------------------------------------------------------------------------
+
+    def record(self, kernel, iterset, args, name) -> None:
+        """Record ``par_loop(kernel, iterset, *args, name=name)`` (checked once per kernel, set,
+        arguments and name; later calls look the checked loop up)."""
         try:
-            self.backend.validate(new)  # build now, so that bad options fail inside configure()
-        except Exception:
-            self.config, self._backend = old_config, old_backend
-            if old_backend is not None and hasattr(old_backend, "restore"):
-                old_backend.restore()
-            raise
-        if new.block_size != old_config.block_size:
-            self._plans.clear()
-        if new.chains != old_config.chains:
-            self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
-
-    # --- recording and forcing --------------------------------------------------------------
-
-    def record(self, loop) -> None:
-        if self.open_run is not None:
-            chain, completed = self.open_run, []
+            found = self._last_loop.get(args)
+        except TypeError:  # something unhashable: not loop arguments; make_loop says what is wrong
+            found = None
+        if found is not None and found[0] is kernel and found[1] is iterset and found[2] == name:
+            loop = found[3]
         else:
-            chain, completed = self.matcher.feed(loop.name)
-        if chain is not None:
-            chain.loops += 1
-        self.trace.append(loop, chain)
-        for run in completed:
-            self.run_entries(self.trace.take_chain(run))
+            loop = self._loop_for(kernel, iterset, args, name)
+        run = self.open_run
+        if run is None and self.matcher.specs:
+            self._record_matched(loop)
+            return
+        entries = self.trace.entries  # Trace.append, inline: this runs for every par_loop
+        entries.append((loop, run))
+        if len(entries) >= self._trace_length:
+            self.flush()
+
+    def _loop_for(self, kernel, iterset, args, name):
+        """The checked loop of a ``par_loop`` call: looked up, or checked now. The entries keep
+        the objects alive, so their ids are not reused meanwhile."""
+        key = (kernel, iterset, args, name)
+        try:
+            loop = self._loops.get(key)
+        except TypeError:
+            loop = None
+        if loop is None:
+            loop = self._checked_loop(kernel, iterset, args, name)
+            try:
+                self._loops[key] = loop
+            except TypeError:
+                return loop
+        self._last_loop[args] = (kernel, iterset, name, loop)  # the next call with these arguments
+        return loop
+
+    def _record_matched(self, loop) -> None:
+        """Record ``loop`` where chains are named in the chain configuration."""
+        run, completed = self.matcher.feed(loop.name)
+        self.trace.append(loop, run)
+        for done in completed:
+            self.run_entries(self.trace.take_chain(done))
         if len(self.trace) >= self.config.trace_length:
             self.flush()
 
-    def validated_loop(self, kernel, iterset, args, name):
-        """:func:`make_loop`, remembered for calls with the same kernel, set, arguments and name
-        (a time loop records the same loops again and again; the checks need not rerun). The
-        remembered loop keeps its objects alive, so their ids cannot be reused meanwhile."""
-        try:
-            key = (id(kernel), id(iterset), name,
-                   tuple((id(a.data), a.access, id(a.map), a.index) for a in args))
-        except AttributeError:  # not loop arguments: make_loop says what is wrong
-            return make_loop(kernel, iterset, args, name)
-        loop = self._loops.get(key)
-        if loop is None:
-            if len(self._loops) >= 4096:
-                self._loops.clear()
-            loop = self._loops[key] = make_loop(kernel, iterset, args, name)
+    def _checked_loop(self, kernel, iterset, args, name):
+        if self.distributed and not self.partitioned:  # no loop is checked (or cached) before
+            label = name or getattr(kernel, "name", getattr(kernel, "__name__", "?"))
+            raise LoopError(
+                f"par_loop {label!r}: running on {self.size} ranks but the mesh is not partitioned; "
+                f"call mc.partition(...) after declaring the mesh and before the first loop."
+            )
+        loop = make_loop(kernel, iterset, args, name, exclusive=self._check_exclusive)
+        for obj in loop.data:
+            self.storage(obj)  # declared in this session
         return loop
+
+    def _check_exclusive(self, arg, name: str) -> None:
+        """An indirect RW path must reach each target element once (every rank agrees)."""
+        key = (arg.map.uid, arg.index)
+        error = self._exclusive.get(key)
+        if error is None:
+            target = self.layout_of(arg.map.target)
+            local = exclusivity_error(arg, name, self.layout.values(arg.map),
+                                      target.global_ids if self.distributed else None)
+            try:
+                raise_together(self.comm if self.distributed else None, local)
+                error = False
+            except Exception as agreed:  # noqa: BLE001 - the agreed error, kept for the next time
+                error = agreed
+            self._exclusive[key] = error
+        if error is not False:
+            raise type(error)(str(error))
 
     def open_chain(self, options) -> ChainRun:
         """Start recording loops into a chain (``with mc.loop_chain(...)``)."""
-        refuse_nesting(self.open_run, options)
-        self.open_run = ChainRun(options)
-        return self.open_run
+        if self.open_run is not None:
+            refuse_nesting(self.open_run, options)
+        trace = self.trace
+        run = self.open_run = ChainRun(options, (len(trace.entries), trace.removals))
+        return run
 
     def close_chain(self, run: ChainRun, *, force: bool) -> None:
         """End a chain block; run the chain (and what it depends on) unless ``force`` is False
         (the block raised: its loops stay pending, like any recorded loop)."""
         if self.open_run is run:
             self.open_run = None
-        if force:
-            self.run_entries(self.trace.take_chain(run))
+        if not force:
+            return
+        trace = self.trace
+        loops = trace.take_only(run)
+        if loops is not None:  # only its loops were pending
+            try:
+                self.pipeline.execute(run, loops)
+            except Exception as exc:
+                self._after_failure(exc, loops, ())
+                raise
+            return
+        self.run_entries(trace.take_chain(run))
+
+    # --- forcing ------------------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Run every pending loop."""
-        self.run_entries(self.trace.take())
+        if self.trace:
+            self.run_entries(self.trace.take())
 
     def force_read(self, obj) -> None:
         """Run the pending loops ``obj``'s value depends on."""
@@ -187,247 +295,181 @@ class Runtime:
             self.run_entries(self.trace.take_needed(obj, write=True))
 
     def run_entries(self, entries) -> None:
-        """Run trace entries in order: consecutive loops of one chain run as that chain."""
-        units = _units(entries)
-        for position, (chain, loops) in enumerate(units):
+        """Run trace entries in order: consecutive loops of one chain run as that chain. When
+        one unit fails, the loops that depend on it are discarded; the others stay pending."""
+        if len(entries) == 1 and entries[0][1] is None:  # one loop on its own
+            loop = entries[0][0]
             try:
-                if chain is None:
-                    self.execute(loops[0])
-                else:
-                    self.execute_chain(chain, loops)
+                self.pipeline.execute(None, [loop])
             except Exception as exc:
-                later = [loop.name for _, rest in units[position + 1 :] for loop in rest]
-                dropped = self.trace.take()
-                if later or dropped:
-                    exc.add_note(
-                        f"meshchain: {len(later) + len(dropped)} pending loop(s) were discarded: "
-                        f"{', '.join(later + [e.loop.name for e in dropped])}"
-                    )
+                self._after_failure(exc, [loop], ())
+                raise
+            return
+        units = _units(entries)
+        for position, (run, loops) in enumerate(units):
+            try:
+                self.pipeline.execute(run, loops)
+            except Exception as exc:
+                self._after_failure(exc, loops, units[position + 1:])
                 raise
 
-    # --- execution ------------------------------------------------------------------------------
+    def _after_failure(self, exc, failed, later_units) -> None:
+        later = [(loop, run) for run, loops in later_units for loop in loops] + self.trace.take()
+        flags = dependents(failed, [entry[0] for entry in later])
+        dropped = [entry[0].name for entry, hit in zip(later, flags) if hit]
+        kept = [entry for entry, hit in zip(later, flags) if not hit]
+        self.trace.extend(kept)
+        if dropped:
+            exc.add_note(f"meshchain: {len(dropped)} pending loop(s) that depended on the failed one were discarded: "
+                         f"{', '.join(dropped)}")
+        if kept:
+            exc.add_note(f"meshchain: {len(kept)} pending loop(s) that did not depend on it are still pending: "
+                         f"{', '.join(entry[0].name for entry in kept)}")
 
-    def execute(self, loop) -> None:
-        record = self.recorder.loop(loop.name)
-        if self.distributed:
-            from .execute import abort_on_failure, run_loop
+    # --- configuration and backend --------------------------------------------------------------------
 
-            abort_on_failure(self, f"loop {loop.name!r}", lambda: run_loop(self, loop, record))
-            return
-        self.run_range(loop, 0, loop.iterset.size, record)
-        _count_serial(record, loop.iterset.size)
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = make_backend(self.config.backend, self.config, self.caches, distributed=self.distributed)
+        return self._backend
 
-    def execute_chain(self, run: ChainRun, loops) -> None:
-        """Run ``loops``, recorded in chain ``run``, as one chain."""
-        record = self.recorder.chain(run.options.name)
-        record.executions += 1
-        record.loops += len(loops)
-        records = [self.recorder.loop(loop.name) for loop in loops]
-        tiling = None
-        if run.options.tile_size is not None:
-            from .tiled import Tiling
-
-            tiling = Tiling(run.options.tile_size, run.options.name, record)
-            record.tile_size = run.options.tile_size
-        if not self.distributed:
-            record.mode = "serial"
-            began = time.perf_counter()
-            self.run_ranges([(loop, 0, loop.iterset.size, rec, None) for loop, rec in zip(loops, records)],
-                            tiling=tiling)
-            record.time_total += time.perf_counter() - began
-            for loop, rec in zip(loops, records):
-                _count_serial(rec, loop.iterset.size)
-            return
-        from .chain import run_chain
-        from .execute import abort_on_failure
-
-        began = time.perf_counter()
-        abort_on_failure(self, f"chain {run.options.name!r}",
-                         lambda: run_chain(self, run.options, loops, records, record, tiling))
-        record.time_total += time.perf_counter() - began
-
-    def run_ranges(self, items, *, tiling=None) -> None:
-        """Run ``(loop, start, end, record, targets)`` items in order (one phase of a chain):
-        one backend call for the whole phase where the backend can fuse it; sparse-tiled
-        when ``tiling`` (a :class:`meshchain.engine.tiled.Tiling`) is given."""
-        if tiling is not None:
-            from .tiled import run_tiled
-
-            run_tiled(self, items, tiling)
-            return
-        items = [item for item in items if item[2] > item[1]]
-        if not items:
-            return
-        if len(items) == 1:
-            loop, start, end, record, targets = items[0]
-            self.run_range(loop, start, end, record, targets)
-            return
-        backend = self.backend
-        planned = []
-        for loop, start, end, record, targets in items:
-            if backend.needs_plan:
-                plan = self.plan_for(loop, start, end, record)
-                record.colours = max(record.colours, plan.ncolours)
+    def reconfigure(self, **options) -> None:
+        """Apply new options; if they are refused, the session keeps its old configuration."""
+        new = self.config.replace(**options)
+        self.flush()
+        old_config, old_backend = self.config, self._backend
+        fresh = (new.backend != old_config.backend or new.threads != old_config.threads
+                 or new.cache_dir != old_config.cache_dir)
+        self.config = new
+        try:
+            if fresh or old_backend is None:
+                self._backend = None
+                self.backend  # build now, so that bad options fail inside configure()
             else:
-                plan = Range(start, end)
-            planned.append((loop, plan, record, targets))
-        backend.run_phase(planned)
+                old_backend.config = new
+                old_backend.validate()
+        except Exception:
+            self.config, self._backend = old_config, old_backend
+            if old_backend is not None:
+                old_backend.config = old_config
+                old_backend.restore()
+            raise
+        self._trace_length = new.trace_length
+        if new != old_config:
+            self.caches.notify("configure")
+        if new.chains != old_config.chains:
+            self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
 
-    def run_range(self, loop, start: int, end: int, record, targets=None) -> None:
-        """Run iterations ``[start, end)`` of ``loop`` on the backend."""
-        if end <= start:
+    # --- partitioning ----------------------------------------------------------------------------------
+
+    def partition(self, method: str, *, coords=None, seed_set=None, depth: int = 1, seed: int = 0) -> None:
+        """``mc.partition``: distribute the declared mesh over the ranks (a no-op on one)."""
+        check_options(method, coords, depth)
+        self.flush()
+        if not self.distributed:
+            self.partitioned = True
             return
-        backend = self.backend
-        if backend.needs_plan:
-            plan = self.plan_for(loop, start, end, record)
-            record.colours = max(record.colours, plan.ncolours)
-        else:
-            plan = Range(start, end)
-        backend.run(loop, plan, record, targets)
+        raise_together(self.comm, DeclarationError("mc.partition was already called; declare the mesh once and "
+                                                   "partition it once.") if self.partitioned else None)
+        sets, maps, dats = self.declarations.declared(agreed=True)
+        rows = self.declarations.map_rows
+        coords_rows = None if coords is None else self.storage(coords).host
+        layout = distribute(self.comm, sets=sets, maps=maps, map_blocks=rows, method=method, coords_rows=coords_rows,
+                            coords_set=None if coords is None else coords.dataset, seed_set=seed_set, depth=depth,
+                            seed=seed)
+        for d in dats:
+            storage = self.storage(d)
+            local = layout.of(d.dataset)
+            rows_here = fetch_rows(self.comm, block_offsets(d.dataset.size, self.size), storage.host, local.global_ids)
+            storage.replace(rows_here, n_owned=local.n_owned, valid_depth=depth)
+        self.layout, self.partitioned = layout, True
+        self.caches.notify("partition")
 
-    def plan_for(self, loop, start: int, end: int, record, *, block_size: int | None = None):
-        """The block-colouring plan of ``loop`` over ``[start, end)`` (cached by iteration
-        set, range, write maps and block size; ``block_size`` defaults to the configured one,
-        1 colours single iterations)."""
-        writes = loop.indirect_writes
+    def deepen(self, depth: int, *, flush: bool = False) -> None:
+        """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the
+        missing ones. Dats keep their values (moved by global id; new rows are filled by the
+        next exchange that needs them) and plans are dropped. Pending loops run first when
+        ``flush`` (the pipeline, between loops it has taken from the trace, passes False)."""
+        if not self.distributed or depth <= self.layout.depth:
+            return
+        if flush:
+            self.flush()
+        sets, maps, dats = self.declarations.declared(agreed=True)
+        layout = deepen(self.comm, self.layout, sets=sets, maps=maps, map_blocks=self.declarations.map_rows,
+                        depth=depth)
+        for d in dats:
+            storage = self.storage(d)
+            old, new = self.layout.of(d.dataset), layout.of(d.dataset)
+            storage.host_current(write=True)
+            storage.replace(moved_rows(storage.host, old.global_ids, new.global_ids), n_owned=new.n_owned,
+                            valid_depth=storage.valid_depth)
+        self.layout = layout
+        self.caches.notify("repartition")
+
+    def ensure_depth(self, depth: int) -> None:
+        """:meth:`deepen`, pending loops first (refuses more than can be built)."""
+        if depth > 16:
+            raise ConfigurationError(f"a halo of depth {depth} is needed but at most 16 layers can be built; "
+                                     f"shorten the loop chain or lower its maximum halo extension.")
+        self.deepen(depth, flush=True)
+
+    # --- plans' building blocks -----------------------------------------------------------------------
+
+    def colouring(self, loop, start: int, end: int, *, block_size: int | None = None):
+        """The block colouring of ``loop`` over ``[start, end)`` (cached by iteration set, range,
+        write maps and block size; ``block_size`` defaults to the configured one, 1 colours
+        single iterations)."""
         block_size = self.config.block_size if block_size is None else block_size
-        key = (loop.iterset, start, end, tuple((id(m), i) for m, i in writes), block_size)
-        plan = self._plans.get(key)
-        if plan is None:
+        writes = loop.indirect_writes
+        key = (loop.iterset.uid, start, end, tuple((m.uid, i) for m, i in writes), block_size)
+        found = self.colourings.get(key)
+        if found is None:
             began = time.perf_counter()
-            touch, nkeys = touched_keys(start, end, writes)
-            plan = colour_blocks(start, end, block_size=block_size, touch=touch, nkeys=nkeys)
-            self._plans[key] = (plan, tuple(m for m, _ in writes))  # keep the maps alive with the key
-            record.time_plan += time.perf_counter() - began
-            return plan
-        return plan[0]
+            layout = self.layout
+            touch, nkeys = touched_keys(start, end, [(layout.values(m), i, m.target.uid,
+                                                       len(layout.of(m.target).global_ids)) for m, i in writes])
+            found = self.colourings[key] = colour_blocks(start, end, block_size=block_size, touch=touch, nkeys=nkeys)
+            self.recorder.loop(loop.name).time_plan += time.perf_counter() - began
+        return found
 
+    def close(self) -> None:
+        """Release what plans hold outside Python (persistent MPI requests, device buffers); the
+        session cannot run loops afterwards. Pending loops are discarded."""
+        self.trace.take()
+        self.pipeline.plans.clear()
 
-def _alive_everywhere(comm, objects) -> list:
-    import numpy as np
-    from mpi4py import MPI
+    # --- statistics and the model ---------------------------------------------------------------------
 
-    alive = np.array([o is not None for o in objects], dtype=np.uint8)
-    everywhere = np.empty_like(alive)
-    comm.Allreduce(alive, everywhere, op=MPI.MIN)
-    return [o for o, keep in zip(objects, everywhere) if keep]
+    def statistics(self, *, reset: bool = False, all_ranks: bool = False):
+        """A snapshot of the statistics (``mc.stats()``), pending loops run first."""
+        self.flush()
+        if self._backend is not None:
+            self._backend.settle()  # GPU launches are timed by events, read once they are done
+        snapshot = self.recorder.snapshot(self.config.backend)
+        if reset:
+            self.recorder.reset()
+        if all_ranks and self.comm is not None:
+            snapshot = snapshot.combined(self.comm.allgather(snapshot))
+        return snapshot
+
+    def calibrate(self, *, save: bool, repeats: int, sizes):
+        """``mc.model.calibrate()`` on this session (collective): pending loops run first."""
+        self.flush()
+        return self.model.calibrate(save=save, repeats=repeats, sizes=sizes)
+
+    @property
+    def calibration(self):
+        return self.model.calibration
 
 
 def _units(entries) -> list:
     """Group trace entries into ``(chain or None, [loops])``: consecutive loops of one chain
     form one unit, every other loop its own."""
     units: list = []
-    for entry in entries:
-        if entry.chain is not None and units and units[-1][0] is entry.chain:
-            units[-1][1].append(entry.loop)
+    for loop, chain in entries:
+        if chain is not None and units and units[-1][0] is chain:
+            units[-1][1].append(loop)
         else:
-            units.append((entry.chain, [entry.loop]))
+            units.append((chain, [loop]))
     return units
-
-
-def _count_serial(record, iterations: int) -> None:
-    record.calls += 1
-    record.iterations += iterations
-    record.core_iterations += iterations
-
-
-_runtime: Runtime | None = None
-
-
-def get_runtime() -> Runtime:
-    """The process's runtime (created on first use from ``MESHCHAIN_*`` variables)."""
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime()
-    return _runtime
-
-
-def reset_runtime(*, comm=None, **options) -> Runtime:
-    """Drop all pending loops, caches and statistics; start again from env + ``options``.
-
-    ``comm`` (keyword-only) selects the MPI communicator (default: ``COMM_WORLD`` when
-    started by an MPI launcher, else none).
-    """
-    global _runtime
-    _runtime = Runtime(Config.from_env().replace(**options), comm=comm)
-    return _runtime
-
-
-def par_loop(kernel, iterset, *args, name=None) -> None:
-    """Apply ``kernel`` to every element of ``iterset``.
-
-    Parameters
-    ----------
-    kernel : Kernel
-        Takes one view per argument.
-    iterset : Set
-        The set to iterate over.
-    *args : Arg
-        ``dat(mode)``, ``dat(mode, map[i])``, ``dat(mode, map)`` or ``glob(mode)``.
-    name : str, keyword-only
-        Loop name for statistics and chain configuration (default: the kernel's name).
-
-    Examples
-    --------
-    >>> import numpy as np, meshchain as mc
-    >>> nodes, edges = mc.Set(3, "nodes"), mc.Set(2, "edges")
-    >>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")
-    >>> deg = mc.Dat(nodes, 1, None, "deg", dtype=np.int32)
-    >>> @mc.kernel
-    ... def count(a, b):
-    ...     a[0] += 1
-    ...     b[0] += 1
-    >>> mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
-    >>> deg.data[:, 0].tolist()
-    [1, 2, 1]
-    """
-    runtime = get_runtime()
-    if runtime.distributed and not runtime.partitioned:
-        label = name or getattr(kernel, "name", getattr(kernel, "__name__", "?"))
-        raise LoopError(
-            f"par_loop {label!r}: running on {runtime.comm.size} ranks but the mesh is not partitioned; "
-            f"call mc.partition(...) after declaring the mesh and before the first loop."
-        )
-    runtime.record(runtime.validated_loop(kernel, iterset, args, name))
-
-
-def flush() -> None:
-    """Execute every pending loop now."""
-    get_runtime().flush()
-
-
-def configure(**options) -> None:
-    """Change options (see :class:`~meshchain.core.config.Config`); pending loops run first.
-
-    Examples
-    --------
-    >>> import meshchain as mc
-    >>> mc.configure(block_size=256)
-    >>> mc.get_runtime().config.block_size
-    256
-    >>> mc.configure(block_size=2048)
-    """
-    get_runtime().reconfigure(**options)
-
-
-def stats(*, reset: bool = False, all_ranks: bool = False):
-    """A snapshot of per-loop statistics (:class:`~meshchain.core.stats.Stats`).
-
-    ``reset`` clears them; ``all_ranks`` (collective) sums the counters and times over the
-    ranks (``neighbours`` is the maximum).
-    """
-    runtime = get_runtime()
-    runtime.flush()
-    if runtime._backend is not None:
-        runtime._backend.settle()  # GPU launches are timed by events, read once they are done
-    snapshot = runtime.recorder.snapshot(runtime.config.backend)
-    if reset:
-        runtime.recorder.reset()
-    if all_ranks and runtime.comm is not None:
-        snapshot = snapshot.combined(runtime.comm.allgather(snapshot))
-    return snapshot
-
-
-from ..core import context as _context  # noqa: E402
-
-_context.install(get_runtime)

@@ -59,19 +59,23 @@ class Plan:
 def touched_keys(start: int, end: int, writes) -> tuple[np.ndarray, int]:
     """Keys of the elements each iteration writes through maps.
 
-    ``writes`` is a sequence of ``(map, index)`` (``index=None``: every column). Elements of
-    different target sets get disjoint key ranges. Returns ``(touch, nkeys)`` with
-    ``touch`` of shape ``(end - start, ncolumns)``.
+    ``writes`` is a sequence of ``(values, index, target, rows)``: a map's values (local
+    numbering), the column (``None``: every column), a key of its target set and the
+    target's number of rows here. Elements of different target sets get disjoint key
+    ranges. Returns ``(touch, nkeys)`` with ``touch`` of shape ``(end - start, ncolumns)``.
+
+    >>> touch, nkeys = touched_keys(0, 2, [(np.array([[0, 1], [1, 2]]), 1, "nodes", 3)])
+    >>> touch.tolist(), nkeys
+    ([[1], [2]], 3)
     """
     bases, columns, nkeys = {}, [], 0
-    for map_, index in writes:
-        target = map_.target
-        if id(target) not in bases:
-            bases[id(target)] = nkeys
-            nkeys += target.size
-        values = map_.values[start:end]
+    for values, index, target, rows in writes:
+        if target not in bases:
+            bases[target] = nkeys
+            nkeys += rows
+        values = values[start:end]
         picked = values if index is None else values[:, index : index + 1]
-        columns.append(picked.astype(np.int64) + bases[id(target)])
+        columns.append(picked.astype(np.int64) + bases[target])
     if not columns:
         return np.zeros((end - start, 0), dtype=np.int64), 0
     return np.ascontiguousarray(np.hstack(columns)), nkeys

@@ -599,14 +599,15 @@ def _recolour(colours, starts, neighbours, ntiles, tiles):  # pragma: no cover -
 # --- footprints of real loops ------------------------------------------------------------------
 
 
-def chain_footprints(items) -> tuple[list[TileLoop], int]:
+def chain_footprints(items, *, values, rows) -> tuple[list[TileLoop], int]:
     """The :class:`TileLoop` of each ``(loop, start, end)`` and the number of keys.
 
-    An argument is tracked when some loop of ``items`` writes its dat. Keys are the
-    elements of the tracked dats' sets (one key range per set, not per dat: two dats on
-    one element share its key, which orders their accesses more strictly than needed but
-    halves the work for the usual several dats per set). Reads of dats no loop writes
-    are not tracked: they never conflict.
+    ``values(map)`` gives a map's values in local numbering, ``rows(set)`` the rows a set
+    has here (owned and halo). An argument is tracked when some loop of ``items`` writes
+    its dat. Keys are the elements of the tracked dats' sets (one key range per set, not
+    per dat: two dats on one element share its key, which orders their accesses more
+    strictly than needed but halves the work for the usual several dats per set). Reads
+    of dats no loop writes are not tracked: they never conflict.
     """
     written = {id(a.data) for loop, _, _ in items for a in loop.args if not a.data.is_global and a.access.writes}
     lengths: dict[int, int] = {}
@@ -614,7 +615,7 @@ def chain_footprints(items) -> tuple[list[TileLoop], int]:
         for arg in loop.args:
             if id(arg.data) in written:
                 key = id(arg.data.dataset)
-                lengths[key] = max(lengths.get(key, 0), _rows(arg.data))
+                lengths[key] = max(lengths.get(key, 0), rows(arg.data.dataset))
     bases = dict(zip(lengths, np.concatenate(([0], np.cumsum(list(lengths.values()))))))
     nkeys = int(sum(lengths.values()))
     loops = []
@@ -623,19 +624,14 @@ def chain_footprints(items) -> tuple[list[TileLoop], int]:
         for arg in loop.args:
             if id(arg.data) in written:
                 paths.setdefault((id(arg.data.dataset), id(arg.map), arg.index), arg)
-        columns = [_columns(arg, start, end) + bases[id(arg.data.dataset)] for arg in paths.values()]
+        columns = [_columns(arg, start, end, values) + bases[id(arg.data.dataset)] for arg in paths.values()]
         keys = np.hstack(columns) if columns else np.zeros((end - start, 0), dtype=np.int64)
         loops.append(TileLoop(start, end, np.ascontiguousarray(keys, dtype=np.int64)))
     return loops, nkeys
 
 
-def _columns(arg, start: int, end: int) -> np.ndarray:
+def _columns(arg, start: int, end: int, values) -> np.ndarray:
     if arg.map is None:
         return np.arange(start, end, dtype=np.int64)[:, None]
-    values = arg.map.values[start:end]
-    return (values if arg.index is None else values[:, arg.index : arg.index + 1]).astype(np.int64)
-
-
-def _rows(dat) -> int:
-    """Rows of a dat's storage (owned and halo), without synchronising a device copy."""
-    return dat._host.shape[0]
+    picked = values(arg.map)[start:end]
+    return (picked if arg.index is None else picked[:, arg.index : arg.index + 1]).astype(np.int64)

@@ -113,7 +113,7 @@ class Kernel:
         try:
             code = compile(textwrap.dedent(source), f"<meshchain kernel {name or 'source'}>", "exec")
         except SyntaxError as exc:
-            raise KernelError(f"kernel {name or '(from_source)'!r}: cannot parse its source: {exc}") from None
+            raise KernelError(f"kernel {name or '(from_source)'!r}: cannot parse its source: {exc}") from exc
         before = set(namespace)
         exec(code, namespace)  # noqa: S102 - the user's own kernel text
         defined = [k for k, v in namespace.items() if k not in before and isinstance(v, types.FunctionType)]
@@ -143,11 +143,17 @@ class Kernel:
 
     def unchanged(self) -> bool:
         """True when the globals resolved by the last :meth:`constants` call are still current."""
-        if self._snapshot is None:
+        snapshot = self._snapshot
+        if snapshot is None:
             return False
+        if not snapshot:
+            return True  # reads no globals
         env = self.func.__globals__
-        for name, old in zip(self.free_names, self._snapshot):
-            new = _fingerprint(env.get(name, _MISSING))
+        for name, old in zip(self.free_names, snapshot):
+            value = env.get(name, _MISSING)
+            if value is old:
+                continue  # the same object (numbers, modules, functions)
+            new = _fingerprint(value)
             if new is not old and not (type(new) is tuple and new == old):
                 return False
         return all(helper.unchanged() for helper in self._helpers)
@@ -232,7 +238,7 @@ def _parse_definition(source: str, name: str) -> ast.FunctionDef:
     try:
         module = ast.parse(source)
     except SyntaxError as exc:
-        raise KernelError(f"kernel {name!r}: cannot parse its source: {exc}") from None
+        raise KernelError(f"kernel {name!r}: cannot parse its source: {exc}") from exc
     defs = [n for n in module.body if isinstance(n, ast.FunctionDef)]
     if len(defs) != 1:
         raise KernelError(f"kernel {name!r}: expected one function definition, found {len(defs)}.")

@@ -30,7 +30,7 @@ from .kernel import Kernel
 from ..types import Arg, Set
 from ..types.args import GLOBAL
 
-__all__ = ["ParLoop", "ArgSpec", "make_loop"]
+__all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error"]
 
 
 class ArgSpec(NamedTuple):
@@ -104,8 +104,12 @@ def as_kernel(kernel) -> Kernel:
     raise LoopError(f"par_loop: the first argument must be a kernel (decorate it with @mc.kernel), got {type(kernel).__name__}.")
 
 
-def make_loop(kernel, iterset, args, name=None) -> ParLoop:
-    """Validate a ``par_loop`` call and build its record."""
+def make_loop(kernel, iterset, args, name=None, *, exclusive=None) -> ParLoop:
+    """Validate a ``par_loop`` call and build its record.
+
+    ``exclusive(arg, name)`` checks an indirect ``RW`` argument's path (see
+    :func:`exclusivity_error`); the session passes one that agrees over ranks.
+    """
     kernel = as_kernel(kernel)
     name = name or kernel.name
     if not isinstance(iterset, Set):
@@ -119,9 +123,10 @@ def make_loop(kernel, iterset, args, name=None) -> ParLoop:
         )
     _check_races(args, name)
     _check_kernel(kernel, args, name)
-    for arg in args:
-        if arg.access is Access.RW and arg.map is not None:
-            _check_exclusive(arg, name)
+    if exclusive is not None:
+        for arg in args:
+            if arg.access is Access.RW and arg.map is not None:
+                exclusive(arg, name)
     data_slots = _slots(a.data for a in args)
     map_slots = _slots(a.map for a in args if a.map is not None)
     specs = tuple(_spec(a, data_slots, map_slots) for a in args)
@@ -193,50 +198,30 @@ def _check_increment_only(kernel: Kernel, param: str, arg: Arg, name: str) -> No
         )
 
 
-_exclusive_cache = weakref.WeakKeyDictionary()
+def exclusivity_error(arg: Arg, name: str, values, global_ids=None):
+    """The error for an indirect RW argument whose path reaches a target element from more
+    than one iteration (the result would depend on the order the iterations run in), or
+    None. ``values`` are the map's values on this rank, ``global_ids`` the target set's
+    global ids in local numbering (for the message; None on one process).
 
-
-def _check_exclusive(arg: Arg, name: str) -> None:
-    """An indirect RW argument must reach each target element from at most one iteration.
-
-    Otherwise the result would depend on the order the iterations run in (a race).
     Indirect WRITE is allowed: when several iterations write one element, which value
     survives is deterministic for a given mesh and block size, but unspecified. On several
-    ranks each rank checks its rows (the owner of a target sees every row reaching it) and
-    the ranks agree, so all of them raise.
+    ranks each rank checks its rows (the owner of a target sees every row reaching it);
+    the caller makes the ranks agree.
     """
-    per_map = _exclusive_cache.setdefault(arg.map, {})
-    if arg.index not in per_map:
-        per_map[arg.index] = _agreed_exclusivity_error(arg, name)
-    error = per_map[arg.index]
-    if error is not None:
-        raise AccessModeError(str(error))
-
-
-def _agreed_exclusivity_error(arg: Arg, name: str):
-    """The error (agreed by every rank) for an RW path that reaches an element twice, or None."""
-    from ..comm.collectives import raise_together
-    from ..engine.session import get_runtime
-
-    values = arg.map.values if arg.index is None else arg.map.values[:, arg.index]
-    counts = np.bincount(values.ravel()) if values.size else np.zeros(0, dtype=np.int64)
-    local_error = None
-    if counts.size and counts.max() > 1:
-        element = int(np.argmax(counts))
-        layout = arg.map.target._layout
-        element = element if layout is None else int(layout.global_ids[element])
-        path = arg.map.name if arg.index is None else f"{arg.map.name}[{arg.index}]"
-        local_error = AccessModeError(
-            f"par_loop {name!r}: {arg.data.name!r} is accessed RW through {path}, but element {element} of "
-            f"{arg.map.target.name!r} is reached more than once, so the result would depend on the iteration "
-            f"order; use INC to combine contributions, or READ it here and write it in a loop over "
-            f"{arg.map.target.name!r}."
-        )
-    try:
-        raise_together(get_runtime().comm, local_error)
-    except AccessModeError as agreed:
-        return agreed
-    return None
+    picked = values if arg.index is None else values[:, arg.index]
+    counts = np.bincount(picked.ravel()) if picked.size else np.zeros(0, dtype=np.int64)
+    if not counts.size or counts.max() <= 1:
+        return None
+    element = int(np.argmax(counts))
+    element = element if global_ids is None else int(global_ids[element])
+    path = arg.map.name if arg.index is None else f"{arg.map.name}[{arg.index}]"
+    return AccessModeError(
+        f"par_loop {name!r}: {arg.data.name!r} is accessed RW through {path}, but element {element} of "
+        f"{arg.map.target.name!r} is reached more than once, so the result would depend on the iteration "
+        f"order; use INC to combine contributions, or READ it here and write it in a loop over "
+        f"{arg.map.target.name!r}."
+    )
 
 
 def _slots(objects) -> dict:

@@ -455,7 +455,7 @@ def read_op2_ascii(path: PathLike) -> AirfoilMesh:
     except FileNotFoundError:
         raise MeshFileNotFoundError(f"mesh file {fname!r} does not exist; check the path.") from None
     except OSError as exc:
-        raise MeshFileError(f"cannot read mesh file {fname!r}: {exc}") from None
+        raise MeshFileError(f"cannot read mesh file {fname!r}: {exc}") from exc
     data = _parse_numbers(text)
 
     # ---- header

@@ -7,10 +7,14 @@
 * :mod:`~meshchain.model.calibrate`: ``L``, ``B``, ``c`` measured on this machine and
   ``g_l`` from timed runs, cached per host and rank count;
 * :mod:`~meshchain.model.policy`: the decision of ``ca="auto"``;
-* :mod:`~meshchain.apps.report`: ``python -m meshchain report``, the profitability table.
+* :mod:`~meshchain.model.estimate`: a chain's model terms read off its schedules.
+
+The engine consults this package through :mod:`~meshchain.model.policy`,
+:mod:`~meshchain.model.estimate` and :func:`~meshchain.model.calibrate.measure`;
+``python -m meshchain report`` (:mod:`meshchain.apps.report`) prints the profitability table.
 """
 
-from .calibrate import Calibration, calibrate, load_calibration, loop_costs
+from .calibrate import Calibration, calibrate, load_calibration, loop_costs, measure
 from .equations import (
     Machine,
     ca_segment_time,
@@ -27,5 +31,5 @@ from .profile import ChainProfile, LoopProfile, SegmentProfile
 __all__ = [
     "Machine", "op2_loop_time", "op2_chain_time", "ca_segment_time", "grouped_message_size", "gain_percent",
     "comm_reduction_percent", "comp_increase_percent", "ChainProfile", "LoopProfile", "SegmentProfile",
-    "Calibration", "calibrate", "load_calibration", "loop_costs", "Decision", "choose_ca",
+    "Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "Decision", "choose_ca",
 ]

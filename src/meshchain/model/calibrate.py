@@ -1,6 +1,7 @@
 """Calibrating the model on this machine: ``L``, ``B`` and ``c`` measured, ``g_l`` from timed runs.
 
-:func:`calibrate` (collective on the runtime's communicator) times ping-pong messages
+:func:`calibrate` (collective on the current session's communicator; the session runs
+:func:`measure` with what it has timed) times ping-pong messages
 between pairs of ranks (``0 <-> 1``, ``2 <-> 3``, ...) at several sizes and fits
 ``t = L + m / B`` to half the round trips; it times packing and unpacking rows of a
 dat as a grouped message does (``c`` per byte); and it takes each loop's cost per
@@ -33,13 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import context
 from ..core.errors import ConfigurationError
 from .equations import Machine
 from .overheads import fit_overheads
 
-__all__ = ["Calibration", "calibrate", "load_calibration", "loop_costs", "calibration_path", "measure_network",
-           "measure_packing",
-           "measure_chain_machine"]
+__all__ = ["Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "calibration_path",
+           "measure_network", "measure_packing"]
 
 SIZES = (8, 1024, 16384, 131072, 1048576)
 
@@ -75,13 +76,13 @@ class Calibration:
 
 
 def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibration:
-    """Measure ``L``, ``B`` and ``c`` on the runtime's communicator and take ``g_l`` from the
-    loops timed so far; use the result for ``ca="auto"`` from now on. Collective.
+    """Measure ``L``, ``B`` and ``c`` on the current session's communicator and take ``g_l``
+    from the loops timed so far; use the result for ``ca="auto"`` from now on. Collective.
 
     Parameters
     ----------
     save : bool, keyword-only
-        Write the result to :func:`calibration_path` (rank 0), for later runs.
+        Write the result to the session's calibration file (rank 0), for later runs.
     repeats : int, keyword-only
         Round trips timed per message size (the median counts).
     sizes : sequence of int, keyword-only
@@ -93,52 +94,42 @@ def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibrati
         Loop costs measured now replace saved ones of the same name; saved ones of loops
         that did not run are kept.
     """
-    from ..engine.session import get_runtime
-
     sizes = sorted({int(s) for s in sizes})
     if len(sizes) < 2 or sizes[0] <= 0 or repeats < 1:
         raise ConfigurationError(f"calibrate: need at least two positive message sizes and repeats >= 1, got "
                                  f"sizes={sizes}, repeats={repeats}")
-    runtime = get_runtime()
-    runtime.flush()
-    return _calibrate(runtime, save=save, repeats=repeats, sizes=sizes)
+    return context.current().calibrate(save=save, repeats=repeats, sizes=sizes)
 
 
-def measure_chain_machine(runtime) -> Calibration:
-    """What ``ca="auto"`` does when no calibration exists: :func:`calibrate` with the default
-    sizes, from inside a chain execution (collective; nothing is flushed)."""
-    return _calibrate(runtime, save=True, repeats=30, sizes=SIZES)
-
-
-def _calibrate(runtime, *, save: bool, repeats: int, sizes) -> Calibration:
-    comm = _communicator(runtime)
+def measure(comm, *, costs: dict, observations, previous, path: Path | None, repeats: int = 30,
+            sizes=SIZES) -> Calibration:
+    """A new :class:`Calibration` measured on ``comm`` (collective; ``comm`` may be
+    ``MPI.COMM_SELF``): ``costs`` are this rank's loop costs ``g_l`` so far, ``observations``
+    the timed executions (:class:`~meshchain.model.overheads.Observations`), ``previous`` the
+    saved calibration or None; written to ``path`` by rank 0 unless ``path`` is None."""
     latency, bandwidth = measure_network(comm, sizes=sizes, repeats=repeats)
     machine = Machine(latency, bandwidth, measure_packing(comm))
-    previous = load_calibration()
-    costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, loop_costs())}
-    machine, fitted = _overheads(comm, runtime, machine, costs, previous)
+    costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
+    machine, fitted = _overheads(comm, observations, machine, costs, previous)
     calibration = Calibration(machine, costs, comm.size, socket.gethostname(),
                               datetime.datetime.now().isoformat(timespec="seconds"), fitted)
-    if save and comm.rank == 0:
-        path = calibration_path()
+    if path is not None and comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(calibration.as_dict(), indent=2))
         partial.replace(path)  # atomic: a reader never sees half a file
-    runtime.calibration = calibration
-    runtime.calibration_looked_up = True
     return calibration
 
 
-def _overheads(comm, runtime, machine: Machine, costs: dict, previous) -> tuple[Machine, bool]:
+def _overheads(comm, observations, machine: Machine, costs: dict, previous) -> tuple[Machine, bool]:
     """``machine`` with ``o_r`` and ``o_l`` fitted from this run's timed executions (largest
     over ranks) when they include both kinds, else the previous calibration's."""
     from mpi4py import MPI
 
-    have = np.array([0.0 if runtime.observations.missing() else 1.0])
+    have = np.array([0.0 if observations.missing() else 1.0])
     comm.Allreduce(MPI.IN_PLACE, have, op=MPI.MIN)
     if have[0]:
-        fitted = np.array(fit_overheads(runtime.observations.residuals(costs, machine)))
+        fitted = np.array(fit_overheads(observations.residuals(costs, machine)))
         comm.Allreduce(MPI.IN_PLACE, fitted, op=MPI.MAX)
         return dataclasses.replace(machine, round_overhead=float(fitted[0]), loop_overhead=float(fitted[1])), True
     if previous is not None and previous.overheads:
@@ -149,38 +140,37 @@ def _overheads(comm, runtime, machine: Machine, costs: dict, previous) -> tuple[
 
 def loop_costs(stats=None) -> dict:
     """``g_l``: seconds per iteration of each loop timed so far on this rank (compute time
-    over iterations; compilation excluded), from ``stats`` or ``mc.stats()``."""
+    over iterations; compilation excluded), from ``stats`` (anything with a ``loops`` table
+    of :class:`~meshchain.core.stats.LoopStats`) or the current session's ``mc.stats()``."""
     if stats is None:
-        from ..engine.session import get_runtime
-
-        stats = get_runtime().recorder
+        stats = context.current().statistics()
     return {name: s.time_compute / s.iterations for name, s in stats.loops.items()
             if s.iterations and s.time_compute > 0}
 
 
-def calibration_path(ranks: int | None = None) -> Path:
-    """Where the calibration for this host and ``ranks`` (default: the runtime's) is kept."""
-    from ..engine.session import get_runtime
-
-    runtime = get_runtime()
-    if ranks is None:
-        ranks = runtime.comm.size if runtime.comm is not None else 1
-    return Path(runtime.config.cache_dir) / "model" / f"{socket.gethostname()}-{ranks}ranks.json"
+def calibration_path(cache_dir, ranks: int) -> Path:
+    """Where the calibration for this host and ``ranks`` ranks is kept under ``cache_dir``."""
+    return Path(cache_dir) / "model" / f"{socket.gethostname()}-{ranks}ranks.json"
 
 
-def load_calibration(ranks: int | None = None) -> Calibration | None:
-    """The saved calibration for this host and rank count, or None if there is none.
+def load_calibration(ranks: int | None = None, *, cache_dir=None) -> Calibration | None:
+    """The saved calibration for this host and rank count (default: the current session's
+    cache directory and rank count), or None if there is none.
 
     A file that cannot be read as a calibration is an error (it names the file), not
     silently ignored."""
-    path = calibration_path(ranks)
+    if cache_dir is None or ranks is None:
+        session = context.current()
+        cache_dir = session.config.cache_dir if cache_dir is None else cache_dir
+        ranks = session.size if ranks is None else ranks
+    path = calibration_path(cache_dir, ranks)
     if not path.exists():
         return None
     try:
         return Calibration.from_dict(json.loads(path.read_text()))
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(f"calibration file {path} is not a meshchain calibration ({exc}); delete it or "
-                                 f"run mc.model.calibrate() again") from None
+                                 f"run mc.model.calibrate() again") from exc
 
 
 def measure_network(comm, *, sizes=SIZES, repeats: int = 30) -> tuple[float, float]:
@@ -211,14 +201,6 @@ def measure_packing(comm, *, rows: int = 50_000, width: int = 4, repeats: int = 
     cost = np.array([best / message.nbytes])
     comm.Allreduce(MPI.IN_PLACE, cost, op=MPI.MAX)
     return float(cost[0])
-
-
-def _communicator(runtime):
-    if runtime.comm is not None:
-        return runtime.comm
-    from mpi4py import MPI
-
-    return MPI.COMM_SELF
 
 
 def _half_round_trip(comm, nbytes: int, repeats: int) -> float:

@@ -48,6 +48,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..core.errors import ConfigurationError
+from ..core.stats import comm_reduction_percent, comp_increase_percent, gain_percent
 
 __all__ = [
     "Machine", "op2_loop_time", "op2_chain_time", "ca_segment_time", "grouped_message_size",
@@ -178,33 +179,3 @@ def grouped_message_size(exports) -> int:
     4160
     """
     return int(sum(rows * row_bytes for rows, row_bytes in exports))
-
-
-def gain_percent(per_loop_time: float, ca_time: float) -> float:
-    """The gain of CA over per-loop execution, ``100 (T_op2 - T_ca) / T_op2`` (the paper's
-    "Gain%": negative when CA is slower, down to -300 % in its Table 5).
-
-    >>> gain_percent(2.0, 1.5)
-    25.0
-    """
-    if per_loop_time <= 0:
-        return 0.0
-    return 100.0 * (per_loop_time - ca_time) / per_loop_time
-
-
-def comm_reduction_percent(per_loop_bytes: float, ca_bytes: float) -> float:
-    """Table 5 "Comm Reduc.%": ``100 (1 - p·m^r / Σ k·d·p·m^1)``.
-
-    >>> round(comm_reduction_percent(31694400, 21051360), 2)   # Hydra 'weight', 4 nodes
-    33.58
-    """
-    return 100.0 * (1.0 - ca_bytes / per_loop_bytes) if per_loop_bytes else 0.0
-
-
-def comp_increase_percent(per_loop_iterations: float, ca_iterations: float) -> float:
-    """Table 5 "Comp Inc.%": ``100 (1 - ΣS^1 / ΣS^h)``.
-
-    >>> round(comp_increase_percent(37538, 135189), 2)         # Hydra 'weight', 4 nodes
-    72.23
-    """
-    return 100.0 * (1.0 - per_loop_iterations / ca_iterations) if ca_iterations else 0.0

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..comm.collectives import _ranges, alltoallv, block_offsets, block_owner, fetch_csr, fetch_rows
+from ..comm.blocks import block_offsets, block_owner
+from ..comm.collectives import alltoallv, concatenated_ranges, fetch_csr, fetch_rows
 
-__all__ = ["SetLayout", "build_layouts", "INTERIOR"]
+__all__ = ["SetLayout", "MeshLayout", "build_layouts", "INTERIOR", "MAX_LEVEL"]
 
 INTERIOR = np.iinfo(np.int32).max  # level of owned elements far from any partition boundary
 MAX_LEVEL = 18  # levels are told apart up to here (core ranges for halo depths up to 16); deeper is INTERIOR
@@ -102,6 +103,59 @@ class SetLayout:
     @property
     def neighbours(self) -> list[int]:
         return sorted(set(self.imports) | set(self.exports))
+
+
+    @classmethod
+    def whole(cls, size: int) -> "SetLayout":
+        """The layout of a set that is not distributed: every element owned, no halo."""
+        zeros = np.zeros(size, dtype=np.int64)
+        return cls(np.arange(size, dtype=np.int64), size, np.array([size], dtype=np.int64), zeros, zeros,
+                   np.full(size, INTERIOR, dtype=np.int32), np.zeros(size, dtype=np.int32),
+                   covered_depths=np.zeros(1, dtype=np.int64))
+
+
+class MeshLayout:
+    """How the whole mesh is laid out on this rank: a :class:`SetLayout` per set and the
+    local values of every map (both by the object's ``uid``), the halo layers built, the
+    sets that maps start from (their halos can be run), and the owners of this rank's
+    block rows of each set (what deeper halos are built from).
+
+    :meth:`serial` is the layout of a mesh on one process: no halo, every set's layout
+    made on first use, every map's values the declared ones.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> from meshchain.partition.layout import MeshLayout
+    >>> cells = mc.Set(3, "cells")
+    >>> layout = MeshLayout.serial({})
+    >>> layout.of(cells).n_owned, layout.depth, layout.distributed
+    (3, 0, False)
+    """
+
+    def __init__(self, sets: dict, maps: dict, *, depth: int, map_sources=frozenset(), owner_blocks=None,
+                 distributed: bool = True):
+        self.sets, self.maps, self.depth = sets, maps, depth
+        self.map_sources = frozenset(map_sources)
+        self.owner_blocks = owner_blocks
+        self.distributed = distributed
+
+    @classmethod
+    def serial(cls, map_values: dict) -> "MeshLayout":
+        return cls({}, map_values, depth=0, distributed=False)
+
+    def of(self, s) -> SetLayout:
+        """The layout of set ``s``."""
+        layout = self.sets.get(s.uid)
+        if layout is None:
+            if self.distributed:
+                raise KeyError(f"set {s.name!r} is not part of this mesh layout")
+            layout = self.sets[s.uid] = SetLayout.whole(s.size)
+        return layout
+
+    def values(self, m):
+        """Map ``m``'s values in local numbering (None when it has none here)."""
+        return self.maps.get(m.uid)
 
 
 # --- membership pairs ---------------------------------------------------------------------
@@ -207,7 +261,7 @@ def _pull(comm, m, block_rows, offsets, members):
     counts = np.diff(got_pointers)[inverse]
     row_of_target = np.repeat(np.arange(block_rows.shape[0], dtype=np.int64), block_rows.shape[1])
     rows = np.repeat(row_of_target, counts)
-    pair_ranks = got_ranks[_ranges(got_pointers[:-1][inverse], counts)]
+    pair_ranks = got_ranks[concatenated_ranges(got_pointers[:-1][inverse], counts)]
     return rows + lo, pair_ranks.astype(np.int64)
 
 

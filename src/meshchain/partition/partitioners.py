@@ -58,6 +58,7 @@ import operator
 
 import numpy as np
 
+from meshchain.comm.blocks import as_integer, block_offsets
 from meshchain.core.errors import DeclarationError
 
 __all__ = ["block_offsets", "rib", "kway"]
@@ -73,60 +74,6 @@ _JACOBI_SWEEPS = 60
 
 
 # --------------------------------------------------------------------------- utils
-
-
-def block_offsets(n: int, nparts: int) -> np.ndarray:
-    """Offsets of the block distribution of ``n`` elements over ``nparts`` parts.
-
-    Part ``p`` holds ``[offsets[p], offsets[p + 1])``; the first ``n % nparts``
-    parts get one element more than the others.
-
-    Parameters
-    ----------
-    n : int
-        Number of elements, ``>= 0``.
-    nparts : int
-        Number of parts, ``>= 1``.
-
-    Returns
-    -------
-    numpy.ndarray
-        int64 array of length ``nparts + 1``, starting at 0 and ending at ``n``.
-
-    Raises
-    ------
-    DeclarationError
-        If ``n`` is negative or ``nparts`` is not positive (or either is not an
-        integer).
-
-    Examples
-    --------
-    >>> block_offsets(10, 3)
-    array([ 0,  4,  7, 10])
-    >>> block_offsets(2, 4)
-    array([0, 1, 2, 2, 2])
-    """
-    n = _as_int(n, "block_offsets: n")
-    nparts = _as_int(nparts, "block_offsets: nparts")
-    if n < 0:
-        raise DeclarationError(f"block_offsets: n={n} is negative; pass the number of elements (>= 0).")
-    if nparts < 1:
-        raise DeclarationError(f"block_offsets: nparts={nparts} must be at least 1; pass a positive part count.")
-    base, extra = divmod(n, nparts)
-    sizes = np.full(nparts, base, dtype=np.int64)
-    sizes[:extra] += 1
-    offsets = np.zeros(nparts + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    return offsets
-
-
-def _as_int(value, what: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise DeclarationError(f"{what} must be an integer, got the boolean {value!r}; pass an int.")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise DeclarationError(f"{what} must be an integer, got {type(value).__name__} {value!r}; pass an int.") from None
 
 
 def _agree(comm, message: str | None) -> None:
@@ -419,7 +366,7 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
     gids = None
     want = size if nparts is None else nparts
     try:
-        want = _as_int(want, "rib: nparts")
+        want = as_integer(want, "rib: nparts")
         if not 1 <= want < 1 << 31:
             raise DeclarationError(f"rib: nparts={want} must be at least 1 (and below 2**31); pass a positive number of parts.")
         raw = np.asarray(coords)
@@ -650,10 +597,10 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.
     ptr = np.zeros(1, dtype=np.int64)
     adj = np.zeros(0, dtype=np.int64)
     try:
-        want = _as_int(want, "kway: nparts")
+        want = as_integer(want, "kway: nparts")
         if not 1 <= want < 1 << 31:
             raise DeclarationError(f"kway: nparts={want} must be at least 1 (and below 2**31); pass a positive number of parts.")
-        seed = _as_int(seed, "kway: seed")
+        seed = as_integer(seed, "kway: seed")
         if not -(1 << 31) <= seed < 1 << 31:
             raise DeclarationError(f"kway: seed={seed} does not fit METIS's 32-bit seed; pass a smaller int.")
         ptr = np.asarray(xadj)

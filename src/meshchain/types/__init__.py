@@ -1,8 +1,13 @@
-"""Declarations: sets, maps, dats, globals and loop arguments."""
+"""Declarations: sets, maps, dats, globals, loop arguments and rank-local input blocks.
+
+Declarations hold no values: the session that runs the loops keeps them (see
+:mod:`meshchain.core.storage`); ``dat.data``, ``glob.value`` and ``map.values`` ask it.
+"""
 
 from .args import Arg
+from .block import Block
 from .data import Dat, Global
 from .maps import Map, MapIndex
 from .sets import Set
 
-__all__ = ["Arg", "Dat", "Global", "Map", "MapIndex", "Set"]
+__all__ = ["Arg", "Block", "Dat", "Global", "Map", "MapIndex", "Set"]

@@ -71,3 +71,11 @@ def as_storage(data, dtype: np.dtype, shape: tuple[int, ...], what: str, *, fix:
             if array.min() < info.min or array.max() > info.max:
                 raise DataShapeError(f"{what}: values do not fit in {dtype}; pass dtype=np.int64.")
     return np.array(array, dtype=dtype, order="C", copy=True).reshape(shape)
+
+
+_uids = __import__("itertools").count()
+
+
+def next_uid() -> int:
+    """A number no other declared object of this process has (keys of the session's tables)."""
+    return next(_uids)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import context
 from ..core.errors import MapError
-from ._checks import check_count, check_name
+from ._checks import check_count, check_name, next_uid
 from .sets import Set
 
-__all__ = ["Map", "MapIndex"]
+__all__ = ["Map", "MapIndex", "checked_values"]
 
 
 class Map:
@@ -34,8 +35,7 @@ class Map:
     (1, [1, 2])
     """
 
-    __slots__ = ("source", "target", "arity", "values", "name", "_indices", "_unsigned_view", "_block_values",
-                 "__weakref__")
+    __slots__ = ("source", "target", "arity", "name", "uid", "_indices", "__weakref__")
 
     def __init__(self, source, target, arity, values, name=None):
         self.name = check_name(name, "map")
@@ -45,18 +45,21 @@ class Map:
         self.source, self.target = source, target
         self.arity = check_count(arity, f"Map {self.name!r} arity", minimum=1, error=MapError)
         self._indices = tuple(MapIndex(self, i) for i in range(self.arity))
-        self._unsigned_view = self._block_values = None
-        from ..engine.session import get_runtime
+        self.uid = next_uid()
+        context.current().declare_map(self, values)
 
-        runtime = get_runtime()
-        if runtime.distributed:
-            self.values = None  # local values are set by mc.partition
-            self._block_values = _distributed_values(runtime, values, source, target, self.arity, self.name)
-            runtime.declare(self, (self.name, source.name, target.name, self.arity))
-        else:
-            self.values = _checked_values(values, source, target, self.arity, self.name)
+    @property
+    def values(self):
+        """The target indices in this rank's local numbering (global numbering on one process),
+        read-only; ``None`` on several ranks until ``mc.partition``."""
+        return context.current().map_values(self)
 
     def __getitem__(self, index) -> "MapIndex":
+        try:
+            if index >= 0 and type(index) is int:  # the usual case first: a plain int in range
+                return self._indices[index]
+        except (IndexError, TypeError):
+            pass
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise MapError(f"Map {self.name!r}: index must be an int in [0, {self.arity}), got {index!r}.")
         if not 0 <= index < self.arity:
@@ -64,7 +67,7 @@ class Map:
                 f"Map {self.name!r} has arity {self.arity}: index {index} is out of range; "
                 f"use {self.name}[0] ... {self.name}[{self.arity - 1}]."
             )
-        return self._indices[index]
+        return self._indices[int(index)]
 
     def __repr__(self) -> str:
         return f"Map({self.source.name} -> {self.target.name}, arity={self.arity}, {self.name!r})"
@@ -83,28 +86,7 @@ class MapIndex:
         return f"{self.map.name}[{self.index}]"
 
 
-def _distributed_values(runtime, values, source: Set, target: Set, arity: int, name: str) -> np.ndarray:
-    """This rank's block of the map's rows, validated on every rank together."""
-    from ..comm.collectives import raise_together
-    from ..comm.inputs import to_block_rows
-    from ..core.errors import DeclarationError
-
-    if runtime.partitioned:
-        raise_together(runtime.comm, DeclarationError(
-            f"Map {name!r} is declared after mc.partition; declare every set and map before partitioning."))
-    error, rows = None, None
-    try:
-        rows = to_block_rows(runtime.comm, values, source.size, f"Map {name!r}")
-        if rows is None:
-            raise MapError(f"Map {name!r}: values are missing; pass an integer array of shape {(source.size, arity)}.")
-        rows = _checked_values(rows, source, target, arity, name, rows=len(rows))
-    except MapError as exc:
-        error = exc
-    raise_together(runtime.comm, error)
-    return rows.astype(np.int64)
-
-
-def _checked_values(values, source: Set, target: Set, arity: int, name: str, *, rows=None) -> np.ndarray:
+def checked_values(values, source: Set, target: Set, arity: int, name: str, *, rows=None) -> np.ndarray:
     expected = (source.size if rows is None else rows, arity)
     if values is None:
         raise MapError(f"Map {name!r}: values are missing; pass an integer array of shape {expected}.")

@@ -33,13 +33,13 @@ import time
 import numpy as np
 
 from ...core.access import Access
-from ...comm.grouped import GROUPED_TAG
+from ...core.storage import GlobalStorage
 from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
-from ..base import Backend, combine_reductions
+from ..base import Backend, arrays_of, combine_reductions
 from .codegen import loop_source
 from .device import check_sizes
-from .halo import HALO_SOURCE, DeviceExchange, HaloPattern, halo_mode
+from .halo import HALO_SOURCE, DeviceExchange, halo_mode
 from .residency import device_array
 
 __all__ = ["CudaBackend"]
@@ -49,72 +49,71 @@ class CudaBackend(Backend):
     """Runs loops as generated ``__global__`` functions on ``device`` (see :mod:`.device`)."""
 
     can_tile = True
+    times_itself = True  # kernel times come from the device (CUDA events), not the host's clock
 
-    def __init__(self, runtime, device):
-        super().__init__(runtime)
+    def __init__(self, config, caches, *, distributed: bool = False, device):
+        super().__init__(config, caches, distributed=distributed)
         self.device = device
         self.name = device.name
-        self._executors: dict = {}
-        self._maps: dict = {}
-        self._colourings: dict = {}
-        self._patterns: dict = {}
+        self._executors = caches.cache(f"{device.name} loop modules", limit=1024)
+        self._maps = caches.cache(f"{device.name} maps", limit=1024, events=("partition", "repartition"))
+        self._colourings = caches.cache(f"{device.name} colourings", limit=1024, events=("partition", "repartition"))
         self._halo_kernel = None
         self._none = device.upload(np.zeros(1, dtype=np.int64))
-        self.validate(runtime.config)
+        self.validate()
 
-    def validate(self, config) -> None:
+    def validate(self) -> None:
         """On several ranks, ``gpu_halos="direct"`` needs a CUDA-aware MPI."""
-        if self.runtime.distributed:
-            halo_mode(config.gpu_halos, self.device)
+        if self.distributed:
+            halo_mode(self.config.gpu_halos, self.device)
 
     @property
     def threads(self) -> int:
-        return self.runtime.config.gpu_threads
+        return self.config.gpu_threads
 
-    def run(self, loop, plan, record, targets=None) -> None:
-        executor = self._executor(loop, record)
-        if executor.coloured:
-            for elements in self._colouring(loop, plan.start, plan.end, record):
-                self._launch(loop, executor, record, targets, elements=elements, count=len(elements))
-            return
-        self._launch(loop, executor, record, targets, start=plan.start, count=plan.end - plan.start)
+    def colouring_block_size(self, loop) -> int | None:
+        if self.config.gpu_increments == "colour" and _increments_through_maps(loop):
+            return 1
+        return None
 
-    def run_indices(self, loop, elements, record, targets=None) -> None:
-        elements = np.ascontiguousarray(elements, dtype=np.int64)
-        executor = self._executor(loop, record)
-        if executor.coloured:
-            for picked in self._colouring_of_list(loop, elements):
-                self._launch(loop, executor, record, targets, elements=self.device.upload(picked), count=len(picked))
-            return
-        self._launch(loop, executor, record, targets, elements=self.device.upload(elements), count=len(elements))
+    def prepare_data(self, storage, *, write: bool) -> None:
+        """Dats move to the device lazily, launch by launch (:mod:`.residency`)."""
+
+    def phase(self, runs, report):
+        prepared = [(run, self._executor(run.loop, report)) for run in runs if run.end > run.start]
+        if not prepared:
+            return None
+
+        def call():
+            for run, executor in prepared:
+                if executor.coloured:
+                    for elements in self._colouring(run):
+                        self._launch(run, executor, None, elements=elements, count=len(elements))
+                else:
+                    self._launch(run, executor, None, start=run.start, count=run.end - run.start)
+
+        return call
+
+    def listed(self, run, report):
+        executor = self._executor(run.loop, report)
+
+        def execute(elements, targets):
+            elements = np.ascontiguousarray(elements, dtype=np.int64)
+            lists = self._colouring_of_list(run, elements) if executor.coloured else [elements]
+            for picked in lists:
+                self._launch(run, executor, targets, elements=self.device.upload(picked), count=len(picked))
+
+        return execute
 
     def settle(self) -> None:
         self.device.settle()
 
     # --- halo exchanges (see :mod:`.halo`) ------------------------------------------------------
 
-    def halo_exchanges(self, comm, items, *, grouped: bool) -> list:
-        """Exchanges packed, staged and unpacked on the device: one for all ``items`` when
-        ``grouped``, else one per dat (with the dat's own tag, as the host exchanges)."""
-        if grouped:
-            return [DeviceExchange(self, comm, items, tag=GROUPED_TAG)]
-        return [DeviceExchange(self, comm, [item], tag=item[0]._tag) for item in items]
-
-    def halo_pattern(self, items) -> HaloPattern:
-        """The cached :class:`HaloPattern` of an exchange of ``items``."""
-        staged = halo_mode(self.runtime.config.gpu_halos, self.device)
-        key = (tuple((id(dat), lo, hi, dat._host.shape, dat._host.dtype.str) for dat, lo, hi in items), staged)
-        pattern = self._patterns.get(key)
-        if pattern is None or not pattern.matches(items):
-            dropped = [pattern] if pattern is not None else []
-            if len(self._patterns) > 256:
-                dropped = list(self._patterns.values())
-                self._patterns.clear()
-            for old in dropped:  # their pinned buffers go back to a pool: no copy may still read them
-                if old.inbound is not None:
-                    self.device.wait(old.inbound)
-            pattern = self._patterns[key] = HaloPattern(self.device, items, staged=staged)
-        return pattern
+    def halo_exchange(self, comm, items, *, tag: int):
+        """An exchange packed, staged and unpacked on the device (one for all ``items``)."""
+        return DeviceExchange(self, comm, items, tag=tag,
+                              staged=halo_mode(self.config.gpu_halos, self.device))
 
     def halo_kernel(self):
         """The compiled pack/unpack kernel (:data:`~.halo.HALO_SOURCE`)."""
@@ -124,8 +123,8 @@ class CudaBackend(Backend):
 
     # --- compilation ----------------------------------------------------------------------------
 
-    def _executor(self, loop, record) -> "_Executor":
-        config = self.runtime.config
+    def _executor(self, loop, report) -> "_Executor":
+        config = self.config
         constants = tuple(c.source for c in loop.kernel.constants())
         key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments)
         executor = self._executors.get(key)
@@ -137,65 +136,64 @@ class CudaBackend(Backend):
             what = f"kernel {loop.kernel.name!r} (loop {loop.name!r})"
             executor = self._executors[key] = _Executor(self.device.compile(source.text, what), source, coloured,
                                                            loop.specs)
-            record.time_compile += time.perf_counter() - began
-            record.compilations += 1
+            report(loop, time.perf_counter() - began, True, 0)
         return executor
 
     # --- launching ------------------------------------------------------------------------------
 
-    def _launch(self, loop, executor, record, targets, *, start=0, elements=None, count: int) -> None:
+    def _launch(self, run, executor, targets, *, start=0, elements=None, count: int) -> None:
         if count <= 0:
             return
-        targets = targets or {}
+        loop = run.loop
+        targets = arrays_of(run) if targets is None else {**arrays_of(run), **targets}
         device, threads = self.device, self.threads
         grid = (count + threads - 1) // threads
         operands = []
         for kind, number in executor.source.params:
             if kind == "data":
-                operands.append(self._data_operand(loop.data[number], executor.slots[number], targets))
+                operands.append(self._data_operand(run.data[number], executor.slots[number], targets))
             elif kind == "map":
-                operands.append(self._map(loop.maps[number]))
+                operands.append(self._map(run.maps[number]))
             else:
-                operands.append(device.empty((grid, loop.specs[number].dim), loop.args[number].data.dtype))
+                operands.append(device.empty((grid, loop.specs[number].dim), np.dtype(loop.specs[number].dtype)))
         listed = elements is not None
         arguments = [int(start), int(count), elements if listed else self._none, np.int32(1 if listed else 0), *operands]
-        device.launch(executor.function, grid, threads, arguments, record)  # asynchronous on a GPU
+        device.launch(executor.function, grid, threads, arguments, run.timer)  # asynchronous on a GPU
         partials = {i: device.to_host(operands[-len(executor.source.reductions) + k])
                     for k, i in enumerate(executor.source.reductions)}
         combine_reductions(loop, targets, partials)
 
-    def _data_operand(self, obj, use, targets: dict):
+    def _data_operand(self, record, use, targets: dict):
         """A data slot's device array; ``use`` is the argument position of a global, or
         whether the loop writes the dat."""
-        if obj.is_global:
-            return self.device.upload(targets.get(use, obj._data))
-        return device_array(self.device, obj, write=use)
+        if isinstance(record, GlobalStorage):
+            return self.device.upload(targets.get(use, record.value))
+        return device_array(self.device, record, write=use)
 
-    def _map(self, map_):
-        entry = self._maps.get(id(map_))
-        if entry is None or entry[0] is not map_.values:
-            values = np.ascontiguousarray(map_.values, dtype=np.int32)
-            entry = self._maps[id(map_)] = (map_.values, self.device.upload(values), map_)
+    def _map(self, values):
+        entry = self._maps.get(id(values))
+        if entry is None or entry[0] is not values:
+            entry = self._maps[id(values)] = (values, self.device.upload(np.ascontiguousarray(values, dtype=np.int32)))
         return entry[1]
 
     # --- colouring (increments="colour") --------------------------------------------------------
 
-    def _colouring(self, loop, start: int, end: int, record) -> list:
-        """The iterations of ``[start, end)`` by colour, on the device: iterations of one colour
-        never increment the same element. The runtime's plan cache colours single iterations
-        (and forgets them when the mesh is partitioned); this keeps their device copies."""
-        plan = self.runtime.plan_for(loop, start, end, record, block_size=1)
+    def _colouring(self, run) -> list:
+        """The iterations of the run by colour, on the device: iterations of one colour never
+        increment the same element (the engine coloured single iterations)."""
+        plan = run.colouring
         cached = self._colourings.get(id(plan))
         if cached is None or cached[1] is not plan:
-            order = plan.block_order + start  # block b of size 1 is iteration start + b
+            order = plan.block_order + run.start  # block b of size 1 is iteration start + b
             lists = [order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]] for c in range(plan.ncolours)]
             cached = self._colourings[id(plan)] = ([self.device.upload(e) for e in lists], plan)
-            record.colours = max(record.colours, plan.ncolours)
         return cached[0]
 
-    def _colouring_of_list(self, loop, elements: np.ndarray) -> list:
+    def _colouring_of_list(self, run, elements: np.ndarray) -> list:
         """Colours of listed iterations (a sparse tile): greedy, in list order."""
-        touch, nkeys = touched_keys(0, int(elements.max()) + 1, loop.indirect_writes)
+        writes = [(run.maps[run.loop.specs[i].map_slot], a.index, id(a.map.target), len(run.data[run.loop.specs[i].slot].host))
+                  for i, a in enumerate(run.loop.args) if a.map is not None and a.access is not Access.READ]
+        touch, nkeys = touched_keys(0, int(elements.max()) + 1, writes)
         picked = np.ascontiguousarray(touch[elements])
         plan = colour_blocks(0, len(elements), block_size=1, touch=picked, nkeys=nkeys)
         return [elements[plan.block_order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]]]

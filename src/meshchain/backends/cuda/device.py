@@ -56,7 +56,7 @@ class EmulatedDevice:
 
         return compile_emulated(source, self.directory, what=what)
 
-    def launch(self, function, grid: int, threads: int, arguments, record=None) -> None:
+    def launch(self, function, grid: int, threads: int, arguments, timer=None) -> None:
         converted = [ctypes.c_uint(grid)]
         for value in arguments:
             if isinstance(value, np.ndarray):
@@ -67,8 +67,8 @@ class EmulatedDevice:
                 converted.append(ctypes.c_longlong(int(value)))
         began = time.perf_counter()
         function(*converted)
-        if record is not None:
-            record.time_compute += time.perf_counter() - began
+        if timer is not None:
+            timer(time.perf_counter() - began)
 
     # --- streams (see the module docstring) ---
 
@@ -150,11 +150,11 @@ class CupyDevice:
             raise BackendUnavailableError(
                 f"backend 'cupy' needs CuPy ({exc}); install the wheel for your CUDA version, e.g. "
                 f"pip install cupy-cuda12x, or use backend='numba'."
-            ) from None
+            ) from exc
         try:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # noqa: BLE001 - CuPy raises driver-specific errors
-            raise BackendUnavailableError(f"backend 'cupy': no usable CUDA GPU ({exc}); use backend='numba'.") from None
+            raise BackendUnavailableError(f"backend 'cupy': no usable CUDA GPU ({exc}); use backend='numba'.") from exc
         if count < 1:
             raise BackendUnavailableError("backend 'cupy': CuPy sees no CUDA GPU; use backend='numba'.")
         self.cp = cupy
@@ -162,7 +162,7 @@ class CupyDevice:
         cupy.cuda.Device(self.number).use()
         self.directory = Path(cache_dir) / "cuda"
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
-        self._timings: list = []  # (record, start, stop) of launches not yet accounted
+        self._timings: list = []  # (timer, start, stop) of launches not yet accounted
 
     def compile(self, source: str, what: str):
         path = save_source(self.directory, hashlib.sha256(source.encode()).hexdigest()[:24], ".cu", source)
@@ -170,31 +170,31 @@ class CupyDevice:
             module = self.cp.RawModule(code=source, options=("--std=c++17",))
             return module.get_function("mc_loop")
         except Exception as exc:  # noqa: BLE001 - NVRTC errors come in several types
-            raise CompilationError(f"NVRTC could not compile {what}; source: {path}\n{str(exc)[:2000]}") from None
+            raise CompilationError(f"NVRTC could not compile {what}; source: {path}\n{str(exc)[:2000]}") from exc
 
-    def launch(self, function, grid: int, threads: int, arguments, record=None) -> None:
+    def launch(self, function, grid: int, threads: int, arguments, timer=None) -> None:
         converted = tuple(v if not isinstance(v, int) else np.int64(v) for v in arguments)
-        if record is None:
+        if timer is None:
             function((grid,), (threads,), converted)
             return
         start, stop = self.cp.cuda.Event(), self.cp.cuda.Event()
         start.record()
         function((grid,), (threads,), converted)
         stop.record()
-        self._timings.append((record, start, stop))
+        self._timings.append((timer, start, stop))
         if len(self._timings) > 1024:
             self._account(lambda stop: stop.done)
 
     def settle(self) -> None:
-        """Wait for the GPU and add the launches' times to their records."""
+        """Wait for the GPU and hand the launches' times to their timers."""
         self.cp.cuda.get_current_stream().synchronize()
         self._account(lambda stop: True)
 
     def _account(self, finished) -> None:
         while self._timings and finished(self._timings[0][2]):
-            record, start, stop = self._timings.pop(0)
+            timer, start, stop = self._timings.pop(0)
             stop.synchronize()
-            record.time_compute += self.cp.cuda.get_elapsed_time(start, stop) / 1000.0
+            timer(self.cp.cuda.get_elapsed_time(start, stop) / 1000.0)
 
     # --- streams (see the module docstring) ---
 

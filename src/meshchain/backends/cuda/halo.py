@@ -3,8 +3,7 @@
 An exchange of ``[(dat, lo, hi), ...]`` (one dat for a loop, every dat a chain segment
 needs for a grouped exchange) sends, to each neighbour, one message: the rows that the
 neighbour imports in layers ``lo+1..hi`` of each dat in turn, the same bytes as
-:class:`~meshchain.comm.grouped.GroupedExchange` (or, for one dat,
-:class:`~meshchain.comm.p2p.Exchange`) sends from the host.
+:class:`~meshchain.comm.exchange.HaloExchange` sends from the host.
 
 On the device:
 
@@ -33,12 +32,10 @@ import ctypes
 
 import numpy as np
 
-from ...comm.p2p import _layers
-from ...comm.grouped import _row_bytes
 from ...core.errors import ConfigurationError
 from .residency import DEVICE, device_array
 
-__all__ = ["HALO_SOURCE", "HALO_THREADS", "HaloPattern", "DeviceExchange", "halo_mode", "mpi_is_cuda_aware"]
+__all__ = ["HALO_SOURCE", "HALO_THREADS", "DeviceExchange", "halo_mode", "mpi_is_cuda_aware"]
 
 HALO_THREADS = 256
 
@@ -82,13 +79,13 @@ class _Side:
     """The rows of one direction (sent or received) of an exchange: descriptors on the
     device, a device buffer, a host staging buffer, and each neighbour's byte range."""
 
-    def __init__(self, device, items, table: str, neighbours, *, staged: bool):
+    def __init__(self, device, items, which: int, neighbours, *, staged: bool):
         rows, self.ranges, offset = [], [], 0
         for neighbour in neighbours:
             begin = offset
-            for number, (dat, lo, hi) in enumerate(items):
-                picked = _layers(getattr(dat.dataset._layout, table).get(neighbour), lo, hi)
-                size = _row_bytes(dat)
+            for number, item in enumerate(items):
+                picked = np.asarray(item[which].get(neighbour, ()), dtype=np.int64)
+                size = _row_bytes(item[0].host)
                 described = np.empty((picked.size, 4), dtype=np.int64)
                 described[:, 0], described[:, 1], described[:, 2] = number, picked, size
                 described[:, 3] = offset + size * np.arange(picked.size, dtype=np.int64)
@@ -103,99 +100,96 @@ class _Side:
         self.on_host = device.pinned(offset) if staged else None
 
 
-class HaloPattern:
-    """Where the rows of ``items`` go in an exchange's buffers (cached by the backend: the
-    same exchange recurs every time step). ``matches(items)`` checks that the dats' layouts
-    are still those the pattern was made for."""
-
-    def __init__(self, device, items, *, staged: bool):
-        self.layouts = tuple(dat.dataset._layout for dat, _, _ in items)
-        neighbours = sorted(set().union(*(layout.neighbours for layout in self.layouts)))
-        self.send = _Side(device, items, "exports", neighbours, staged=staged)
-        self.receive = _Side(device, items, "imports", neighbours, staged=staged)
-        self.staged = staged
-        self.inbound = None  # the last copy of received bytes to the device (reuses receive.on_host)
-        self._bases = (None, None)
-
-    def matches(self, items) -> bool:
-        return all(dat.dataset._layout is layout for (dat, _, _), layout in zip(items, self.layouts))
-
-    def bases(self, device, arrays):
-        """The dats' device addresses, as a device array (uploaded when they change)."""
-        addresses = tuple(device.address(a) for a in arrays)
-        if self._bases[0] != addresses:
-            self._bases = (addresses, device.upload(np.array(addresses, dtype=np.uint64)))
-        return self._bases[1]
-
-
 class DeviceExchange:
-    """A halo exchange of device-resident dats (see the module docstring).
+    """A halo exchange of device-resident dats (see the module docstring), planned once.
 
-    The constructor enqueues the packing (and the staging copy); :meth:`post` waits for it
-    and posts the messages; :meth:`finish` waits for them and enqueues the unpacking.
-    ``messages``, ``bytes_sent`` and ``largest`` count what was sent, as the host exchanges do.
+    ``items`` are ``(storage, exports, imports)``: a dat's storage and, per neighbour, the
+    rows sent and received in wire order. :meth:`begin` enqueues the packing (and the
+    staging copy); :meth:`post` waits for it and posts the messages; :meth:`end` waits
+    for them and enqueues the unpacking. ``messages``, ``bytes_sent`` and ``largest``
+    count what one run sends, as the host exchanges do.
     """
 
-    def __init__(self, backend, comm, items, *, tag: int):
-        self.items = [(dat, lo, hi) for dat, lo, hi in items if hi > lo]
-        self.comm, self.tag, self.device = comm, tag, backend.device
-        self.pattern = backend.halo_pattern(self.items)
+    def __init__(self, backend, comm, items, *, tag: int, staged: bool):
+        self.items = list(items)
+        self.comm, self.tag, self.device, self.staged = comm, tag, backend.device, staged
         self.packing = backend.halo_kernel()
-        arrays = [device_array(self.device, dat, write=False) for dat, _, _ in self.items]
-        self.bases = self.pattern.bases(self.device, arrays)
-        self.requests = []
-        self.messages = self.bytes_sent = self.largest = 0
-        self.posted = False
-        send = self.pattern.send
+        neighbours = sorted({n for _, exports, imports in self.items for n in (*exports, *imports)})
+        self.send = _Side(self.device, self.items, 1, neighbours, staged=staged)
+        self.receive = _Side(self.device, self.items, 2, neighbours, staged=staged)
+        self.inbound = None  # the last copy of received bytes to the device (reuses receive.on_host)
+        self._bases = (None, None)
+        sizes = [end - begin for _, begin, end in self.send.ranges]
+        self.messages, self.bytes_sent, self.largest = len(sizes), sum(sizes), max(sizes, default=0)
+        self.requests, self.ready, self.posted = [], None, True
+
+    def bases(self, arrays):
+        """The dats' device addresses, as a device array (uploaded when they change)."""
+        addresses = tuple(self.device.address(a) for a in arrays)
+        if self._bases[0] != addresses:
+            self._bases = (addresses, self.device.upload(np.array(addresses, dtype=np.uint64)))
+        return self._bases[1]
+
+    def begin(self) -> None:
+        """Enqueue the packing of every exported row (and its copy to the host when staged)."""
+        arrays = [device_array(self.device, storage, write=False) for storage, _, _ in self.items]
+        self._bases_now = self.bases(arrays)
+        self.requests, self.posted = [], False
+        send = self.send
         self._run(send, pack=True)
         self.ready = self.device.mark()
-        if self.pattern.staged and send.nbytes:
+        if self.staged and send.nbytes:
             self.ready = self.device.copy_out(self.ready, send.on_device, send.on_host)
 
     def _run(self, side, *, pack: bool) -> None:
         if side.count:
             grid = (side.count + HALO_THREADS - 1) // HALO_THREADS
             self.device.launch(self.packing, grid, HALO_THREADS,
-                               [side.count, self.bases, side.rows, side.on_device, np.int32(1 if pack else 0)])
+                               [side.count, self._bases_now, side.rows, side.on_device, np.int32(1 if pack else 0)])
 
     def post(self) -> None:
         """Wait until the packed bytes are where MPI reads them, then post the messages."""
         if self.posted:
             return
         self.posted = True
-        pattern, device = self.pattern, self.device
-        # ``ready`` follows, on the compute stream, the last unpacking of this pattern too:
+        device = self.device
+        # ``ready`` follows, on the compute stream, the last unpacking of this exchange too:
         # its device receive buffer is free once this returns
         device.wait(self.ready)
-        if pattern.inbound is not None:
-            device.wait(pattern.inbound)  # the receive buffer is free again
-        which = "on_host" if pattern.staged else "on_device"
-        sent, received = getattr(pattern.send, which), getattr(pattern.receive, which)
-        for neighbour, begin, end in pattern.send.ranges:
+        if self.inbound is not None:
+            device.wait(self.inbound)  # the receive buffer is free again
+        which = "on_host" if self.staged else "on_device"
+        sent, received = getattr(self.send, which), getattr(self.receive, which)
+        for neighbour, begin, end in self.send.ranges:
             self.requests.append(self.comm.Isend(sent[begin:end], dest=neighbour, tag=self.tag))
-            self.messages += 1
-            self.bytes_sent += end - begin
-            self.largest = max(self.largest, end - begin)
-        for neighbour, begin, end in pattern.receive.ranges:
+        for neighbour, begin, end in self.receive.ranges:
             self.requests.append(self.comm.Irecv(received[begin:end], source=neighbour, tag=self.tag))
 
-    def finish(self) -> None:
-        """Wait for the messages; enqueue the copy to the device and the unpacking; mark the
-        dats valid (their host copies are now stale)."""
+    def end(self) -> None:
+        """Wait for the messages; enqueue the copy to the device and the unpacking (the dats'
+        host copies are then stale)."""
         self.post()
         if self.requests:
             from mpi4py import MPI
 
             MPI.Request.Waitall(self.requests)
-        receive = self.pattern.receive
+        receive = self.receive
         if receive.nbytes:
-            if self.pattern.staged:
-                self.pattern.inbound = self.device.copy_in(receive.on_host, receive.on_device)
+            if self.staged:
+                self.inbound = self.device.copy_in(receive.on_host, receive.on_device)
             self._run(receive, pack=False)
-            for dat, _, _ in self.items:
-                dat._device_copy.state = DEVICE
-        for dat, _, hi in self.items:
-            dat._valid_depth = max(dat._valid_depth, hi)
+            for storage, _, _ in self.items:
+                storage.device.state = DEVICE
+
+    def close(self) -> None:
+        """Let the buffers go: no copy may still read them."""
+        if self.inbound is not None:
+            self.device.wait(self.inbound)
+            self.inbound = None
+
+
+def _row_bytes(array) -> int:
+    return int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize
 
 
 def halo_mode(setting: str, device) -> bool:

@@ -54,15 +54,17 @@ class DeviceCopy:
             host[rows] = values
 
 
-def device_array(device, dat, *, write: bool):
-    """``dat``'s array on ``device``, current; after a writing loop the host copy is stale."""
-    copy = dat._device_copy
-    if copy is None or copy.device is not device or copy.array.shape != dat._host.shape:
+def device_array(device, storage, *, write: bool):
+    """The dat's array on ``device`` (``storage`` is its
+    :class:`~meshchain.core.storage.DatStorage`), current; after a writing loop the host
+    copy is stale."""
+    copy = storage.device
+    if copy is None or copy.device is not device or copy.array.shape != storage.host.shape:
         if copy is not None:
-            copy.to_host(dat._host, write=False)
-        copy = dat._device_copy = DeviceCopy(device, device.upload(dat._host), BOTH)
+            copy.to_host(storage.host, write=False)
+        copy = storage.device = DeviceCopy(device, device.upload(storage.host), BOTH)
     elif copy.state == HOST:
-        device.refresh(copy.array, dat._host)
+        device.refresh(copy.array, storage.host)
         copy.state = BOTH
     if write:
         copy.state = DEVICE

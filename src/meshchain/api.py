@@ -1,0 +1,192 @@
+"""The public API: the one module that holds the global session.
+
+Everything here works on the current :class:`~meshchain.engine.session.Session`, created
+on first use from the ``MESHCHAIN_*`` environment variables (:func:`reset_runtime` starts
+a new one). User objects (sets, maps, dats, globals) reach it through
+:mod:`meshchain.core.context`, which this module installs.
+"""
+
+from __future__ import annotations
+
+from .core import context
+from .core.config import Config
+from .engine.chains import ChainOptions
+from .engine.session import Session
+
+__all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "partition"]
+
+_session: Session | None = None
+
+
+def get_runtime() -> Session:
+    """The process's session (created on first use from ``MESHCHAIN_*`` variables)."""
+    global _session
+    if _session is None:
+        _session = Session()
+    return _session
+
+
+context.install(get_runtime)
+
+
+def reset_runtime(*, comm=None, **options) -> Session:
+    """Drop all pending loops, caches and statistics; start again from the environment and
+    ``options``.
+
+    ``comm`` (keyword-only) selects the MPI communicator (default: ``COMM_WORLD`` when
+    started by an MPI launcher, else none). On one process the sets, maps, dats and globals
+    declared before stay usable; a session on several ranks starts with none (declare and
+    partition the mesh again).
+    """
+    global _session
+    config = Config.from_env().replace(**options)
+    old = _session
+    if old is not None:
+        old.close()
+    _session = Session(config, comm=comm, inherit=old)
+    return _session
+
+
+def par_loop(kernel, iterset, *args, name=None) -> None:
+    """Apply ``kernel`` to every element of ``iterset``.
+
+    Parameters
+    ----------
+    kernel : Kernel
+        Takes one view per argument.
+    iterset : Set
+        The set to iterate over.
+    *args : Arg
+        ``dat(mode)``, ``dat(mode, map[i])``, ``dat(mode, map)`` or ``glob(mode)``.
+    name : str, keyword-only
+        Loop name for statistics and chain configuration (default: the kernel's name).
+
+    Examples
+    --------
+    >>> import numpy as np, meshchain as mc
+    >>> nodes, edges = mc.Set(3, "nodes"), mc.Set(2, "edges")
+    >>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")
+    >>> deg = mc.Dat(nodes, 1, None, "deg", dtype=np.int32)
+    >>> @mc.kernel
+    ... def count(a, b):
+    ...     a[0] += 1
+    ...     b[0] += 1
+    >>> mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
+    >>> deg.data[:, 0].tolist()
+    [1, 2, 1]
+    """
+    (_session or get_runtime()).record(kernel, iterset, args, name)
+
+
+def flush() -> None:
+    """Execute every pending loop now."""
+    get_runtime().flush()
+
+
+def configure(**options) -> None:
+    """Change options (see :class:`~meshchain.core.config.Config`); pending loops run first.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> mc.configure(block_size=256)
+    >>> mc.get_runtime().config.block_size
+    256
+    >>> mc.configure(block_size=2048)
+    """
+    get_runtime().reconfigure(**options)
+
+
+def stats(*, reset: bool = False, all_ranks: bool = False):
+    """A snapshot of per-loop statistics (:class:`~meshchain.core.stats.Stats`).
+
+    ``reset`` clears them; ``all_ranks`` (collective) sums the counters and times over the
+    ranks (``neighbours`` is the maximum).
+    """
+    return get_runtime().statistics(reset=reset, all_ranks=all_ranks)
+
+
+def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1, seed: int = 0) -> None:
+    """Distribute the declared mesh over the ranks; a no-op on one process.
+
+    Parameters
+    ----------
+    method : {"rib", "kway", "block"}
+        ``"rib"``: recursive inertial bisection of ``coords``, computed in parallel
+        (no rank ever holds the whole mesh). ``"kway"``: METIS k-way on the seed set's
+        graph gathered to rank 0 (the whole graph, about (n + nnz) * 8 bytes, must fit
+        in rank 0's memory; pymetis uses 32-bit indices). ``"block"``: contiguous blocks
+        of the seed set.
+    coords : Dat, keyword-only
+        Coordinates for ``"rib"`` (its set is the seed set).
+    seed_set : Set, keyword-only
+        The set partitioned first (default: ``coords``' set, else the set most maps point to).
+    depth : int, keyword-only
+        Halo layers to build (1 suffices for loop-by-loop execution; at most 16).
+    seed : int, keyword-only
+        Random seed for METIS.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> mc.partition("block")   # one process: nothing to distribute
+    """
+    get_runtime().partition(method, coords=coords, seed_set=seed_set, depth=depth, seed=seed)
+
+
+class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...)``
+    """Execute the loops recorded inside the block as one chain when the block ends.
+
+    Parameters
+    ----------
+    name : str
+    ca : True, False or "auto", keyword-only
+        Communication-avoiding execution (one grouped exchange per segment), loop by loop,
+        or decided per chain by the model.
+    tile_size : int or None, keyword-only
+        Sparse tiling: run the chain tile by tile, ``tile_size`` iterations of its seed loop
+        per tile (see :mod:`meshchain.engine.tiling`); None runs it loop by loop.
+    max_halo : int or None, keyword-only
+        Most halo layers the chain may use (default: as many as can be built, 16).
+
+    Examples
+    --------
+    >>> import numpy as np, meshchain as mc
+    >>> nodes, edges = mc.Set(3, "nodes"), mc.Set(2, "edges")
+    >>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")
+    >>> deg = mc.Dat(nodes, 1, None, "deg", dtype=np.int64)
+    >>> twice = mc.Dat(nodes, 1, None, "twice", dtype=np.int64)
+    >>> @mc.kernel
+    ... def count(a, b):
+    ...     a[0] += 1
+    ...     b[0] += 1
+    >>> @mc.kernel
+    ... def double(d, t):
+    ...     t[0] = 2 * d[0]
+    >>> with mc.loop_chain("degrees", ca=True):
+    ...     mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
+    ...     mc.par_loop(double, nodes, deg(mc.READ), twice(mc.WRITE))
+    >>> twice.data[:, 0].tolist()
+    [2, 4, 2]
+    >>> mc.stats().chains["degrees"].executions
+    1
+    >>> with mc.loop_chain("tiled", tile_size=1):  # tiles of one node (the larger loop seeds)
+    ...     mc.par_loop(count, edges, deg(mc.INC, e2n[0]), deg(mc.INC, e2n[1]))
+    ...     mc.par_loop(double, nodes, deg(mc.READ), twice(mc.WRITE))
+    >>> twice.data[:, 0].tolist(), mc.stats().chains["tiled"].tiles
+    ([4, 8, 4], 3)
+    """
+
+    __slots__ = ("options", "run", "_session")
+
+    def __init__(self, name: str, *, ca=True, tile_size: int | None = None, max_halo: int | None = None):
+        self.options = ChainOptions.of(name, ca, tile_size, max_halo)
+        self.run = None
+
+    def __enter__(self) -> "loop_chain":
+        self._session = get_runtime()
+        self.run = self._session.open_chain(self.options)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._session.close_chain(self.run, force=exc_type is None)

@@ -1,0 +1,102 @@
+"""How ranks agree: on errors, on values that must be equal, on which objects are alive.
+
+This is the one way meshchain's ranks agree on an error. :func:`raise_together` is
+called where an error may be found on some ranks only (a declaration's data, a loop's
+check, a kernel failing on some elements); every rank then raises the same exception:
+the one of the lowest rank that failed, with its type and message (other ranks add
+``(reported by rank r)``; a rank that failed differently chains its own exception as the
+cause). A rank whose own error is that one re-raises its own exception object,
+traceback and cause included.
+:func:`agree_on_failure` is the cheap form for the end of every execution on several
+ranks: one small ``Allreduce`` when nothing failed.
+
+Examples
+--------
+>>> from meshchain.comm.agree import raise_together
+>>> raise_together(None, None)   # one process, nothing failed
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.errors import DataShapeError, MeshchainError
+
+__all__ = ["raise_together", "agree_on_failure", "check_agreement", "alive_everywhere", "abort_all"]
+
+
+def raise_together(comm, error: BaseException | None) -> None:
+    """Raise on every rank if ``error`` is not None on some rank (collective over ``comm``)."""
+    if comm is None or comm.size == 1:
+        if error is not None:
+            raise error
+        return
+    reports = comm.allgather(None if error is None else (type(error), str(error)))
+    _raise_first(comm, reports, error)
+
+
+def agree_on_failure(comm, error: BaseException | None, flag: np.ndarray | None = None) -> None:
+    """:func:`raise_together` that costs one small ``Allreduce`` when no rank failed.
+
+    ``flag`` (a preallocated int32 array of 2 elements) spares an allocation per call.
+    """
+    if comm is None or comm.size == 1:
+        if error is not None:
+            raise error
+        return
+    from mpi4py import MPI
+
+    flag = np.zeros(2, dtype=np.int32) if flag is None else flag
+    flag[0] = 0 if error is None else 1
+    comm.Allreduce(MPI.IN_PLACE, flag[:1], op=MPI.MAX)
+    if flag[0]:
+        raise_together(comm, error)
+
+
+def _raise_first(comm, reports, error) -> None:
+    for rank, found in enumerate(reports):
+        if found is None:
+            continue
+        kind, text = found
+        if rank == comm.rank or (error is not None and type(error) is kind and str(error) == text):
+            raise error  # its own (or the same) error: traceback and cause included
+        try:
+            agreed = kind(f"{text} (reported by rank {rank})")
+        except Exception:  # noqa: BLE001 - an exception type that takes no message
+            agreed = MeshchainError(f"{kind.__name__}: {text} (reported by rank {rank})")
+        if error is not None:
+            raise agreed from error
+        raise agreed
+
+
+def check_agreement(comm, value, what: str) -> None:
+    """Raise on every rank unless ``value`` (hashable, small) is the same on every rank."""
+    values = comm.allgather(value)
+    error = None
+    if any(v != values[0] for v in values):
+        error = DataShapeError(f"{what} differs between ranks: {values}; every rank must pass the same value.")
+    raise_together(None, error)
+
+
+def alive_everywhere(comm, objects) -> list:
+    """The entries of ``objects`` that are not None on every rank (collective): garbage
+    collection frees unreferenced objects at different times on different ranks, and
+    collective steps must see the same list everywhere."""
+    from mpi4py import MPI
+
+    alive = np.array([o is not None for o in objects], dtype=np.uint8)
+    everywhere = np.empty_like(alive)
+    comm.Allreduce(alive, everywhere, op=MPI.MIN)
+    return [o for o, keep in zip(objects, everywhere) if keep]
+
+
+def abort_all(comm, what: str, exc: BaseException) -> None:
+    """Print ``exc`` with this rank's number and abort every rank of ``comm``: for failures the
+    ranks cannot agree on (the others would wait in a collective or for a message forever)."""
+    import sys
+    import traceback
+
+    sys.stderr.write(f"meshchain: rank {comm.rank}: {what} failed; aborting all ranks.\n"
+                     + "".join(traceback.format_exception(exc)))
+    sys.stderr.flush()
+    comm.Abort(1)

@@ -1,0 +1,115 @@
+"""Where the values of dats and globals live: storage records the engine owns.
+
+User objects (:class:`~meshchain.types.Dat`, :class:`~meshchain.types.Global`) are
+declarations only; their values are held by a :class:`DatStorage` or
+:class:`GlobalStorage` in the session's :class:`DataStore`, looked up by the object's
+``uid``. Plans keep direct references to storage records, so running a plan never
+looks anything up.
+
+A dat's storage has the host array of its owned and halo rows (owned first, in local
+numbering), the depth to which its halo rows are valid, its message tag on several
+ranks, and optionally a copy on a device (:mod:`meshchain.backends.cuda.residency`),
+which keeps the host array current on demand. A global's storage has its value and the
+reduction over ranks still in flight, if any.
+
+Examples
+--------
+>>> import numpy as np
+>>> from meshchain.core.storage import DatStorage
+>>> storage = DatStorage(np.zeros((3, 2)), n_owned=3)
+>>> storage.host_current(write=True).shape, storage.valid_depth
+((3, 2), 0)
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+__all__ = ["DatStorage", "GlobalStorage", "DataStore"]
+
+
+class DatStorage:
+    """The values of one dat on this rank (see the module docstring).
+
+    Attributes
+    ----------
+    host : ndarray
+        Owned and halo rows, shape ``(rows, dim)``; may be stale while ``device`` is newer.
+    n_owned : int
+        Rows this rank owns (a prefix of ``host``).
+    valid_depth : int
+        Halo layers whose rows hold current values.
+    tag : int
+        MPI tag of the dat's own halo messages (the same on every rank).
+    device : object or None
+        A device copy with ``to_host(host, write=...)``, ``read_rows``, ``write_rows`` and
+        ``state`` (see :mod:`meshchain.backends.cuda.residency`).
+    """
+
+    __slots__ = ("host", "n_owned", "valid_depth", "tag", "device")
+
+    def __init__(self, host: np.ndarray, *, n_owned: int, valid_depth: int = 0, tag: int = 1):
+        self.host, self.n_owned, self.valid_depth, self.tag = host, n_owned, valid_depth, tag
+        self.device = None
+
+    def host_current(self, *, write: bool) -> np.ndarray:
+        """The host array, made current; with ``write`` the caller may change it, so a device
+        copy becomes stale."""
+        if self.device is not None:
+            self.device.to_host(self.host, write=write)
+        return self.host
+
+    def replace(self, host: np.ndarray, *, n_owned: int, valid_depth: int) -> None:
+        """New rows (after the mesh was partitioned or its halos rebuilt); a device copy is
+        dropped, since its rows no longer match."""
+        self.host, self.n_owned, self.valid_depth, self.device = host, n_owned, valid_depth, None
+
+    def rows_to_host(self, rows: np.ndarray) -> None:
+        """Make rows ``rows`` of the host array current (before a host exchange packs them)."""
+        if self.device is not None:
+            self.host[rows] = self.device.read_rows(self.host, rows)
+
+    def rows_from_host(self, rows: np.ndarray) -> None:
+        """Pass rows ``rows``, just received into the host array, on to a device copy."""
+        if self.device is not None:
+            self.device.write_rows(self.host, rows, self.host[rows])
+
+
+class GlobalStorage:
+    """The value of one global (the same on every rank once reductions are finished)."""
+
+    __slots__ = ("value", "pending")
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+        self.pending = None  # a reduction over ranks in flight: finish(value) completes it
+
+    def settle(self) -> None:
+        """Finish a reduction over ranks that is still in flight."""
+        pending = self.pending
+        if pending is not None:
+            self.pending = None
+            pending.finish(self.value)
+
+
+class DataStore:
+    """The storage of every live dat and global of one session, by the object's ``uid``.
+
+    An entry goes when its object is garbage-collected.
+    """
+
+    def __init__(self):
+        self._records: dict[int, object] = {}
+
+    def add(self, obj, record) -> None:
+        self._records[obj.uid] = record
+        weakref.finalize(obj, self._records.pop, obj.uid, None)
+
+    def get(self, obj):
+        """The record of ``obj``, or None if this session does not know it."""
+        return self._records.get(obj.uid)
+
+    def __len__(self) -> int:
+        return len(self._records)

@@ -1,0 +1,211 @@
+"""Assembling an executable plan from a unit's schedule.
+
+For each segment of the :class:`~meshchain.inspector.schedule.Schedule`: the storage
+records of its loops' dats and globals, their maps' local values and the block
+colourings of its runs (:class:`~meshchain.backends.base.PhaseRun`), turned into one
+prepared backend call per phase (sparse-tiled when the chain asks for tiles); its
+exchanges, with their rows and persistent requests; on several ranks the reduction
+buffers of its globals; and the storage whose halo validity changes. What each run of
+the plan adds to the statistics is read off the schedule (:mod:`.accounting`).
+
+Exchanges and reductions are assembled before anything is compiled: when compiling
+fails on some ranks only, the plan can still run its communication, so that every rank
+reaches the agreement on the error (:class:`Assembled` carries the error).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..backends.base import PhaseRun
+from ..comm.exchange import GROUPED_TAG
+from ..core.access import Access
+from .accounting import PlanAccount, account_for
+from .plans import Plan, Reduction, Step
+from .tiling import Tiling, tiled_phase
+
+__all__ = ["Assembled", "assemble"]
+
+
+class Assembled(NamedTuple):
+    """A plan, and the error its assembly raised on this rank (None when it did not): a plan
+    with an error runs its communication only."""
+
+    plan: Plan
+    failure: BaseException | None
+
+
+def assemble(session, unit, schedule, *, profile=None, tiling: Tiling | None = None) -> Assembled:
+    """The executable plan of ``unit`` run by ``schedule``."""
+    distributed = session.distributed
+    layouts = [session.layout.of(loop.iterset) for loop in unit.loops] if distributed else None
+    account = PlanAccount({}, None, unit.chain, [])
+    builder = _Builder(session, unit, tiling, account)
+    steps, failure = [], None
+    for segment in schedule.segments:
+        step, problem = builder.step(segment, schedule.strategy)
+        steps.append(step)
+        failure = failure or problem
+    counted = account_for(schedule, unit.names, layouts=layouts, chain=unit.chain, colours=builder.colours,
+                          profile=profile, tiling=builder.tiling_stats(tiling))
+    account.loops, account.chain = counted.loops, counted.chain
+    plan = Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
+                closers=builder.closers, chain=unit.options is not None)
+    return Assembled(plan, failure)
+
+
+class _Builder:
+    """Binds the segments of one plan (see the module docstring)."""
+
+    def __init__(self, session, unit, tiling, account):
+        self.session, self.unit, self.tiling, self.account = session, unit, tiling, account
+        self.backend = session.backend
+        self.colours: dict = {}
+        self.closers: list = []
+        self.tile_plans: list = []
+        self.groups = 0
+        self._prepared: set = set()
+
+    # --- one segment ------------------------------------------------------------------------------
+
+    def step(self, segment, strategy: str):
+        session, unit = self.session, self.unit
+        reductions = self._reductions(segment) if session.distributed else {}
+        exchanges = [self._exchange(spec) for spec in segment.exchanges]
+        failure, core, rest, core_share, rest_share = None, None, None, -1, -1
+        try:
+            core, core_share = self._phase(segment.core, reductions)
+            rest, rest_share = self._phase(segment.rest, reductions)
+        except Exception as exc:  # noqa: BLE001 - compiling failed here: agreed on when the plan runs
+            if not session.distributed:
+                raise
+            failure, core, rest = exc, None, None
+        settle = []
+        if session.distributed:
+            settle = [unit.storage[a.obj] for p in segment.loops for a in unit.signature[p].args if a.is_global]
+        validity = [(unit.storage[key], depth) for key, depth in segment.validity]
+        waits = unit.names[segment.loops[0]] if strategy == "per-loop" else None
+        step = Step(settle=_distinct(settle), reductions=[r for rs in reductions.values() for r in rs.values()],
+                    exchanges=exchanges, core=core, rest=rest, validity=validity, core_share=core_share,
+                    rest_share=rest_share, waits=waits)
+        return step, failure
+
+    def _reductions(self, segment) -> dict:
+        """Per loop position that reduces globals: argument position -> its :class:`Reduction`
+        (one per distinct global of the loop)."""
+        from mpi4py import MPI
+
+        operations = {Access.INC: MPI.SUM, Access.MIN: MPI.MIN, Access.MAX: MPI.MAX}
+        found = {}
+        for position in segment.reduces:
+            loop, by_global = self.unit.loops[position], {}
+            for i, arg in enumerate(loop.args):
+                if arg.data.is_global and arg.access is not Access.READ:
+                    storage = self.unit.storage[self.unit.signature[position].args[i].obj]
+                    if id(storage) not in by_global:
+                        by_global[id(storage)] = Reduction(self.session.comm, storage, operations[arg.access],
+                                                           inc=arg.access is Access.INC)
+                    found.setdefault(position, {})[i] = by_global[id(storage)]
+        return found
+
+    def _exchange(self, spec):
+        unit, layout = self.unit, self.session.layout
+        items = []
+        for key, lo, hi in spec.items:
+            storage = unit.storage[key]
+            set_layout = layout.of(unit.objects[key].dataset)
+            items.append((storage, _rows(set_layout.exports, lo, hi), _rows(set_layout.imports, lo, hi)))
+        tag = GROUPED_TAG if spec.grouped else items[0][0].tag
+        exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag)
+        if hasattr(exchange, "close"):
+            self.closers.append(exchange.close)
+        return exchange
+
+    # --- phases -----------------------------------------------------------------------------------
+
+    def _phase(self, runs, reductions):
+        """A prepared call for ``runs`` (schedule runs) and its index into the account's
+        compute times (-1: the backend times itself, or there is nothing to run)."""
+        bound = [self._bind(run, reductions) for run in runs if run.end > run.start]
+        if not bound:
+            return None, -1
+        call = None
+        if self.tiling is not None:
+            tiled = tiled_phase(self.session, bound, self.tiling, self._report)
+            if tiled is not None:
+                self.tile_plans.extend(tiled.plans)
+                self.groups += len(tiled.plans)
+                for plan in tiled.plans:
+                    for run in bound:
+                        self._colour(run.loop, plan.ncolours)
+                call = tiled.call
+        if call is None:
+            call = self.backend.phase(bound, self._report)
+            for run in bound:
+                if run.colouring is not None:
+                    self._colour(run.loop, run.colouring.ncolours)
+        if call is None or self.backend.times_itself:
+            return call, -1
+        return call, self.account.add_phase([(run.loop.name, run.end - run.start) for run in bound])
+
+    def _bind(self, run, reductions) -> PhaseRun:
+        unit = self.unit
+        loop = unit.loops[run.loop]
+        keys = {}
+        for i, spec in enumerate(loop.specs):
+            keys.setdefault(spec.slot, unit.signature[run.loop].args[i].obj)
+        data = tuple(unit.storage[keys[slot]] for slot in range(len(keys)))
+        self._prepare(loop, data)
+        maps = tuple(self.session.layout.values(m) for m in loop.maps)
+        targets = {}
+        if run.targets != "global":
+            for i, reduction in reductions.get(run.loop, {}).items():
+                targets[i] = reduction.owned if run.targets == "owned" else reduction.scratch
+        block_size = self.backend.colouring_block_size(loop)
+        colouring = None if block_size is None else self.session.colouring(loop, run.start, run.end, block_size=block_size)
+        timer = self.account.timer(loop.name) if self.backend.times_itself else None
+        return PhaseRun(loop, run.start, run.end, data, maps, targets, colouring, timer)
+
+    def _prepare(self, loop, data) -> None:
+        for spec, record in zip(loop.specs, (data[s.slot] for s in loop.specs)):
+            if spec.kind != "global" and (id(record), spec.access.writes) not in self._prepared:
+                self._prepared.add((id(record), spec.access.writes))
+                self.backend.prepare_data(record, write=spec.access.writes)
+
+    def _colour(self, loop, count: int) -> None:
+        position = self.unit.loops.index(loop)
+        self.colours[position] = max(self.colours.get(position, 0), count)
+
+    def _report(self, loop, seconds: float, compiled: bool, hits: int) -> None:
+        record = self.session.recorder.loop(loop.name)
+        record.time_compile += seconds
+        if compiled:
+            record.compilations += 1
+            record.cache_hits += hits
+
+    def tiling_stats(self, tiling):
+        if tiling is None:
+            return None
+        plans = self.tile_plans
+        return (tiling.tile_size, self.groups, max((p.ntiles for p in plans), default=0),
+                max((p.ncolours for p in plans), default=0))
+
+
+def _rows(table: dict, lo: int, hi: int) -> dict:
+    """Per neighbour, the rows of layers ``lo+1..hi`` in ``table`` (``{neighbour: [per layer]}``)."""
+    rows = {}
+    for neighbour, per_layer in table.items():
+        chosen = per_layer[lo:hi]
+        joined = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        if joined.size:
+            rows[neighbour] = joined
+    return rows
+
+
+def _distinct(records) -> list:
+    seen = {}
+    for record in records:
+        seen.setdefault(id(record), record)
+    return list(seen.values())

@@ -1,0 +1,139 @@
+"""Declarations as the session records them: agreed over ranks, with their storage.
+
+On one process a declaration only needs its storage (a dat's rows, a global's value, a
+map's checked values). On several ranks every set, map and dat is also recorded, in
+declaration order, with what must be the same on every rank (checked collectively, so a
+rank that declares something else raises the same error as every other rank); dats and
+maps keep this rank's block of rows until ``mc.partition`` lays the mesh out, and dats
+declared afterwards fetch their rows by global id at once.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> cells = mc.Set(3, "cells")
+>>> q = mc.Dat(cells, 2, None, "q", dtype=np.float32)
+>>> storage = mc.get_runtime().store.get(q)
+>>> storage.host.shape, storage.host.dtype, storage.valid_depth
+((3, 2), dtype('float32'), 0)
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..comm.agree import alive_everywhere, check_agreement, raise_together
+from ..comm.blocks import block_offsets
+from ..comm.collectives import fetch_rows
+from ..comm.inputs import to_block_rows
+from ..core.errors import DataShapeError, DeclarationError, MapError
+from ..core.storage import DatStorage, GlobalStorage
+from ..types import Dat, Map, Set
+from ..types.maps import checked_values
+
+__all__ = ["Declarations"]
+
+
+class Declarations:
+    """The sets, maps and dats of one session, in declaration order (weakly held), and the
+    maps' declared values (whole on one process, this rank's block on several)."""
+
+    def __init__(self, session):
+        self._session = session
+        self._declared: list = []
+        self.map_rows: dict = {}  # map uid -> values (global numbering)
+
+    @property
+    def comm(self):
+        return self._session.comm
+
+    # --- declaring ------------------------------------------------------------------------------
+
+    def set(self, s: Set) -> None:
+        session = self._session
+        if session.distributed:
+            if session.partitioned:
+                raise_together(self.comm, DeclarationError(
+                    f"Set {s.name!r} is declared after mc.partition; declare every set and map before partitioning."))
+            self._record(s, (s.size, s.name))
+
+    def map(self, m: Map, values) -> None:
+        session = self._session
+        if not session.distributed:
+            self.map_rows[m.uid] = checked_values(values, m.source, m.target, m.arity, m.name)
+            _forget(self.map_rows, m)
+            return
+        if session.partitioned:
+            raise_together(self.comm, DeclarationError(
+                f"Map {m.name!r} is declared after mc.partition; declare every set and map before partitioning."))
+        error, rows = None, None
+        try:
+            rows = to_block_rows(self.comm, values, m.source.size, f"Map {m.name!r}")
+            if rows is None:
+                raise MapError(f"Map {m.name!r}: values are missing; pass an integer array of shape "
+                               f"{(m.source.size, m.arity)}.")
+            rows = checked_values(rows, m.source, m.target, m.arity, m.name, rows=len(rows))
+        except MapError as exc:
+            error = exc
+        raise_together(self.comm, error)
+        self.map_rows[m.uid] = rows.astype(np.int64)
+        _forget(self.map_rows, m)
+        self._record(m, (m.name, m.source.name, m.target.name, m.arity))
+
+    def dat(self, d: Dat, data, dtype) -> tuple[np.dtype, DatStorage]:
+        """The dat's dtype and storage (block rows before partitioning, local rows after)."""
+        session = self._session
+        if not session.distributed:
+            chosen, rows = d.rows(data, dtype, d.dataset.size)
+            return chosen, DatStorage(rows, n_owned=d.dataset.size)
+        comm, n = self.comm, d.dataset.size
+        offsets = block_offsets(n, comm.size)
+        rows = to_block_rows(comm, data, n, f"Dat {d.name!r} on {d.dataset.name!r}")
+        error = chosen = block = None
+        try:
+            chosen, block = d.rows(rows, dtype, int(offsets[comm.rank + 1] - offsets[comm.rank]))
+        except DataShapeError as exc:
+            error = exc
+        raise_together(comm, error)
+        tag = self._record(d, (d.name, d.dataset.name, d.dim, chosen.str)) % 32000 + 1
+        if not session.partitioned:
+            return chosen, DatStorage(block, n_owned=len(block), tag=tag)
+        layout = session.layout.of(d.dataset)
+        local = fetch_rows(comm, offsets, block, layout.global_ids)
+        return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=session.layout.depth, tag=tag)
+
+    @staticmethod
+    def global_(value: np.ndarray) -> GlobalStorage:
+        return GlobalStorage(value)
+
+    def _record(self, obj, agreed) -> int:
+        """Check that ``agreed`` is the same on every rank and record ``obj``; returns its
+        position in the declaration order (the same on every rank)."""
+        check_agreement(self.comm, (type(obj).__name__, agreed), f"{type(obj).__name__} declaration {agreed!r}")
+        self._declared.append(weakref.ref(obj))
+        return len(self._declared)
+
+    # --- what was declared ----------------------------------------------------------------------
+
+    def declared(self, *, agreed: bool = False):
+        """The live sets, maps and dats declared so far, in declaration order.
+
+        With ``agreed=True`` (collective) only the objects alive on every rank: garbage
+        collection frees unreferenced objects at different times on different ranks, and
+        collective steps (building halos) must see the same list everywhere.
+        """
+        objects = [r() for r in self._declared]
+        if agreed and self._session.distributed:
+            objects = alive_everywhere(self.comm, objects)
+        objects = [o for o in objects if o is not None]
+        pick = lambda kind: [o for o in objects if isinstance(o, kind)]  # noqa: E731
+        return pick(Set), pick(Map), pick(Dat)
+
+    def dats(self) -> list:
+        return self.declared()[2]
+
+
+def _forget(table: dict, obj) -> None:
+    """Drop ``obj``'s entry from ``table`` when ``obj`` is garbage-collected."""
+    weakref.finalize(obj, table.pop, obj.uid, None)

@@ -1,0 +1,174 @@
+"""Running units: plans as values, looked up by unit and state, built on first use.
+
+:meth:`Pipeline.execute` runs one unit (a single loop, or the loops of one chain). The
+first execution of a unit in a given state (the valid halo depth of each of its dats;
+the configuration and the mesh layout are part of it too: their changes empty the
+plan cache) chooses a strategy (:mod:`.strategies`), builds the schedule (the
+inspectors), assembles the executable plan (:mod:`.assemble`) and caches it. Later
+executions in the same state look the plan up and run it (:mod:`.plans`): a dict
+look-up, a check that the kernels' globals did not change, and the run.
+
+On several ranks, the collective part of building a plan (building deeper halos,
+agreeing on ``ca="auto"``) aborts the job if it fails on some ranks only; the rest
+(compiling) fails into the plan's agreement, so every rank raises the same error.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..comm.agree import abort_all
+from ..model.estimate import chain_profile
+from .assemble import assemble
+from .strategies import schedule_for
+from .tiling import Tiling, refuse_tiling
+from .units import Unit
+
+__all__ = ["Pipeline"]
+
+_clock = time.perf_counter
+
+
+class Pipeline:
+    """The session's plans and how to run a unit (see the module docstring)."""
+
+    def __init__(self, session):
+        self.session = session
+        caches = session.caches
+        self.units = caches.cache("units", limit=2048)
+        self.plans = caches.cache("plans", limit=1024, events=("configure", "partition", "repartition"),
+                                  on_drop=self._dropped)
+        self.schedules = caches.cache("schedules", limit=2048, events=("configure", "partition", "repartition"))
+        self.sequence = 0
+
+    def execute(self, run, loops) -> None:
+        """Run ``loops``, recorded in chain ``run`` (None: one loop on its own)."""
+        options = None if run is None else run.options
+        key = loops[0] if options is None else (options, *loops)
+        unit = self.units.get(key)
+        if unit is None:
+            unit = self.units[key] = Unit(loops, options, self.session.store)
+        session = self.session
+        distributed = session.distributed
+        state = unit.state() if distributed else None
+        mode = None
+        if distributed and options is not None and options.ca == "auto":
+            mode = self._auto(unit)
+        plan = self.plans.get((unit, state, mode))
+        if plan is None or (plan.kernels and not plan.current()):
+            plan = self._build(unit, (unit, state, mode), mode)
+        if distributed and options is not None:
+            self.sequence += 1
+            account = plan.account
+            account.sequence = self.sequence  # which of a chain's plans ran last ("mode")
+            began = _clock()
+            plan.run()
+            chain = account.chain
+            session.model.observe(chain.mode == "ca", _clock() - began, chain.profile)
+            session.model.predict(account, chain.profile)
+            return
+        plan.run()
+
+    def profile(self, unit):
+        """The model terms of ``unit`` in its current state on this rank (both ways)."""
+        per_loop = self._schedule(unit, "per-loop")
+        ca = self._schedule(unit, "ca") if unit.options is None or unit.options.ca is not False else None
+        return chain_profile(unit.names, per_loop, ca)
+
+    # --- building ---------------------------------------------------------------------------------
+
+    def _auto(self, unit) -> str:
+        session = self.session
+        decided = session.model.use_ca(unit, self.profile(unit))
+        return "ca" if decided else "per-loop"
+
+    def _strategy(self, unit, mode) -> str:
+        session = self.session
+        if not session.distributed:
+            return "serial"
+        if mode is not None:
+            return mode
+        options = unit.options
+        if options is None or options.ca is False:
+            return "per-loop"
+        return "ca"
+
+    def _schedule(self, unit, strategy: str):
+        key = (unit.options, unit.loops, unit.state() if self.session.distributed else None, strategy)
+        schedule = self.schedules.get(key)
+        if schedule is None:
+            schedule = collectively(self.session, f"planning {_what(unit)}",
+                                    lambda: schedule_for(self.session, unit, strategy))
+            self.schedules[key] = schedule
+        return schedule
+
+    def _build(self, unit, key, mode):
+        session = self.session
+        strategy = self._strategy(unit, mode)
+        schedule = self._schedule(unit, strategy)
+        if strategy == "ca":
+            _diagnose_split(session, unit, schedule)
+        profile = self.profile(unit) if unit.options is not None and session.distributed else None
+        tiling = self._tiling(unit, strategy)
+        assembled = assemble(session, unit, schedule, profile=profile, tiling=tiling)
+        plan = assembled.plan
+        if assembled.failure is not None:  # compiling failed on this rank: communicate, then agree
+            try:
+                plan.run(failure=assembled.failure)
+            finally:
+                plan.close()
+            raise assembled.failure  # pragma: no cover - the run above raises on every rank
+        session.recorder.attach(plan.account)
+        self.plans[key] = plan
+        return plan
+
+    def _tiling(self, unit, strategy: str):
+        options = unit.options
+        if options is None or options.tile_size is None:
+            return None
+        tiling = Tiling(options.tile_size, options.name)
+        if strategy == "per-loop":
+            refuse_tiling(self.session, tiling, "it runs loop by loop (ca=False or the model chose so), an exchange "
+                                                "between every two loops, so tiles cannot span loops; it runs untiled")
+            return None
+        return tiling
+
+    def _dropped(self, plan) -> None:
+        self.session.recorder.detach(plan.account)
+        plan.close()
+
+
+def collectively(session, what: str, action):
+    """Run ``action()``, a step every rank takes together; if it fails on this rank of several,
+    print the error and abort every rank (the others would wait in a collective forever)."""
+    if not session.distributed:
+        return action()
+    try:
+        return action()
+    except Exception as exc:  # noqa: BLE001 - reported, then the job ends
+        abort_all(session.comm, what, exc)
+        raise  # pragma: no cover - Abort does not return
+
+
+def _what(unit) -> str:
+    return f"loop {unit.names[0]!r}" if unit.options is None else f"chain {unit.options.name!r}"
+
+
+def _diagnose_split(session, unit, schedule) -> None:
+    """Say (once per chain and reason) why a CA chain runs in several segments."""
+    import warnings
+
+    from ..core.errors import MeshchainWarning
+
+    reasons = [s.reason for s in schedule.segments if s.reason]
+    if not reasons or unit.options is None:
+        return
+    name, nloops = unit.options.name, len(unit.loops)
+    if len(schedule.segments) == nloops and nloops > 1:
+        head = (f"[chain-not-ca] loop chain {name!r} cannot run communication-avoiding: every loop needs "
+                f"an exchange before it, so it runs loop by loop")
+    else:
+        head = f"[chain-split] loop chain {name!r} runs as {len(schedule.segments)} segments, one exchange each"
+    message = f"{head}: " + "; ".join(dict.fromkeys(reasons))
+    if session.recorder.chain(name).diagnose(message) and session.rank == 0:
+        warnings.warn(MeshchainWarning(message), stacklevel=2)

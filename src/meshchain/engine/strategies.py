@@ -1,0 +1,95 @@
+"""How a unit runs: strategies, chosen from a registry.
+
+A strategy turns a :class:`~.units.Unit` and the session's layout into a
+:class:`~meshchain.inspector.schedule.Schedule`:
+
+``"serial"``
+    one process: every loop over its whole set, nothing exchanged;
+``"per-loop"``
+    Alg. 1 for each loop in turn (a single loop, or a chain with ``ca=False``);
+``"ca"``
+    Alg. 2: one grouped exchange per segment, redundant work in the halo (building
+    deeper halo layers first when the chain needs them).
+
+:func:`choose` picks one; ``ca="auto"`` asks :mod:`.auto`. Sparse tiling is not a
+strategy of its own: it cuts the phases of a ``"serial"`` or ``"ca"`` schedule into tiles
+when the plan is assembled (:mod:`.tiling`).
+
+Examples
+--------
+>>> sorted(STRATEGIES)
+['ca', 'per-loop', 'serial']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..inspector.schedule import MoreLayers, ca_schedule, per_loop_schedule, serial_schedule
+from ..partition.distribute import MAX_DEPTH
+
+__all__ = ["STRATEGIES", "strategy", "choose", "schedule_for"]
+
+STRATEGIES: dict = {}
+
+
+def strategy(name: str):
+    """Register a function ``(session, unit) -> Schedule`` as the strategy ``name``."""
+    def register(function):
+        STRATEGIES[name] = function
+        return function
+
+    return register
+
+
+def choose(session, unit, auto) -> str:
+    """The strategy for ``unit`` now (``auto`` answers ``ca="auto"``; collective there)."""
+    if not session.distributed:
+        return "serial"
+    options = unit.options
+    if options is None or options.ca is False:
+        return "per-loop"
+    if options.ca is True:
+        return "ca"
+    return "ca" if auto.use_ca(unit) else "per-loop"
+
+
+def schedule_for(session, unit, name: str):
+    """The schedule of ``unit`` under strategy ``name`` from the current state."""
+    return STRATEGIES[name](session, unit)
+
+
+@strategy("serial")
+def _serial(session, unit):
+    return serial_schedule(unit.signature, sizes={key: s.size for key, s in unit.sets.items()})
+
+
+def _inputs(session, unit) -> dict:
+    layout = session.layout
+    return dict(layouts={key: layout.of(s) for key, s in unit.sets.items()},
+                runs_halo={key for key, s in unit.sets.items() if s.uid in layout.map_sources},
+                valid=unit.valid(), built=layout.depth, row_bytes=_row_bytes(unit),
+                overlap=session.config.overlap)
+
+
+def _row_bytes(unit) -> dict:
+    return {key: int(np.prod(storage.host.shape[1:], dtype=np.int64)) * storage.host.dtype.itemsize
+            for key, storage in unit.storage.items() if not unit.objects[key].is_global}
+
+
+@strategy("per-loop")
+def _per_loop(session, unit):
+    return per_loop_schedule(unit.signature, **_inputs(session, unit))
+
+
+@strategy("ca")
+def _ca(session, unit):
+    options = unit.options
+    limit = min(options.max_halo or MAX_DEPTH, MAX_DEPTH) if options is not None else MAX_DEPTH
+    while True:
+        schedule = ca_schedule(unit.signature, limit=limit, names=unit.object_names(), **_inputs(session, unit))
+        if not isinstance(schedule, MoreLayers):
+            return schedule
+        if schedule.depth <= session.layout.depth:
+            raise RuntimeError(f"meshchain: the chain inspector asked for {schedule.depth} halo layers, which exist")
+        session.deepen(schedule.depth)  # collective: every rank plans the same chain

@@ -1,0 +1,124 @@
+"""Sparse-tiled phases (``loop_chain(..., tile_size=N)``).
+
+A phase of a plan (a whole chain on one process; on several ranks the core and the rest
+of each communication-avoiding segment) is cut into groups that can be tiled, each group
+is inspected once (:func:`meshchain.inspector.tiling.tile_chain`, cached by its
+signature) and run by the backend tile by tile, in one prepared call.
+
+A group ends before a loop that reads a global an earlier loop of the group reduces:
+tiles defer reductions to the end of the group, so the read would see the old value.
+That split, and every refusal, is a diagnostic (``[tiling-split]``, ``[tiling-refused]``)
+in ``mc.stats().chains[name].diagnostics`` and a warning.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import NamedTuple
+
+from ..core.access import Access
+from ..core.errors import MeshchainWarning
+from ..inspector.tiling import chain_footprints, tile_chain
+
+__all__ = ["Tiling", "TiledPhase", "tiled_phase", "refuse_tiling"]
+
+
+class Tiling(NamedTuple):
+    """How one chain's phases are tiled: ``tile_size`` seed iterations per tile, for the chain
+    called ``name``."""
+
+    tile_size: int
+    name: str
+
+
+class TiledPhase(NamedTuple):
+    """A prepared tiled phase: its call, its groups' tile plans."""
+
+    call: object
+    plans: tuple
+
+
+def tiled_phase(session, runs, tiling: Tiling, report) -> TiledPhase | None:
+    """The runs of one phase, tiled (None when no run has iterations, or when the backend
+    cannot tile: then the caller runs them untiled; the refusal is diagnosed here)."""
+    runs = [run for run in runs if run.end > run.start]
+    if not runs:
+        return None
+    backend = session.backend
+    if not backend.can_tile:
+        refuse_tiling(session, tiling, f"the {backend.name} backend cannot run tiles; the chain runs untiled")
+        return None
+    groups = _groups(runs)
+    if len(groups) > 1:
+        _diagnose(session, tiling, f"[tiling-split] loop chain {tiling.name!r} runs as {len(groups)} tiled groups: "
+                                   f"{'; '.join(_split_reasons(groups))}")
+    plans = tuple(_plan(session, group, tiling) for group in groups)
+    calls = [backend.tiled(plan, group, report) for plan, group in zip(plans, groups)]
+    if len(calls) == 1:
+        return TiledPhase(calls[0], plans)
+
+    def call():
+        for one in calls:
+            one()
+
+    return TiledPhase(call, plans)
+
+
+def refuse_tiling(session, tiling: Tiling, why: str) -> None:
+    """Record (and warn, once per chain and reason) that a chain runs untiled."""
+    _diagnose(session, tiling, f"[tiling-refused] loop chain {tiling.name!r} (tile_size={tiling.tile_size}): {why}")
+
+
+def _diagnose(session, tiling: Tiling, message: str) -> None:
+    record = session.recorder.chain(tiling.name)
+    record.tile_size = tiling.tile_size
+    if record.diagnose(message) and session.rank == 0:
+        warnings.warn(MeshchainWarning(message), stacklevel=2)
+
+
+def _groups(runs) -> list:
+    """Cut runs where a loop reads a global that an earlier loop of its group reduces."""
+    groups, reduced = [[]], set()
+    for run in runs:
+        loop = run.loop
+        if any(a.data.is_global and a.access is Access.READ and id(a.data) in reduced for a in loop.args):
+            groups.append([])
+            reduced = set()
+        groups[-1].append(run)
+        reduced.update(id(a.data) for a in loop.args if a.data.is_global and a.access.writes)
+    return groups
+
+
+def _split_reasons(groups) -> list[str]:
+    reasons = []
+    for before, after in zip(groups, groups[1:]):
+        loop = after[0].loop
+        reduced = {id(a.data) for run in before for a in run.loop.args if a.data.is_global and a.access.writes}
+        names = [a.data.name for a in loop.args if a.access is Access.READ and id(a.data) in reduced]
+        reasons.append(f"loop {loop.name!r} reads global {names[0]!r}, reduced earlier in the group (tiles reduce at "
+                       f"the end of a group)")
+    return list(dict.fromkeys(reasons))
+
+
+def _plan(session, group, tiling: Tiling):
+    layout = session.layout
+    key = (tiling.tile_size, tuple(_run_key(run) for run in group))
+    cached = session.tile_plans.get(key)
+    if cached is not None:
+        return cached[0]
+    began = time.perf_counter()
+    loops, nkeys = chain_footprints([(run.loop, run.start, run.end) for run in group],
+                                    values=layout.values, rows=lambda s: len(layout.of(s).global_ids))
+    plan = tile_chain(loops, nkeys=nkeys, tile_size=tiling.tile_size)
+    session.tile_plans[key] = (plan, [run.loop for run in group])  # the loops keep the key's objects alive
+    record = session.recorder.chain(tiling.name)
+    record.time_tile_inspect += time.perf_counter() - began
+    record.tile_inspections += 1
+    return plan
+
+
+def _run_key(run) -> tuple:
+    loop = run.loop
+    return (loop.iterset.uid, run.start, run.end,
+            tuple((a.data.uid, None if a.map is None else a.map.uid, a.index, a.access) for a in loop.args))

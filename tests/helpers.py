@@ -1,0 +1,17 @@
+"""Peeking at the session's internals from tests (what user code never needs)."""
+
+from __future__ import annotations
+
+import meshchain as mc
+
+
+def host_rows(obj):
+    """The array behind a dat (owned and halo rows) or a global (its value), as it is now:
+    nothing is run or synchronised first."""
+    storage = mc.get_runtime().storage(obj)
+    return storage.value if obj.is_global else storage.host
+
+
+def layout_of(s):
+    """The set's layout on this rank (None on several ranks before mc.partition)."""
+    return mc.get_runtime().layout_of(s)

@@ -1,0 +1,146 @@
+"""The package's layers depend one way only, and no imports form a cycle.
+
+Every ``import`` in ``src/meshchain`` (at module level, inside functions, under
+``TYPE_CHECKING``) is resolved to the module it names. A module may import its own layer
+and the layers below it (DESIGN.md §2); the module graph, with every import, has no
+cycle; and only the user-facing entry points reach the session through
+:mod:`meshchain.core.context` (everything else gets it handed down).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "meshchain"
+
+# bottom to top: a module may import from its own layer and the ones listed before it
+LAYERS = (
+    ("core", ("meshchain.core",)),
+    ("types", ("meshchain.types",)),
+    ("ir", ("meshchain.ir",)),
+    ("comm", ("meshchain.comm",)),
+    ("partition", ("meshchain.partition",)),
+    ("inspector", ("meshchain.inspector",)),
+    ("backends", ("meshchain.backends",)),
+    ("model", ("meshchain.model",)),
+    ("engine", ("meshchain.engine",)),
+    ("api", ("meshchain.api", "meshchain")),
+    ("applications", ("meshchain.apps", "meshchain.meshes", "meshchain.__main__")),
+)
+
+# the user-facing entry points that find the current session through the context
+CONTEXT_USERS = {"meshchain.api", "meshchain.core.context", "meshchain.model.calibrate", "meshchain.types.sets",
+                 "meshchain.types.maps", "meshchain.types.data"}
+
+
+def modules() -> dict:
+    """Module name -> path, for every module of the package."""
+    found = {}
+    for path in sorted(SOURCE.rglob("*.py")):
+        parts = list(path.relative_to(SOURCE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known) -> set:
+    """The package modules ``name`` imports anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target.startswith("meshchain") and target != name:
+                found.add(target)
+    return found
+
+
+def layer_of(name: str) -> int:
+    best, level = -1, None
+    for position, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, level = len(prefix), position
+    assert level is not None, f"module {name} belongs to no layer; add it to LAYERS"
+    return level
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def test_every_import_goes_down_the_layers(graph):
+    wrong = [f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+             for name, targets in graph.items() for target in sorted(targets)
+             if layer_of(target) > layer_of(name)]
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_imports_form_a_cycle(graph):
+    cycles, state, stack = [], {}, []
+
+    def visit(name):
+        state[name] = "open"
+        stack.append(name)
+        for target in sorted(graph.get(name, ())):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_only_user_facing_entry_points_use_the_session_context(graph):
+    users = {name for name, targets in graph.items() if "meshchain.core.context" in targets}
+    assert users <= CONTEXT_USERS, f"modules reaching for the session context: {sorted(users - CONTEXT_USERS)}"
+    below = [name for name, path in modules().items()
+             if layer_of(name) < layer_of("meshchain.api") and _names(path) & {"get_runtime", "reset_runtime"}]
+    assert not below, f"the global session used below the API layer: {below}"
+
+
+def _names(path: Path) -> set:
+    """Names the code of ``path`` uses (docstrings and their examples aside)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.alias):
+            found.add(node.name.rpartition(".")[2])
+    return found
+
+
+def test_the_checks_catch_what_they_look_for(tmp_path):
+    """The resolver sees imports inside functions and relative ones, and the cycle search
+    finds a cycle: the checks above cannot pass vacuously."""
+    module = tmp_path / "sample.py"
+    module.write_text("def f():\n    from ..engine import session\n    import meshchain.core.errors\n")
+    known = {"meshchain.types.sample", "meshchain.engine.session", "meshchain.engine", "meshchain.core.errors"}
+    found = imports_of("meshchain.types.sample", module, known)
+    assert found == {"meshchain.engine.session", "meshchain.engine", "meshchain.core.errors"}
+    assert layer_of("meshchain.engine.session") > layer_of("meshchain.types.sample")
+    assert layer_of("meshchain") == layer_of("meshchain.api") > layer_of("meshchain.engine.plans")

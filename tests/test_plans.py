@@ -1,0 +1,162 @@
+"""Plans as values: built on the first execution in a state, looked up and run afterwards;
+caches emptied by the events they name; statistics read off the plan equal what running
+counted; a failing loop discards only the loops that depend on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import meshchain as mc
+from meshchain.core.cache import Cache, CacheRegistry
+
+from helpers import host_rows
+
+OFFSET = 1.0
+
+
+@mc.kernel
+def shifted(a):
+    a[0] = a[0] + OFFSET
+
+
+@mc.kernel
+def double(a, b):
+    b[0] = 2.0 * a[0]
+
+
+@mc.kernel
+def spread(x1, x2, r1, r2, total):
+    r1[0] += x2[0]
+    r2[0] += x1[0]
+    total[0] += x1[0] * x2[0]
+
+
+def ring(n=12):
+    nodes, edges = mc.Set(n, "nodes"), mc.Set(n, "edges")
+    e2n = mc.Map(edges, nodes, 2, np.stack([np.arange(n), (np.arange(n) + 1) % n], axis=1), "e2n")
+    x = mc.Dat(nodes, 1, np.arange(n, dtype=np.float64), "x")
+    r = mc.Dat(nodes, 1, None, "r")
+    total = mc.Global(1, 0.0, "total")
+    return nodes, edges, e2n, x, r, total
+
+
+def plans():
+    return mc.get_runtime().pipeline.plans
+
+
+def test_a_plan_is_built_once_and_replayed(backend):
+    nodes, edges, e2n, x, r, total = ring()
+    for _ in range(5):
+        mc.par_loop(spread, edges, x(mc.READ, e2n[0]), x(mc.READ, e2n[1]), r(mc.INC, e2n[0]), r(mc.INC, e2n[1]),
+                    total(mc.INC))
+        mc.flush()
+    assert len(plans()) == 1
+    plan = next(iter(plans().values()))
+    assert plan.account.runs == 5
+    expected = 5 * (np.roll(np.arange(12.0), -1) + np.roll(np.arange(12.0), 1))
+    np.testing.assert_array_equal(r.data[:, 0], expected)
+    assert total.value[0] == 5 * float(np.sum(np.arange(12.0) * np.roll(np.arange(12.0), -1)))
+
+
+def test_chains_replay_one_plan_and_count_like_separate_runs():
+    nodes, edges, e2n, x, r, total = ring()
+    y = mc.Dat(nodes, 1, None, "y")
+    for _ in range(4):
+        with mc.loop_chain("pair"):
+            mc.par_loop(spread, edges, x(mc.READ, e2n[0]), x(mc.READ, e2n[1]), r(mc.INC, e2n[0]), r(mc.INC, e2n[1]),
+                        total(mc.INC))
+            mc.par_loop(double, nodes, r(mc.READ), y(mc.WRITE))
+    assert len(plans()) == 1
+    stats = mc.stats()
+    assert stats.loops["spread"].calls == 4 and stats.loops["spread"].iterations == 4 * 12
+    assert stats.loops["double"].calls == 4 and stats.chains["pair"].executions == 4
+    assert stats.chains["pair"].loops == 8 and stats.chains["pair"].mode == "serial"
+    np.testing.assert_array_equal(y.data[:, 0], 2 * r.data_ro[:, 0])
+
+
+def test_configure_drops_plans_and_a_changed_constant_rebuilds_them():
+    global OFFSET
+    cells = mc.Set(3, "cells")
+    q = mc.Dat(cells, 1, None, "q")
+    mc.par_loop(shifted, cells, q(mc.RW))
+    mc.flush()
+    first = next(iter(plans().values()))
+    mc.par_loop(shifted, cells, q(mc.RW))
+    mc.flush()
+    assert next(iter(plans().values())) is first, "the same state runs the same plan"
+    OFFSET = 10.0
+    try:
+        mc.par_loop(shifted, cells, q(mc.RW))
+        assert q.data[0, 0] == 12.0, "a changed module constant compiles a new version"
+    finally:
+        OFFSET = 1.0
+    assert next(iter(plans().values())) is not first
+    mc.configure(block_size=16)
+    assert len(plans()) == 0, "configure drops every plan"
+    assert mc.stats().loops["shifted"].calls == 3, "statistics of dropped plans are kept"
+
+
+def test_statistics_survive_eviction_and_reset(backend):
+    session = mc.get_runtime()
+    session.pipeline.plans.limit = 2
+    sets = [mc.Set(n, f"s{n}") for n in (2, 3, 4)]
+    dats = [mc.Dat(s, 1, None, f"d{s.size}") for s in sets]
+    for _ in range(3):
+        for s, d in zip(sets, dats):  # three plans through a cache of two: one is always dropped
+            mc.par_loop(shifted, s, d(mc.RW))
+            mc.flush()
+    stats = mc.stats()
+    assert stats.loops["shifted"].calls == 9 and stats.loops["shifted"].iterations == 3 * (2 + 3 + 4)
+    mc.stats(reset=True)
+    assert mc.stats().loops == {}
+    mc.par_loop(shifted, sets[0], dats[0](mc.RW))
+    assert mc.stats().loops["shifted"].calls == 1
+    assert dats[0].data[:, 0].tolist() == [4.0, 4.0]
+
+
+def test_cache_events_and_drops():
+    dropped = []
+    caches = CacheRegistry()
+    plans_ = caches.cache("plans", limit=2, events=("partition",), on_drop=dropped.append)
+    other = caches.cache("other", limit=8, events=("configure",))
+    plans_["a"], plans_["b"], plans_["c"] = 1, 2, 3
+    other["x"] = 9
+    assert dropped == [1] and plans_.get("a") is None and plans_["c"] == 3
+    caches.notify("partition")
+    assert len(plans_) == 0 and dropped == [1, 2, 3] and other["x"] == 9
+    caches.notify("configure")
+    assert len(other) == 0
+    with pytest.raises(ValueError, match="unknown invalidation event"):
+        caches.notify("restart")
+    with pytest.raises(ValueError, match="unknown invalidation event"):
+        Cache("bad", limit=1, events=("sometimes",))
+    again = caches.cache("other", limit=1)
+    assert caches["other"] is again and len(again) == 0
+
+
+@mc.kernel
+def pick(a, b):
+    b[0] = a[int(a[0])]  # an index outside the view where a[0] is not 0
+
+
+def test_a_failure_discards_only_the_loops_that_depend_on_it():
+    mc.configure(backend="reference", trace_length=100)
+    cells = mc.Set(3, "cells")
+    a = mc.Dat(cells, 1, [0.0, 3.0, 0.0], "a")
+    b = mc.Dat(cells, 1, [5.0, 5.0, 5.0], "b")
+    c = mc.Dat(cells, 1, None, "c")
+    d = mc.Dat(cells, 1, [1.0, 2.0, 3.0], "d")
+    e = mc.Dat(cells, 1, None, "e")
+    mc.par_loop(pick, cells, a(mc.READ), b(mc.WRITE))            # fails on element 1
+    mc.par_loop(double, cells, b(mc.READ), c(mc.WRITE))          # reads what failed: discarded
+    mc.par_loop(double, cells, d(mc.READ), e(mc.WRITE), name="independent")
+    with pytest.raises(mc.KernelRuntimeError, match="element 1") as raised:
+        mc.flush()
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "1 pending loop(s) that depended on the failed one were discarded: double" in notes
+    assert "1 pending loop(s) that did not depend on it are still pending: independent" in notes
+    assert isinstance(raised.value.__cause__, IndexError), "the kernel's own error is kept as the cause"
+    assert [entry.loop.name for entry in mc.get_runtime().trace] == ["independent"]
+    assert host_rows(c)[:, 0].tolist() == [0.0, 0.0, 0.0], "the dependent loop did not run"
+    assert e.data[:, 0].tolist() == [2.0, 4.0, 6.0], "the independent loop runs when forced"
