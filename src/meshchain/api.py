@@ -8,6 +8,8 @@ a new one). User objects (sets, maps, dats, globals) reach it through
 
 from __future__ import annotations
 
+import atexit
+
 from .core import context
 from .core.config import Config
 from .engine.chains import ChainOptions
@@ -16,14 +18,25 @@ from .engine.session import Session
 __all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "partition"]
 
 _session: Session | None = None
+_closing_at_exit = False
 
 
 def get_runtime() -> Session:
     """The process's session (created on first use from ``MESHCHAIN_*`` variables)."""
     global _session
     if _session is None:
-        _session = Session()
+        _session = _watched(Session())
     return _session
+
+
+def _watched(session: Session) -> Session:
+    """``session``, closed at exit before MPI is finalized (its plans hold persistent requests)."""
+    global _closing_at_exit
+    if session.comm is not None and not _closing_at_exit:
+        # registered after mpi4py imported MPI, so it runs before mpi4py finalizes MPI
+        atexit.register(lambda: _session is not None and _session.close())
+        _closing_at_exit = True
+    return session
 
 
 context.install(get_runtime)
@@ -43,7 +56,7 @@ def reset_runtime(*, comm=None, **options) -> Session:
     old = _session
     if old is not None:
         old.close()
-    _session = Session(config, comm=comm, inherit=old)
+    _session = _watched(Session(config, comm=comm, inherit=old))
     return _session
 
 

@@ -284,6 +284,11 @@ class StatsRecorder:
     def chains(self) -> dict:
         return self._folded().chains
 
+    @property
+    def accounts(self) -> tuple:
+        """The live accounts."""
+        return tuple(self._accounts)
+
     def attach(self, account) -> None:
         """Count ``account``'s runs from now on (it has ``add_to(recorder)`` and ``reset()``)."""
         self._accounts.append(account)

@@ -50,12 +50,13 @@ class PlanAccount:
     loops by ``shares[i]`` (``(loop name, iterations)`` pairs); ``device`` compute seconds a
     backend measured itself; ``wait[name]`` the seconds a loop's own exchanges were waited
     for; ``core``, ``halo`` and ``chain_wait`` a chain's phase 1, phase 2 and waiting time;
-    ``total`` the chain's wall-clock time; ``predicted`` the model's running sums ``[runs,
-    per-loop seconds, CA seconds]``, ``model`` its basis.
+    ``total`` the chain's wall-clock time; ``predicted_from`` the run from which the model
+    predicts this plan's runs (None: no calibration yet) and ``prediction`` its ``(per-loop
+    seconds, CA seconds, basis)`` per run, set when statistics are read.
     """
 
     __slots__ = ("loops", "chain", "chain_name", "runs", "compute", "shares", "wait", "core", "halo", "chain_wait",
-                 "total", "predicted", "prediction", "model", "sequence", "device")
+                 "total", "predicted_from", "prediction", "sequence", "device")
 
     def __init__(self, loops: dict, chain: ChainStats | None, chain_name: str | None, shares: list):
         self.loops, self.chain, self.chain_name, self.shares = loops, chain, chain_name, shares
@@ -64,9 +65,8 @@ class PlanAccount:
         self.device: dict[str, float] = {}  # compute seconds a backend measured itself (GPU events)
         self.runs = 0
         self.core = self.halo = self.chain_wait = self.total = 0.0
-        self.predicted = [0, 0.0, 0.0]
-        self.prediction = None  # (machine, per-loop seconds, CA seconds) predicted per run
-        self.model = ""
+        self.predicted_from = None
+        self.prediction = None
         self.sequence = 0  # the session's run counter at this plan's latest run ("how it last ran")
 
     def add_phase(self, shares) -> int:
@@ -90,7 +90,8 @@ class PlanAccount:
         self.wait = {}
         self.device.clear()
         self.core = self.halo = self.chain_wait = self.total = 0.0
-        self.predicted = [0, 0.0, 0.0]
+        if self.predicted_from is not None:
+            self.predicted_from = 0
 
     def add_to(self, recorder) -> None:
         """Add what the runs so far contributed to ``recorder``'s records."""
@@ -135,12 +136,13 @@ class PlanAccount:
         record.time_halo += self.halo
         record.time_wait += self.chain_wait
         record.time_total += self.total
-        runs, per_loop, ca = self.predicted
-        if runs:
+        if self.predicted_from is not None and self.prediction is not None and n > self.predicted_from:
+            runs = n - self.predicted_from
+            per_loop, ca, basis = self.prediction
             record.predicted_executions += runs
-            record.predicted_per_loop += per_loop
-            record.predicted_ca += ca
-            record.model = self.model
+            record.predicted_per_loop += runs * per_loop
+            record.predicted_ca += runs * ca
+            record.model = basis
 
 
 def account_for(schedule, names, *, layouts, chain: str | None, colours: dict | None = None,

@@ -4,8 +4,9 @@ timed executions the runtime's overheads are fitted from.
 Every chain execution on several ranks is kept as an
 :class:`~meshchain.model.overheads.Observation` (to fit the runtime's overheads ``o_r`` and
 ``o_l``). Once a calibration is known (``mc.model.calibrate()`` now, or saved by an
-earlier run on this host with as many ranks) the predicted time of both variants is
-added to the chain's statistics too.
+earlier run on this host with as many ranks) the runs of communication-avoiding chain
+plans are predicted both ways; the model's work is done when statistics are read (or
+``ca="auto"`` decides), never on a chain's execution path.
 
 ``ca="auto"`` needs ``g_l`` for every loop and the overheads: until it has them it runs
 the chain each way to time it (the decision says so). Then it agrees on the slowest
@@ -49,6 +50,8 @@ class ModelState:
         if self.calibration is None and not self.looked_up:
             self.calibration = load_calibration(self.session.size, cache_dir=self.session.config.cache_dir)
             self.looked_up = True
+            if self.calibration is not None:
+                self._calibrated()
         if self.calibration is None and measure_now:
             self.calibrate(save=True, repeats=30, sizes=None)
         return self.calibration
@@ -67,6 +70,7 @@ class ModelState:
         self.calibration = measure(comm, costs=loop_costs(session.recorder), observations=self.observations,
                                    previous=previous, path=path, repeats=repeats, **options)
         self.looked_up = True
+        self._calibrated()
         return self.calibration
 
     def fitted(self, calibration, *, fresh: bool = False):
@@ -95,23 +99,34 @@ class ModelState:
         """Keep a timed execution of a chain on several ranks."""
         self.observations.add(Observation(ca, seconds, profile))
 
-    def predict(self, account, profile) -> None:
-        """Add this execution's predicted times on this rank to the chain's account (when a
-        calibration is known)."""
-        calibration = self.current_calibration()
-        if calibration is None or not profile.ca:
+    def watch(self, account) -> None:
+        """Predict the runs of a new chain plan from now on when a calibration is known (its
+        predictions are worked out when statistics are read: :meth:`predict`)."""
+        if account.chain is not None and account.chain.profile is not None and account.chain.profile.ca:
+            account.predicted_from = 0 if self.current_calibration() is not None else None
+
+    def predict(self, accounts) -> None:
+        """Set each account's predicted seconds per run, both ways, on this rank, from the
+        calibration and the overheads fitted so far (nothing where the model lacks numbers)."""
+        calibration = self.calibration
+        if calibration is None:
             return
         g, machine = self.fitted(calibration)
-        if machine is None or profile.missing(g):
-            return
-        cached = account.prediction
-        if cached is None or cached[0] is not machine:
-            cached = account.prediction = (machine, profile.per_loop_time(g, machine), profile.ca_time(g, machine))
-            account.model = calibration.describe(machine)
-        predicted = account.predicted
-        predicted[0] += 1
-        predicted[1] += cached[1]
-        predicted[2] += cached[2]
+        for account in accounts:
+            if account.predicted_from is None:
+                continue
+            profile = account.chain.profile
+            account.prediction = None
+            if machine is not None and not profile.missing(g):
+                account.prediction = (profile.per_loop_time(g, machine), profile.ca_time(g, machine),
+                                      calibration.describe(machine))
+
+    def _calibrated(self) -> None:
+        """A calibration became known: the runs of live chain plans are predicted from now on."""
+        for account in self.session.recorder.accounts:
+            if account.predicted_from is None and account.chain is not None and account.chain.profile is not None \
+                    and account.chain.profile.ca:
+                account.predicted_from = account.runs
 
     # --- ca="auto" --------------------------------------------------------------------------------
 

@@ -65,7 +65,6 @@ class Pipeline:
             plan.run()
             chain = account.chain
             session.model.observe(chain.mode == "ca", _clock() - began, chain.profile)
-            session.model.predict(account, chain.profile)
             return
         plan.run()
 
@@ -119,6 +118,8 @@ class Pipeline:
                 plan.close()
             raise assembled.failure  # pragma: no cover - the run above raises on every rank
         session.recorder.attach(plan.account)
+        if unit.options is not None and session.distributed:
+            session.model.watch(plan.account)
         self.plans[key] = plan
         return plan
 
@@ -134,6 +135,7 @@ class Pipeline:
         return tiling
 
     def _dropped(self, plan) -> None:
+        self.session.model.predict((plan.account,))
         self.session.recorder.detach(plan.account)
         plan.close()
 

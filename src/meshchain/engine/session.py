@@ -446,6 +446,7 @@ class Session:
         self.flush()
         if self._backend is not None:
             self._backend.settle()  # GPU launches are timed by events, read once they are done
+        self.model.predict(self.recorder.accounts)
         snapshot = self.recorder.snapshot(self.config.backend)
         if reset:
             self.recorder.reset()
