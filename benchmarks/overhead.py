@@ -31,6 +31,7 @@ Usage::
 
     python benchmarks/overhead.py                       # writes results/overhead.json
     python benchmarks/overhead.py --network shm --repeats 3 --calls 500
+    python benchmarks/overhead.py --before old.json     # a column for an earlier run's figures
 """
 
 from __future__ import annotations
@@ -232,15 +233,25 @@ def run_worker(kind: str, network: str, calls: int, repeats: int, cache_dir: str
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| network | case | µs per loop | limit | floor | floor µs | ratio to floor | Allreduce µs |",
-             "|---|---|---|---|---|---|---|---|"]
+def table(rows: list[dict], before: dict | None = None) -> str:
+    """The results as a Markdown table; ``before``: ``(network, case) -> µs`` of an earlier run."""
+    head = "| network | case | µs per loop | limit | floor | floor µs | ratio to floor | Allreduce µs |"
+    if before:
+        head = "| network | case | before µs | µs per loop | speed-up | limit | floor | floor µs | ratio to floor | " \
+               "Allreduce µs |"
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for row in rows:
         floor = row.get("floor_us")
         ratio = f"{row['us'] / floor:.1f}" if floor else ""
         floor_text = f"{floor:.2f}" if floor else ""
         agree = f"{row['agree_us']:.2f}" if row.get("agree_us") else ""
-        lines.append(f"| {row['network']} | {row['case']} | {row['us']:.2f} | {LIMITS_US[row['case']]:.0f} | "
+        earlier = ""
+        if before:
+            old = before.get((row["network"], row["case"]))
+            earlier = f"{old:.2f} | {row['us']:.2f} | {old / row['us']:.1f}× | " if old else f" | {row['us']:.2f} |  | "
+        else:
+            earlier = f"{row['us']:.2f} | "
+        lines.append(f"| {row['network']} | {row['case']} | {earlier}{LIMITS_US[row['case']]:.0f} | "
                      f"{FLOOR_OF[row['case']]} | {floor_text} | {ratio} | {agree} |")
     return "\n".join(lines)
 
@@ -252,6 +263,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--worker", choices=("serial", "mpi"))
     parser.add_argument("--json", default=str(HERE / "results" / "overhead.json"))
+    parser.add_argument("--before", help="JSON of an earlier run (e.g. of an older version) to compare with")
     parser.add_argument("--cache-dir", default=str(HERE / "build" / "overhead-cache"),
                         help="meshchain's cache directory for the workers (compiled loops are reused)")
     args = parser.parse_args()
@@ -272,7 +284,10 @@ def main() -> None:
         rows += [{"network": network, "case": case, "us": measured[case] * 1e6,
                   "floor_us": measured["mpi-exchange"] * 1e6, "agree_us": measured["mpi-agree"] * 1e6}
                  for case in ("mpi-pair", "mpi-chain")]
-    print(table(rows))
+    before = None
+    if args.before:
+        before = {(r["network"], r["case"]): r["us"] for r in json.loads(Path(args.before).read_text())["rows"]}
+    print(table(rows, before))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": rows, "calls": args.calls, "repeats": args.repeats}, indent=2))

@@ -29,8 +29,8 @@ def copy(a, b):
     b[0] = a[0]
 
 
-def declare(comm, *, bad_cell: int | None):
-    mc.reset_runtime(comm=comm, backend="reference", trace_length=100)
+def declare(comm, *, bad_cell: int | None, backend: str = "reference"):
+    mc.reset_runtime(comm=comm, backend=backend, trace_length=100)
     mesh = structured_quads(6, 5)
     d = mesh.declare()
     values = np.zeros(mesh.ncell)
@@ -46,8 +46,9 @@ def declare(comm, *, bad_cell: int | None):
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=180)
-def test_a_kernel_failing_on_one_rank_raises_the_same_error_everywhere(comm):
-    d, a, b, r, other, copied = declare(comm, bad_cell=0)
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_a_kernel_failing_on_one_rank_raises_the_same_error_everywhere(comm, backend):
+    d, a, b, r, other, copied = declare(comm, bad_cell=0, backend=backend)
     mc.par_loop(pick, d.cells, a(mc.READ), b(mc.WRITE))                                   # fails on one rank
     mc.par_loop(flux, d.facets, b(mc.READ, d.facet2cell[0]), b(mc.READ, d.facet2cell[1]),
                 r(mc.INC, d.facet2cell[0]), r(mc.INC, d.facet2cell[1]))                      # depends on it
@@ -92,3 +93,27 @@ def test_a_kernel_that_cannot_compile_raises_everywhere_and_keeps_its_cause(comm
     assert comm.allreduce(1) == comm.size  # nobody was left waiting
     mc.par_loop(copy, cells, q(mc.READ), mc.Dat(cells, 1, None, "out")(mc.WRITE))
     mc.flush()
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=180)
+def test_ranks_agree_after_a_run_only_where_a_loop_can_fail(comm):
+    """Compiled loops whose indices are proven in bounds raise nothing while they run: their
+    plans skip the agreement (one Allreduce per execution); loops with index checks (debug,
+    or indices the analysis cannot prove) and the reference backend keep it. The decision
+    depends only on the loop and the configuration, so every rank takes the same."""
+    def agrees(backend, kernel, **options):
+        mc.reset_runtime(comm=comm, backend=backend, **options)
+        cells = mc.Set(8, "cells")
+        q = mc.Dat(cells, 1, np.zeros(8), "q")
+        mc.partition("block", seed_set=cells)
+        mc.par_loop(kernel, cells, q(mc.RW))
+        mc.flush()
+        (plan,) = mc.get_runtime().pipeline.plans.values()
+        return plan._agree
+
+    checked = mc.Kernel.from_source("def checked(a):\n    a[int(a[0])] += 1.0\n")
+    proven = mc.Kernel.from_source("def proven(a):\n    a[0] += 1.0\n")
+    decisions = (agrees("numba", proven), agrees("numba", proven, debug=True), agrees("numba", checked),
+                 agrees("reference", proven))
+    assert decisions == (False, True, True, True)
+    assert comm.allgather(decisions) == [decisions] * comm.size

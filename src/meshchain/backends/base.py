@@ -80,6 +80,11 @@ class Backend(ABC):
         (or load from a cache) made while preparing. Errors in compiling raise here.
         """
 
+    def may_fail(self, loop) -> bool:
+        """Whether running ``loop`` can raise (then the ranks agree on failures after every
+        execution of a plan that runs it; the same answer on every rank)."""
+        return True
+
     def tiled(self, plan, runs, report):
         """A prepared call that runs a sparse-tiled group: ``plan`` is a
         :class:`~meshchain.inspector.tiling.TilePlan`, ``runs`` its loops (ranges unused).

@@ -58,6 +58,16 @@ class NumbaBackend(Backend):
     def colouring_block_size(self, loop) -> int:
         return self.config.block_size
 
+    def may_fail(self, loop) -> bool:
+        """Only a loop compiled with index checks can raise while it runs (Numba's NumPy error
+        model raises nothing for arithmetic; unchecked indices are proven in bounds)."""
+        return self._checked(loop)
+
+    def _checked(self, loop) -> bool:
+        """Whether ``loop`` is compiled with index checks: debug, or indices the analysis
+        (:func:`meshchain.ir.analysis.index_safety`) could not prove in bounds."""
+        return self.config.debug or not loop.kernel.index_safety(a.view_shape for a in loop.args)
+
     # --- prepared calls ---------------------------------------------------------------------------
 
     def phase(self, runs, report):
@@ -130,8 +140,7 @@ class NumbaBackend(Backend):
         executor = self._executors.get(key)
         if executor is None:
             began = time.perf_counter()
-            safe = loop.kernel.index_safety(a.view_shape for a in loop.args)
-            source = loop_source(loop, boundscheck=self.config.debug or not safe)
+            source = loop_source(loop, boundscheck=self._checked(loop))
             module, path = import_generated(source, loop.kernel.name, self._directory)
             executor = self._executors[key] = _Executor(module, path, loop.specs)
             report(loop, time.perf_counter() - began, False, 0)

@@ -8,52 +8,61 @@ exchanges, with their rows and persistent requests; on several ranks the reducti
 buffers of its globals; and the storage whose halo validity changes. What each run of
 the plan adds to the statistics is read off the schedule (:mod:`.accounting`).
 
-Exchanges and reductions are assembled before anything is compiled: when compiling
-fails on some ranks only, the plan can still run its communication, so that every rank
-reaches the agreement on the error (:class:`Assembled` carries the error).
+On several ranks the ranks agree on failures when the plan is built (compiling can fail
+on some ranks only: a rank with no iterations of a loop compiles nothing for it), so all
+of them raise the same error and none runs the plan.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from ..backends.base import PhaseRun
+from ..comm.agree import agree_on_failure
 from ..comm.exchange import GROUPED_TAG
 from ..core.access import Access
 from .accounting import PlanAccount, account_for
 from .plans import Plan, Reduction, Step
 from .tiling import Tiling, tiled_phase
 
-__all__ = ["Assembled", "assemble"]
+__all__ = ["assemble"]
 
 
-class Assembled(NamedTuple):
-    """A plan, and the error its assembly raised on this rank (None when it did not): a plan
-    with an error runs its communication only."""
+def assemble(session, unit, schedule, *, profile=None, tiling: Tiling | None = None) -> Plan:
+    """The executable plan of ``unit`` run by ``schedule`` (collective on several ranks)."""
+    if not session.distributed:
+        return _assembled(session, unit, schedule, profile, tiling)
+    plan = failure = None
+    try:
+        plan = _assembled(session, unit, schedule, profile, tiling)
+    except Exception as exc:  # noqa: BLE001 - agreed on below, then raised on every rank
+        failure = exc
+    try:
+        agree_on_failure(session.comm, failure)
+    except BaseException:
+        if plan is not None:
+            plan.close()
+        raise
+    return plan
 
-    plan: Plan
-    failure: BaseException | None
 
-
-def assemble(session, unit, schedule, *, profile=None, tiling: Tiling | None = None) -> Assembled:
-    """The executable plan of ``unit`` run by ``schedule``."""
+def _assembled(session, unit, schedule, profile, tiling) -> Plan:
     distributed = session.distributed
     layouts = [session.layout.of(loop.iterset) for loop in unit.loops] if distributed else None
     account = PlanAccount({}, None, unit.chain, [])
     builder = _Builder(session, unit, tiling, account)
-    steps, failure = [], None
-    for segment in schedule.segments:
-        step, problem = builder.step(segment, schedule.strategy)
-        steps.append(step)
-        failure = failure or problem
+    try:
+        steps = [builder.step(segment, schedule.strategy) for segment in schedule.segments]
+    except BaseException:
+        for close in builder.closers:  # exchanges made so far hold persistent requests
+            close()
+        raise
     counted = account_for(schedule, unit.names, layouts=layouts, chain=unit.chain, colours=builder.colours,
                           profile=profile, tiling=builder.tiling_stats(tiling))
     account.loops, account.chain = counted.loops, counted.chain
-    plan = Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
-                closers=builder.closers, chain=unit.options is not None)
-    return Assembled(plan, failure)
+    return Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
+                closers=builder.closers, chain=unit.options is not None,
+                agree=any(session.backend.may_fail(loop) for loop in unit.loops))
 
 
 class _Builder:
@@ -70,27 +79,20 @@ class _Builder:
 
     # --- one segment ------------------------------------------------------------------------------
 
-    def step(self, segment, strategy: str):
+    def step(self, segment, strategy: str) -> Step:
         session, unit = self.session, self.unit
         reductions = self._reductions(segment) if session.distributed else {}
         exchanges = [self._exchange(spec) for spec in segment.exchanges]
-        failure, core, rest, core_share, rest_share = None, None, None, -1, -1
-        try:
-            core, core_share = self._phase(segment.core, reductions)
-            rest, rest_share = self._phase(segment.rest, reductions)
-        except Exception as exc:  # noqa: BLE001 - compiling failed here: agreed on when the plan runs
-            if not session.distributed:
-                raise
-            failure, core, rest = exc, None, None
+        core, core_share = self._phase(segment.core, reductions)
+        rest, rest_share = self._phase(segment.rest, reductions)
         settle = []
         if session.distributed:
             settle = [unit.storage[a.obj] for p in segment.loops for a in unit.signature[p].args if a.is_global]
         validity = [(unit.storage[key], depth) for key, depth in segment.validity]
         waits = unit.names[segment.loops[0]] if strategy == "per-loop" else None
-        step = Step(settle=_distinct(settle), reductions=[r for rs in reductions.values() for r in rs.values()],
+        return Step(settle=_distinct(settle), reductions=[r for rs in reductions.values() for r in rs.values()],
                     exchanges=exchanges, core=core, rest=rest, validity=validity, core_share=core_share,
                     rest_share=rest_share, waits=waits)
-        return step, failure
 
     def _reductions(self, segment) -> dict:
         """Per loop position that reduces globals: argument position -> its :class:`Reduction`
@@ -119,8 +121,7 @@ class _Builder:
             items.append((storage, _rows(set_layout.exports, lo, hi), _rows(set_layout.imports, lo, hi)))
         tag = GROUPED_TAG if spec.grouped else items[0][0].tag
         exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag)
-        if hasattr(exchange, "close"):
-            self.closers.append(exchange.close)
+        self.closers.append(exchange.close)
         return exchange
 
     # --- phases -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ look-up, a check that the kernels' globals did not change, and the run.
 
 On several ranks, the collective part of building a plan (building deeper halos,
 agreeing on ``ca="auto"``) aborts the job if it fails on some ranks only; the rest
-(compiling) fails into the plan's agreement, so every rank raises the same error.
+(compiling) is agreed on when the plan is assembled, so every rank raises the same error.
 """
 
 from __future__ import annotations
@@ -109,14 +109,7 @@ class Pipeline:
             _diagnose_split(session, unit, schedule)
         profile = self.profile(unit) if unit.options is not None and session.distributed else None
         tiling = self._tiling(unit, strategy)
-        assembled = assemble(session, unit, schedule, profile=profile, tiling=tiling)
-        plan = assembled.plan
-        if assembled.failure is not None:  # compiling failed on this rank: communicate, then agree
-            try:
-                plan.run(failure=assembled.failure)
-            finally:
-                plan.close()
-            raise assembled.failure  # pragma: no cover - the run above raises on every rank
+        plan = assemble(session, unit, schedule, profile=profile, tiling=tiling)
         session.recorder.attach(plan.account)
         if unit.options is not None and session.distributed:
             session.model.watch(plan.account)

@@ -22,7 +22,8 @@ On several ranks a failure (a kernel raising on some elements) does not stop the
 pipeline's communication: the failing rank skips the remaining computation but still
 completes every exchange and reduction, so no rank waits for a message that never
 comes, and then all ranks agree (:func:`~meshchain.comm.agree.agree_on_failure`) and
-raise the same error.
+raise the same error. Plans whose calls cannot raise (compiled loops without index
+checks) skip the agreement; a failure in the communication itself aborts the job.
 """
 
 from __future__ import annotations
@@ -98,12 +99,16 @@ class Plan:
     """A unit's executable plan: its steps, the account its runs add to, the kernels whose
     globals it froze, and what to release when it is dropped."""
 
-    __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain")
+    __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree")
 
-    def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False):
+    def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
+                 agree: bool = True):
+        """``agree``: running the plan can fail on some ranks only (the backend says so of its
+        loops, the same on every rank), so the ranks agree on failures after every run."""
         self.steps, self.account, self.kernels = tuple(steps), account, tuple(kernels)
         self.comm, self.closers, self.chain = comm, tuple(closers), chain
         self._flag = np.zeros(2, dtype=np.int32)
+        self._agree = agree
         only = self.steps[0] if len(self.steps) == 1 else None
         self._simple = (comm is None and only is not None and not only.exchanges and not only.reductions
                         and not only.settle and not only.validity and only.rest is None)
@@ -115,10 +120,9 @@ class Plan:
                 return False
         return True
 
-    def run(self, failure=None) -> None:
-        """Run the plan once (see the module docstring). ``failure``: this rank failed already
-        (in assembling the plan): run the communication only, then agree on the error."""
-        if self._simple and failure is None:  # one process, one step: run its one call
+    def run(self) -> None:
+        """Run the plan once (see the module docstring)."""
+        if self._simple:  # one process, one step: run its one call
             step, account = self.steps[0], self.account
             began = _clock()
             if step.core is not None:
@@ -132,30 +136,32 @@ class Plan:
             return
         began = _clock()
         if self.comm is None:
-            failure = self._steps(failure)
+            failure = self._steps()
         else:
-            failure = self._communicating(failure)
+            failure = self._communicating()
         account = self.account
         account.runs += 1
         if self.chain:
             account.total += _clock() - began
-        if self.comm is not None:
+        if self.comm is not None and (self._agree or failure is not None):
+            if not self._agree:  # a call that promised not to raise did: the others do not expect to agree
+                abort_all(self.comm, "a loop that cannot fail", failure)
             agree_on_failure(self.comm, failure, self._flag)
         elif failure is not None:
             raise failure
 
-    def _communicating(self, failure):
+    def _communicating(self):
         """:meth:`_steps` on several ranks: computation that fails is agreed on afterwards; a
         failure in the communication itself cannot be (the other ranks would wait for it
         forever), so it aborts the job."""
         try:
-            return self._steps(failure)
+            return self._steps()
         except Exception as exc:  # noqa: BLE001 - reported, then the job ends
             abort_all(self.comm, "communication", exc)
             raise  # pragma: no cover - Abort does not return
 
-    def _steps(self, failure):
-        account = self.account
+    def _steps(self):
+        account, failure = self.account, None
         compute = account.compute
         for step in self.steps:
             for storage in step.settle:
