@@ -11,6 +11,22 @@ the plan adds to the statistics is read off the schedule (:mod:`.accounting`).
 On several ranks the ranks agree on failures when the plan is built (compiling can fail
 on some ranks only: a rank with no iterations of a loop compiles nothing for it), so all
 of them raise the same error and none runs the plan.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> from meshchain.engine.strategies import schedule_for
+>>> from meshchain.engine.units import Unit
+>>> from meshchain.ir.loop import make_loop
+>>> cells = mc.Set(3, "cells")
+>>> q = mc.Dat(cells, 1, None, "q")
+>>> one = mc.Kernel.from_source("def one(a):\\n    a[0] = 1.0\\n")
+>>> session = mc.get_runtime()
+>>> unit = Unit((make_loop(one, cells, (q(mc.WRITE),)),), None, session.store)
+>>> plan = assemble(session, unit, schedule_for(session, unit, "serial"))
+>>> plan.run()
+>>> q.data[:, 0].tolist()
+[1.0, 1.0, 1.0]
 """
 
 from __future__ import annotations

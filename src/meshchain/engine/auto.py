@@ -12,6 +12,15 @@ plans are predicted both ways; the model's work is done when statistics are read
 the chain each way to time it (the decision says so). Then it agrees on the slowest
 rank's predictions (one small ``Allreduce``), chooses, and remembers the choice for the
 chain and the state it starts from, so later executions cost one look-up.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> from meshchain.model import ChainProfile
+>>> model = mc.get_runtime().model
+>>> model.observe(True, 1e-4, ChainProfile((), ()))
+>>> model.observations.missing()   # loop by loop: none timed yet; CA: one of three
+[False, True]
 """
 
 from __future__ import annotations

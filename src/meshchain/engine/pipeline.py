@@ -11,6 +11,19 @@ look-up, a check that the kernels' globals did not change, and the run.
 On several ranks, the collective part of building a plan (building deeper halos,
 agreeing on ``ca="auto"``) aborts the job if it fails on some ranks only; the rest
 (compiling) is agreed on when the plan is assembled, so every rank raises the same error.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> cells = mc.Set(4, "cells")
+>>> q = mc.Dat(cells, 1, None, "q")
+>>> bump = mc.Kernel.from_source("def bump(a):\\n    a[0] += 1.0\\n")
+>>> for _ in range(3):
+...     mc.par_loop(bump, cells, q(mc.RW))
+...     mc.flush()
+>>> plans = mc.get_runtime().pipeline.plans
+>>> [(plan.account.runs, [run.loop.name for run in plan.steps[0].core.runs]) for plan in plans.values()]
+[(3, ['bump'])]
 """
 
 from __future__ import annotations

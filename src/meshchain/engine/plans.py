@@ -24,6 +24,18 @@ completes every exchange and reduction, so no rank waits for a message that neve
 comes, and then all ranks agree (:func:`~meshchain.comm.agree.agree_on_failure`) and
 raise the same error. Plans whose calls cannot raise (compiled loops without index
 checks) skip the agreement; a failure in the communication itself aborts the job.
+
+Examples
+--------
+A plan of one step whose core is any callable (the engine binds backend calls):
+
+>>> from meshchain.engine.accounting import PlanAccount
+>>> calls = []
+>>> account = PlanAccount({}, None, None, [[("hello", 1)]])
+>>> plan = Plan([Step(core=lambda: calls.append("ran"), core_share=0)], account)
+>>> plan.run(); plan.run()
+>>> calls, account.runs
+(['ran', 'ran'], 2)
 """
 
 from __future__ import annotations

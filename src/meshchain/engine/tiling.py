@@ -9,6 +9,21 @@ A group ends before a loop that reads a global an earlier loop of the group redu
 tiles defer reductions to the end of the group, so the read would see the old value.
 That split, and every refusal, is a diagnostic (``[tiling-split]``, ``[tiling-refused]``)
 in ``mc.stats().chains[name].diagnostics`` and a warning.
+
+Examples
+--------
+A loop that reads a global the previous loop of the group reduces starts a new group:
+
+>>> import meshchain as mc
+>>> from meshchain.backends.base import PhaseRun
+>>> cells = mc.Set(3, "cells")
+>>> q, total = mc.Dat(cells, 1, None, "q"), mc.Global(1, 0.0, "total")
+>>> add = mc.Kernel.from_source("def add(a, t):\\n    t[0] += a[0]\\n")
+>>> use = mc.Kernel.from_source("def use(a, t):\\n    a[0] = t[0]\\n")
+>>> from meshchain.ir.loop import make_loop
+>>> loops = [make_loop(add, cells, (q(mc.READ), total(mc.INC))), make_loop(use, cells, (q(mc.WRITE), total(mc.READ)))]
+>>> [[run.loop.name for run in group] for group in _groups([PhaseRun(loop, 0, 3, (), (), {}) for loop in loops])]
+[['add'], ['use']]
 """
 
 from __future__ import annotations

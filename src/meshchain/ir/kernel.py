@@ -57,14 +57,17 @@ class Constant:
     """A global a kernel reads, frozen for code generation.
 
     ``kind`` is ``"module"``, ``"value"`` (number, tuple or small array) or ``"function"``
-    (then ``helper`` is its :class:`Kernel`).
+    (then ``helper`` is its :class:`Kernel` and ``definition`` its own ``def``, renamed).
+    ``source`` is plain Python that defines ``name`` (for a function: the constants it reads
+    first, then its ``def``); backends decorate functions as they need.
     """
 
     name: str
     kind: str
     value: object
-    source: str  # one or more lines of Python that define ``name`` in generated code
+    source: str
     helper: object = None
+    definition: str = ""
 
 
 class Kernel:
@@ -322,6 +325,5 @@ def _function_constant(name: str, func) -> Constant:
     if helper is None:
         helper = _helper_kernels[func] = Kernel(func)
     body = ast.unparse(helper.tree).replace(f"def {helper.tree.name}(", f"def {name}(", 1)
-    lines = [c.source for c in helper.constants()]
-    lines += ["@_mc_njit(inline='always')", body]
-    return Constant(name, "function", func, "\n".join(lines), helper)
+    lines = [c.source for c in helper.constants()] + [body]
+    return Constant(name, "function", func, "\n".join(lines), helper, body)
