@@ -117,3 +117,25 @@ def test_ranks_agree_after_a_run_only_where_a_loop_can_fail(comm):
                  agrees("reference", proven))
     assert decisions == (False, True, True, True)
     assert comm.allgather(decisions) == [decisions] * comm.size
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=120)
+def test_objects_of_an_earlier_session_are_refused_on_every_rank(comm):
+    """A session on several ranks starts with no declarations: an object declared in the
+    previous one is refused with a message saying why, on every rank (nothing hangs)."""
+    mc.reset_runtime(comm=comm)
+    cells = mc.Set(8, "cells")
+    old, older = mc.Dat(cells, 1, None, "old"), mc.Dat(cells, 1, None, "older")
+    mc.partition("block", seed_set=cells)
+    mc.reset_runtime(comm=comm)
+    fresh_cells = mc.Set(8, "cells")
+    fresh = mc.Dat(fresh_cells, 1, None, "fresh")
+    mc.partition("block", seed_set=fresh_cells)
+    with pytest.raises(mc.DeclarationError, match="Dat 'old' belongs to another meshchain session"):
+        mc.par_loop(copy, cells, old(mc.READ), older(mc.WRITE))
+    with pytest.raises(mc.DeclarationError, match="belongs to another meshchain session"):
+        old.data_ro
+    with pytest.raises(mc.DeclarationError, match="Set 'cells' is not part of this session's mesh"):
+        mc.Dat(cells, 1, None, "new_on_old")
+    mc.par_loop(copy, fresh_cells, fresh(mc.READ), mc.Dat(fresh_cells, 1, None, "out")(mc.WRITE))
+    mc.flush()

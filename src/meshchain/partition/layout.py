@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..comm.blocks import block_offsets, block_owner
+from ..core.errors import DeclarationError
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_csr, fetch_rows
 
 __all__ = ["SetLayout", "MeshLayout", "build_layouts", "INTERIOR", "MAX_LEVEL"]
@@ -149,7 +150,8 @@ class MeshLayout:
         layout = self.sets.get(s.uid)
         if layout is None:
             if self.distributed:
-                raise KeyError(f"set {s.name!r} is not part of this mesh layout")
+                raise DeclarationError(f"Set {s.name!r} is not part of this session's mesh (it was declared "
+                                       f"in another session, or after mc.partition); declare it again.")
             layout = self.sets[s.uid] = SetLayout.whole(s.size)
         return layout
 
