@@ -25,6 +25,7 @@ MAPS = {
 }
 DATS = {"nodes": ("na", "nb"), "cells": ("ca", "cb"), "facets": ("fa",), "bfacets": ()}
 GLOBAL_USES = (("r", mc.READ), ("g", mc.INC), ("lo", mc.MIN), ("hi", mc.MAX))
+GLOBAL_NAMES = {name for name, _ in GLOBAL_USES}
 
 
 @st.composite
@@ -54,6 +55,22 @@ def loops(draw):
     if draw(st.booleans()):
         args.append(draw(st.sampled_from(GLOBAL_USES)) + (None, None))
     return iterset, tuple(args)
+
+
+def segments_needed(loop_specs) -> int:
+    """The segments a communication-avoiding execution of the loops needs, counted from the
+    program alone: every set's halo can run redundantly, so the only dependence that needs
+    an exchange inside a chain is a global reduced by one loop and used by a later one of
+    the same segment (its reduction over ranks must finish in between). Walked from the
+    end, as the inspector plans."""
+    reductions = (mc.INC, mc.MIN, mc.MAX)
+    count, used_later = 1, set()
+    for _, args in reversed(loop_specs):
+        uses = [(name, mode) for name, mode, _, _ in args if name in GLOBAL_NAMES]
+        if any(mode in reductions and name in used_later for name, mode in uses):
+            count, used_later = count + 1, set()
+        used_later |= {name for name, _ in uses}
+    return count
 
 
 @st.composite

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import meshchain as mc
+from meshchain import apps
 from meshchain.apps import airfoil, synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def test_synthetic_setup_sizes_the_mesh_and_the_chain():
     assert isinstance(problem, synthetic.SyntheticChain)
     assert problem.nchains == 3 and synthetic.loops_in_chain(6) == 6
     assert problem.edges.size == 176  # structured_tris(8, 8): about 3 * 8^2 interior edges
-    assert synthetic._mesh_size(1) == 4 and synthetic._mesh_size(30000) == 100
+    assert apps._mesh_size(1) == 4 and apps._mesh_size(30000) == 100
 
 
 @pytest.mark.parametrize("loops", [3, 1, 0, -2, 2.0, True])

@@ -274,7 +274,7 @@ def test_missing_chain_configuration_file_is_refused(tmp_path):
 # --------------------------------------------------------------------------- #
 EDGES, NODES, CELLS = 0, 1, 2
 RES, PRES, FLUX, CW, G = 0, 1, 2, 3, 4
-FACTS = {EDGES: SetFacts((0, 0, 1, 2), True), NODES: SetFacts((0, 0, 0, 0), False), CELLS: SetFacts((0, 1, 2, 3), True)}
+FACTS = {EDGES: SetFacts((0, 0, 1, 2)), NODES: SetFacts((0, 1, 2, 3)), CELLS: SetFacts((0, 1, 2, 3))}
 
 
 def update():
@@ -319,11 +319,58 @@ def test_a_limit_splits_the_chain_and_says_why():
     assert "allowed: 1" in plan.segments[-1].reason
 
 
-def test_a_direct_write_on_a_set_never_run_in_the_halo_splits_the_chain():
+def flux_step(step):
+    """Vertex-centred finite volume: edge fluxes of ``u`` incremented into ``r``, then
+    ``u += r; r = 0`` on the nodes (a direct loop on a set no map starts from)."""
+    U, R = 10, 11
+    flux = LoopSig(f"flux{step}", EDGES, (ArgSig(U, False, True, Access.READ, NODES), ArgSig(R, False, True, Access.INC, NODES)))
+    node = LoopSig(f"update{step}", NODES, (ArgSig(U, False, False, Access.RW, NODES), ArgSig(R, False, False, Access.RW, NODES)))
+    return flux, node
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 5])
+def test_a_vertex_centred_chain_is_one_segment_as_deep_as_its_steps(steps):
+    """k (edge flux, node update) steps: the node updates run redundantly on the nodes' halo,
+    one layer less per step, so one exchange serves the chain: u k layers deep, and r (added
+    to, never read before the first flux) k - 1 layers deep."""
+    loops = tuple(loop for step in range(steps) for loop in flux_step(step))
+    facts = {EDGES: SetFacts((0, *range(steps))), NODES: SetFacts(tuple(range(steps + 1)))}
+    plan = plan_chain(loops, facts, built=steps, limit=16)
+    (segment,) = plan.segments
+    assert segment.depths == tuple(d for k in range(steps, 0, -1) for d in (k, k - 1))
+    assert dict(segment.required) == {10: steps, **({11: steps - 1} if steps > 1 else {})}
+    assert plan.depth == steps and plan.more_layers is None
+
+
+def test_a_vertex_centred_chain_splits_where_the_allowed_depth_ends():
+    """With at most L layers, k steps need ceil(k / L) exchanges: one per L steps (planned
+    from the end, so each split falls between a flux and the update before it)."""
+    loops = tuple(loop for step in range(5) for loop in flux_step(step))
+    plan = plan_chain(loops, FACTS, built=3, limit=2)
+    assert [(s.start, s.end) for s in plan.segments] == [(0, 1), (1, 5), (5, 10)]
+    assert [s.depths for s in plan.segments] == [(1,), (2, 2, 1, 1), (2, 2, 1, 1, 0)]
+    assert [s.reason for s in plan.segments[1:]] == [f"loop {name!r} would have to run 3 halo layers deep (allowed: 2)"
+                                                     for name in ("flux0", "flux2")]
+
+
+def test_a_direct_write_whose_set_covers_too_little_splits_the_chain_and_says_why():
+    """A set whose exec layers never cover the data layer a later loop needs (here: no layer
+    at all) cannot produce it redundantly: the chain splits, naming the loop and the dat."""
+    facts = {**FACTS, NODES: SetFacts((0, 0, 0, 0))}
+    scale = LoopSig("scale", NODES, (ArgSig(PRES, False, False, Access.RW, NODES),))
+    plan = plan_chain((scale, update()), facts, built=3, limit=3, names={PRES: "pres"})
+    assert [(s.start, s.end) for s in plan.segments] == [(0, 1), (1, 2)]
+    assert plan.segments[1].reason == ("loop 'scale' writes 'pres' directly but a later loop needs it valid 1 "
+                                       "layer(s) into the halo, and covering data layer 1 needs more than 3 layers")
+    deeper = plan_chain((scale, update()), facts, built=3, limit=16)
+    assert deeper.more_layers == 4  # below the limit, more layers may cover it: build one more and look again
+
+
+def test_a_direct_write_on_a_set_no_map_starts_from_extends_the_chain():
     scale = LoopSig("scale", NODES, (ArgSig(PRES, False, False, Access.RW, NODES),))
     plan = plan_chain((scale, update()), FACTS, built=3, limit=16)
-    assert [(s.start, s.end) for s in plan.segments] == [(0, 1), (1, 2)]
-    assert "halo is never run" in plan.segments[1].reason
+    (segment,) = plan.segments
+    assert segment.depths == (1, 1) and dict(segment.required) == {PRES: 1}
 
 
 def test_a_direct_write_on_a_runnable_set_extends_the_chain():

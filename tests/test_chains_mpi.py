@@ -17,7 +17,7 @@ import meshchain.comm.exchange as halo_exchange
 from meshchain.comm.exchange import GROUPED_TAG
 from meshchain.meshes import naca0012, structured_tris
 
-from chain_programs import Program, programs
+from chain_programs import Program, programs, segments_needed
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::meshchain.MeshchainWarning")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -88,6 +88,9 @@ def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec, monkeypatch)
             np.testing.assert_array_equal(got_ca, want)
     chain = stats.chains["random"]
     assert chain.mode == "ca" and chain.executions == 2
+    # direct loops on every kind of set run redundantly in the halo: a split only where a
+    # global reduced by one loop is used by a later one
+    assert chain.segments == 2 * segments_needed(spec[1]), (chain.segments, chain.diagnostics)
     grouped = collections.Counter(dest for dest, tag in counting.sends if tag == GROUPED_TAG)
     assert all(count <= chain.segments for count in grouped.values()), (grouped, chain.segments)
     assert sum(grouped.values()) == chain.messages
@@ -132,6 +135,42 @@ def test_synthetic_chain_sends_one_message_per_neighbour(comm, nchains, monkeypa
     assert not after.diagnostics
     # loop by loop: update exchanges pres once, then every edge_flux exchanges res
     assert after.per_loop_messages - before.per_loop_messages == (nchains + 1) * len(sends)
+
+
+def vertex_chain(comm, nchains, *, ca=True, executions=3):
+    from meshchain.apps import vertex
+
+    mc.reset_runtime(comm=comm)
+    problem = vertex.declare(structured_tris(12, 12), dtype=np.int64)
+    vertex.run(problem, nchains, executions, ca=ca)
+    return problem
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("nchains", [1, 2, 4])
+def test_vertex_centred_chain_is_one_segment_with_one_message_per_neighbour(comm, nchains, monkeypatch):
+    """Edge fluxes incremented into the nodes, then a direct update of the nodes, k times: the
+    node updates run redundantly on the nodes' halo, so the chain needs ONE grouped message
+    per neighbour, k layers deep, where loop by loop exchanges before every flux."""
+    from meshchain.apps import vertex
+
+    counting = CountingComm(comm, monkeypatch)
+    problem = vertex_chain(counting, nchains, executions=1)
+    before = mc.stats().chains["vertex"]
+    counting.sends.clear()
+    vertex.run(problem, nchains, 1, ca=True)
+    after = mc.stats().chains["vertex"]
+    sends = collections.Counter(dest for dest, _ in counting.sends)
+    assert sends and set(sends.values()) == {1}, sends
+    assert {tag for _, tag in counting.sends} == {GROUPED_TAG}
+    assert after.messages - before.messages == len(sends)
+    assert after.segments - before.segments == 1 and after.depth == nchains
+    assert not after.diagnostics
+    per_loop = after.per_loop_messages - before.per_loop_messages  # every flux exchanges u
+    assert per_loop > 0 and per_loop % nchains == 0
+    got = vertex.checksum(problem)  # 2 executions
+    expected = vertex.checksum(vertex_chain(self_comm(), nchains, ca=None, executions=2))
+    assert got == (expected if comm.rank == 0 else None)
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)

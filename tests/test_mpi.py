@@ -51,7 +51,8 @@ def test_every_element_owned_exactly_once(comm, method):
 def brute_force_layers(mesh_maps, owned, depth):
     """Data and exec layers by plain set arithmetic over the global maps (DESIGN §3 with OP2's
     exec / non-exec split): a row reaching data of layer < k runs at layer k; the targets of
-    the rows run at layer k (at k = 1 also of the owned rows) are data of layer k."""
+    the rows run at layer k (at k = 1 also of the owned rows) are data of layer k. A set no
+    map starts from (only direct loops run over it) runs every element from its data layer."""
     data = {s: {int(e): 0 for e in ids} for s, ids in owned.items()}
     execs = {s: {int(e): 0 for e in ids} for s, ids in owned.items()}
     for k in range(1, depth + 1):
@@ -67,6 +68,10 @@ def brute_force_layers(mesh_maps, owned, depth):
             for e in run_here[source]:
                 for t in rows[e]:
                     data[target].setdefault(int(t), k)
+    sources = {source for source, _, _ in mesh_maps}
+    for s in owned:
+        if s not in sources:
+            execs[s] = dict(data[s])
     return data, execs
 
 

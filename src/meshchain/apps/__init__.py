@@ -7,6 +7,8 @@ Each module holds one solver's kernels, data declarations and time loop; the scr
   its predictor/corrector stage is the loop chain ``"stage"``.
 * :mod:`meshchain.apps.synthetic`: the MG-CFD synthetic loop chain of the OP2
   communication-avoiding paper; the chain ``"synthetic"``.
+* :mod:`meshchain.apps.vertex`: a vertex-centred finite-volume chain (edge fluxes into
+  the nodes, then a direct update of the nodes); the chain ``"vertex"``.
 
 Workload interface
 ------------------
@@ -34,6 +36,8 @@ Examples
 
 from __future__ import annotations
 
+import math
+
 from ..core.errors import ConfigurationError
 
 __all__: list[str] = []
@@ -47,6 +51,39 @@ def _total_size(per_rank: int) -> int:
 
     comm = get_runtime().comm
     return per_rank * (1 if comm is None else comm.size)
+
+
+def _pairs(loops: int, chain: str) -> int:
+    """The repetitions of a pair of loops in a chain of ``loops`` loops (even, at least 2);
+    ``chain`` says what the pair is, for the error."""
+    if isinstance(loops, bool) or not isinstance(loops, int) or loops < 2 or loops % 2:
+        raise ConfigurationError(f"{chain}: loops must be an even integer >= 2, got {loops!r}.")
+    return loops // 2
+
+
+def _paired_workload(kind, declare, *, per_rank: int, loops: int, chain: str, method: str):
+    """A ``kind`` (a workload dataclass: the fields of what ``declare`` returns plus
+    ``nchains``) on ``structured_tris(n, n)`` sized for about ``per_rank`` edges per rank,
+    with ``loops / 2`` repetitions of the chain's pair of loops (``chain`` says what the
+    pair is, for the error)."""
+    import dataclasses
+
+    from ..meshes import structured_tris
+
+    nchains = _pairs(loops, chain)
+    n = _mesh_size(_total_size(per_rank))
+    problem = declare(structured_tris(n, n), method=method)
+    return kind(**{f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)}, nchains=nchains)
+
+
+def _mesh_size(nedge: int) -> int:
+    """``n`` such that ``structured_tris(n, n)`` has about ``nedge`` (``3 n^2``) interior
+    edges; at least 4.
+
+    >>> _mesh_size(30000)
+    100
+    """
+    return max(4, round(math.sqrt(nedge / 3)))
 
 
 def _check_chain_mode(ca) -> None:

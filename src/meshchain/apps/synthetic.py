@@ -39,15 +39,11 @@ True
 from __future__ import annotations
 
 import dataclasses
-import math
-
 import numpy as np
 
 import meshchain as mc
-from meshchain.core.errors import ConfigurationError
-from meshchain.meshes import structured_tris
 
-from . import _check_chain_mode, _total_size
+from . import _check_chain_mode, _paired_workload, _pairs
 
 __all__ = [
     "update", "edge_flux", "advance", "SyntheticChain", "declare", "record", "run", "reset",
@@ -163,9 +159,6 @@ def checksum(p: SyntheticChain) -> float | None:
 CHAIN = "synthetic"
 """The name of the synthetic loop chain."""
 
-_MIN_N = 4  # smallest mesh: structured_tris(4, 4)
-
-
 @dataclasses.dataclass
 class SyntheticWorkload(SyntheticChain):
     """A :class:`SyntheticChain` with the number of ``update``/``edge_flux`` pairs that
@@ -174,12 +167,7 @@ class SyntheticWorkload(SyntheticChain):
     nchains: int = 1
 
 
-def _nchains(loops: int) -> int:
-    """The pairs in a chain of ``loops`` loops; ``loops`` must be even and at least 2."""
-    if isinstance(loops, bool) or not isinstance(loops, int) or loops < 2 or loops % 2:
-        raise ConfigurationError(f"the synthetic chain repeats a pair of loops (update, edge_flux): "
-                                 f"loops must be an even integer >= 2, got {loops!r}.")
-    return loops // 2
+_PAIR = "the synthetic chain repeats a pair of loops (update, edge_flux)"
 
 
 def setup(*, per_rank: int, loops: int, method: str = "kway") -> SyntheticWorkload:
@@ -214,21 +202,7 @@ def setup(*, per_rank: int, loops: int, method: str = "kway") -> SyntheticWorklo
     >>> problem.edges.size, problem.nchains
     (176, 2)
     """
-    nchains = _nchains(loops)
-    n = _mesh_size(_total_size(per_rank))
-    chain = declare(structured_tris(n, n), method=method)
-    return SyntheticWorkload(**{f.name: getattr(chain, f.name) for f in dataclasses.fields(chain)},
-                             nchains=nchains)
-
-
-def _mesh_size(nedge: int) -> int:
-    """``n`` such that ``structured_tris(n, n)`` has about ``nedge`` (``3 n^2``) interior
-    edges; at least 4.
-
-    >>> _mesh_size(30000)
-    100
-    """
-    return max(_MIN_N, round(math.sqrt(nedge / 3)))
+    return _paired_workload(SyntheticWorkload, declare, per_rank=per_rank, loops=loops, chain=_PAIR, method=method)
 
 
 def step(problem: SyntheticWorkload, *, ca) -> None:
@@ -264,4 +238,4 @@ def loops_in_chain(loops: int) -> int:
     >>> synthetic.loops_in_chain(8)
     8
     """
-    return 2 * _nchains(loops)
+    return 2 * _pairs(loops, _PAIR)

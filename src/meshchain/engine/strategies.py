@@ -67,7 +67,6 @@ def _serial(session, unit):
 def _inputs(session, unit) -> dict:
     layout = session.layout
     return dict(layouts={key: layout.of(s) for key, s in unit.sets.items()},
-                runs_halo={key for key, s in unit.sets.items() if s.uid in layout.map_sources},
                 valid=unit.valid(), built=layout.depth, row_bytes=_row_bytes(unit),
                 overlap=session.config.overlap)
 

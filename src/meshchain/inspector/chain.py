@@ -18,8 +18,9 @@ depth that produces what later loops demand, and the demand before it becomes th
 largest of what it reads and, for dats it does not overwrite completely, what was
 demanded after it (old values are kept or added to). The walk stops, and a new
 segment begins, where a demand cannot be met without an exchange: deeper than the
-allowed halo, a direct write on a set whose halo is never run, or a global reduced
-by a loop and used by a later one (its ``Iallreduce`` must finish first).
+allowed halo (a direct write runs redundantly on the halo of any set, as deep as its
+exec layers cover the data layer demanded), or a global reduced by a loop and used by
+a later one (its ``Iallreduce`` must finish first).
 
 Core thresholds (Alg. 2's shrinking core): while the grouped exchange is in flight,
 loop ``l`` runs the owned elements farther than ``t_l`` hops from the partition
@@ -36,7 +37,7 @@ Examples
 ...                                   ArgSig(1, False, True, Access.READ, nodes)))  # pres
 >>> flux = LoopSig("flux", edges, (ArgSig(0, False, True, Access.READ, nodes),     # res
 ...                               ArgSig(2, False, True, Access.INC, nodes)))      # flux
->>> facts = {edges: SetFacts((0, 0, 0), True), nodes: SetFacts((0, 0, 0), False)}
+>>> facts = {edges: SetFacts((0, 0, 1)), nodes: SetFacts((0, 1, 2))}
 >>> plan = plan_chain((update, flux), facts, built=2, limit=16)
 >>> [s.depths for s in plan.segments], dict(plan.segments[0].required)
 ([(2, 1)], {0: 1, 1: 2})
@@ -70,11 +71,10 @@ class LoopSig(NamedTuple):
 
 
 class SetFacts(NamedTuple):
-    """``covered[e]`` (agreed over ranks) for ``e = 0..built``; ``runs_halo``: the set is the
-    source of some map, so deeper layers run more of its halo."""
+    """``covered[e]`` (agreed over ranks) for ``e = 0..built``: the deepest data layer of the
+    set that a loop run at execution depth ``e`` computes completely."""
 
     covered: tuple
-    runs_halo: bool
 
 
 class SegmentPlan(NamedTuple):
@@ -153,13 +153,11 @@ def _depth(loop, demand, facts, built, limit, names):
             continue
         found = _covering_depth(facts[loop.iterset], wanted)
         if found is None:
-            set_facts = facts[loop.iterset]
-            if set_facts.runs_halo and built < limit:
+            if built < limit:
                 return depth, "more halo layers must be built to decide", built + 1
-            why = ("its set's halo is never run (no map starts there)" if not set_facts.runs_halo
-                   else f"covering data layer {wanted} needs more than {limit} layers")
             return depth, (f"loop {loop.name!r} writes {names.get(arg.obj, arg.obj)!r} directly but a later loop "
-                           f"needs it valid {wanted} layer(s) into the halo, and {why}"), None
+                           f"needs it valid {wanted} layer(s) into the halo, and covering data layer {wanted} "
+                           f"needs more than {limit} layers"), None
         depth = max(depth, found)
     if depth > limit:
         return depth, f"loop {loop.name!r} would have to run {depth} halo layers deep (allowed: {limit})", None

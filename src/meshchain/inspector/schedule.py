@@ -117,17 +117,17 @@ def serial_schedule(loops, *, sizes: dict) -> Schedule:
     return Schedule("serial", (segment,))
 
 
-def set_facts(layouts: dict, runs_halo) -> dict:
+def set_facts(layouts: dict) -> dict:
     """The :class:`~.chain.SetFacts` of each set key, from its layout."""
-    return {key: SetFacts(tuple(int(c) for c in layout.covered_depths), key in runs_halo)
+    return {key: SetFacts(tuple(int(c) for c in layout.covered_depths))
             for key, layout in layouts.items()}
 
 
-def per_loop_schedule(loops, *, layouts: dict, runs_halo, valid: dict, built: int, row_bytes: dict,
+def per_loop_schedule(loops, *, layouts: dict, valid: dict, built: int, row_bytes: dict,
                       overlap: bool = True) -> Schedule:
     """Alg. 1 for each loop in turn: exchange what it reads deeper than valid, one message
     per dat and neighbour; then the next loop sees the validity this one leaves."""
-    facts = set_facts(layouts, runs_halo)
+    facts = set_facts(layouts)
     segments, valid = [], dict(valid)
     for position, loop in enumerate(loops):
         plan = plan_chain((loop,), facts, built=built, limit=max(built, 1))
@@ -137,11 +137,11 @@ def per_loop_schedule(loops, *, layouts: dict, runs_halo, valid: dict, built: in
     return Schedule("per-loop", tuple(segments), max([1, *(d for s in segments for d in s.depths)]))
 
 
-def ca_schedule(loops, *, layouts: dict, runs_halo, valid: dict, built: int, limit: int, row_bytes: dict,
+def ca_schedule(loops, *, layouts: dict, valid: dict, built: int, limit: int, row_bytes: dict,
                 names=None, overlap: bool = True):
     """Alg. 2 over the chain's segments (one grouped exchange each), or :class:`MoreLayers`
     when the plan needs halo layers that are not built yet."""
-    plan = plan_chain(tuple(loops), set_facts(layouts, runs_halo), built=built, limit=limit, names=names)
+    plan = plan_chain(tuple(loops), set_facts(layouts), built=built, limit=limit, names=names)
     if plan.more_layers is not None and plan.more_layers > built:
         return MoreLayers(min(plan.more_layers, limit))
     segments, valid = [], dict(valid)

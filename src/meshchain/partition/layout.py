@@ -11,9 +11,12 @@ Layer k: every row of a map ``S -> T`` that reaches an element of T whose data l
 is below k gets exec layer k (and data layer k if it had none); then the targets of
 the rows of exec layer k (at k = 1 also of the owned rows) get data layer k. One hop:
 elements that are only imported do not pull in their own targets, so maps that form a
-cycle (cells -> cells) do not drag the mesh in. Membership is kept as (element, rank)
-pairs at the element's block owner; layers *pull* the memberships of each row's
-targets and *push* memberships to targets, all vectorised.
+cycle (cells -> cells) do not drag the mesh in. A set no map starts from is only ever
+iterated by direct loops, which need nothing but the element's own rows: every element
+of its halo runs from its data layer on (OP2's CA back-end extends every set's halo the
+same way), so a chain can compute such a set redundantly as deep as it needs.
+Membership is kept as (element, rank) pairs at the element's block owner; layers *pull*
+the memberships of each row's targets and *push* memberships to targets, all vectorised.
 
 Numbering (per set, per rank): owned elements sorted by decreasing distance from the
 partition boundary (``level``; interior first), then halo elements by exec layer (those
@@ -283,13 +286,17 @@ def _push(comm, maps, map_blocks, offsets, data, run_here, layer) -> None:
 
 def _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth):
     never = depth + 1  # exec layer of elements that are only imported
+    sources = {m.source for m in maps}
     provisional = {}
     for s in sets:
         mem = data[s]
         lo = offsets[s][comm.rank]
         owner_of = np.empty(offsets[s][comm.rank + 1] - lo, dtype=np.int64)
         owner_of[mem.ids[mem.layers == 0] - lo] = mem.ranks[mem.layers == 0]
-        exec_layer = execs[s].layers_of(mem.ids, mem.ranks, never)
+        if s in sources:
+            exec_layer = execs[s].layers_of(mem.ids, mem.ranks, never)
+        else:  # only direct loops run over it: any element whose data is here can run
+            exec_layer = mem.layers.copy()
         payload = np.stack([mem.ids, mem.layers, exec_layer, owner_of[mem.ids - lo]], axis=1)
         region, _ = alltoallv(comm, payload, mem.ranks)
         provisional[s] = _order_region(region)
