@@ -11,7 +11,21 @@ plans are predicted both ways; the model's work is done when statistics are read
 ``ca="auto"`` needs ``g_l`` for every loop and the overheads: until it has them it runs
 the chain each way to time it (the decision says so). Then it agrees on the slowest
 rank's predictions (one small ``Allreduce``), chooses, and remembers the choice for the
-chain and the state it starts from, so later executions cost one look-up.
+chain, so later executions cost one look-up.
+
+Then it keeps learning from the executions' own timings (a :class:`Learner` per chain,
+not per state: which way an execution ran sets the halo state the next one starts from,
+so each state would only ever see one variant; executions are counted from the model's
+decision). After :data:`FIRST_CHECK` executions the next :data:`PROBES` run the other way
+(one more when that variant has not run yet: a plan's first run is never timed, so its
+JIT dispatch and set-up never count); at the execution after them the ranks agree
+(one ``Allreduce``) on the slowest rank's median of each variant's latest timings, and
+:func:`~meshchain.model.policy.recheck` switches when the other variant was measured faster
+by more than :data:`~meshchain.model.policy.SWITCH_MARGIN` percent. A switch checks again
+after :data:`FIRST_CHECK` executions; a confirmation doubles the interval (up to
+:data:`LONGEST_INTERVAL`), so a stable decision soon costs a few probes per thousand
+executions. The schedule depends only on execution counts, the same on every rank, so
+every rank probes, checks and switches at the same execution.
 
 Examples
 --------
@@ -26,16 +40,21 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 
 import numpy as np
 
 from ..model.calibrate import calibration_path, load_calibration, loop_costs, measure
 from ..model.overheads import Observation, Observations, fit_overheads
-from ..model.policy import choose_ca, measuring
+from ..model.policy import SWITCH_MARGIN, choose_ca, measuring, probing, recheck
 
-__all__ = ["ModelState"]
+__all__ = ["ModelState", "Learner", "FIRST_CHECK", "LONGEST_INTERVAL", "PROBES", "KEEP"]
 
 REFIT_EVERY = 16  # observations between two fits of the overheads
+FIRST_CHECK = 16  # executions of a decided chain before its first check (and after a switch)
+LONGEST_INTERVAL = 1024  # the longest interval between two checks (doubled after each confirmation)
+PROBES = 3  # timed executions of the other variant before a check
+KEEP = 8  # latest timings kept of each variant
 
 
 class ModelState:
@@ -104,9 +123,13 @@ class ModelState:
 
     # --- per execution ----------------------------------------------------------------------------
 
-    def observe(self, ca: bool, seconds: float, profile) -> None:
-        """Keep a timed execution of a chain on several ranks."""
+    def observe(self, ca: bool, seconds: float, profile, learner=None) -> None:
+        """Keep a timed execution of a chain on several ranks (never a plan's first run: the
+        caller leaves those out); ``learner``: the :class:`Learner` of a ``ca="auto"`` chain,
+        which gets the timing too."""
         self.observations.add(Observation(ca, seconds, profile))
+        if learner is not None:
+            learner.record(ca, seconds)
 
     def watch(self, account) -> None:
         """Predict the runs of a new chain plan from now on when a calibration is known (its
@@ -140,15 +163,34 @@ class ModelState:
     # --- ca="auto" --------------------------------------------------------------------------------
 
     def use_ca(self, unit, profile) -> bool:
-        """``ca="auto"`` for ``unit`` in its current state (collective; the same on every rank)."""
-        key = (unit.options, unit.loops, unit.state())
-        decision = self.decisions.get(key)
-        if decision is None:
+        """``ca="auto"`` for this execution of ``unit`` (collective; the same on every rank)."""
+        return self.auto(unit, profile)[0]
+
+    def auto(self, unit, profile):
+        """``(use_ca, learner)`` for this execution of ``unit`` under ``ca="auto"``: the choice
+        for the chain (the model's, from ``profile`` in the state of the execution that
+        decided, until measurements overrule it), or a probe of the other variant; checks
+        it first when a check is due (collective; the same on every rank). ``learner`` (None
+        while the model is measuring) is to be given the execution's timing (:meth:`observe`)."""
+        key = (unit.options, unit.loops)
+        learner = self.decisions.get(key)
+        record = self.session.recorder.chain(unit.chain)
+        if learner is None:
             decision = self._decide(profile)
-            if decision.gain == decision.gain:  # not NaN: the model decided; keep it
-                self.decisions[key] = decision
-        self.session.recorder.chain(unit.chain).decision = decision.why
-        return decision.use_ca
+            if decision.gain != decision.gain:  # NaN: still measuring; decide again next time
+                record.decision = decision.why
+                return decision.use_ca, None
+            learner = self.decisions[key] = Learner(decision)
+        use_ca = learner.next(self._agree)
+        record.decision = learner.why
+        return use_ca, learner
+
+    def _agree(self, values):
+        """``values`` maximised over the ranks (collective)."""
+        from mpi4py import MPI
+
+        self.session.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.MAX)
+        return values
 
     def _decide(self, profile):
         calibration = self.current_calibration(measure_now=True)
@@ -166,3 +208,97 @@ class ModelState:
             return measuring(missing, run_ca=bool(not predicted[2] and not predicted[3] and predicted[4]))
         return choose_ca(per_loop_time=float(predicted[0]), ca_time=float(predicted[1]),
                          basis=calibration.describe(machine))
+
+
+class Learner:
+    """``ca="auto"``'s choice for one chain, re-checked from timed executions.
+
+    ``model`` is the model's :class:`~meshchain.model.policy.Decision`, ``use_ca`` the current
+    choice and ``why`` its explanation; ``executions`` counts the executions since the model
+    decided, ``probes`` those that ran the other way to time it, ``switches`` the executions
+    at which the choice changed; ``times`` holds this rank's latest seconds per execution of
+    each variant (``False``: loop by loop, ``True``: CA). Every execution asks :meth:`next`
+    which way to run, then hands its timing to :meth:`record` (not for a plan's first run).
+    Checks are collective through ``agree`` (maximum over ranks, in place); the schedule is
+    described in the module docstring.
+
+    Examples
+    --------
+    >>> from meshchain.model.policy import choose_ca
+    >>> learner = Learner(choose_ca(per_loop_time=2e-3, ca_time=1e-3, basis="model"), interval=4)
+    >>> ways = []
+    >>> for _ in range(12):
+    ...     use_ca = learner.next(lambda values: values)   # one rank: nothing to agree with
+    ...     ways.append(use_ca)
+    ...     learner.record(use_ca, 1e-3 if use_ca else 5e-4)  # loop by loop is measured faster
+    >>> "".join("C" if way else "L" for way in ways)   # probes at 5-8, the check at 9 switches
+    'CCCCLLLLLLLL'
+    >>> learner.switches, learner.probes
+    ([9], 4)
+    >>> learner.why.split(":")[:2]
+    ['per-loop', ' switched at execution 9']
+    """
+
+    __slots__ = ("model", "use_ca", "why", "basis", "executions", "interval", "first_interval", "probe_at",
+                 "check_at", "probing", "probes", "checks", "switches", "ran", "times", "margin")
+
+    def __init__(self, decision, *, interval: int = FIRST_CHECK, margin: float = SWITCH_MARGIN):
+        self.model, self.use_ca, self.why, self.basis = decision, decision.use_ca, decision.why, decision.why
+        self.executions = self.probes = self.checks = self.probing = 0
+        self.interval = self.first_interval = interval
+        self.probe_at, self.check_at = interval + 1, -1
+        self.switches: list[int] = []
+        self.ran = {False: 0, True: 0}  # executions each way since the model decided
+        self.times = {False: deque(maxlen=KEEP), True: deque(maxlen=KEEP)}
+        self.margin = margin
+
+    def next(self, agree) -> bool:
+        """Whether this execution runs communication-avoiding: the choice, or a probe of the
+        other variant; checks the choice first when one is due (collective: ``agree``)."""
+        self.executions += 1
+        n = self.executions
+        if self.probing:
+            return self._probe()
+        if n == self.check_at:
+            self._check(agree)
+        elif n == self.probe_at:
+            other = not self.use_ca
+            self.probing = PROBES + (self.ran[other] == 0)  # a first run is not timed
+            self.why = probing(self.basis, use_ca=self.use_ca, at=n, executions=self.probing)
+            return self._probe()
+        self.ran[self.use_ca] += 1
+        return self.use_ca
+
+    def record(self, ca: bool, seconds: float) -> None:
+        """This rank's seconds for an execution that ran ``ca``."""
+        self.times[ca].append(seconds)
+
+    def _probe(self) -> bool:
+        other = not self.use_ca
+        self.probing -= 1
+        self.probes += 1
+        self.ran[other] += 1
+        if not self.probing:
+            self.check_at = self.executions + 1  # once the last probe's timing is in
+        return other
+
+    def _check(self, agree) -> None:
+        n, times = self.executions, self.times
+        values = agree(np.array([_median(times[False]), _median(times[True]), -len(times[False]),
+                                 -len(times[True])], dtype=np.float64))
+        decision = recheck(self.model, basis=self.basis, use_ca=self.use_ca, at=n, per_loop_time=float(values[0]),
+                           ca_time=float(values[1]), per_loop_runs=int(-values[2]), ca_runs=int(-values[3]),
+                           margin=self.margin)
+        self.checks += 1
+        if decision.use_ca != self.use_ca:
+            self.switches.append(n)
+            self.use_ca, self.basis, self.interval = decision.use_ca, decision.why, self.first_interval
+        elif values[2] and values[3]:  # confirmed (not: a variant untimed on some rank)
+            self.interval = min(2 * self.interval, LONGEST_INTERVAL)
+        self.why = decision.why
+        times[not self.use_ca].clear()  # the next check times the other variant afresh
+        self.probe_at = n + self.interval
+
+
+def _median(values) -> float:
+    return float(np.median(values)) if values else 0.0

@@ -64,11 +64,12 @@ class Pipeline:
         session = self.session
         distributed = session.distributed
         state = unit.state() if distributed else None
-        mode = None
+        mode = learner = None
         if distributed and options is not None and options.ca == "auto":
-            mode = self._auto(unit)
+            mode, learner = self._auto(unit)
         plan = self.plans.get((unit, state, mode))
-        if plan is None or (plan.kernels and not plan.current()):
+        first = plan is None or bool(plan.kernels and not plan.current())
+        if first:
             plan = self._build(unit, (unit, state, mode), mode)
         if distributed and options is not None:
             self.sequence += 1
@@ -76,8 +77,10 @@ class Pipeline:
             account.sequence = self.sequence  # which of a chain's plans ran last ("mode")
             began = _clock()
             plan.run()
-            chain = account.chain
-            session.model.observe(chain.mode == "ca", _clock() - began, chain.profile)
+            seconds = _clock() - began
+            if not first:  # a plan's first run (JIT dispatch, lazy set-up) is never timed
+                chain = account.chain
+                session.model.observe(chain.mode == "ca", seconds, chain.profile, learner)
             return
         plan.run()
 
@@ -89,10 +92,10 @@ class Pipeline:
 
     # --- building ---------------------------------------------------------------------------------
 
-    def _auto(self, unit) -> str:
-        session = self.session
-        decided = session.model.use_ca(unit, self.profile(unit))
-        return "ca" if decided else "per-loop"
+    def _auto(self, unit):
+        """``(mode, learner)`` of this ``ca="auto"`` execution (see :meth:`~meshchain.engine.auto.ModelState.auto`)."""
+        use_ca, learner = self.session.model.auto(unit, self.profile(unit))
+        return "ca" if use_ca else "per-loop", learner
 
     def _strategy(self, unit, mode) -> str:
         session = self.session
