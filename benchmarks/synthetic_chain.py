@@ -1,19 +1,32 @@
-"""The MG-CFD synthetic chain (OP2 CA paper §4.1.1): communication-avoiding vs per-loop.
+"""Loop chains on several ranks: communication-avoiding vs per-loop, for two chain patterns.
 
-For each rank count and per-rank mesh size one ``mpiexec`` job declares the mesh once
-and, for nchains = 1, 2, 4, 8, 16, times ``iters`` time steps (``advance`` on the nodes,
-then ``nchains`` x (update, edge_flux)) run loop by loop (``ca=False``) and as one
-communication-avoiding chain (``ca=True``), interleaved round by round; each variant
-keeps its fastest round (slowest rank). It reports the gain ``1 - T_ca / T_per_loop``
-and the paper's Table 2 components per time step, summed over ranks: bytes
-``Σ d·p·m¹`` (per-loop) vs ``p·mʳ`` (CA), core iterations ``ΣS^c``, and iterations
-``ΣS¹`` (per-loop) vs ``ΣS^h`` (CA). One Numba thread per rank; on this 2-core machine
-4 ranks oversubscribe the cores.
+Variants (``--variants``):
+
+* ``synthetic``: the MG-CFD synthetic chain (OP2 CA paper §4.1.1): ``advance`` on the
+  nodes, then ``nchains`` x (update, edge_flux), every loop over the edges;
+* ``vertex``: the vertex-centred finite-volume pattern (:mod:`meshchain.apps.vertex`):
+  ``nchains`` x (flux on the edges incremented into the nodes, relax: a direct update
+  of the nodes). Communication-avoiding, the node updates run redundantly on the halo
+  and the whole chain is ONE segment with one grouped message per neighbour, ``nchains``
+  layers deep.
+
+For each network, rank count and per-rank mesh size one ``mpiexec`` job declares the mesh
+once and, for every nchains, times ``iters`` executions run loop by loop (``ca=False``)
+and as one communication-avoiding chain (``ca=True``), interleaved round by round, after
+warm-up executions (compilation and first inspection are never timed). Each variant
+reports the median of its rounds (slowest rank) and the spread; a noisy row is measured
+again (up to 3 times) and marked ``*``. Then the job calibrates the model on its
+communicator and predicts both variants. Reported per execution: times, the measured and
+predicted gain ``1 - T_ca / T_per_loop``, messages and segments, halo depth, and the
+paper's Table 2 components summed over ranks: bytes ``Σ d·p·m¹`` (per-loop) vs ``p·mʳ``
+(CA), iterations ``ΣS¹`` (per-loop) vs ``ΣS^h`` (CA). The floor: a bare ``Startall`` /
+``Waitall`` exchange with each neighbour, timed in the same job. One Numba thread per
+rank; on a 2-core machine 4 ranks oversubscribe the cores.
 
 Usage::
 
     python benchmarks/synthetic_chain.py                       # writes results/synthetic_chain.json
-    python benchmarks/synthetic_chain.py --ranks 2 --edges 2500 --nchains 1 8 --iters 5 --repeats 1
+    python benchmarks/synthetic_chain.py --variants vertex --ranks 2 --edges 2500 --nchains 1 8 --network tcp
 """
 
 from __future__ import annotations
@@ -40,90 +53,128 @@ def grid_for(edges_per_rank: int, ranks: int) -> int:
     return max(4, round(math.sqrt(edges_per_rank * ranks / 3)))
 
 
-def run_job(ranks: int, n: int, nchains, iters: int, repeats: int) -> list[dict]:
-    command = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", str(n), str(iters), str(repeats),
-               *map(str, nchains)]
-    env = dict(os.environ, MESHCHAIN_THREADS="1")
+def run_job(variant: str, ranks: int, n: int, nchains, iters: int, repeats: int, network: str) -> list[dict]:
+    from meshchain.apps.report import NETWORKS
+
+    command = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", variant, str(n), str(iters),
+               str(repeats), *map(str, nchains)]
+    env = dict(os.environ, MESHCHAIN_THREADS="1", **NETWORKS[network])
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=3600)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    return [dict(row, network=network, variant=variant) for row in rows]
 
 
-def worker(n: int, iters: int, repeats: int, nchains_list) -> None:
-    sys.path.insert(0, str(HERE.parent / "examples"))
-    import synthetic_chain as sc
+def worker(variant: str, n: int, iters: int, repeats: int, nchains_list) -> None:
+    import importlib
+
     from mpi4py import MPI
 
     import meshchain as mc
+    from meshchain.apps.report import predicted
     from meshchain.meshes import structured_tris
+    from meshchain.model.timing import measure_interleaved
 
+    app = importlib.import_module(f"meshchain.apps.{variant}")
     comm = mc.get_runtime().comm or MPI.COMM_SELF
-    problem = sc.declare(structured_tris(n, n), method="kway")
+    problem = app.declare(structured_tris(n, n), method="kway")
     results = []
     for nchains in nchains_list:
-        for ca in (False, True):  # compile, build the halo layers, warm the caches
-            sc.run(problem, nchains, 2, ca=ca)
-        best = {}
-        for _ in range(repeats):
-            for ca in (False, True):
-                mc.stats(reset=True)
-                comm.Barrier()
-                start = time.perf_counter()
-                sc.run(problem, nchains, iters, ca=ca)
-                mc.flush()
-                elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-                chain = mc.stats(all_ranks=True).chains["synthetic"]
-                if ca not in best or elapsed < best[ca][0]:
-                    best[ca] = (elapsed, chain)
-        (t_loop, per_loop), (t_ca, ca_stats) = best[False], best[True]
+        for ca in (False, True, False, True):  # compile, build the halo layers, warm the caches: never timed
+            app.run(problem, nchains, 2, ca=ca)
+        last = {}
+
+        def take(ca, nchains=nchains):
+            mc.stats(reset=True)
+            comm.Barrier()
+            start = time.perf_counter()
+            app.run(problem, nchains, iters, ca=ca)
+            mc.flush()
+            elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / iters
+            last[ca] = mc.stats(all_ranks=True).chains[app.CHAIN]
+            return elapsed
+
+        timings = measure_interleaved({ca: (lambda ca=ca: take(ca)) for ca in (False, True)}, repeats=repeats)
+        model = predicted(mc, comm, app.CHAIN, mc.model.calibrate(repeats=20, save=False))
+        per_loop, ca_stats = last[False], last[True]
+        t_loop, t_ca = timings[False], timings[True]
         edges = comm.allreduce(problem.edges.n_owned)
         results.append({
             "ranks": comm.size, "edges": edges, "edges_per_rank": edges / comm.size, "nchains": nchains,
-            "loops": 2 * nchains, "iters": iters,
-            "ms_per_step_per_loop": t_loop / iters * 1e3, "ms_per_step_ca": t_ca / iters * 1e3,
-            "gain_percent": (1 - t_ca / t_loop) * 100,
+            "loops": ca_stats.loops // ca_stats.executions, "iters": iters,
+            "ms_per_step_per_loop": t_loop.median * 1e3, "ms_per_step_ca": t_ca.median * 1e3,
+            "spread": max(t_loop.spread, t_ca.spread), "noisy": t_loop.noisy or t_ca.noisy,
+            "gain_percent": (1 - t_ca.median / t_loop.median) * 100, "predicted_gain": model["predicted_gain"],
+            "segments_per_step": ca_stats.segments / ca_stats.executions, "depth": ca_stats.depth,
             "messages_per_step_per_loop": per_loop.messages / iters, "messages_per_step_ca": ca_stats.messages / iters,
             "bytes_per_loop": per_loop.bytes_sent / iters, "bytes_ca": ca_stats.bytes_sent / iters,
-            "core_per_loop": per_loop.per_loop_core_iterations / iters, "core_ca": ca_stats.core_iterations / iters,
             "iterations_per_loop": per_loop.per_loop_iterations / iters, "iterations_ca": ca_stats.iterations / iters,
-            "depth": ca_stats.depth, "neighbours_max": ca_stats.neighbours,
-            "wait_fraction_per_loop": per_loop.time_wait / (t_loop * comm.size),
-            "wait_fraction_ca": ca_stats.time_wait / (t_ca * comm.size),
+            "neighbours_max": ca_stats.neighbours, "floor_exchange_ms": _bare_exchange(comm) * 1e3,
         })
     if comm.rank == 0:
         print(json.dumps(results))
 
 
+def _bare_exchange(comm, *, repeats: int = 200) -> float:
+    """The floor: seconds for a bare persistent exchange of 8 bytes with the ring neighbours
+    (median, slowest rank)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    peers = sorted({(comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size} - {comm.rank})
+    out = [np.ones(1) for _ in peers]
+    back = [np.empty(1) for _ in peers]
+    requests = [comm.Send_init(o, dest=p, tag=5) for o, p in zip(out, peers)]
+    requests += [comm.Recv_init(b, source=p, tag=5) for b, p in zip(back, peers)]
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        MPI.Prequest.Startall(requests)
+        MPI.Request.Waitall(requests)
+        samples.append(time.perf_counter() - start)
+    for request in requests:
+        request.Free()
+    return comm.allreduce(float(np.median(samples)), op=MPI.MAX)
+
+
 def table(rows) -> str:
-    head = ("| ranks | edges/rank | loops | per-loop ms | CA ms | gain % | msgs/step loop→CA | "
-            "bytes Σd·p·m¹ → p·mʳ | ΣS^c loop→CA | ΣS¹ → ΣS^h |")
-    lines = [head, "|---" * 10 + "|"]
+    head = ("| variant | network | ranks | edges/rank | loops | per-loop ms | CA ms | spread % | gain % | model gain % | "
+            "segments | depth | msgs/exec (all ranks) loop→CA | bytes Σd·p·m¹ → p·mʳ | ΣS¹ → ΣS^h | bare exchange ms |")
+    lines = [head, "|---" * 16 + "|"]
     for r in rows:
         lines.append(
-            f"| {r['ranks']} | {r['edges_per_rank']:.0f} | {r['loops']} | {r['ms_per_step_per_loop']:.3f} | "
-            f"{r['ms_per_step_ca']:.3f} | {r['gain_percent']:+.1f} | {r['messages_per_step_per_loop']:.0f} → "
+            f"| {r['variant']} | {r['network']} | {r['ranks']} | {r['edges_per_rank']:.0f} | {r['loops']} | "
+            f"{r['ms_per_step_per_loop']:.3f} | {r['ms_per_step_ca']:.3f} | {100 * r['spread']:.1f} | "
+            f"{r['gain_percent']:+.1f}{'*' if r['noisy'] else ''} | {r['predicted_gain']:+.1f} | "
+            f"{r['segments_per_step']:.0f} | {r['depth']} | {r['messages_per_step_per_loop']:.0f} → "
             f"{r['messages_per_step_ca']:.0f} | {r['bytes_per_loop']:.0f} → {r['bytes_ca']:.0f} | "
-            f"{r['core_per_loop']:.0f} → {r['core_ca']:.0f} | {r['iterations_per_loop']:.0f} → {r['iterations_ca']:.0f} |")
+            f"{r['iterations_per_loop']:.0f} → {r['iterations_ca']:.0f} | {r['floor_exchange_ms']:.4f} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        n, iters, repeats, *nchains = map(int, sys.argv[2:])
-        worker(n, iters, repeats, nchains)
+        variant = sys.argv[2]
+        n, iters, repeats, *nchains = map(int, sys.argv[3:])
+        worker(variant, n, iters, repeats, nchains)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", choices=("synthetic", "vertex"), default=["synthetic", "vertex"])
+    parser.add_argument("--networks", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--edges", type=int, nargs="+", default=[2500, 10000, 40000], help="edges per rank")
     parser.add_argument("--nchains", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    parser.add_argument("--iters", type=int, default=10, help="time steps per measurement")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the fastest counts")
+    parser.add_argument("--iters", type=int, default=10, help="chain executions per round")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the median counts")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "synthetic_chain.json")
     args = parser.parse_args(argv)
     rows = []
-    for ranks in args.ranks:
-        for edges in args.edges:
-            rows += run_job(ranks, grid_for(edges, ranks), args.nchains, args.iters, args.repeats)
-            print(table(rows[-len(args.nchains):]).split("\n", 2)[-1], flush=True)
+    for variant in args.variants:
+        for network in args.networks:
+            for ranks in args.ranks:
+                for edges in args.edges:
+                    rows += run_job(variant, ranks, grid_for(edges, ranks), args.nchains, args.iters, args.repeats,
+                                    network)
+                    print(table(rows[-len(args.nchains):]).split("\n", 2)[-1], flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(rows, indent=1))
     print(table(rows))

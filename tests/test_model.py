@@ -72,10 +72,27 @@ def test_equation_4_grouped_message_size():
 
 def test_overheads_enter_both_equations():
     m = Machine(latency=0.0, bandwidth=1e12, round_overhead=50e-6, loop_overhead=5e-6)
-    assert op2_loop_time(g=0.0, core=0, iterations=0, dats=0, neighbours=0, max_message=0,
+    assert op2_loop_time(g=0.0, core=0, iterations=0, dats=1, neighbours=2, max_message=8,
                          machine=m) == pytest.approx(55e-6)
-    assert ca_segment_time(g=[0.0] * 4, core=[0] * 4, iterations=[0] * 4, neighbours=0, max_message=0,
+    assert ca_segment_time(g=[0.0] * 4, core=[0] * 4, iterations=[0] * 4, neighbours=2, max_message=8,
                            machine=m) == pytest.approx(50e-6 + 4 * 5e-6)
+
+
+def test_a_loop_or_segment_without_exchange_pays_no_round_overhead():
+    m = Machine(latency=0.0, bandwidth=1e12, round_overhead=50e-6, loop_overhead=5e-6)
+    assert op2_loop_time(g=0.0, core=0, iterations=0, dats=0, neighbours=2, max_message=0,
+                         machine=m) == pytest.approx(5e-6)
+    assert op2_loop_time(g=0.0, core=0, iterations=0, dats=1, neighbours=0, max_message=0,
+                         machine=m) == pytest.approx(5e-6)
+    assert ca_segment_time(g=[0.0] * 4, core=[0] * 4, iterations=[0] * 4, neighbours=0, max_message=0,
+                           machine=m) == pytest.approx(4 * 5e-6)
+    # the overhead fit counts the same rounds: loop by loop only the loops that exchange
+    direct = LoopProfile("direct", core=10, iterations=10)
+    indirect = LoopProfile("indirect", core=5, iterations=10, dats=1, neighbours=2, max_message=80)
+    profile = ChainProfile((direct, indirect), (SegmentProfile(("direct", "indirect"), core=(10, 5),
+                                                               iterations=(12, 10), neighbours=2, max_message=160),))
+    assert Observation(False, 1.0, profile).terms() == (1, 2)
+    assert Observation(True, 1.0, profile).terms() == (1, 2)
 
 
 @pytest.mark.parametrize("row", [
@@ -211,6 +228,8 @@ def test_report_refuses_bad_options():
         run_report("synthetic", ranks=[1], per_rank=[100], loops=[2])
     with pytest.raises(mc.ConfigurationError, match="unknown workload"):
         run_report("hydra", ranks=[2], per_rank=[100], loops=[2])
+    with pytest.raises(mc.ConfigurationError, match="unknown network"):
+        run_report("synthetic", ranks=[2], per_rank=[100], loops=[2], network="infiniband")
 
 
 def test_demo_prints_the_profitability_table(tmp_path):
@@ -225,4 +244,5 @@ def test_demo_prints_the_profitability_table(tmp_path):
     lines = done.stdout.splitlines()
     assert any(line.split()[:2] == ["synthetic", "2"] for line in lines if line.strip())
     assert any(line.split()[:2] == ["airfoil", "2"] for line in lines if line.strip())
+    assert any(line.split()[:2] == ["vertex", "2"] for line in lines if line.strip())
     assert "results: loop by loop and communication-avoiding agree in every row" in done.stdout

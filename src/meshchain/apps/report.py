@@ -5,9 +5,13 @@ starts one ``mpiexec`` job per rank count and per-rank size. Each job, for each 
 
 1. checks that the chain gives the same answer loop by loop and communication-avoiding
    (a fresh runtime for each, a few time steps, the workload's checksum);
-2. times ``iters`` steps each way, interleaved, ``repeats`` rounds, each way keeping its
-   fastest round; the time is the chain's own (``ChainStats.time_total``) per execution,
-   slowest rank;
+2. times ``iters`` steps each way, interleaved, ``repeats`` rounds (after warm-up steps
+   each way, so compilation and first inspection are never timed); the time is the
+   chain's own (``ChainStats.time_total``) per execution, slowest rank, and each variant
+   reports the median of its rounds and their spread
+   (:mod:`meshchain.model.timing`): a row whose spread exceeds ``noisy_spread`` is
+   measured again, up to ``max_attempts`` times, and is marked noisy (``*`` after the
+   gain) if it stays so;
 3. calibrates the model on the job's communicator (:func:`meshchain.model.calibrate`:
    ``L``, ``B``, ``c`` measured, ``g_l`` and the overheads from the timed runs) and
    predicts both variants for the chain as it ran (its :class:`ChainProfile`, per rank;
@@ -25,9 +29,9 @@ Examples
 ...            per_loop_core=38688, per_loop_iterations=40688, ca_core=32113, ca_iterations=41512,
 ...            comm_reduction=59.5, comp_increase=2.0, paper_gain=3.1, predicted_gain=21.0,
 ...            predicted_per_loop=1.0e-3, predicted_ca=0.79e-3, per_loop=1.004e-3, ca=0.792e-3,
-...            measured_gain=21.1, equal=True)
+...            measured_gain=21.1, equal=True, per_loop_spread=0.02, ca_spread=0.15, noisy=True)
 >>> print(format_table([row]).splitlines()[2])  # doctest: +NORMALIZE_WHITESPACE
-synthetic  2  1000  8  6720  2720  38688  32113  40688  41512  59.5  2.0  +3.1  +21.0  1.000  0.790  1.004  0.792  +21.1  yes
+synthetic  2  1000  8  6720  2720  38688  32113  40688  41512  59.5  2.0  +3.1  +21.0  1.000  0.790  1.004  0.792  15.0  +21.1*  yes
 """
 
 from __future__ import annotations
@@ -41,9 +45,14 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "run_report", "format_table", "worker", "WORKLOADS"]
+from ..model.timing import MAX_ATTEMPTS, NOISY_SPREAD
 
-WORKLOADS = ("synthetic", "airfoil")
+__all__ = ["main", "run_report", "format_table", "worker", "predicted", "WORKLOADS", "NETWORKS"]
+
+WORKLOADS = ("synthetic", "vertex", "airfoil")
+#: How the ranks of a job talk: shared memory (MPICH's default on one host) or MPICH's TCP
+#: network module over loopback (latency like an Ethernet cluster's).
+NETWORKS = {"shm": {}, "tcp": {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}}
 
 _COLUMNS = [
     ("workload", "workload", "{}"), ("ranks", "ranks", "{}"), ("per_rank", "size/rank", "{}"), ("loops", "loops", "{}"),
@@ -52,22 +61,27 @@ _COLUMNS = [
     ("comm_reduction", "comm red %", "{:.1f}"), ("comp_increase", "comp inc %", "{:.1f}"),
     ("paper_gain", "eq. gain %", "{:+.1f}"), ("predicted_gain", "model gain %", "{:+.1f}"),
     ("predicted_per_loop", "model loop ms", "ms"), ("predicted_ca", "model CA ms", "ms"),
-    ("per_loop", "loop ms", "ms"), ("ca", "CA ms", "ms"), ("measured_gain", "gain %", "{:+.1f}"),
-    ("equal", "equal", "yesno"),
+    ("per_loop", "loop ms", "ms"), ("ca", "CA ms", "ms"), ("spread", "spread %", "spread"),
+    ("measured_gain", "gain %", "gain"), ("equal", "equal", "yesno"),
 ]
 
 
 def format_table(rows) -> str:
     """The rows as an aligned text table (a header, a rule, one line per row)."""
     header = [title for _, title, _ in _COLUMNS]
-    lines = [[_cell(row[key], fmt) for key, _, fmt in _COLUMNS] for row in rows]
+    lines = [[_cell(row, key, fmt) for key, _, fmt in _COLUMNS] for row in rows]
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     out = ["  ".join(h.rjust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines]
     return "\n".join(out)
 
 
-def _cell(value, fmt: str) -> str:
+def _cell(row: dict, key: str, fmt: str) -> str:
+    if fmt == "spread":  # the larger relative spread of the two timings
+        return f"{100 * max(row.get('per_loop_spread', 0.0), row.get('ca_spread', 0.0)):.1f}"
+    value = row[key]
+    if fmt == "gain":  # a noisy row is marked, not shown as a fact
+        return f"{value:+.1f}" + ("*" if row.get("noisy") else "")
     if fmt == "ms":
         return f"{value * 1e3:.3f}"
     if fmt == "yesno":
@@ -84,20 +98,28 @@ def mpiexec() -> str:
     return str(candidate) if candidate.exists() else "mpiexec"
 
 
-def run_report(workload: str, *, ranks, per_rank, loops, iters: int = 10, repeats: int = 3, check_steps: int = 3,
+def run_report(workload: str, *, ranks, per_rank, loops, iters: int = 10, repeats: int = 5, check_steps: int = 3,
+               network: str = "shm", noisy_spread: float = NOISY_SPREAD, max_attempts: int = MAX_ATTEMPTS,
                progress=None, timeout: float = 3600) -> list[dict]:
     """Run the report's jobs and return its rows (see the module docstring).
 
-    ``progress(done, total, label)`` is called after every loop count of every job.
+    ``network`` is a key of :data:`NETWORKS`. ``progress(done, total, label)`` is called
+    after every loop count of every job.
     """
     _check_options(workload, ranks, per_rank, loops, iters, repeats)
+    if network not in NETWORKS:
+        from ..core.errors import ConfigurationError
+
+        raise ConfigurationError(f"unknown network {network!r}: choose one of {', '.join(NETWORKS)}")
     jobs = [(n, size) for n in ranks for size in per_rank]
     total, done, rows = len(jobs) * len(loops), 0, []
     for n, size in jobs:
         command = [mpiexec(), "-n", str(n), sys.executable, "-m", "meshchain", "report-worker", workload,
                    "--per-rank", str(size), "--iters", str(iters), "--repeats", str(repeats),
-                   "--check-steps", str(check_steps), "--loops", *map(str, loops)]
-        env = dict(os.environ, MESHCHAIN_THREADS=os.environ.get("MESHCHAIN_THREADS", "1"))
+                   "--check-steps", str(check_steps), "--noisy-spread", str(noisy_spread),
+                   "--max-attempts", str(max_attempts), "--loops", *map(str, loops)]
+        env = dict(os.environ, MESHCHAIN_THREADS=os.environ.get("MESHCHAIN_THREADS", "1"), MESHCHAIN_NETWORK=network,
+                   **NETWORKS[network])
         for message in _stream(command, env, timeout):
             if "row" in message:
                 rows.append(message["row"])
@@ -161,36 +183,42 @@ class ProgressBar:
 # --- the worker: runs under mpiexec ---------------------------------------------------------------
 
 
-def worker(workload: str, *, per_rank: int, loops, iters: int, repeats: int, check_steps: int) -> None:
+def worker(workload: str, *, per_rank: int, loops, iters: int, repeats: int, check_steps: int,
+           noisy_spread: float = NOISY_SPREAD, max_attempts: int = MAX_ATTEMPTS) -> None:
     """One job of the report: every loop count, printed as JSON lines by rank 0."""
     app = importlib.import_module(f"meshchain.apps.{workload}")
     for count in loops:
-        row = _measure(app, workload, per_rank, count, iters, repeats, check_steps)
+        row = _measure(app, workload, per_rank, count, iters, repeats, check_steps, noisy_spread, max_attempts)
         if row is not None:
             print(json.dumps({"row": row}), flush=True)
 
 
-def _measure(app, workload, per_rank, loops, iters, repeats, check_steps) -> dict | None:
+def _measure(app, workload, per_rank, loops, iters, repeats, check_steps, noisy_spread, max_attempts) -> dict | None:
     import meshchain as mc
+
+    from ..model.timing import measure_interleaved
 
     equal = _same_answer(app, per_rank, loops, check_steps)
     mc.reset_runtime()
     problem = app.setup(per_rank=per_rank, loops=loops)
     comm = mc.get_runtime().comm
-    for ca in (False, True, False, True):  # compile, build the halo layers, warm the caches
+    for ca in (False, True, False, True):  # compile, build the halo layers, warm the caches: never timed
         app.step(problem, ca=ca)
-    best = {}
-    for _ in range(repeats):
-        for ca in (False, True):
-            seconds = _time_chain(mc, app, problem, ca, iters, comm)
-            best[ca] = min(best.get(ca, seconds), seconds)
+    timings = measure_interleaved({ca: (lambda ca=ca: _time_chain(mc, app, problem, ca, iters, comm))
+                                   for ca in (False, True)},
+                                  repeats=repeats, threshold=noisy_spread, max_attempts=max_attempts)
     calibration = mc.model.calibrate(repeats=20)
-    row = _prediction(mc, comm, app.CHAIN, calibration)
+    row = predicted(mc, comm, app.CHAIN, calibration)
+    profiles = comm.gather(mc.stats().chains[app.CHAIN].profile.as_dict(), root=0)
     if comm.rank != 0:
         return None
+    loop, ca = timings[False], timings[True]
     return {"workload": workload, "ranks": comm.size, "per_rank": per_rank, "loops": app.loops_in_chain(loops),
-            **row, "per_loop": best[False], "ca": best[True],
-            "measured_gain": mc.model.gain_percent(best[False], best[True]), "equal": equal,
+            **row, "per_loop": loop.median, "ca": ca.median,
+            "measured_gain": mc.model.gain_percent(loop.median, ca.median), "equal": equal,
+            "per_loop_spread": loop.spread, "ca_spread": ca.spread, "attempts": loop.attempts,
+            "noisy": loop.noisy or ca.noisy, "per_loop_samples": list(loop.samples), "ca_samples": list(ca.samples),
+            "network": os.environ.get("MESHCHAIN_NETWORK", "shm"), "profiles": profiles,
             "calibration": calibration.as_dict()}
 
 
@@ -223,7 +251,7 @@ def _time_chain(mc, app, problem, ca, iters, comm) -> float:
     return comm.allreduce(seconds, op=MPI.MAX)
 
 
-def _prediction(mc, comm, name: str, calibration) -> dict:
+def predicted(mc, comm, name: str, calibration) -> dict:
     """Both variants predicted for the chain's latest profile (the slowest rank's), and the
     model components summed over ranks."""
     import dataclasses
@@ -265,7 +293,13 @@ def parser() -> argparse.ArgumentParser:
                    help="iterations of the main set each rank owns (default 2500)")
     p.add_argument("--loops", type=int, nargs="+", default=[2, 8, 32], help="loops in the chain (default 2 8 32)")
     p.add_argument("--iters", type=int, default=10, help="chain executions per timed round (default 10)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per variant (default 3)")
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds per variant; the median counts (default 5)")
+    p.add_argument("--network", choices=tuple(NETWORKS), default="shm",
+                   help="shm: shared memory; tcp: MPICH's TCP module over loopback (default shm)")
+    p.add_argument("--noisy-spread", type=float, default=NOISY_SPREAD,
+                   help=f"relative spread above which a row is measured again (default {NOISY_SPREAD})")
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS,
+                   help=f"measurements of a noisy row before it is marked noisy (default {MAX_ATTEMPTS})")
     p.add_argument("--check-steps", type=int, default=3, help="steps of the CA vs loop-by-loop check (default 3)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -275,7 +309,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     rows = run_report(args.workload, ranks=args.ranks, per_rank=args.per_rank, loops=args.loops, iters=args.iters,
-                      repeats=args.repeats, check_steps=args.check_steps,
+                      repeats=args.repeats, check_steps=args.check_steps, network=args.network,
+                      noisy_spread=args.noisy_spread, max_attempts=args.max_attempts,
                       progress=None if args.no_progress else ProgressBar())
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -292,9 +327,11 @@ def worker_main(argv=None) -> int:
     p.add_argument("--iters", type=int, required=True)
     p.add_argument("--repeats", type=int, required=True)
     p.add_argument("--check-steps", type=int, required=True)
+    p.add_argument("--noisy-spread", type=float, default=NOISY_SPREAD)
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS)
     args = p.parse_args(argv)
     worker(args.workload, per_rank=args.per_rank, loops=args.loops, iters=args.iters, repeats=args.repeats,
-           check_steps=args.check_steps)
+           check_steps=args.check_steps, noisy_spread=args.noisy_spread, max_attempts=args.max_attempts)
     return 0
 
 
@@ -303,13 +340,16 @@ def worker_main(argv=None) -> int:
 _DEMO = (
     ("synthetic", "the OP2 paper's synthetic chain (update, edge_flux repeated), ~2500 edges per rank",
      dict(per_rank=[2500], loops=[2, 8, 32])),
+    ("vertex", "a vertex-centred chain (flux on the edges into the nodes, relax on the nodes) repeated, "
+               "~2500 edges per rank; CA runs it as one segment",
+     dict(per_rank=[2500], loops=[2, 8])),
     ("airfoil", "OP2's Airfoil, one stage (adt_calc, res_calc, bres_calc, update) as a chain, ~20000 cells per rank",
      dict(per_rank=[20000], loops=[4])),
 )
 
 
 def demo_main(argv=None) -> int:
-    """What ``make demo`` runs: both workloads on 2 ranks, loop by loop and CA, checked equal,
+    """What ``make demo`` runs: the three workloads on 2 ranks, loop by loop and CA, checked equal,
     and the profitability table."""
     p = argparse.ArgumentParser(prog="python -m meshchain demo")
     p.add_argument("--ranks", type=int, default=2)
@@ -321,7 +361,7 @@ def demo_main(argv=None) -> int:
     rows = []
     for workload, what, sizes in _DEMO:
         print(f"{workload}: {what}", flush=True)
-        options = dict(sizes, iters=10, repeats=3)
+        options = dict(sizes, iters=10, repeats=5)
         if args.quick:
             options = dict(per_rank=[max(200, s // 10) for s in sizes["per_rank"]], loops=sizes["loops"][:2],
                            iters=3, repeats=1)
@@ -341,7 +381,8 @@ Columns, per chain execution and summed over ranks: bytes sent loop by loop (Σd
 message (pmʳ); core iterations overlapping communication (ΣS^c) and all iterations (ΣS¹ loop by loop, ΣS^h
 with the redundant halo work of CA); Table 5's comm reduction and comp increase; the gain of CA predicted by
 the paper's equations alone ('eq.') and with meshchain's own per-round and per-loop costs fitted ('model');
-then the measured times and gain (1 - T_ca / T_loop). CA pays when the messages it saves cost more than the
+then the measured times (medians of repeated rounds), their larger relative spread, and the gain
+(1 - T_ca / T_loop; '*': still noisy after re-measuring, not to be read as a fact). CA pays when the messages it saves cost more than the
 redundant halo work it adds: with many loops and small partitions; it does not with few loops on large ones.
 ca="auto" makes this choice per chain from the calibrated model."""
 

@@ -26,8 +26,9 @@ Two readings of the paper are made explicit here:
 * Two software terms the paper leaves out (OP2 is C; meshchain drives its rounds from
   Python): ``o_r``, the runtime's work per exchange round (Alg. 1 or one segment of
   Alg. 2: planning, posting, waiting, bookkeeping) and ``o_l``, its work per loop run
-  in a round. Equation (1) gains ``o_r + o_l`` per loop, equation (3) ``o_r + n o_l`` per
-  segment. With both zero (the default) the equations are the paper's. They are fitted
+  in a round. Equation (1) gains ``o_l`` per loop and ``o_r`` per loop that exchanges,
+  equation (3) ``n o_l`` per segment and ``o_r`` per segment that exchanges (a loop or
+  segment with nothing to exchange does no round). With both zero (the default) the equations are the paper's. They are fitted
   from timed chain executions (:mod:`meshchain.model.overheads`).
 
 A chain split into several CA segments costs the sum of (3) over its segments.
@@ -129,8 +130,10 @@ def op2_loop_time(*, g: float, core: int, iterations: int, dats: int, neighbours
     ...                     machine=m) * 1e6, 6)
     19.0
     """
-    exchange = messages_per_dat * dats * neighbours * machine.message_time(max_message) if dats else 0.0
-    return max(g * core, exchange) + g * (iterations - core) + machine.round_overhead + machine.loop_overhead
+    exchanges = bool(dats and neighbours)
+    exchange = messages_per_dat * dats * neighbours * machine.message_time(max_message) if exchanges else 0.0
+    return (max(g * core, exchange) + g * (iterations - core) + (machine.round_overhead if exchanges else 0.0)
+            + machine.loop_overhead)
 
 
 def op2_chain_time(loops, *, machine: Machine, messages_per_dat: int = 1) -> float:
@@ -165,7 +168,8 @@ def ca_segment_time(*, g, core, iterations, neighbours: int, max_message: int, m
     compute_core = sum(gl * s for gl, s in zip(g, core))
     rest = sum(gl * (s - c) for gl, s, c in zip(g, iterations, core))
     exchange = neighbours * (machine.message_time(max_message) + machine.pack_cost * max_message) if max_message else 0.0
-    return max(compute_core, exchange) + rest + machine.round_overhead + len(core) * machine.loop_overhead
+    round_overhead = machine.round_overhead if neighbours else 0.0
+    return max(compute_core, exchange) + rest + round_overhead + len(core) * machine.loop_overhead
 
 
 def grouped_message_size(exports) -> int:

@@ -7,7 +7,7 @@ seconds it took, and its :class:`~meshchain.model.ChainProfile`. What the paper'
 equations (with ``g_l``, ``L``, ``B``, ``c``) do not explain is the residual
 ``rounds · o_r + loops · o_l``; :func:`fit_overheads` solves for both by non-negative
 least squares. Telling ``o_r`` from ``o_l`` needs executions of both kinds (loop by loop
-every loop is a round); three of each are asked for, and the median counts.
+every loop that exchanges is a round); three of each are asked for, and the median counts.
 
 Examples
 --------
@@ -38,10 +38,11 @@ class Observation(NamedTuple):
     profile: ChainProfile
 
     def terms(self) -> tuple[int, int]:
-        """``(rounds, loops)``."""
+        """``(rounds, loops)``: exchange rounds (loops or segments that exchange with a
+        neighbour) and loops run."""
         if self.ca:
-            return len(self.profile.ca), sum(len(s.loops) for s in self.profile.ca)
-        return len(self.profile.per_loop), len(self.profile.per_loop)
+            return sum(1 for s in self.profile.ca if s.neighbours), sum(len(s.loops) for s in self.profile.ca)
+        return sum(1 for lp in self.profile.per_loop if lp.dats and lp.neighbours), len(self.profile.per_loop)
 
 
 class Observations:

@@ -1,0 +1,125 @@
+"""Held-out validation of the model: calibrate on some configurations, predict the others.
+
+A report row (:mod:`meshchain.apps.report`) holds what one configuration (rank count,
+network, size per rank, loops) measured: both variants' median times, every rank's
+:class:`~meshchain.model.profile.ChainProfile`, and the job's calibration (``L``, ``B``,
+``c``, the loop costs ``g_l``). For each row, :func:`held_out` builds the model from
+*other* rows only, those of the same workload, rank count and network that differ from it
+in every swept dimension (another size per rank *and* another loop count), never from
+the row itself:
+
+* ``L``, ``B``, ``c`` and each ``g_l``: the medians over the calibration rows;
+* ``o_r`` and ``o_l``: fitted (:func:`~meshchain.model.overheads.fit_overheads`) to what
+  the equations leave unexplained in the calibration rows' measured times, both variants;
+
+then predicts both variants for the row (the slowest rank's prediction counts) and
+compares the predicted gain with the measured one. Rows marked noisy are predicted but
+never used to calibrate.
+
+Examples
+--------
+>>> from meshchain.model.validate import held_out, summary
+>>> from meshchain.model.profile import ChainProfile, LoopProfile, SegmentProfile
+>>> def row(size, loops, per_loop, ca):
+...     lp = tuple(LoopProfile("a", core=size // 2, iterations=size, dats=1, neighbours=1, max_message=80)
+...                for _ in range(loops))
+...     seg = (SegmentProfile(("a",) * loops, core=(size // 2,) * loops, iterations=(size + 10,) * loops,
+...                           neighbours=1, max_message=80 * loops),)
+...     calibration = {"machine": {"latency": 1e-5, "bandwidth": 1e9, "pack_cost": 0.0},
+...                    "loop_costs": {"a": 1e-8}}
+...     return {"workload": "w", "ranks": 2, "network": "shm", "per_rank": size, "loops": loops,
+...             "per_loop": per_loop, "ca": ca, "noisy": False, "calibration": calibration,
+...             "profiles": [ChainProfile(lp, seg).as_dict()] * 2}
+>>> rows = [row(1000, 2, 4.0e-5, 2.5e-5), row(1000, 8, 16.1e-5, 7.5e-5),
+...         row(4000, 2, 10.0e-5, 8.4e-5), row(4000, 8, 40.0e-5, 33.9e-5)]
+>>> [round(r["predicted_gain"], 1) for r in held_out(rows)]
+[37.1, 53.0, 5.3, 9.3]
+>>> s = summary(held_out(rows))
+>>> s["rows"], s["right_choices"]
+(4, 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .equations import Machine, gain_percent
+from .overheads import Observation, fit_overheads
+from .profile import ChainProfile
+
+__all__ = ["held_out", "calibration_rows", "predict", "summary"]
+
+_GROUP = ("workload", "ranks", "network")
+_SWEPT = ("per_rank", "loops")
+
+
+def calibration_rows(row: dict, rows) -> list[dict]:
+    """The rows the model for ``row`` is built from: same workload, rank count and network,
+    another value in every swept dimension that has more than one value, and not noisy."""
+    group = [r for r in rows if all(r.get(k) == row.get(k) for k in _GROUP)]
+    swept = [k for k in _SWEPT if len({r[k] for r in group}) > 1]
+    return [r for r in group if r is not row and not r.get("noisy") and all(r[k] != row[k] for k in swept)]
+
+
+def fit(rows) -> tuple[dict, Machine]:
+    """``(g, machine)`` from calibration ``rows``: medians of their measured constants, and
+    the overheads fitted to what the equations leave unexplained in their times."""
+    machines = [r["calibration"]["machine"] for r in rows]
+    base = Machine(latency=float(np.median([m["latency"] for m in machines])),
+                   bandwidth=float(np.median([m["bandwidth"] for m in machines])),
+                   pack_cost=float(np.median([m.get("pack_cost", 0.0) for m in machines])))
+    names = {name for r in rows for name in r["calibration"]["loop_costs"]}
+    g = {name: float(np.median([r["calibration"]["loop_costs"][name] for r in rows
+                                if name in r["calibration"]["loop_costs"]])) for name in names}
+    residuals = []
+    for r in rows:
+        profiles = [ChainProfile.from_dict(p) for p in r["profiles"]]
+        for ca, measured in ((False, r["per_loop"]), (True, r["ca"])):
+            equations = max(p.ca_time(g, base) if ca else p.per_loop_time(g, base) for p in profiles)
+            residuals.append((*Observation(ca, measured, profiles[0]).terms(), measured - equations))
+    o_r, o_l = fit_overheads(residuals)
+    return g, dataclasses.replace(base, round_overhead=o_r, loop_overhead=o_l)
+
+
+def predict(row: dict, g: dict, machine: Machine) -> tuple[float, float]:
+    """Predicted seconds per execution loop by loop and CA for ``row`` (slowest rank)."""
+    profiles = [ChainProfile.from_dict(p) for p in row["profiles"]]
+    return (max(p.per_loop_time(g, machine) for p in profiles), max(p.ca_time(g, machine) for p in profiles))
+
+
+def held_out(rows) -> list[dict]:
+    """Every row predicted by a model calibrated on other rows (see the module docstring):
+    the row with ``predicted_per_loop``, ``predicted_ca``, ``predicted_gain``, ``error``
+    (points), ``right_choice``, ``tie`` (the measured gain is within the measured spread,
+    so either choice costs less than the noise) and ``calibrated_on`` (how many rows);
+    rows with nothing to calibrate on get ``predicted_gain`` None."""
+    out = []
+    for row in rows:
+        basis = calibration_rows(row, rows)
+        result = dict(row, calibrated_on=len(basis), predicted_gain=None, error=None, right_choice=None, tie=None)
+        if basis:
+            g, machine = fit(basis)
+            per_loop, ca = predict(row, g, machine)
+            predicted = gain_percent(per_loop, ca)
+            measured = gain_percent(row["per_loop"], row["ca"])
+            spread = 100 * max(row.get("per_loop_spread", 0.0), row.get("ca_spread", 0.0))
+            result.update(predicted_per_loop=per_loop, predicted_ca=ca, predicted_gain=predicted,
+                          measured_gain=measured, error=abs(predicted - measured),
+                          right_choice=(predicted > 0) == (measured > 0), tie=abs(measured) <= spread,
+                          held_out_machine=dataclasses.asdict(machine))
+        out.append(result)
+    return out
+
+
+def summary(rows) -> dict:
+    """Mean and worst absolute error (points), right choices (strict, and counting ties within
+    the measured spread as right) over the predicted rows of :func:`held_out`."""
+    done = [r for r in rows if r.get("error") is not None]
+    errors = [r["error"] for r in done]
+    return {"rows": len(done), "mean_error": float(np.mean(errors)) if errors else float("nan"),
+            "worst_error": max(errors, default=float("nan")),
+            "right_choices": sum(bool(r["right_choice"]) for r in done),
+            "right_or_tie": sum(bool(r["right_choice"] or r["tie"]) for r in done),
+            "noisy": sum(bool(r.get("noisy")) for r in done)}
