@@ -374,3 +374,11 @@ def test_deeper_halos_built_on_demand_keep_values_and_results(comm):
         np.testing.assert_array_equal(after_extension, before)
         np.testing.assert_array_equal(actual, expected)
     assert_layers_match((d.nodes, d.cells, d.facets, d.bfacets), mesh_maps_of(mesh, d), 3)
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=120)
+def test_rib_with_a_seed_set_other_than_the_coordinates_set_says_why_on_every_rank(comm):
+    _, d = declare_quads(3, 3, partition=False)
+    with pytest.raises(mc.ConfigurationError, match="bisects the coordinates, which belong to set"):
+        mc.partition("rib", coords=d.coords, seed_set=d.cells)
+    mc.partition("rib", coords=d.coords)  # still usable: the coordinates' own set is the seed set

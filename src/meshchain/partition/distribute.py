@@ -39,6 +39,11 @@ def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=N
     coordinates for ``"rib"`` (whose set, ``coords_set``, is then the seed set by default).
     """
     seed_set = _seed_set(sets, maps, coords_set, seed_set)
+    if method == "rib" and coords_set is not None and seed_set is not coords_set:
+        # every rank has the same arguments: every rank raises
+        raise ConfigurationError(
+            f"partition('rib') bisects the coordinates, which belong to set {coords_set.name!r}, but the seed set "
+            f"is {seed_set.name!r}: pass coordinates of {seed_set.name!r} or leave seed_set out.")
     seed_owners = _seed_owners(comm, method, seed_set, maps, map_blocks, coords_rows, seed)
     owners = _derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
     return _laid_out(comm, sets, maps, map_blocks, owners, depth)
