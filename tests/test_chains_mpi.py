@@ -298,3 +298,92 @@ def test_a_chain_run_loop_by_loop_refuses_tiling_and_says_why(comm):
     got = problem.flux.gather()
     if comm.rank == 0:
         np.testing.assert_array_equal(got, want)
+
+
+# --- core ranges when no owned row reaches the halo ------------------------------------------
+
+
+def edges_only_vertex_chain(comm, nchains, *, ca=True, executions=2):
+    """The vertex-centred chain on a mesh declared as nodes, edges and ``e2n`` only, the edges
+    partitioned (METIS, fixed seed) and every node owned by the lowest rank among the owners
+    of the edges that reach it. Rank 0 then owns every node its own edges touch: no owned
+    edge reaches its halo, and only other ranks' edges, run in its exec halo, reach its nodes."""
+    from meshchain.apps import vertex
+
+    mc.reset_runtime(comm=comm)
+    mesh = structured_tris(12, 12)
+    rng = np.random.default_rng(0)
+    nodes, edges = mc.Set(mesh.nnode, "nodes"), mc.Set(mesh.nfacet, "edges")
+    problem = vertex.VertexChain(
+        nodes=nodes, edges=edges, e2n=mc.Map(edges, nodes, 2, mesh.facets, "e2n"),
+        w=mc.Dat(edges, 1, rng.integers(-2, 3, size=(mesh.nfacet, 1)), "w", dtype=np.int64),
+        u=mc.Dat(nodes, 2, rng.integers(-3, 4, size=(mesh.nnode, 2)), "u", dtype=np.int64),
+        res=mc.Dat(nodes, 2, None, "res", dtype=np.int64),
+        acc=mc.Dat(nodes, 1, None, "acc", dtype=np.int64))
+    mc.partition("kway", seed_set=edges)
+    vertex.run(problem, nchains, executions, ca=ca)
+    return problem
+
+
+def assert_levels_step_by_one(problem):
+    """What the core ranges rely on: an owned edge is at most one level farther from the
+    partition boundary than the nearest of its nodes (halo nodes are at level 0)."""
+    from meshchain.partition.layout import MAX_LEVEL
+
+    session = mc.get_runtime()
+    nodes, edges = session.layout_of(problem.nodes), session.layout_of(problem.edges)
+    node_level = np.zeros(len(nodes.global_ids), dtype=np.int64)
+    node_level[: nodes.n_owned] = nodes.levels
+    nearest = node_level[np.asarray(problem.e2n.values[: edges.n_owned], dtype=np.int64)].min(axis=1)
+    cap = MAX_LEVEL + 1  # levels past MAX_LEVEL are all "interior"
+    far = np.flatnonzero(np.minimum(edges.levels, cap) > np.minimum(nearest + 1, cap))
+    assert not far.size, (f"rank {session.rank}: owned edges {edges.global_ids[far][:8].tolist()} at levels "
+                          f"{edges.levels[far][:8].tolist()}, nearest node levels {nearest[far][:8].tolist()}")
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("nchains", [2, 3])
+def test_chain_core_waits_for_nodes_the_exec_halo_writes_when_no_owned_edge_reaches_the_halo(comm, nchains):
+    """Regression: halo levels stopped at level 1 when no owned row reached a halo element, so
+    every owned edge stayed "interior", though the nodes that other ranks' edges (run in the
+    exec halo) increment are at level 1. A chain's later flux then ran in the core, while the
+    grouped exchange was in flight, on nodes the earlier node update only reaches after it."""
+    from meshchain.apps import vertex
+
+    expected = vertex.checksum(edges_only_vertex_chain(self_comm(), nchains, ca=None))
+    problem = edges_only_vertex_chain(comm, nchains)
+    chain = mc.stats().chains["vertex"]
+    assert chain.mode == "ca" and chain.depth == nchains
+    assert vertex.checksum(problem) == (expected if comm.rank == 0 else None)
+    assert_levels_step_by_one(problem)
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("kind, n", [("tris", 12), ("quads", 4), ("quads", 7)])
+def test_vertex_chain_right_when_unused_maps_are_collected_before_its_halo_is_deepened(comm, kind, n):
+    """Regression (the case first seen: a CA vertex chain wrong in a later session of a
+    process, depending on when the garbage collector ran). The app declares the whole mesh
+    but keeps only the nodes, edges and ``e2n``; the other maps are garbage once collected
+    (a map and its indices form a cycle). Collected before the chain first runs, the deeper
+    halo the chain needs is built from ``e2n`` alone: its layout has no owned edge next to
+    the halo on rank 0, and (quads) some halo nodes of the first layout are no longer
+    imported, so their rows must not be moved into the new one."""
+    import gc
+
+    from meshchain.apps import vertex
+    from meshchain.meshes import structured_quads
+
+    def mesh():
+        return (structured_tris if kind == "tris" else structured_quads)(n, n)
+
+    mc.reset_runtime(comm=self_comm())
+    serial = vertex.declare(mesh(), dtype=np.int64)
+    vertex.run(serial, 2, 2, ca=None)
+    expected = vertex.checksum(serial)
+    mc.reset_runtime(comm=comm)
+    problem = vertex.declare(mesh(), dtype=np.int64)
+    gc.collect()  # on every rank: the cell and boundary-facet maps go now
+    vertex.run(problem, 2, 2, ca=True)
+    assert set(mc.get_runtime().layout.maps) == {problem.e2n.uid}  # deepened without them
+    assert vertex.checksum(problem) == (expected if comm.rank == 0 else None)
+    assert_levels_step_by_one(problem)

@@ -67,10 +67,23 @@ def _laid_out(comm, sets, maps, map_blocks, owners: dict, depth: int) -> MeshLay
 
 
 def moved_rows(rows, old_ids, new_ids):
-    """Rows indexed by ``old_ids`` placed at the positions of the same ids in ``new_ids``."""
+    """Rows indexed by ``old_ids`` placed at the positions of the same ids in ``new_ids``.
+
+    Rows whose id is not in ``new_ids`` are left behind: a deeper layout is built from the
+    maps still alive on every rank, so a halo element that only a garbage-collected map
+    reached is no longer imported. (Owned elements never go; rows new in ``new_ids`` stay
+    unset until an exchange fills them.)
+
+    >>> moved_rows(np.array([[1], [2], [3]]), np.array([10, 30, 20]), np.array([20, 10, 40]))[:2].tolist()
+    [[3], [1]]
+    """
     moved = np.empty((len(new_ids),) + rows.shape[1:], dtype=rows.dtype)
+    if not len(new_ids) or not len(old_ids):
+        return moved
     sorter = np.argsort(new_ids, kind="stable")
-    moved[sorter[np.searchsorted(new_ids, old_ids, sorter=sorter)]] = rows
+    positions = sorter[np.minimum(np.searchsorted(new_ids, old_ids, sorter=sorter), len(new_ids) - 1)]
+    kept = new_ids[positions] == old_ids
+    moved[positions[kept]] = rows[kept]
     return moved
 
 

@@ -375,7 +375,6 @@ def _levels(sets, maps, provisional, local_maps, depth):
             targets = np.unique(rows[runs].ravel())
             level[m.target][targets[level[m.target][targets] == INTERIOR]] = 1
     for k in range(1, MAX_LEVEL + 1):
-        changed = False
         for m in maps:  # rows reaching level k-1
             rows = local_maps[m]
             if rows.size == 0:
@@ -383,7 +382,6 @@ def _levels(sets, maps, provisional, local_maps, depth):
             reach = level[m.target][rows].min(axis=1)
             hit = (reach <= k - 1) & (level[m.source] == INTERIOR)
             level[m.source][hit] = k
-            changed |= bool(hit.any())
         while True:  # closure: targets of rows at level k
             grew = False
             for m in maps:
@@ -396,10 +394,13 @@ def _levels(sets, maps, provisional, local_maps, depth):
                 if hit.size:
                     level[m.target][hit] = k
                     grew = True
-            changed |= grew
             if not grew:
                 break
-        if not changed:
+        # Done when nothing is at level k: only rows reaching level k can be at k + 1. Not
+        # "when step k assigned nothing": the exec halo's targets are at level 1 before step 1,
+        # and where no owned row reaches the halo, step 1 assigns nothing, yet the rows that
+        # reach those targets are at level 2.
+        if not any(np.any(level[s] == k) for s in sets):
             break
     return {s: level[s][: provisional[s][4]].astype(np.int32) for s in sets}
 
