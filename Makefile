@@ -1,5 +1,5 @@
 # Two entry points; both create or reuse .venv and install what they need from PyPI.
-#   make demo   -- run the main job: Airfoil and the synthetic chain on 2 MPI ranks, loop by loop and
+#   make demo   -- run the main job: Airfoil, the synthetic and the vertex chain on 2 MPI ranks, loop by loop and
 #                  communication-avoiding, checked equal, with the profitability table
 #   make test   -- run the test suite
 PYTHON ?= python3
