@@ -5,8 +5,11 @@ iterations overlapping their halo exchanges (``overlap=True``, the default) and 
 exchange-then-compute (``overlap=False``) — and reports time per iteration (slowest
 rank), the fraction of rank time spent waiting on halo exchanges, messages and bytes
 per iteration, speed-up over 1 rank and the overlap gain, as ratios of one run.
-Variants are interleaved round by round; each keeps its fastest round. Every rank
-uses 1 Numba thread. On this 2-core machine 4 ranks oversubscribe the cores.
+Variants are interleaved round by round; each reports the median of its rounds (its
+other figures from the median round) with the spread of the rounds, interquartile range
+over the median (:mod:`meshchain.model.timing`); a variant whose spread exceeds 10 % is
+marked ``*``. Every rank uses 1 Numba thread. On this 2-core machine 4 ranks
+oversubscribe the cores.
 
 Usage::
 
@@ -76,36 +79,46 @@ def worker(size, iters: int, overlap: bool) -> None:
         print(json.dumps(result))
 
 
-def fastest(best, new):
-    return new if best is None or new["time_per_iter"] < best["time_per_iter"] else best
+def median_round(rounds: list[dict]) -> dict:
+    """The round with the median time per iteration, with the spread of all rounds
+    (``spread``, ``noisy``: :mod:`meshchain.model.timing`) and every round's time."""
+    from meshchain.model.timing import summarise
+
+    times = [r["time_per_iter"] for r in rounds]
+    timing = summarise(times)
+    middle = sorted(rounds, key=lambda r: r["time_per_iter"])[(len(rounds) - 1) // 2]
+    return dict(middle, time_per_iter=timing.median, spread=timing.spread, noisy=timing.noisy, rounds=times)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", nargs=2, type=int, default=(200, 300), metavar=("I", "J"))
     parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the median counts")
     parser.add_argument("--ranks", nargs="+", type=int, default=(1, 2, 4))
     parser.add_argument("--json", default=str(HERE / "results" / "airfoil_mpi.json"))
     args = parser.parse_args(argv)
     variants = [(n, overlap) for n in args.ranks for overlap in ((True,) if n == 1 else (True, False))]
-    best = {v: None for v in variants}
+    rounds = {v: [] for v in variants}
     for _ in range(args.repeats):
         for ranks, overlap in variants:
-            best[(ranks, overlap)] = fastest(best[(ranks, overlap)], run_variant(args.size, args.iters, ranks, overlap))
+            rounds[(ranks, overlap)].append(run_variant(args.size, args.iters, ranks, overlap))
+    best = {v: median_round(rounds[v]) for v in variants}
     base = best[(args.ranks[0], True)]["time_per_iter"]
     cells = 3 * args.size[0] * args.size[1]
-    print(f"Airfoil, {cells} cells, {args.iters} iterations, best of {args.repeats} interleaved rounds, 1 thread per rank"
+    print(f"Airfoil, {cells} cells, {args.iters} iterations, median of {args.repeats} interleaved rounds, 1 thread per rank"
           f" ({os.cpu_count()} cores: more ranks than cores oversubscribe)")
-    print("| ranks | overlap | ms/iter | speed-up vs 1 rank | waiting on halos | messages/iter | kB sent/iter | overlap gain |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| ranks | overlap | ms/iter | spread % | speed-up vs 1 rank | waiting on halos | messages/iter | kB sent/iter "
+          "| overlap gain |")
+    print("|---" * 9 + "|")
     for ranks, overlap in variants:
         r = best[(ranks, overlap)]
         gain = ""
         if overlap and (ranks, False) in best:
             gain = f"{best[(ranks, False)]['time_per_iter'] / r['time_per_iter']:.3f}"
         print(f"| {ranks} | {'core during exchange' if overlap else 'exchange, then compute'} | "
-              f"{r['time_per_iter'] * 1e3:.2f} | {base / r['time_per_iter']:.2f} | {r['wait_fraction'] * 100:.1f} % | "
+              f"{r['time_per_iter'] * 1e3:.2f} | {r['spread'] * 100:.1f}{'*' if r['noisy'] else ''} | "
+              f"{base / r['time_per_iter']:.2f} | {r['wait_fraction'] * 100:.1f} % | "
               f"{r['messages_per_iter']:.0f} | {r['bytes_per_iter'] / 1e3:.1f} | {gain} |")
     rms = {f"{k[0]}{'o' if k[1] else 'n'}": v["rms"] for k, v in best.items()}
     print("final rms per variant:", rms)
