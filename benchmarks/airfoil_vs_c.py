@@ -126,11 +126,16 @@ def dispatch_overhead_us(calls: int = 20000) -> float:
     return elapsed / calls * 1e6
 
 
-def fastest(best: dict | None, new: dict) -> dict:
-    """The faster of two runs (keeping the first run's rms history)."""
-    if best is None:
-        return new
-    return dict(new, rms=best["rms"]) if new["time_per_iter"] < best["time_per_iter"] else best
+def median_round(rounds: list[dict]) -> dict:
+    """The round with the median time per iteration (its kernel times; the first round's rms
+    history), with the spread of all rounds (``spread``, ``noisy``: :mod:`meshchain.model.timing`)."""
+    from meshchain.model.timing import summarise
+
+    times = [r["time_per_iter"] for r in rounds]
+    timing = summarise(times)
+    middle = sorted(rounds, key=lambda r: r["time_per_iter"])[(len(rounds) - 1) // 2]
+    return dict(middle, rms=rounds[0]["rms"], time_per_iter=timing.median, spread=timing.spread,
+                noisy=timing.noisy, rounds=times)
 
 
 def shared_digits(a: float, b: float) -> float:
@@ -143,12 +148,13 @@ def shared_digits(a: float, b: float) -> float:
 def report(args, c, numba_runs) -> dict:
     rows = [("C gcc -O3, 1 thread", c, None)] + [(f"numba, {r['threads']} thread(s)", r, r) for r in numba_runs]
     print(f"mesh {args.size[0]}x{args.size[1]} ({3 * args.size[0] * args.size[1]} cells), {args.iters} iterations, "
-          f"best of {args.repeats} interleaved rounds")
-    print(f"| variant | ms/iter | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
-    print("|---|---|---|" + "---|" * len(KERNELS))
+          f"median of {args.repeats} interleaved rounds")
+    print(f"| variant | ms/iter | spread % | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
+    print("|---|---|---|---|" + "---|" * len(KERNELS))
     for label, r, _ in rows:
         kernels = " | ".join(f"{r['kernels'][k] * 1e3:.2f}" for k in KERNELS)
-        print(f"| {label} | {r['time_per_iter'] * 1e3:.2f} | {r['time_per_iter'] / c['time_per_iter']:.3f} | {kernels} |")
+        print(f"| {label} | {r['time_per_iter'] * 1e3:.2f} | {r['spread'] * 100:.1f}{'*' if r['noisy'] else ''} | "
+              f"{r['time_per_iter'] / c['time_per_iter']:.3f} | {kernels} |")
     digits = []
     for r in numba_runs:
         digits += [shared_digits(x[1], y[1]) for x, y in zip(r["rms"] or [], c["rms"])]
@@ -175,13 +181,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     binary, mesh = build_c(), mesh_file(args.size)
     # Rounds interleave the variants, so a slow spell of this (virtual) machine hits them alike;
-    # each variant keeps its fastest round.
-    c, numba_runs = None, [None, None]
+    # each variant reports its median round.
+    c_rounds, numba_rounds = [], [[], []]
     for _ in range(args.repeats):
-        c = fastest(c, run_c(binary, mesh, args.iters, 1))
+        c_rounds.append(run_c(binary, mesh, args.iters, 1))
         for slot, threads in enumerate((1, None)):
-            numba_runs[slot] = fastest(numba_runs[slot], run_numba(mesh, args.iters, 1, threads))
-    summary = report(args, c, numba_runs)
+            numba_rounds[slot].append(run_numba(mesh, args.iters, 1, threads))
+    summary = report(args, median_round(c_rounds), [median_round(r) for r in numba_rounds])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=1))
     print(f"wrote {args.json}")
