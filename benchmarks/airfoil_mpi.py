@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from meshchain.model.timing import median_record
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -79,17 +81,6 @@ def worker(size, iters: int, overlap: bool) -> None:
         print(json.dumps(result))
 
 
-def median_round(rounds: list[dict]) -> dict:
-    """The round with the median time per iteration, with the spread of all rounds
-    (``spread``, ``noisy``: :mod:`meshchain.model.timing`) and every round's time."""
-    from meshchain.model.timing import summarise
-
-    times = [r["time_per_iter"] for r in rounds]
-    timing = summarise(times)
-    middle = sorted(rounds, key=lambda r: r["time_per_iter"])[(len(rounds) - 1) // 2]
-    return dict(middle, time_per_iter=timing.median, spread=timing.spread, noisy=timing.noisy, rounds=times)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", nargs=2, type=int, default=(200, 300), metavar=("I", "J"))
@@ -103,7 +94,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         for ranks, overlap in variants:
             rounds[(ranks, overlap)].append(run_variant(args.size, args.iters, ranks, overlap))
-    best = {v: median_round(rounds[v]) for v in variants}
+    best = {v: median_record(rounds[v]) for v in variants}
     base = best[(args.ranks[0], True)]["time_per_iter"]
     cells = 3 * args.size[0] * args.size[1]
     print(f"Airfoil, {cells} cells, {args.iters} iterations, median of {args.repeats} interleaved rounds, 1 thread per rank"

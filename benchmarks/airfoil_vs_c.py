@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from meshchain.model.timing import median_record
+
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build"
 KERNELS = ("save_soln", "adt_calc", "res_calc", "bres_calc", "update")
@@ -126,18 +128,6 @@ def dispatch_overhead_us(calls: int = 20000) -> float:
     return elapsed / calls * 1e6
 
 
-def median_round(rounds: list[dict]) -> dict:
-    """The round with the median time per iteration (its kernel times; the first round's rms
-    history), with the spread of all rounds (``spread``, ``noisy``: :mod:`meshchain.model.timing`)."""
-    from meshchain.model.timing import summarise
-
-    times = [r["time_per_iter"] for r in rounds]
-    timing = summarise(times)
-    middle = sorted(rounds, key=lambda r: r["time_per_iter"])[(len(rounds) - 1) // 2]
-    return dict(middle, rms=rounds[0]["rms"], time_per_iter=timing.median, spread=timing.spread,
-                noisy=timing.noisy, rounds=times)
-
-
 def shared_digits(a: float, b: float) -> float:
     """Significant decimal digits two numbers share (17 when equal)."""
     if a == b:
@@ -149,7 +139,7 @@ def report(args, c, numba_runs) -> dict:
     rows = [("C gcc -O3, 1 thread", c, None)] + [(f"numba, {r['threads']} thread(s)", r, r) for r in numba_runs]
     print(f"mesh {args.size[0]}x{args.size[1]} ({3 * args.size[0] * args.size[1]} cells), {args.iters} iterations, "
           f"median of {args.repeats} interleaved rounds")
-    print(f"| variant | ms/iter | spread % | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
+    print("| variant | ms/iter | spread % | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
     print("|---|---|---|---|" + "---|" * len(KERNELS))
     for label, r, _ in rows:
         kernels = " | ".join(f"{r['kernels'][k] * 1e3:.2f}" for k in KERNELS)
@@ -187,6 +177,9 @@ def main(argv=None) -> int:
         c_rounds.append(run_c(binary, mesh, args.iters, 1))
         for slot, threads in enumerate((1, None)):
             numba_rounds[slot].append(run_numba(mesh, args.iters, 1, threads))
+    def median_round(rounds):  # the first round's rms history: the only one with it printed
+        return dict(median_record(rounds), rms=rounds[0]["rms"])
+
     summary = report(args, median_round(c_rounds), [median_round(r) for r in numba_rounds])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=1))

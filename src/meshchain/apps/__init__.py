@@ -36,9 +36,11 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ..core.errors import ConfigurationError
+from ..meshes import structured_tris
 
 __all__: list[str] = []
 
@@ -66,10 +68,6 @@ def _paired_workload(kind, declare, *, per_rank: int, loops: int, chain: str, me
     ``nchains``) on ``structured_tris(n, n)`` sized for about ``per_rank`` edges per rank,
     with ``loops / 2`` repetitions of the chain's pair of loops (``chain`` says what the
     pair is, for the error)."""
-    import dataclasses
-
-    from ..meshes import structured_tris
-
     nchains = _pairs(loops, chain)
     n = _mesh_size(_total_size(per_rank))
     problem = declare(structured_tris(n, n), method=method)

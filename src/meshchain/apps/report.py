@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.timing import MAX_ATTEMPTS, NOISY_SPREAD
+from ..model.timing import MAX_ATTEMPTS, NOISY_SPREAD, measure_interleaved
 
 __all__ = ["main", "run_report", "format_table", "worker", "predicted", "WORKLOADS", "NETWORKS"]
 
@@ -195,8 +195,6 @@ def worker(workload: str, *, per_rank: int, loops, iters: int, repeats: int, che
 
 def _measure(app, workload, per_rank, loops, iters, repeats, check_steps, noisy_spread, max_attempts) -> dict | None:
     import meshchain as mc
-
-    from ..model.timing import measure_interleaved
 
     equal = _same_answer(app, per_rank, loops, check_steps)
     mc.reset_runtime()

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..core.errors import ConfigurationError
 
-__all__ = ["Timing", "spread_of", "summarise", "measure_interleaved", "NOISY_SPREAD", "MAX_ATTEMPTS"]
+__all__ = ["Timing", "spread_of", "summarise", "median_record", "measure_interleaved", "NOISY_SPREAD",
+           "MAX_ATTEMPTS"]
 
 NOISY_SPREAD = 0.10  # relative interquartile range above which a timing is noisy
 MAX_ATTEMPTS = 3  # measurements of a noisy timing before it is reported as noisy
@@ -70,6 +71,22 @@ def summarise(samples, *, threshold: float = NOISY_SPREAD, attempts: int = 1) ->
     """A :class:`Timing` of ``samples`` (noisy when the spread exceeds ``threshold``)."""
     spread = spread_of(samples)
     return Timing(float(np.median(samples)), spread, tuple(float(s) for s in samples), attempts, spread > threshold)
+
+
+def median_record(records: list, *, key: str = "time_per_iter", threshold: float = NOISY_SPREAD) -> dict:
+    """Of ``records`` (dicts, one per timed round), the one whose ``key`` is the median round's
+    (the lower one of an even count), with ``key`` set to the median and ``spread``,
+    ``noisy`` and ``rounds`` (every round's ``key``) added: for benchmarks whose rounds carry
+    more than a time (per-kernel times, message counts).
+
+    >>> median_record([{"time_per_iter": 3.0, "n": 1}, {"time_per_iter": 1.0, "n": 2},
+    ...                {"time_per_iter": 2.0, "n": 3}])["n"]
+    3
+    """
+    times = [r[key] for r in records]
+    timing = summarise(times, threshold=threshold)
+    middle = sorted(records, key=lambda r: r[key])[(len(records) - 1) // 2]
+    return dict(middle, **{key: timing.median}, spread=timing.spread, noisy=timing.noisy, rounds=times)
 
 
 def measure_interleaved(takes: dict, *, repeats: int = 5, threshold: float = NOISY_SPREAD,
