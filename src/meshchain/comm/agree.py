@@ -26,11 +26,12 @@ __all__ = ["raise_together", "agree_on_failure", "check_agreement", "alive_every
 
 
 def raise_together(comm, error: BaseException | None) -> None:
-    """Raise on every rank if ``error`` is not None on some rank (collective over ``comm``)."""
-    if comm is None or comm.size == 1:
-        if error is not None:
-            raise error
-        return
+    """Raise on every rank if ``error`` is not None on some rank (collective over ``comm``):
+    one small ``Allreduce`` when no rank failed, the reports gathered only when one did."""
+    agree_on_failure(comm, error)
+
+
+def _raise_reported(comm, error: BaseException | None) -> None:
     reports = comm.allgather(None if error is None else (type(error), str(error)))
     _raise_first(comm, reports, error)
 
@@ -50,7 +51,7 @@ def agree_on_failure(comm, error: BaseException | None, flag: np.ndarray | None 
     flag[0] = 0 if error is None else 1
     comm.Allreduce(MPI.IN_PLACE, flag[:1], op=MPI.MAX)
     if flag[0]:
-        raise_together(comm, error)
+        _raise_reported(comm, error)
 
 
 def _raise_first(comm, reports, error) -> None:
@@ -75,7 +76,7 @@ def check_agreement(comm, value, what: str) -> None:
     error = None
     if any(v != values[0] for v in values):
         error = DataShapeError(f"{what} differs between ranks: {values}; every rank must pass the same value.")
-    raise_together(None, error)
+    raise_together(None, error)  # every rank found the same difference
 
 
 def alive_everywhere(comm, objects) -> list:

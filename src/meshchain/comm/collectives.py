@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .blocks import block_owner
+from .sparse import exchange_rows
 
 __all__ = ["alltoallv", "fetch_rows", "fetch_csr", "gather_rows", "concatenated_ranges", "mpi_datatype"]
 
@@ -19,23 +20,11 @@ def alltoallv(comm, send: np.ndarray, destinations: np.ndarray) -> tuple[np.ndar
 
     Returns ``(received, sources)``: the rows received, grouped by source rank in rank
     order (rows from one source keep their order), and the source rank of each row.
+    Moved by the dynamic sparse exchange (:func:`meshchain.comm.sparse.exchange_rows`,
+    NBX termination): a rank sends only to the ranks its rows go to and learns who sends
+    to it without an all-to-all of counts, so no rank does O(P) work for P ranks.
     """
-    send = np.ascontiguousarray(send)
-    order = np.argsort(destinations, kind="stable")
-    ordered = np.ascontiguousarray(send[order])
-    counts = np.bincount(destinations, minlength=comm.size).astype(np.int64)
-    recv_counts = np.array(comm.alltoall(counts.tolist()), dtype=np.int64)
-    row = int(np.prod(send.shape[1:], dtype=np.int64))
-    received = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
-    mpi_type = mpi_datatype(send.dtype)
-    send_displ = np.concatenate(([0], np.cumsum(counts)[:-1])) * row
-    recv_displ = np.concatenate(([0], np.cumsum(recv_counts)[:-1])) * row
-    comm.Alltoallv(
-        [ordered, (counts * row).tolist(), send_displ.tolist(), mpi_type],
-        [received, (recv_counts * row).tolist(), recv_displ.tolist(), mpi_type],
-    )
-    sources = np.repeat(np.arange(comm.size), recv_counts)
-    return received, sources
+    return exchange_rows(comm, np.ascontiguousarray(send), np.asarray(destinations, dtype=np.int64))
 
 
 def mpi_datatype(dtype):
