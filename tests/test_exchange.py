@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshchain.comm.exchange import HaloExchange, HaloItem
-from meshchain.comm.packing import pack, row_table, unpack, word_view
+from meshchain.comm.packing import COMBINE, pack, row_table, scratch, typed_view, unpack, word_view
 
 DTYPES = (np.float64, np.float32, np.int32, np.int64)
 
@@ -83,3 +83,36 @@ def test_an_exchange_moves_the_right_rows_run_after_run(comm, grouped):
     for exchange in exchanges:
         exchange.close()
         assert exchange.requests == []
+
+
+@st.composite
+def combining_cases(draw):
+    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    arrays = [np.arange(rows * dim, dtype=dtype).reshape(rows, dim) * 3 - 20
+              for rows, dim in draw(st.lists(st.tuples(st.integers(1, 8), st.integers(1, 3)), min_size=1, max_size=2))]
+    pieces = [(view, np.array(draw(st.lists(st.integers(0, len(arrays[view]) - 1), max_size=6)), dtype=np.int64))
+              for view in draw(st.lists(st.integers(0, len(arrays) - 1), max_size=4))]
+    return arrays, pieces, draw(st.sampled_from(sorted(COMBINE))), draw(st.integers(0, 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=combining_cases())
+def test_combining_equals_numpy_in_order(case):
+    """combine_<op> applies the buffer's values to the listed rows one after another, in the
+    rows' dtype, wherever in the buffer they sit (``pad`` shifts them off 8-byte alignment)."""
+    arrays, pieces, op, pad = case
+    widths = [word_view(a).shape[1] for a in arrays]
+    table, words = row_table(pieces, widths)
+    table[:, 2] += pad
+    contributions = [np.flip(a, axis=0) * 2 + 1 for a in arrays]  # what the buffer carries, row by row
+    buffer = np.zeros(words + pad, dtype=np.uint32)
+    pack(buffer, tuple(word_view(c) for c in contributions), table)
+    want = [a.copy() for a in arrays]
+    for v, rows in pieces:
+        for row in rows:
+            value = contributions[v][row]
+            want[v][row] = {"sum": lambda old: old + value, "min": lambda old: np.minimum(old, value),
+                            "max": lambda old: np.maximum(old, value)}[op](want[v][row])
+    COMBINE[op](buffer, tuple(typed_view(a) for a in arrays), table, *scratch(arrays[0].dtype))
+    for got, expected in zip(arrays, want):
+        assert got.tobytes() == expected.tobytes()

@@ -144,3 +144,31 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
     assert found == {"meshchain.engine.session", "meshchain.engine", "meshchain.core.errors"}
     assert layer_of("meshchain.engine.session") > layer_of("meshchain.types.sample")
     assert layer_of("meshchain") == layer_of("meshchain.api") > layer_of("meshchain.engine.plans")
+
+
+# MPI calls that move point-to-point data (and the all-to-alls set-up used to make): only
+# the communication layer may make them (DESIGN.md §3, "Communication layer")
+POINT_TO_POINT = frozenset({
+    "Isend", "Irecv", "Issend", "Send", "Recv", "Ssend", "Bsend", "Rsend", "Sendrecv", "Send_init", "Recv_init",
+    "Psend_init", "Precv_init", "Put", "Get", "Accumulate", "Probe", "Iprobe", "Mprobe", "Improbe",
+    "isend", "irecv", "issend", "sendrecv", "Alltoall", "Alltoallv", "Alltoallw", "alltoall",
+    "Ineighbor_alltoallv", "Neighbor_alltoallv", "Neighbor_alltoallv_init", "Ineighbor_alltoall",
+    "Neighbor_alltoall", "neighbor_alltoall",
+})
+
+
+def point_to_point_outside_comm() -> dict:
+    return {name: sorted(_names(path) & POINT_TO_POINT) for name, path in modules().items()
+            if not name.startswith("meshchain.comm") and _names(path) & POINT_TO_POINT}
+
+
+def test_only_the_communication_layer_sends_messages():
+    found = point_to_point_outside_comm()
+    assert not found, f"point-to-point MPI calls outside meshchain.comm: {found}"
+
+
+def test_the_sender_check_sees_a_call_on_any_object(tmp_path):
+    module = tmp_path / "sender.py"
+    module.write_text('"""comm.Isend(x) in a docstring is no call."""\n\n'
+                      "def f(link, data):\n    return link.Irecv(data, source=1)\n")
+    assert _names(module) & POINT_TO_POINT == {"Irecv"}

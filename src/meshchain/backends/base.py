@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..comm.exchange import HaloExchange, HaloItem
+from ..comm.transports import TRANSPORTS
 from ..core.access import Access
 from ..types.args import GLOBAL
 
@@ -62,6 +63,7 @@ class Backend(ABC):
     """
 
     name = "abstract"
+    transports = TRANSPORTS  # how its halo exchanges may move messages (see meshchain.comm.transports)
     can_tile = False
     times_itself = False  # True: compute times come through PhaseRun.timer, not the engine's clock
 
@@ -113,16 +115,17 @@ class Backend(ABC):
         generic path of :meth:`tiled` implement it."""
         raise NotImplementedError(f"the {self.name} backend cannot run listed iterations")
 
-    def halo_exchange(self, comm, items, *, tag: int):
+    def halo_exchange(self, comm, items, *, tag: int, transport: str = "persistent"):
         """An exchange of ``items`` (``(storage, exports, imports)``: a dat's storage and, per
         neighbour, the rows sent and received, in wire order), with ``begin()``, ``end()``,
-        ``close()``, ``messages``, ``bytes_sent`` and ``largest``. Host exchanges pack in
-        compiled code; rows of a dat whose values are on a device are brought over first.
-        Backends that keep dats elsewhere override this."""
+        ``close()``, ``messages``, ``bytes_sent`` and ``largest``, moved by ``transport`` (see
+        :mod:`meshchain.comm.transports`). Host exchanges pack in compiled code; rows of a dat
+        whose values are on a device are brought over first. Backends that keep dats
+        elsewhere override this."""
         return HaloExchange(comm, [HaloItem(storage.host, exports, imports,
                                             storage.rows_to_host if storage.device is not None else None,
                                             storage.rows_from_host if storage.device is not None else None)
-                                   for storage, exports, imports in items], tag=tag)
+                                   for storage, exports, imports in items], tag=tag, transport=transport)
 
     def prepare_data(self, storage, *, write: bool) -> None:
         """Make a dat's values usable by this backend before a plan that uses it is built."""

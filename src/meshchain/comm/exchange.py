@@ -13,7 +13,35 @@ of each message from their export and import lists, so no header is sent.
 avoiding segment); otherwise one exchange carries one dat, with that dat's tag (a loop
 run on its own sends one message per dat per neighbour).
 
-Every start goes through :func:`start_requests` (tests count the messages there).
+Every start of persistent requests goes through :func:`start_requests` (tests count the
+messages there; it is looked up when a run starts, so replacing it takes effect at once).
+
+Transports
+----------
+``transport`` picks how the words travel (:mod:`.transports`): ``"persistent"`` (the
+default: persistent requests made once), ``"p2p"`` (fresh non-blocking messages per run),
+``"neighbour"`` (a neighbourhood all-to-all on a distributed-graph communicator) or
+``"rma"`` (puts into a window, with active-target Post/Start/Complete/Wait). They move
+the same words, so every transport gives the same bits; ``messages``, ``bytes_sent`` and
+``largest`` count what this rank sends per forward run, whatever the transport.
+Distributed-graph communicators and windows are *collective* objects: they are made at
+the first run (every rank runs every exchange of a plan, in the same order, even with no
+neighbours), never when the exchange is built (a build may fail on one rank before it
+reaches a later exchange), and freed by :meth:`~HaloExchange.close`, which is then
+collective too (every rank closes the exchanges it ran, in the same order).
+
+Reverse exchanges
+-----------------
+:meth:`~HaloExchange.begin_reverse` and :meth:`~HaloExchange.end_reverse` run the plan
+backwards (PetscSF's *reduce*): every rank sends the current values of its imported (halo)
+rows back to the neighbour they came from, and the owner combines them into its exported
+rows with ``op`` (:data:`OPS`: ``"sum"``, ``"min"``, ``"max"`` or ``"replace"``), in the
+dat's own dtype, neighbour by neighbour (ascending) and in wire order within a neighbour,
+so the result is the same bits on every transport. The owner's current value takes part
+(``"sum"`` adds the contributions to it; ``"replace"`` keeps the last contribution). Packing
+is one compiled call; combining is one compiled call per dtype among the exchange's dats
+(``"replace"``: one call). Forward and reverse runs of one exchange share its buffers, so
+they take turns.
 
 Examples
 --------
@@ -27,6 +55,12 @@ On one process there is nobody to talk to, so an exchange moves nothing:
 >>> exchange.begin(); exchange.end()
 >>> exchange.messages, exchange.bytes_sent
 (0, 0)
+>>> exchange.begin_reverse("max"); exchange.end_reverse()
+>>> exchange.close()
+>>> rma = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {}, {})], tag=3, transport="rma")
+>>> rma.transport, rma.messages
+('rma', 0)
+>>> rma.begin(); rma.end(); rma.close()
 """
 
 from __future__ import annotations
@@ -35,9 +69,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .packing import WORD, pack, row_table, unpack, word_view
+from ..core.errors import MeshchainError
+from .packing import COMBINE, OPS, WORD, check_op, pack, row_table, scratch, typed_view, unpack, word_view
+from .transports import TRANSPORTS, Wire, check_transport, make_transport
 
-__all__ = ["HaloItem", "HaloExchange", "start_requests", "GROUPED_TAG"]
+__all__ = ["HaloItem", "HaloExchange", "start_requests", "GROUPED_TAG", "TRANSPORTS", "OPS"]
 
 GROUPED_TAG = 0
 """The tag of grouped messages (dats use their declaration number, >= 1, as tag)."""
@@ -49,7 +85,9 @@ class HaloItem(NamedTuple):
 
     ``before_pack`` and ``after_unpack`` (optional callables taking the rows) let storage
     that is not only in host memory bring the exported rows to the host first and pass the
-    received rows on afterwards.
+    received rows on afterwards. A reverse run calls them too: ``before_pack`` with the
+    imported rows before packing them (and with the exported rows before combining into
+    them, unless the op is ``"replace"``), ``after_unpack`` with the exported rows after.
     """
 
     array: np.ndarray
@@ -66,8 +104,14 @@ def start_requests(requests) -> None:
     MPI.Prequest.Startall(requests)
 
 
+def _start(requests) -> None:
+    """The transports' starter: :func:`start_requests` as this module holds it at the call."""
+    start_requests(requests)
+
+
 class _Side:
-    """One direction of an exchange: row table, buffer and each neighbour's word range."""
+    """One direction of an exchange: row table, each neighbour's word range, and the rows of
+    each dat (the buffer is a view of the exchange's wire, set afterwards)."""
 
     def __init__(self, items, table_of: str, neighbours, widths):
         pieces, self.ranges, start = [], [], 0
@@ -80,62 +124,167 @@ class _Side:
             if words:
                 self.ranges.append((neighbour, start, start + words))
             start += words
-        self.table, words = row_table(pieces, widths)
-        self.buffer = np.empty(words, dtype=WORD)
+        self.table, self.words = row_table(pieces, widths)
+        self.buffer = None
         self.rows = {number: np.concatenate([rows for v, rows in pieces if v == number])
                      for number in {v for v, _ in pieces}}
 
 
+class _Combine(NamedTuple):
+    """The dats of one dtype, as typed views, and the send table's rows for them."""
+
+    views: tuple
+    table: np.ndarray
+    words: np.ndarray
+    values: np.ndarray
+
+
 class HaloExchange:
-    """A planned exchange of ``items`` (see the module docstring).
+    """A planned exchange of ``items`` over ``comm`` (see the module docstring).
+
+    Parameters
+    ----------
+    comm : mpi4py communicator (or an object forwarding to one)
+    items : sequence of HaloItem
+    tag : int
+        The tag of this exchange's messages.
+    transport : str
+        One of :data:`TRANSPORTS` (default ``"persistent"``); an unknown one, or one this
+        MPI library lacks, raises :class:`~meshchain.core.errors.ConfigurationError` (the
+        same on every rank).
 
     Attributes
     ----------
+    transport : str
+        The transport's name.
     messages, bytes_sent, largest : int
-        Messages this rank sends per run, their bytes, and the largest one.
+        Messages this rank sends per (forward) run, their bytes, and the largest one.
     """
 
-    def __init__(self, comm, items, *, tag: int):
+    def __init__(self, comm, items, *, tag: int, transport: str = "persistent"):
+        self.transport = check_transport(transport, comm)
         self.items = tuple(items)
         self.views = tuple(word_view(item.array) for item in self.items)
         widths = [view.shape[1] for view in self.views]
         neighbours = sorted({n for item in self.items for n in (*item.exports, *item.imports)})
         self.send = _Side(self.items, "exports", neighbours, widths)
         self.receive = _Side(self.items, "imports", neighbours, widths)
-        self.requests = []
-        for neighbour, begin, end in self.send.ranges:
-            self.requests.append(comm.Send_init(self.send.buffer[begin:end], dest=neighbour, tag=tag))
-        for neighbour, begin, end in self.receive.ranges:
-            self.requests.append(comm.Recv_init(self.receive.buffer[begin:end], source=neighbour, tag=tag))
+        wire = Wire.allocate(self.send.words, self.receive.words, self.send.ranges, self.receive.ranges)
+        self.send.buffer, self.receive.buffer = wire.send, wire.receive
         sizes = [(end - begin) * WORD.itemsize for _, begin, end in self.send.ranges]
         self.messages, self.bytes_sent, self.largest = len(sizes), sum(sizes), max(sizes, default=0)
         self._staged = [(n, item) for n, item in enumerate(self.items)
                         if item.before_pack is not None or item.after_unpack is not None]
+        self._combines = None  # made at the first combining reverse run
+        self._checked: set = set()  # ops already accepted for these dats
+        self._state = None  # None (idle), "forward", the op of a reverse run, or "closed"
+        self._transport = make_transport(transport, comm, wire, tag=tag, start=_start)
+
+    @property
+    def requests(self) -> list:
+        """The MPI requests the exchange holds now (none once closed)."""
+        return self._transport.requests
+
+    def _refuse(self, what: str):
+        if self._state == "closed":
+            raise MeshchainError("this halo exchange is closed; build a new one")
+        raise MeshchainError(f"a halo exchange cannot begin a {what} run while a "
+                             f"{'forward' if self._state == 'forward' else 'reverse'} run is in flight; end that first")
+
+    def _stage(self, hook: str, rows) -> None:
+        for number, item in self._staged:
+            call = getattr(item, hook)
+            if call is not None and number in rows:
+                call(rows[number])
+
+    # --- forward: owners to halos ------------------------------------------------------------------
 
     def begin(self) -> None:
         """Pack the exported rows (one compiled call) and start every message."""
-        for number, item in self._staged:
-            if item.before_pack is not None and number in self.send.rows:
-                item.before_pack(self.send.rows[number])
+        if self._state is not None:
+            self._refuse("forward")
+        if self._staged:
+            self._stage("before_pack", self.send.rows)
         if len(self.send.table):
             pack(self.send.buffer, self.views, self.send.table)
-        if self.requests:
-            start_requests(self.requests)
+        if not self._transport.idle:
+            self._transport.start(False)
+        self._state = "forward"
 
     def end(self) -> None:
         """Wait for every message and unpack the received rows (one compiled call)."""
-        if self.requests:
-            from mpi4py import MPI
-
-            MPI.Request.Waitall(self.requests)
+        if self._state != "forward":
+            raise MeshchainError("end() of a halo exchange needs a forward run begun by begin()")
+        if not self._transport.idle:
+            self._transport.wait(False)
+        self._state = None
         if len(self.receive.table):
             unpack(self.receive.buffer, self.views, self.receive.table)
-        for number, item in self._staged:
-            if item.after_unpack is not None and number in self.receive.rows:
-                item.after_unpack(self.receive.rows[number])
+        if self._staged:
+            self._stage("after_unpack", self.receive.rows)
+
+    # --- reverse: halo contributions back to their owners ---------------------------------------------
+
+    def begin_reverse(self, op: str = "sum") -> None:
+        """Pack the imported rows (one compiled call) and send them back to their owners,
+        to be combined with ``op`` (one of :data:`OPS`) by :meth:`end_reverse`."""
+        if not (isinstance(op, str) and op in self._checked):
+            check_op(op, {item.array.dtype for item in self.items})
+            self._checked.add(op)
+        if self._state is not None:
+            self._refuse("reverse")
+        if self._staged:
+            self._stage("before_pack", self.receive.rows)
+        if len(self.receive.table):
+            pack(self.receive.buffer, self.views, self.receive.table)
+        if not self._transport.idle:
+            self._transport.start(True)
+        self._state = op
+
+    def end_reverse(self) -> None:
+        """Wait for the contributions and combine them into the exported rows (neighbours
+        ascending, then wire order; one compiled call per dtype, or one for ``"replace"``)."""
+        op = self._state
+        if op not in OPS:
+            raise MeshchainError("end_reverse() of a halo exchange needs a reverse run begun by begin_reverse()")
+        if not self._transport.idle:
+            self._transport.wait(True)
+        self._state = None
+        if len(self.send.table):
+            if op == "replace":
+                unpack(self.send.buffer, self.views, self.send.table)
+            else:
+                if self._staged:
+                    self._stage("before_pack", self.send.rows)
+                for combine in self._combined():
+                    COMBINE[op](self.send.buffer, combine.views, combine.table, combine.words, combine.values)
+        if self._staged:
+            self._stage("after_unpack", self.send.rows)
+
+    def _combined(self) -> tuple:
+        """One :class:`_Combine` per dtype among the dats that receive contributions (made once)."""
+        if self._combines is None:
+            table, by_dtype = self.send.table, {}
+            for number in np.unique(table[:, 0]).tolist():
+                by_dtype.setdefault(self.items[number].array.dtype, []).append(number)
+            combines = []
+            for dtype, group in by_dtype.items():
+                local = np.full(len(self.items), -1, dtype=np.int64)
+                local[group] = np.arange(len(group))
+                part = np.ascontiguousarray(table[np.isin(table[:, 0], group)])
+                part[:, 0] = local[part[:, 0]]
+                combines.append(_Combine(tuple(typed_view(self.items[n].array) for n in group), part,
+                                         *scratch(dtype)))
+            self._combines = tuple(combines)
+        return self._combines
 
     def close(self) -> None:
-        """Free the persistent requests (the exchange cannot run afterwards)."""
-        for request in self.requests:
-            request.Free()
-        self.requests = []
+        """Free what the exchange holds (persistent requests; the communicators and windows of
+        the ``"neighbour"`` and ``"rma"`` transports, collectively); a run still in flight is
+        waited for first. The exchange cannot run afterwards; closing twice does nothing."""
+        if self._state == "closed":
+            return
+        if self._state is not None:
+            self._transport.wait(self._state != "forward")
+        self._transport.close()
+        self._state = "closed"

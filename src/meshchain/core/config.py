@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ConfigurationError, MeshchainWarning
 
-__all__ = ["Config", "BACKENDS", "AUXILIARY_VARIABLES"]
+__all__ = ["Config", "BACKENDS", "TRANSPORTS", "AUXILIARY_VARIABLES"]
 
 AUXILIARY_VARIABLES = frozenset({
     # set by meshchain's own test harness (tests/mpi_harness.py, tests/conftest.py) and notebook
@@ -29,6 +29,7 @@ AUXILIARY_VARIABLES = frozenset({
 BACKENDS = ("numba", "reference", "cupy", "cuda-emulation")
 GPU_INCREMENTS = ("atomic", "colour")
 GPU_HALOS = ("auto", "staged", "direct")
+TRANSPORTS = ("auto", "p2p", "persistent", "neighbour", "rma")
 
 
 def _default_cache_dir() -> Path:
@@ -73,6 +74,14 @@ class Config:
         of each exchange's packed bytes through pinned host buffers), ``"direct"`` (the
         device buffers themselves; needs a CUDA-aware MPI) or ``"auto"`` (default: direct
         when the MPI library reports CUDA support, else staged).
+    transport : str
+        How halo exchanges move their messages on several ranks (every transport gives the
+        same bits): ``"p2p"`` (``Isend``/``Irecv`` each time), ``"persistent"`` (persistent
+        requests made once per exchange plan, started each time), ``"neighbour"``
+        (``Ineighbor_alltoallv`` on a distributed-graph communicator), ``"rma"`` (a window
+        per plan, ``Put`` with active-target synchronisation) or ``"auto"`` (default: the one
+        ``mc.model.calibrate()`` measured fastest on this host and rank count, else
+        ``"persistent"``). ``mc.stats().transport`` says which one runs.
     """
 
     backend: str = "numba"
@@ -86,6 +95,7 @@ class Config:
     gpu_threads: int = 256
     gpu_increments: str = "atomic"
     gpu_halos: str = "auto"
+    transport: str = "auto"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -103,6 +113,8 @@ class Config:
             raise ConfigurationError(
                 f"gpu_increments must be one of {', '.join(GPU_INCREMENTS)}, got {self.gpu_increments!r}."
             )
+        if self.transport not in TRANSPORTS:
+            raise ConfigurationError(f"transport {self.transport!r} is unknown; choose one of {', '.join(TRANSPORTS)}.")
         if self.gpu_halos not in GPU_HALOS:
             raise ConfigurationError(f"gpu_halos must be one of {', '.join(GPU_HALOS)}, got {self.gpu_halos!r}.")
         for flag in ("debug", "overlap"):
@@ -124,7 +136,8 @@ class Config:
     @classmethod
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
-        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``, ``_GPU_HALOS``."""
+        ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``, ``_GPU_HALOS``,
+        ``_TRANSPORT``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -148,7 +161,7 @@ def _warn_unknown(environ, known) -> None:
 
 
 def _parse(name: str, raw: str):
-    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos"):
+    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos", "transport"):
         return raw
     if name == "chains":
         return raw or None

@@ -174,15 +174,18 @@ class Stats:
     loops: dict = field(default_factory=dict)
     backend: str = ""
     chains: dict = field(default_factory=dict)
+    transport: str = ""
 
     def as_dict(self) -> dict:
-        return {"backend": self.backend, "loops": {k: v.as_dict() for k, v in self.loops.items()},
+        return {"backend": self.backend, "transport": self.transport,
+                "loops": {k: v.as_dict() for k, v in self.loops.items()},
                 "chains": {k: v.as_dict() for k, v in self.chains.items()}}
 
     def combined(self, per_rank) -> "Stats":
         """The statistics of all ranks summed (``neighbours``, ``colours``, ``depth`` and the
         largest messages: the maximum; diagnostics: every rank's)."""
-        return Stats(_combine(per_rank, "loops", LoopStats), self.backend, _combine(per_rank, "chains", ChainStats))
+        return Stats(_combine(per_rank, "loops", LoopStats), self.backend, _combine(per_rank, "chains", ChainStats),
+                     self.transport)
 
     def __str__(self) -> str:
         header = (f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
@@ -206,6 +209,8 @@ class Stats:
                      for c in self.chains.values() if c.tiled_groups]
             rows += [f"  {c.name}: {d}" for c in self.chains.values() for d in c.diagnostics + [c.decision] if d]
             rows += [_model_row(c) for c in self.chains.values() if c.predicted_executions]
+        if self.transport:
+            rows.append(f"halo exchanges: transport {self.transport}")
         return "\n".join(rows)
 
 
@@ -300,9 +305,9 @@ class StatsRecorder:
             account.add_to(self)
             account.reset()
 
-    def snapshot(self, backend: str) -> Stats:
+    def snapshot(self, backend: str, transport: str = "") -> Stats:
         folded = self._folded()
-        return Stats(folded.loops, backend, folded.chains)
+        return Stats(folded.loops, backend, folded.chains, transport)
 
     def _folded(self) -> Stats:
         folded = StatsRecorder()

@@ -136,7 +136,7 @@ class _Builder:
             set_layout = layout.of(unit.objects[key].dataset)
             items.append((storage, _rows(set_layout.exports, lo, hi), _rows(set_layout.imports, lo, hi)))
         tag = GROUPED_TAG if spec.grouped else items[0][0].tag
-        exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag)
+        exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag, transport=self.session.transport)
         self.closers.append(exchange.close)
         return exchange
 

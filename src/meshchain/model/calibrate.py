@@ -34,13 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..comm.pingpong import half_round_trip
 from ..core import context
 from ..core.errors import ConfigurationError
 from .equations import Machine
 from .overheads import fit_overheads
 
 __all__ = ["Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "calibration_path",
-           "measure_network", "measure_packing"]
+           "measure_network", "measure_packing", "measure_transports"]
 
 SIZES = (8, 1024, 16384, 131072, 1048576)
 
@@ -57,22 +58,27 @@ class Calibration:
     host: str = ""
     created: str = ""
     overheads: bool = False
+    transport: str = ""
+    transport_times: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"machine": asdict(self.machine), "loop_costs": dict(self.loop_costs), "ranks": self.ranks,
-                "host": self.host, "created": self.created, "overheads": self.overheads}
+                "host": self.host, "created": self.created, "overheads": self.overheads,
+                "transport": self.transport, "transport_times": dict(self.transport_times)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
         return cls(Machine(**data["machine"]), dict(data.get("loop_costs", {})), int(data["ranks"]),
-                   data.get("host", ""), data.get("created", ""), bool(data.get("overheads", False)))
+                   data.get("host", ""), data.get("created", ""), bool(data.get("overheads", False)),
+                   str(data.get("transport", "")), dict(data.get("transport_times", {})))
 
     def describe(self, machine: Machine | None = None) -> str:
         """The constants in words (``machine``: these instead of the calibration's)."""
         m = machine or self.machine
+        fastest = f"; fastest transport {self.transport}" if self.transport else ""
         return (f"L = {m.latency * 1e6:.2f} µs, B = {m.bandwidth / 1e9:.2f} GB/s, c = {m.pack_cost * 1e9:.3f} ns/B, "
                 f"o_r = {m.round_overhead * 1e6:.1f} µs, o_l = {m.loop_overhead * 1e6:.1f} µs; "
-                f"{self.ranks} rank(s) on {self.host or '?'}")
+                f"{self.ranks} rank(s) on {self.host or '?'}{fastest}")
 
 
 def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibration:
@@ -111,8 +117,10 @@ def measure(comm, *, costs: dict, observations, previous, path: Path | None, rep
     machine = Machine(latency, bandwidth, measure_packing(comm))
     costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
     machine, fitted = _overheads(comm, observations, machine, costs, previous)
+    times = measure_transports(comm, repeats=max(5, repeats // 2))
     calibration = Calibration(machine, costs, comm.size, socket.gethostname(),
-                              datetime.datetime.now().isoformat(timespec="seconds"), fitted)
+                              datetime.datetime.now().isoformat(timespec="seconds"), fitted,
+                              min(times, key=times.get) if times else "", times)
     if path is not None and comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -177,11 +185,46 @@ def measure_network(comm, *, sizes=SIZES, repeats: int = 30) -> tuple[float, flo
     """``(L, B)`` from ping-pong between rank pairs, agreed over ``comm`` (collective)."""
     from mpi4py import MPI
 
-    times = np.array([_half_round_trip(comm, n, repeats) for n in sizes])
+    times = np.array([half_round_trip(comm, n, repeats) for n in sizes])
     latency, bandwidth = _fit(np.array(sizes, dtype=float), times)
     agreed = np.array([latency, -bandwidth])
     comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
     return float(agreed[0]), float(-agreed[1])
+
+
+def measure_transports(comm, *, rows: int = 2048, width: int = 4, repeats: int = 15) -> dict:
+    """Seconds per halo exchange for each transport this MPI offers (collective): every rank
+    exchanges ``rows`` rows of ``width`` float64 with its two ring neighbours, ``repeats``
+    timed runs after a first one (which builds windows and communicators), the median,
+    the largest over ``comm``. Empty on one process (there is nothing to exchange)."""
+    from mpi4py import MPI
+
+    from ..comm.exchange import HaloExchange, HaloItem
+    from ..comm.transports import available_transports
+
+    if comm.size == 1:
+        return {}
+    neighbours = sorted({(comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size})
+    values = np.zeros((rows * (1 + len(neighbours)), width))
+    exports = {n: np.arange(rows, dtype=np.int64) for n in neighbours}
+    imports = {n: rows * (1 + k) + np.arange(rows, dtype=np.int64) for k, n in enumerate(neighbours)}
+    times = {}
+    for name in available_transports(comm):
+        exchange = HaloExchange(comm, [HaloItem(values, exports, imports)], tag=0, transport=name)
+        samples = []
+        try:
+            for _ in range(repeats + 1):
+                comm.Barrier()
+                start = time.perf_counter()
+                exchange.begin()
+                exchange.end()
+                samples.append(time.perf_counter() - start)
+        finally:
+            exchange.close()
+        median = np.array([float(np.median(samples[1:]))])
+        comm.Allreduce(MPI.IN_PLACE, median, op=MPI.MAX)
+        times[name] = float(median[0])
+    return times
 
 
 def measure_packing(comm, *, rows: int = 50_000, width: int = 4, repeats: int = 5) -> float:
@@ -202,35 +245,6 @@ def measure_packing(comm, *, rows: int = 50_000, width: int = 4, repeats: int = 
     cost = np.array([float(np.median(samples[1:])) / message.nbytes])
     comm.Allreduce(MPI.IN_PLACE, cost, op=MPI.MAX)
     return float(cost[0])
-
-
-def _half_round_trip(comm, nbytes: int, repeats: int) -> float:
-    """Median of half a round trip of ``nbytes`` with this rank's partner (rank ^ 1); a rank
-    without a partner sends to itself."""
-    partner = comm.rank ^ 1
-    if partner >= comm.size:
-        partner = comm.rank
-    out, back = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
-    samples = []
-    comm.Barrier()
-    for _ in range(repeats + 2):  # two warm-up trips
-        start = time.perf_counter()
-        if partner == comm.rank:
-            request = comm.Irecv(back, source=partner, tag=77)
-            comm.Send(out, dest=partner, tag=77)
-            request.Wait()
-            request = comm.Irecv(out, source=partner, tag=77)
-            comm.Send(back, dest=partner, tag=77)
-            request.Wait()
-        elif comm.rank < partner:
-            comm.Send(out, dest=partner, tag=77)
-            comm.Recv(back, source=partner, tag=77)
-        else:
-            comm.Recv(back, source=partner, tag=77)
-            comm.Send(out, dest=partner, tag=77)
-        samples.append((time.perf_counter() - start) / 2)
-    comm.Barrier()
-    return float(np.median(samples[2:]))
 
 
 def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:

@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from ...core.access import Access
+from ...core.errors import ConfigurationError
 from ...core.storage import GlobalStorage
 from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
@@ -49,6 +50,7 @@ class CudaBackend(Backend):
     """Runs loops as generated ``__global__`` functions on ``device`` (see :mod:`.device`)."""
 
     can_tile = True
+    transports = ("p2p",)
     times_itself = True  # kernel times come from the device (CUDA events), not the host's clock
 
     def __init__(self, config, caches, *, distributed: bool = False, device):
@@ -63,7 +65,14 @@ class CudaBackend(Backend):
         self.validate()
 
     def validate(self) -> None:
-        """On several ranks, ``gpu_halos="direct"`` needs a CUDA-aware MPI."""
+        """On several ranks, ``gpu_halos="direct"`` needs a CUDA-aware MPI; device exchanges
+        post point-to-point messages (host or device buffers), so ``transport`` must be
+        ``"p2p"`` or ``"auto"``."""
+        if self.config.transport not in ("auto",) + self.transports:
+            raise ConfigurationError(
+                f"transport {self.config.transport!r} is not available with the {self.name} backend: its halo "
+                f"exchanges pack on the device and post point-to-point messages from device or pinned host "
+                f"buffers; use transport='p2p' or 'auto'.")
         if self.distributed:
             halo_mode(self.config.gpu_halos, self.device)
 
@@ -110,8 +119,9 @@ class CudaBackend(Backend):
 
     # --- halo exchanges (see :mod:`.halo`) ------------------------------------------------------
 
-    def halo_exchange(self, comm, items, *, tag: int):
-        """An exchange packed, staged and unpacked on the device (one for all ``items``)."""
+    def halo_exchange(self, comm, items, *, tag: int, transport: str = "p2p"):
+        """An exchange packed, staged and unpacked on the device (one for all ``items``);
+        its messages are point-to-point (``transport`` is always ``"p2p"`` here, see :meth:`validate`)."""
         return DeviceExchange(self, comm, items, tag=tag,
                               staged=halo_mode(self.config.gpu_halos, self.device))
 

@@ -32,6 +32,7 @@ import ctypes
 
 import numpy as np
 
+from ...comm.transports import post_messages
 from ...core.errors import ConfigurationError
 from .residency import DEVICE, device_array
 
@@ -160,10 +161,8 @@ class DeviceExchange:
             device.wait(self.inbound)  # the receive buffer is free again
         which = "on_host" if self.staged else "on_device"
         sent, received = getattr(self.send, which), getattr(self.receive, which)
-        for neighbour, begin, end in self.send.ranges:
-            self.requests.append(self.comm.Isend(sent[begin:end], dest=neighbour, tag=self.tag))
-        for neighbour, begin, end in self.receive.ranges:
-            self.requests.append(self.comm.Irecv(received[begin:end], source=neighbour, tag=self.tag))
+        self.requests = post_messages(self.comm, [(n, sent[b:e]) for n, b, e in self.send.ranges],
+                                      [(n, received[b:e]) for n, b, e in self.receive.ranges], tag=self.tag)
 
     def end(self) -> None:
         """Wait for the messages; enqueue the copy to the device and the unpacking (the dats'
