@@ -12,6 +12,7 @@ Usage::
     python examples/airfoil.py --mesh new_grid.dat  # OP2 ASCII mesh
     python examples/airfoil.py --size 100 150 --iters 200 --backend reference
     python examples/airfoil.py --backend cupy           # on an NVIDIA GPU
+    mpiexec -n 4 python examples/airfoil.py --repartition-at 500 --repartition-method kway
 
 Every 100 iterations it prints one line ``<iter> <rms>`` (rms as ``%.15e``).
 """
@@ -43,13 +44,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--chain", choices=("none", "ca", "per-loop", "auto"), default="none",
                         help="run each stage as a loop chain: communication-avoiding, loop by loop, or auto")
     parser.add_argument("--tile-size", type=int, help="sparse-tile each stage chain (needs --chain ca or auto)")
+    parser.add_argument("--repartition-at", type=int, metavar="N",
+                        help="after iteration N, move the mesh to a new partition (mc.repartition)")
+    parser.add_argument("--repartition-method", choices=("rib", "kway", "block"), default="rib",
+                        help="partitioner for --repartition-at (default rib)")
+    parser.add_argument("--transport", help="halo exchange transport: p2p, persistent, neighbour or rma")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    chosen = (("backend", args.backend), ("threads", args.threads), ("gpu_increments", args.gpu_increments))
+    chosen = (("backend", args.backend), ("threads", args.threads), ("gpu_increments", args.gpu_increments),
+              ("transport", args.transport))
     options = {k: v for k, v in chosen if v is not None}
     if options:
         mc.configure(**options)
@@ -62,7 +69,8 @@ def main(argv=None) -> int:
     ca = {"none": None, "ca": True, "per-loop": False, "auto": "auto"}[args.chain]
     if args.tile_size is not None and ca is None:
         ca = True  # tiling needs a chain
-    run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca, tile_size=args.tile_size)
+    run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca, tile_size=args.tile_size,
+        repartition_at=args.repartition_at, repartition_method=args.repartition_method)
     elapsed = time.perf_counter() - start
     stats = mc.stats()
     if args.timing and rank == 0:

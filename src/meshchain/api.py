@@ -147,6 +147,47 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     get_runtime().partition(method, coords=coords, seed_set=seed_set, depth=depth, seed=seed)
 
 
+def repartition(method: str = "rib", *, coords=None, weights=None, seed: int = 0) -> None:
+    """Move the distributed mesh to a new partition during a run (load balancing).
+
+    Pending loops run first. Every set's owned elements move to their new owners with
+    every dat's values (dats are moved, not recomputed: ``dat.gather()`` is unchanged, bit
+    for bit); maps are laid out again from their declared connectivity, halos are rebuilt
+    as deep as before and every plan, chain schedule and colouring is dropped (the next
+    execution builds them again). Globals are the same on every rank and stay as they are.
+    Collective: every rank calls it with the same method. A no-op on one process (the
+    arguments are still checked).
+
+    Parameters
+    ----------
+    method : {"rib", "kway", "block"}
+        As in :func:`partition`; the seed set is the one ``mc.partition`` partitioned first.
+        ``"rib"`` bisects ``coords`` where they are now, in parallel; ``"kway"`` runs METIS
+        on the seed set's graph (gathered to rank 0, as in ``mc.partition``).
+    coords : Dat, keyword-only
+        Coordinates of the seed set, for ``"rib"``.
+    weights : Dat or array_like, keyword-only
+        Non-negative load per element of the seed set, for weighted ``"rib"`` and
+        ``"kway"``: a Dat of dim 1 on the seed set, or this rank's owned elements' weights in
+        local order (shape ``(n_owned,)``, as ``dat.data``). Elements then spread so that
+        every rank gets about the same summed weight. ``"block"`` ignores weights.
+    seed : int, keyword-only
+        Random seed for METIS.
+
+    Raises
+    ------
+    MeshchainError
+        On every rank, for an unknown method, missing coordinates for ``"rib"``, weights of
+        the wrong shape, negative or not finite, or a mesh that was never partitioned.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> mc.repartition("block")   # one process: nothing moves
+    """
+    get_runtime().repartition(method, coords=coords, weights=weights, seed=seed)
+
+
 class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...)``
     """Execute the loops recorded inside the block as one chain when the block ends.
 

@@ -264,10 +264,13 @@ def iterate(a: Airfoil, *, ca=None, tile_size=None) -> float:
 
 
 def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None,
-        tile_size=None) -> list[tuple[int, float]]:
+        tile_size=None, repartition_at: int | None = None, repartition_method: str = "rib",
+        weights=None) -> list[tuple[int, float]]:
     """Run ``iters`` iterations; print and return ``(iter, rms)`` every ``report_every``.
     ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain);
-    ``tile_size``: sparse-tile each stage chain."""
+    ``tile_size``: sparse-tile each stage chain; ``repartition_at``: after that iteration,
+    move the mesh to a new partition (``mc.repartition(repartition_method)``, the nodes'
+    coordinates for ``"rib"``, ``weights`` per node if given); the rms history does not change."""
     history = []
     for it in range(1, iters + 1):
         rms = iterate(a, ca=ca, tile_size=tile_size)
@@ -275,6 +278,9 @@ def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=N
             history.append((it, rms))
             if out is not None:
                 print("%d %.15e" % (it, rms), file=out, flush=True)
+        if it == repartition_at:
+            mc.repartition(repartition_method, coords=a.p_x if repartition_method == "rib" else None,
+                           weights=weights)
     return history
 
 

@@ -33,6 +33,7 @@ from ..backends import make_backend
 from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows, gather_rows
+from ..comm.transports import check_transport
 from ..comm.world import world_communicator
 from ..core.cache import CacheRegistry
 from ..core.config import Config
@@ -41,12 +42,13 @@ from ..core.stats import StatsRecorder
 from ..core.storage import DataStore
 from ..inspector.colouring import colour_blocks, touched_keys
 from ..ir.loop import exclusivity_error, make_loop
-from ..partition.distribute import check_options, deepen, distribute, moved_rows
+from ..partition.distribute import check_options, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
 from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
 from .pipeline import Pipeline
+from .relayout import repartition
 from .trace import Trace, dependents
 
 __all__ = ["Session"]
@@ -72,6 +74,7 @@ class Session:
             self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
         self.layout = MeshLayout.serial(self.declarations.map_rows)
         self.partitioned = False
+        self.seed_set = None  # the set partitioned first (mc.repartition partitions it again)
         self.colourings = self.caches.cache("colourings", limit=4096, events=("configure", "partition", "repartition"))
         self.tile_plans = self.caches.cache("tile plans", limit=256, events=("configure", "partition", "repartition"))
         self._loops = self.caches.cache("validated loops", limit=4096)
@@ -82,6 +85,7 @@ class Session:
         self.open_run: ChainRun | None = None
         self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
         self._backend = None
+        self._transport = None  # the halo-exchange transport, once chosen (see `transport`)
         self._trace_length = self.config.trace_length
 
     # --- declarations (called by the user objects, through meshchain.core.context) -------------------
@@ -334,6 +338,29 @@ class Session:
             self._backend = make_backend(self.config.backend, self.config, self.caches, distributed=self.distributed)
         return self._backend
 
+    @property
+    def transport(self) -> str:
+        """The halo-exchange transport in use: ``config.transport``, with ``"auto"`` resolved to
+        the calibration's fastest (else ``"persistent"``) and agreed by every rank (rank 0's
+        choice; called where every rank builds a plan, so the broadcast is collective)."""
+        if self._transport is None:
+            chosen, allowed = self.config.transport, self.backend.transports
+            if chosen == "auto":
+                calibration = self.model.current_calibration() if self.distributed else None
+                chosen = getattr(calibration, "transport", "")
+                if chosen not in allowed:
+                    chosen = "persistent" if "persistent" in allowed else allowed[0]
+                if self.distributed:
+                    chosen = self.comm.bcast(chosen, root=0)
+            self._transport = chosen
+        return self._transport
+
+    def transport_chosen(self) -> str:
+        """What ``mc.stats()`` reports: the transport in use, or what will be chosen (local, no MPI call)."""
+        if self._transport is not None:
+            return self._transport
+        return self.config.transport if self.config.transport != "auto" else "auto (chosen at the first exchange)"
+
     def reconfigure(self, **options) -> None:
         """Apply new options; if they are refused, the session keeps its old configuration."""
         new = self.config.replace(**options)
@@ -343,6 +370,8 @@ class Session:
                  or new.cache_dir != old_config.cache_dir)
         self.config = new
         try:
+            if self.distributed and new.transport != "auto":
+                check_transport(new.transport, self.comm)
             if fresh or old_backend is None:
                 self._backend = None
                 self.backend  # build now, so that bad options fail inside configure()
@@ -357,6 +386,7 @@ class Session:
             raise
         self._trace_length = new.trace_length
         if new != old_config:
+            self._transport = None
             self.caches.notify("configure")
         if new.chains != old_config.chains:
             self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
@@ -369,12 +399,14 @@ class Session:
         self.flush()
         if not self.distributed:
             self.partitioned = True
+            self.seed_set = seed_set if seed_set is not None else (coords.dataset if coords is not None else None)
             return
         raise_together(self.comm, DeclarationError("mc.partition was already called; declare the mesh once and "
                                                    "partition it once.") if self.partitioned else None)
         sets, maps, dats = self.declarations.declared(agreed=True)
         rows = self.declarations.map_rows
         coords_rows = None if coords is None else self.storage(coords).host
+        self.seed_set = seed_set_of(sets, maps, None if coords is None else coords.dataset, seed_set)
         layout = distribute(self.comm, sets=sets, maps=maps, map_blocks=rows, method=method, coords_rows=coords_rows,
                             coords_set=None if coords is None else coords.dataset, seed_set=seed_set, depth=depth,
                             seed=seed)
@@ -385,6 +417,10 @@ class Session:
             storage.replace(rows_here, n_owned=local.n_owned, valid_depth=depth)
         self.layout, self.partitioned = layout, True
         self.caches.notify("partition")
+
+    def repartition(self, method: str, *, coords=None, weights=None, seed: int = 0) -> None:
+        """``mc.repartition`` (see :func:`.relayout.repartition`)."""
+        repartition(self, method, coords=coords, weights=weights, seed=seed)
 
     def deepen(self, depth: int, *, flush: bool = False) -> None:
         """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the
@@ -447,7 +483,7 @@ class Session:
         if self._backend is not None:
             self._backend.settle()  # GPU launches are timed by events, read once they are done
         self.model.predict(self.recorder.accounts)
-        snapshot = self.recorder.snapshot(self.config.backend)
+        snapshot = self.recorder.snapshot(self.config.backend, self.transport_chosen() if self.distributed else "")
         if reset:
             self.recorder.reset()
         if all_ranks and self.comm is not None:
@@ -457,7 +493,11 @@ class Session:
     def calibrate(self, *, save: bool, repeats: int, sizes):
         """``mc.model.calibrate()`` on this session (collective): pending loops run first."""
         self.flush()
-        return self.model.calibrate(save=save, repeats=repeats, sizes=sizes)
+        calibration = self.model.calibrate(save=save, repeats=repeats, sizes=sizes)
+        if self.config.transport == "auto" and self._transport not in (None, calibration.transport):
+            self._transport = None  # the next plans use the transport measured fastest now
+            self.caches.notify("configure")
+        return calibration
 
     @property
     def calibration(self):

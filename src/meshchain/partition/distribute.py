@@ -25,7 +25,7 @@ from ..comm.collectives import alltoallv, concatenated_ranges, fetch_rows
 from ..core.errors import ConfigurationError
 from .layout import MeshLayout, build_layouts
 
-__all__ = ["distribute", "deepen", "moved_rows", "check_options", "METHODS", "MAX_DEPTH"]
+__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
 MAX_DEPTH = 16
@@ -38,7 +38,7 @@ def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=N
     ``map_blocks`` has each map's block rows by ``uid``; ``coords_rows`` the block rows of the
     coordinates for ``"rib"`` (whose set, ``coords_set``, is then the seed set by default).
     """
-    seed_set = _seed_set(sets, maps, coords_set, seed_set)
+    seed_set = seed_set_of(sets, maps, coords_set, seed_set)
     if method == "rib" and coords_set is not None and seed_set is not coords_set:
         # every rank has the same arguments: every rank raises
         raise ConfigurationError(
@@ -97,7 +97,9 @@ def check_options(method, coords, depth) -> None:
         raise ConfigurationError(f"depth must be an integer in [1, {MAX_DEPTH}], got {depth!r}.")
 
 
-def _seed_set(sets, maps, coords_set, seed_set):
+def seed_set_of(sets, maps, coords_set, seed_set):
+    """The set partitioned first: ``seed_set`` if given, else the coordinates' set, else
+    the set most maps point to (the largest on a tie)."""
     if seed_set is not None:
         return seed_set
     if coords_set is not None:

@@ -285,10 +285,10 @@ def _order_keys(x: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------- RIB
 
 
-def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarray:
-    """Recursive inertial bisection of a block-distributed point set, in parallel.
+def rib(coords, comm, *, nparts: int | None = None, global_ids=None, weights=None) -> np.ndarray:
+    """Recursive inertial bisection of a distributed point set, in parallel.
 
-    The elements of each group of parts are split at the weighted median of their
+    The elements of each group of parts are split at the (weighted) median of their
     projection on the group's principal inertial axis (the eigenvector of the
     largest eigenvalue of the covariance of their coordinates about the centroid);
     a group of ``P`` parts gives ``P // 2`` parts to the lower side and the rest to
@@ -311,13 +311,21 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
         only where they make a split ambiguous; uniqueness is not checked
         globally). Default: the row's position in the rank-ordered
         concatenation (``offsets[rank] + i`` in a block distribution).
+    weights : array_like of float, shape (n_local,), optional
+        Non-negative finite load of each local row (weighted RIB, for load balance). A
+        group of ``P`` parts gives its lower ``P // 2`` parts the elements, in projection
+        order, whose summed weight stays within their share of the group's weight. Weights
+        are quantised to integers (``floor(w / max(w) * 2**24) + 1``, the maximum taken
+        over every rank), so the sums are exact and the result, as without weights, does
+        not depend on the number of ranks; a zero weight counts as the smallest unit.
 
     Returns
     -------
     numpy.ndarray
-        int32 part in ``[0, nparts)`` of each local row. Part ``p`` receives exactly
-        ``block_offsets(N, nparts)[p + 1] - block_offsets(N, nparts)[p]``
-        elements, so part sizes differ by at most one.
+        int32 part in ``[0, nparts)`` of each local row. Without weights part ``p``
+        receives exactly ``block_offsets(N, nparts)[p + 1] - block_offsets(N, nparts)[p]``
+        elements, so part sizes differ by at most one; with weights the parts' summed
+        (quantised) weights differ by at most about one element's weight per level.
 
     Raises
     ------
@@ -355,12 +363,14 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
     array([0, 0, 1, 1, 2, 2, 3, 3], dtype=int32)
     >>> rib(xy, MPI.COMM_SELF, nparts=3)      # sizes 3, 3, 2
     array([0, 0, 0, 1, 1, 1, 2, 2], dtype=int32)
+    >>> rib(xy, MPI.COMM_SELF, nparts=2, weights=[3, 1, 1, 1, 1, 1, 1, 1])   # 3 + 1 + 1 = 5 of 10
+    array([0, 0, 0, 1, 1, 1, 1, 1], dtype=int32)
     """
     MPI = _mpi()
     size = comm.size
     rank = comm.rank
     message = None
-    x = None
+    x = w = None
     gdim = -1
     n_local = 0
     gids = None
@@ -394,17 +404,21 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
             if n_local and (gids.min() < 0 or int(gids.max()) >= 1 << 63):
                 raise DeclarationError("rib: global_ids must be non-negative int64 values; pass ids >= 0.")
             gids = gids.astype(np.int64)
+        w = None if weights is None else _checked_weights(weights, n_local)
     except (ValueError, TypeError) as err:
         message = str(err) if isinstance(err, DeclarationError) else f"rib: coords could not be read as an array ({err}); pass a (n_local, gdim) float array."
 
     _agree(comm, message)
-    same = _same_everywhere(comm, [want, gdim if n_local else None, int(global_ids is not None)])
+    same = _same_everywhere(comm, [want, gdim if n_local else None, int(global_ids is not None),
+                                   int(weights is not None)])
     if not same[0]:
         _agree(comm, f"rib: the ranks pass different nparts (this rank: {want}); pass the same nparts on every rank.")
     if not same[1]:
         _agree(comm, f"rib: the ranks' coords have different numbers of columns (this rank: {gdim}); pass the same gdim everywhere.")
     if not same[2]:
         _agree(comm, "rib: global_ids is given on some ranks only; pass it on every rank or on none.")
+    if not same[3]:
+        _agree(comm, "rib: weights are given on some ranks only; pass them on every rank or on none.")
     nparts = want
     n_total = comm.allreduce(n_local, op=MPI.SUM)
     n_before = comm.exscan(n_local, op=MPI.SUM)  # collective; None on rank 0
@@ -421,6 +435,7 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
         comm.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
         max_id = int(top[0])
     id_bits = max(1, max_id.bit_length())
+    units = None if w is None else _weight_units(w, comm)
 
     target = block_offsets(n_total, nparts)  # elements each range of parts must hold
     part_lo = np.zeros(n_local, dtype=np.int64)  # first part of each element's group
@@ -433,21 +448,26 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
         mid = lo + (hi - lo) // 2
         sizes = target[hi] - target[lo]
         below = target[mid] - target[lo]
+        counts = sizes
         lookup = np.full(nparts, -1, dtype=np.int64)
         lookup[lo] = np.arange(ng)
         gi_all = lookup[part_lo]
         sel = np.flatnonzero(gi_all >= 0)
         g = gi_all[sel]
         xs = x[sel]
+        if units is not None:  # split by weight: the groups' element counts and weights are summed
+            counts = _group_sums(np.ones(len(sel), dtype=np.int64), g, ng, comm)
+            sizes = _group_sums(units[sel], g, ng, comm)
+            below = (sizes // (hi - lo)) * (mid - lo) + (sizes % (hi - lo)) * (mid - lo) // (hi - lo)
 
-        centre = _exact_means(xs, g, ng, sizes, comm, "centroid")
+        centre = _exact_means(xs, g, ng, counts, comm, "centroid")
         d = xs - centre[g]
         iu, ju = np.triu_indices(gdim)
         prods = np.empty((len(sel), len(iu)), dtype=np.float64)
         for c, (i, j) in enumerate(zip(iu, ju)):
             with np.errstate(over="ignore"):
                 np.multiply(d[:, i], d[:, j], out=prods[:, c])
-        moments = _exact_means(prods, g, ng, sizes, comm, "inertia tensor")
+        moments = _exact_means(prods, g, ng, counts, comm, "inertia tensor")
         cov = np.zeros((ng, gdim, gdim), dtype=np.float64)
         cov[:, iu, ju] = moments
         cov[:, ju, iu] = moments
@@ -456,7 +476,8 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None) -> np.ndarr
         for j in range(1, gdim):
             proj = proj + d[:, j] * axis[g, j]
 
-        lower = _select_lower(_order_keys(proj), gids[sel], g, ng, sizes, below, id_bits, comm)
+        lower = _select_lower(_order_keys(proj), gids[sel], g, ng, sizes, below, id_bits, comm,
+                              weights=None if units is None else units[sel])
         upper = sel[~lower]
         part_lo[upper] = mid[g[~lower]]
         groups = _children(groups)
@@ -475,8 +496,42 @@ def _children(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm) -> np.ndarray:
-    """Mark the ``below[g]`` smallest elements of each group by ``(keys, ids)``.
+def _checked_weights(weights, n_local: int) -> np.ndarray:
+    """``weights`` as float64 of shape ``(n_local,)``, or a DeclarationError saying what is wrong."""
+    w = np.asarray(weights)
+    if w.dtype.kind not in "fiub" or w.shape != (n_local,):
+        raise DeclarationError(
+            f"rib: weights must be a real array with one value per local row, shape ({n_local},), got dtype "
+            f"{w.dtype} and shape {w.shape}; pass one weight per element.")
+    w = w.astype(np.float64)
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise DeclarationError("rib: weights must be finite and non-negative; "
+                               f"found {w[~np.isfinite(w) | (w < 0)][0]!r}.")
+    return w
+
+
+def _weight_units(w: np.ndarray, comm, *, bits: int = 24) -> np.ndarray:
+    """Weights quantised to int64 units of ``max(w) / 2**bits`` (max over every rank), at least 1."""
+    MPI = _mpi()
+    top = np.array([w.max() if len(w) else 0.0])
+    comm.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+    if top[0] <= 0:
+        return np.ones(len(w), dtype=np.int64)
+    return np.floor(w / top[0] * float(1 << bits)).astype(np.int64) + 1
+
+
+def _group_sums(values: np.ndarray, g: np.ndarray, ng: int, comm) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group over every rank."""
+    MPI = _mpi()
+    sums = np.rint(np.bincount(g, values.astype(np.float64), ng)).astype(np.int64)
+    comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+    return sums
+
+
+def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm, *, weights=None) -> np.ndarray:
+    """Mark the ``below[g]`` smallest elements of each group by ``(keys, ids)``; with
+    ``weights`` (int64 per element), the smallest elements whose summed weight is at most
+    ``below[g]`` (``sizes`` are then the groups' weights).
 
     Parallel MSB-first radix selection with 8-bit digits: each pass histograms
     the still-undecided elements per (group, digit), sums the histograms over ranks
@@ -502,10 +557,13 @@ def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm) -> np.ndarray:
         else:
             digit = (ids[act] >> shift) & (_RADIX - 1)
         ga = g[act]
-        hist = np.bincount(ga * _RADIX + digit, minlength=ng * _RADIX).astype(np.int64)
+        slot = ga * _RADIX + digit
+        hist = np.bincount(slot, minlength=ng * _RADIX).astype(np.int64)
+        if weights is not None:  # exact: the sums stay far below 2**53
+            hist = np.concatenate((hist, np.rint(np.bincount(slot, weights[act], ng * _RADIX)).astype(np.int64)))
         comm.Allreduce(MPI.IN_PLACE, hist, op=MPI.SUM)
-        hist = hist.reshape(ng, _RADIX)
-        cum = np.cumsum(hist, axis=1)
+        hist, load = hist[: ng * _RADIX].reshape(ng, _RADIX), hist[ng * _RADIX:].reshape(-1, _RADIX)
+        cum = np.cumsum(hist if weights is None else load, axis=1)
         chosen = (cum <= remaining[:, None]).sum(axis=1)
         chosen = np.minimum(chosen, _RADIX - 1)  # only for groups that are not selecting
         before = np.where(chosen > 0, cum[rows, chosen - 1], 0)
@@ -528,7 +586,7 @@ def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm) -> np.ndarray:
 # ------------------------------------------------------------------------ k-way
 
 
-def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.ndarray:
+def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0, weights=None) -> np.ndarray:
     """METIS k-way partition of a distributed graph, computed on rank 0.
 
     The graph is gathered to rank 0 (``Gatherv``), cleaned there (self-loops and
@@ -552,6 +610,9 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.
         Number of parts, ``>= 1``; default ``comm.size``. The same on every rank.
     seed : int, optional
         METIS random seed; the same seed gives the same partition.
+    weights : array_like of float, shape (n_local,), optional
+        Non-negative finite load of each local vertex (METIS vertex weights, for load
+        balance), quantised to integers ``floor(w / max(w) * 2**16) + 1``.
 
     Returns
     -------
@@ -596,6 +657,7 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.
     n_local = 0
     ptr = np.zeros(1, dtype=np.int64)
     adj = np.zeros(0, dtype=np.int64)
+    w = None
     try:
         want = as_integer(want, "kway: nparts")
         if not 1 <= want < 1 << 31:
@@ -624,11 +686,12 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.
                 f"kway: xadj spans {int(ptr[-1])} entries but adjncy has {len(adj)}; pass matching CSR arrays."
             )
         n_local = len(ptr) - 1
+        w = None if weights is None else _checked_weights(weights, n_local)
     except (ValueError, TypeError) as err:
-        message = str(err) if isinstance(err, DeclarationError) else f"kway: the graph arrays could not be read ({err}); pass integer CSR arrays."
+        message = str(err).replace("rib:", "kway:") if isinstance(err, DeclarationError) else f"kway: the graph arrays could not be read ({err}); pass integer CSR arrays."
 
     _agree(comm, message)
-    if not _same_everywhere(comm, [want, seed]).all():
+    if not _same_everywhere(comm, [want, seed, int(weights is not None)]).all():
         _agree(comm, f"kway: the ranks pass different nparts or seed (this rank: {want}, {seed}); pass the same on every rank.")
     nparts = want
     sizes = comm.gather((n_local, len(adj)), root=0)
@@ -650,12 +713,17 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.
     all_adj = np.empty(int(nnzs.sum()) if root else 0, dtype=np.int64)
     comm.Gatherv(degree, [all_degree, counts, MPI.INT64_T] if root else None, root=0)
     comm.Gatherv(adj, [all_adj, nnzs, MPI.INT64_T] if root else None, root=0)
+    all_units = None
+    if w is not None:
+        units = _weight_units(w, comm, bits=16)
+        all_units = np.empty(n_total if root else 0, dtype=np.int64)
+        comm.Gatherv(units, [all_units, counts, MPI.INT64_T] if root else None, root=0)
 
     parts = np.zeros(n_total if root else 0, dtype=np.int32)
     failure = None
     if root:
         try:
-            parts = _metis_kway(all_degree, all_adj, n_total, nparts, seed)
+            parts = _metis_kway(all_degree, all_adj, n_total, nparts, seed, all_units)
         except Exception as err:  # reported on every rank below
             failure = f"kway: METIS failed on rank 0 ({type(err).__name__}: {err}); check the graph and that pymetis is installed."
     _agree(comm, failure)
@@ -664,7 +732,7 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0) -> np.
     return out
 
 
-def _metis_kway(degree: np.ndarray, adjncy: np.ndarray, n: int, nparts: int, seed: int) -> np.ndarray:
+def _metis_kway(degree: np.ndarray, adjncy: np.ndarray, n: int, nparts: int, seed: int, vweights=None) -> np.ndarray:
     """Clean the gathered graph (no self-loops or duplicates, symmetric) and run METIS."""
     import pymetis
 
@@ -683,7 +751,8 @@ def _metis_kway(degree: np.ndarray, adjncy: np.ndarray, n: int, nparts: int, see
     dtype = pymetis.zero_copy_dtype()
     options = pymetis.Options(seed=seed)
     graph = pymetis.CSRAdjacency(xadj.astype(dtype), v.astype(dtype))
-    _, membership = pymetis.part_graph(nparts, graph, options=options, recursive=False)
+    extra = {} if vweights is None else {"vweights": vweights.astype(dtype)}
+    _, membership = pymetis.part_graph(nparts, graph, options=options, recursive=False, **extra)
     parts = np.asarray(membership, dtype=np.int64)
     if parts.shape != (n,) or (n and (parts.min() < 0 or parts.max() >= nparts)):
         raise RuntimeError(f"METIS returned an invalid partition of shape {parts.shape}")
