@@ -266,3 +266,32 @@ def test_self_sends_and_large_items_on_one_process(comm):
     received = exchange.finish()
     assert [len(data) for _, data in received] == [800, 0]
     np.testing.assert_array_equal(received[0][1].view(np.float64), np.arange(100.0))
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=120)
+def test_a_neighbourhood_grows_by_discovery_and_then_needs_no_collective(comm):
+    from meshchain.comm.neighbourhood import Neighbourhood
+
+    rank, size = comm.rank, comm.size
+    hood = Neighbourhood(comm)
+    first = hood.round(termination="nbx")
+    targets = sorted({(rank + 1) % size, (rank + 3) % size})
+    for dest in targets:
+        first.post(dest, np.array([rank, dest], dtype=np.int64))
+    got = hood.finish(first)
+    senders = sorted({r for r in range(size) if rank in {(r + 1) % size, (r + 3) % size}})
+    assert [int(item.view(np.int64)[0]) for _, item in got] == senders
+    expected = tuple(sorted((set(targets) | set(senders)) - {rank}))
+    assert hood.neighbours == expected and hood.discovered == [expected]
+    everybody = comm.allgather(hood.neighbours)  # symmetric: b lists a iff a lists b
+    assert all((a in everybody[b]) == (b in everybody[a]) for a in range(size) for b in range(size) if a != b)
+    second = hood.round()  # neighbourhood counting: every neighbour hears from this rank
+    assert second.termination == "neighbourhood"
+    for dest in hood.neighbours:
+        second.post(dest, np.array([rank * 100 + dest], dtype=np.int64))
+    got = hood.finish(second)
+    assert [int(item.view(np.int64)[0]) for _, item in got] == [n * 100 + rank for n in hood.neighbours]
+    assert hood.discovered[-1] == ()
+    outsider = next((r for r in range(size) if r != rank and r not in hood.neighbours), size)
+    with pytest.raises(ConfigurationError):  # not a neighbour (4 ranks), or no rank at all
+        hood.round().post(outsider, np.zeros(1))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshchain.comm.exchange import HaloExchange, HaloItem
+from meshchain.comm.exchange import TRANSPORTS, HaloExchange, HaloItem, variable_item
 from meshchain.comm.packing import COMBINE, pack, row_table, scratch, typed_view, unpack, word_view
 
 DTYPES = (np.float64, np.float32, np.int32, np.int64)
@@ -116,3 +116,28 @@ def test_combining_equals_numpy_in_order(case):
     COMBINE[op](buffer, tuple(typed_view(a) for a in arrays), table, *scratch(arrays[0].dtype))
     for got, expected in zip(arrays, want):
         assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=120)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_items_of_variable_size_move_like_rows(comm, transport):
+    """Each rank owns 4 CSR rows of global ids ``4 r .. 4 r + 3`` (row ``g`` has ``g % 3 + 1``
+    entries ``10 g + k``) and imports the first two rows of every other rank."""
+    rank, size = comm.rank, comm.size
+    others = [r for r in range(size) if r != rank]
+    local = [4 * rank + i for i in range(4)] + [4 * o + i for o in others for i in range(2)]
+    lengths = np.array([g % 3 + 1 for g in local], dtype=np.int64)
+    pointers = np.concatenate(([0], np.cumsum(lengths)))
+    values = np.zeros((int(pointers[-1]), 1), dtype=np.float64)
+    for row in range(4):
+        values[pointers[row]: pointers[row + 1], 0] = 10 * local[row] + np.arange(lengths[row])
+    exports = {o: np.array([0, 1]) for o in others}
+    imports = {o: 4 + 2 * k + np.array([0, 1]) for k, o in enumerate(others)}
+    exchange = HaloExchange(comm, [variable_item(values, pointers, exports, imports)], tag=5, transport=transport)
+    try:
+        exchange.begin()
+        exchange.end()
+    finally:
+        exchange.close()
+    expected = np.concatenate([10 * g + np.arange(g % 3 + 1) for g in local]).astype(np.float64)
+    np.testing.assert_array_equal(values[:, 0], expected)

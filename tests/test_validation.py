@@ -533,7 +533,8 @@ def test_bad_environment_variable(environ, message):
         Config.from_env(environ)
 
 
-@pytest.mark.parametrize(("name", "closest"), [("MESHCHAIN_TRANSPORT", None), ("MESHCHAIN_THREDS", "MESHCHAIN_THREADS"),
+@pytest.mark.parametrize(("name", "closest"), [("MESHCHAIN_TRANSPRT", "MESHCHAIN_TRANSPORT"),
+                                               ("MESHCHAIN_THREDS", "MESHCHAIN_THREADS"),
                                                ("MESHCHAIN_BLOCKSIZE", "MESHCHAIN_BLOCK_SIZE")])
 def test_unknown_environment_variable_is_named_with_the_closest_option(name, closest):
     with pytest.warns(mc.MeshchainWarning, match=rf"\[unknown-option\] environment variable {name} is not a meshchain "
@@ -544,6 +545,13 @@ def test_unknown_environment_variable_is_named_with_the_closest_option(name, clo
     assert "did you mean MESHCHAIN_" in message
     if closest is not None:
         assert f"did you mean {closest}?" in message
+
+
+def test_the_transport_is_read_from_the_environment_and_checked():
+    assert Config.from_env({"MESHCHAIN_TRANSPORT": "neighbour"}).transport == "neighbour"
+    assert Config.from_env({}).transport == "auto"
+    with pytest.raises(mc.ConfigurationError, match="transport 'pigeon' is unknown"):
+        Config.from_env({"MESHCHAIN_TRANSPORT": "pigeon"})
 
 
 def test_the_test_harness_variables_are_not_reported(recwarn):

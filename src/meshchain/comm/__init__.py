@@ -6,10 +6,12 @@
 * :mod:`.collectives`: all-to-all, fetching and gathering rows;
 * :mod:`.inputs`: declaration inputs (global arrays, rank 0 only, ``mc.Block``) to block rows;
 * :mod:`.exchange` and :mod:`.packing`: halo exchanges planned once, run many times, with
-  compiled packing, forward and reverse, moved by a selectable transport (:mod:`.transports`);
+  compiled packing, forward and reverse, rows of fixed or variable size, moved by a
+  selectable transport (:mod:`.transports`);
 * :mod:`.sparse` and :mod:`.termination`: the dynamic sparse exchange (messages packed into
   reusable buffers for destinations known only at run time; NBX, neighbourhood or allreduce
-  termination), used for set-up and migration;
+  termination), used for set-up and migration, and :mod:`.neighbourhood`, a neighbourhood
+  that grows as ranks discover each other;
 * :mod:`.pingpong`: ping-pong timing for the model's calibration.
 
 Nothing outside this package sends a point-to-point message (a test checks it).
