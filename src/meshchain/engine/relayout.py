@@ -32,9 +32,13 @@ def repartition(session, method: str, *, coords=None, weights=None, seed: int = 
         raise_together(session.comm, None if session.partitioned else DeclarationError(
             "mc.repartition moves a distributed mesh; call mc.partition(...) first."))
     sets, maps, dats = session.declarations.declared(agreed=True)
-    seed_set = session.seed_set if session.seed_set is not None else seed_set_of(sets, maps, None, None)
+    seed_set = session.seed_set
+    if seed_set is None and sets:
+        seed_set = seed_set_of(sets, maps, None, None)
     failure, coords_rows, weight_rows = None, None, None
     try:
+        if seed_set is None and (coords is not None or weights is not None):
+            raise DeclarationError("mc.repartition: no mesh is declared, so there is nothing to weigh or bisect.")
         coords_rows = None if coords is None else _owned_rows_on(session, coords, seed_set, "coords")
         if weights is not None:
             given = _owned_rows_on(session, weights, seed_set, "weights") if hasattr(weights, "dataset") else weights
