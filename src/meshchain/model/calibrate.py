@@ -34,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..comm.exchange import HaloExchange, HaloItem
 from ..comm.pingpong import half_round_trip
+from ..comm.transports import available_transports
 from ..core import context
 from ..core.errors import ConfigurationError
 from .equations import Machine
@@ -198,9 +200,6 @@ def measure_transports(comm, *, rows: int = 2048, width: int = 4, repeats: int =
     timed runs after a first one (which builds windows and communicators), the median,
     the largest over ``comm``. Empty on one process (there is nothing to exchange)."""
     from mpi4py import MPI
-
-    from ..comm.exchange import HaloExchange, HaloItem
-    from ..comm.transports import available_transports
 
     if comm.size == 1:
         return {}

@@ -25,7 +25,8 @@ from ..comm.collectives import alltoallv, concatenated_ranges, fetch_rows
 from ..core.errors import ConfigurationError
 from .layout import MeshLayout, build_layouts
 
-__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "METHODS", "MAX_DEPTH"]
+__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out",
+           "seed_adjacency", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
 MAX_DEPTH = 16
@@ -45,8 +46,8 @@ def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=N
             f"partition('rib') bisects the coordinates, which belong to set {coords_set.name!r}, but the seed set "
             f"is {seed_set.name!r}: pass coordinates of {seed_set.name!r} or leave seed_set out.")
     seed_owners = _seed_owners(comm, method, seed_set, maps, map_blocks, coords_rows, seed)
-    owners = _derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
-    return _laid_out(comm, sets, maps, map_blocks, owners, depth)
+    owners = derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
+    return laid_out(comm, sets, maps, map_blocks, owners, depth)
 
 
 def deepen(comm, layout: MeshLayout, *, sets, maps, map_blocks: dict, depth: int) -> MeshLayout:
@@ -56,10 +57,10 @@ def deepen(comm, layout: MeshLayout, *, sets, maps, map_blocks: dict, depth: int
             f"a halo of depth {depth} is needed but at most {MAX_DEPTH} layers can be built; "
             f"shorten the loop chain or lower its maximum halo extension."
         )
-    return _laid_out(comm, sets, maps, map_blocks, layout.owner_blocks, depth)
+    return laid_out(comm, sets, maps, map_blocks, layout.owner_blocks, depth)
 
 
-def _laid_out(comm, sets, maps, map_blocks, owners: dict, depth: int) -> MeshLayout:
+def laid_out(comm, sets, maps, map_blocks, owners: dict, depth: int) -> MeshLayout:
     by_object = {m: map_blocks[m.uid] for m in maps}
     layouts, local_maps = build_layouts(comm, sets, {s: owners[s.uid] for s in sets}, maps, by_object, depth)
     return MeshLayout({s.uid: layouts[s] for s in sets}, {m.uid: _local_values(m, local_maps[m]) for m in maps},
@@ -119,12 +120,12 @@ def _seed_owners(comm, method, seed_set, maps, map_blocks, coords_rows, seed):
         points = np.asarray(coords_rows, dtype=np.float64)
         parts = partitioners.rib(points, comm, global_ids=np.arange(lo, hi, dtype=np.int64))
     else:
-        xadj, adjncy = _adjacency(comm, seed_set, maps, map_blocks)
+        xadj, adjncy = seed_adjacency(comm, seed_set, maps, map_blocks)
         parts = partitioners.kway(xadj, adjncy, comm, seed=seed)
     return np.asarray(parts, dtype=np.int64)
 
 
-def _adjacency(comm, seed_set, maps, map_blocks):
+def seed_adjacency(comm, seed_set, maps, map_blocks):
     """The seed set's graph (CSR over this rank's block rows, global neighbour ids)."""
     offsets = block_offsets(seed_set.size, comm.size)
     pairs = []
@@ -168,7 +169,7 @@ def _shared_target_pairs(comm, m, block_rows, seed_offsets):
     return [np.stack([received[first, 1], received[second, 1]], axis=1)]
 
 
-def _derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners) -> dict:
+def derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners) -> dict:
     """Owners of every set (by ``uid``): rows follow their first target; targets the lowest
     referencing rank."""
     owners = {seed_set: seed_owners}

@@ -24,7 +24,8 @@ from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import fetch_rows
 from ..comm.sparse import exchange_rows
 from ..core.errors import DeclarationError
-from .distribute import _adjacency, _derive_owners, _laid_out
+from . import partitioners
+from .distribute import derive_owners, laid_out, seed_adjacency
 from .layout import MeshLayout
 
 __all__ = ["repartitioned", "checked_weights", "Moves", "moves_of", "migrated_rows"]
@@ -41,20 +42,18 @@ def repartitioned(comm, layout: MeshLayout, *, sets, maps, map_blocks: dict, see
     ids = owned.global_ids[: owned.n_owned].astype(np.int64)
     offsets = block_offsets(seed_set.size, comm.size)
     lo, hi = offsets[comm.rank], offsets[comm.rank + 1]
-    from . import partitioners
-
     if method == "rib":
         parts = partitioners.rib(np.asarray(coords_rows, dtype=np.float64), comm, global_ids=ids, weights=weights)
         seed_owners = _to_blocks(comm, ids, np.asarray(parts, dtype=np.int64), offsets)
     elif method == "kway":
         block_weights = None if weights is None else _to_blocks(comm, ids, np.asarray(weights, np.float64), offsets)
-        xadj, adjncy = _adjacency(comm, seed_set, maps, map_blocks)
+        xadj, adjncy = seed_adjacency(comm, seed_set, maps, map_blocks)
         parts = partitioners.kway(xadj, adjncy, comm, seed=seed, weights=block_weights)
         seed_owners = np.asarray(parts, dtype=np.int64)
     else:  # "block" (weights would not change contiguous blocks)
         seed_owners = np.full(hi - lo, comm.rank, dtype=np.int64)
-    owners = _derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
-    return _laid_out(comm, sets, maps, map_blocks, owners, layout.depth)
+    owners = derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
+    return laid_out(comm, sets, maps, map_blocks, owners, layout.depth)
 
 
 def checked_weights(weights, n_owned: int, set_name: str) -> np.ndarray:
