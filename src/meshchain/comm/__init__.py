@@ -12,7 +12,10 @@
   reusable buffers for destinations known only at run time; NBX, neighbourhood or allreduce
   termination), used for set-up and migration, and :mod:`.neighbourhood`, a neighbourhood
   that grows as ranks discover each other;
-* :mod:`.pingpong`: ping-pong timing for the model's calibration.
+* :mod:`.pingpong`: ping-pong timing for the model's calibration;
+* :mod:`.progress`: what moves messages while a rank computes (``progress="none"``,
+  ``"poll"``: a communication thread testing the requests in flight, ``"thread"``: MPICH's
+  asynchronous progress thread), and its measurement.
 
 Nothing outside this package sends a point-to-point message (a test checks it).
 """

@@ -30,6 +30,15 @@ neighbours), never when the exchange is built (a build may fail on one rank befo
 reaches a later exchange), and freed by :meth:`~HaloExchange.close`, which is then
 collective too (every rank closes the exchanges it ran, in the same order).
 
+Testing a run in flight
+-----------------------
+:meth:`~HaloExchange.test` (and :meth:`~HaloExchange.test_reverse`) asks, without
+blocking, whether the run begun is complete; each call drives MPI's progress engine, so a
+thread calling it while the thread that began the run computes (and makes no MPI call)
+lets the messages move meanwhile (:class:`meshchain.comm.progress.Poller`).
+:meth:`~HaloExchange.end` is still called afterwards: it returns from the (finished) wait
+at once and unpacks.
+
 Reverse exchanges
 -----------------
 :meth:`~HaloExchange.begin_reverse` and :meth:`~HaloExchange.end_reverse` run the plan
@@ -52,7 +61,9 @@ On one process there is nobody to talk to, so an exchange moves nothing:
 >>> from meshchain.comm.exchange import HaloItem, HaloExchange
 >>> values = np.arange(4.0).reshape(4, 1)
 >>> exchange = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {}, {})], tag=3)
->>> exchange.begin(); exchange.end()
+>>> exchange.begin(); exchange.test(), exchange.idle
+(True, True)
+>>> exchange.end()
 >>> exchange.messages, exchange.bytes_sent
 (0, 0)
 >>> exchange.begin_reverse("max"); exchange.end_reverse()
@@ -207,6 +218,17 @@ class HaloExchange:
         """The MPI requests the exchange holds now (none once closed)."""
         return self._transport.requests
 
+    @property
+    def idle(self) -> bool:
+        """Whether runs of this exchange make no MPI call on this rank (nothing to send or
+        receive, and a transport that takes no part in collectives)."""
+        return self._transport.idle
+
+    @property
+    def running(self) -> str | None:
+        """``"forward"`` or ``"reverse"`` while a run begun is in flight, else None."""
+        return "forward" if self._state == "forward" else "reverse" if self._state in OPS else None
+
     def _refuse(self, what: str):
         if self._state == "closed":
             raise MeshchainError("this halo exchange is closed; build a new one")
@@ -245,6 +267,30 @@ class HaloExchange:
         if self._staged:
             self._stage("after_unpack", self.receive.rows)
 
+    def test(self) -> bool:
+        """Whether the forward run begun by :meth:`begin` is complete (True at once when the
+        exchange is :attr:`idle`), without blocking.
+
+        May be called from another thread while the thread that called :meth:`begin` makes
+        no MPI call; :meth:`end` must still be called (it then waits no more) to unpack.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mpi4py import MPI
+        >>> values = np.array([[1.0], [0.0]])          # row 0 goes to row 1, on this rank
+        >>> exchange = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {0: [0]}, {0: [1]})], tag=5)
+        >>> exchange.begin()
+        >>> while not exchange.test():
+        ...     pass
+        >>> exchange.end(); values[:, 0].tolist()
+        [1.0, 1.0]
+        >>> exchange.close()
+        """
+        if self._state != "forward":
+            raise MeshchainError("test() of a halo exchange needs a forward run begun by begin()")
+        return self._transport.idle or self._transport.test(False)
+
     # --- reverse: halo contributions back to their owners ---------------------------------------------
 
     def begin_reverse(self, op: str = "sum") -> None:
@@ -282,6 +328,13 @@ class HaloExchange:
                     COMBINE[op](self.send.buffer, combine.views, combine.table, combine.words, combine.values)
         if self._staged:
             self._stage("after_unpack", self.send.rows)
+
+    def test_reverse(self) -> bool:
+        """:meth:`test` for the reverse run begun by :meth:`begin_reverse` (then call
+        :meth:`end_reverse`)."""
+        if self._state not in OPS:
+            raise MeshchainError("test_reverse() of a halo exchange needs a reverse run begun by begin_reverse()")
+        return self._transport.idle or self._transport.test(True)
 
     def _combined(self) -> tuple:
         """One :class:`_Combine` per dtype among the dats that receive contributions (made once)."""

@@ -26,10 +26,21 @@ an exchange gives the same bits whatever its transport:
     starts an access epoch to the ranks it puts to, puts each neighbour's slice at the
     displacement the neighbour gave (exchanged once, with the window's creation),
     completes the access epoch (in ``start``) and waits for the exposure epoch to end (in
-    ``wait``). Completing in ``start`` makes ``start`` wait until every target has posted
-    (begun the same run), so every rank must begin the exchanges of a plan in the same
-    order. The displacements come with each neighbour's word count: an exchange whose
-    exports and imports disagree between two ranks fails at its first run, on every rank.
+    ``wait``, or in a ``test`` that finds it over). Completing in ``start`` makes ``start``
+    wait until every target has posted (begun the same run), so every rank must begin the
+    exchanges of a plan in the same order. The displacements come with each neighbour's
+    word count: an exchange whose exports and imports disagree between two ranks fails at
+    its first run, on every rank.
+
+Testing
+-------
+:meth:`Transport.test` asks, without blocking, whether the run in flight in a direction is
+complete (``MPI_Testall``, ``MPI_Test`` or ``MPI_Win_test``, each of which also drives
+MPI's progress engine); after it said True, ``wait`` in that direction is still called and
+returns at once (completed persistent requests are inactive, completed fresh ones are
+``MPI_REQUEST_NULL``, and a window's exposure epoch that ``MPI_Win_test`` ended is not
+waited for again). :mod:`.progress` tests from a communication thread while the main
+thread computes.
 
 Collective safety
 -----------------
@@ -173,8 +184,9 @@ class Transport:
     """Moves a wire's words (see the module docstring); one per exchange.
 
     ``start(reverse)`` begins a run in one direction (the sent words are packed),
-    ``wait(reverse)`` ends it (the received words may be unpacked); ``close()`` frees
-    what the transport holds. ``requests`` lists the MPI requests it holds now.
+    ``test(reverse)`` says whether it is complete without blocking, ``wait(reverse)`` ends
+    it (the received words may be unpacked); ``close()`` frees what the transport holds.
+    ``requests`` lists the MPI requests it holds now.
     """
 
     name = ""
@@ -195,6 +207,11 @@ class Transport:
         return []
 
     def start(self, reverse: bool = False) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def test(self, reverse: bool = False) -> bool:  # pragma: no cover - abstract
+        """Whether the run in direction ``reverse`` is complete (True when none is in
+        flight); never blocks, and a later ``wait(reverse)`` returns at once."""
         raise NotImplementedError
 
     def wait(self, reverse: bool = False) -> None:  # pragma: no cover - abstract
@@ -222,6 +239,13 @@ class P2P(Transport):
         flight = [comm.Irecv(view, source=n, tag=tag) for n, view in direction.receives]
         flight += [comm.Isend(view, dest=n, tag=tag) for n, view in direction.sends]
         self._flight = flight
+
+    def test(self, reverse=False):
+        if not self._flight:
+            return True
+        from mpi4py import MPI
+
+        return MPI.Request.Testall(self._flight)  # complete: every request becomes REQUEST_NULL
 
     def wait(self, reverse=False):
         if self._flight:
@@ -257,6 +281,13 @@ class Persistent(Transport):
             self._made[reverse] = self._make(self.directions[reverse])
         if self._made[reverse]:
             self._start(self._made[reverse])
+
+    def test(self, reverse=False):
+        if not self._made[reverse]:
+            return True
+        from mpi4py import MPI
+
+        return MPI.Request.Testall(self._made[reverse])  # complete: every request becomes inactive
 
     def wait(self, reverse=False):
         if self._made[reverse]:
@@ -323,6 +354,11 @@ class Neighbour(Transport):
         else:
             self._flight = graph.Ineighbor_alltoallv(*self._arguments(reverse))
 
+    def test(self, reverse=False):
+        if self._persistent[reverse] is not None:
+            return self._persistent[reverse].Test()  # complete (or never started): inactive
+        return self._flight is None or self._flight.Test()  # complete: REQUEST_NULL, waited at once
+
     def wait(self, reverse=False):
         if self._persistent[reverse] is not None:
             self._persistent[reverse].Wait()
@@ -355,6 +391,7 @@ class RMA(Transport):
         self.window = None
         self._groups: tuple = ()
         self._puts: tuple = ()
+        self._exposed = False  # an exposure epoch is open (posted, neither waited for nor tested over)
 
     def _open(self) -> None:
         from mpi4py import MPI
@@ -400,15 +437,22 @@ class RMA(Transport):
         exposed, accessed = (self._groups[0], self._groups[1]) if not reverse else (self._groups[1], self._groups[0])
         if direction.receives:
             window.Post(exposed)
+            self._exposed = True
         if direction.sends:
             window.Start(accessed)
             for origin, target_rank, target in self._puts[reverse]:
                 window.Put(origin, target_rank, target)
             window.Complete()
 
+    def test(self, reverse=False):
+        if self._exposed and self.window.Test():  # a True MPI_Win_test ends the epoch: no Wait then
+            self._exposed = False
+        return not self._exposed
+
     def wait(self, reverse=False):
-        if self.directions[reverse].receives:
+        if self._exposed:
             self.window.Wait()
+            self._exposed = False
 
     def close(self):
         if self.window is not None:
@@ -417,6 +461,7 @@ class RMA(Transport):
         for group in self._groups:
             group.Free()
         self._groups, self._puts = (), ()
+        self._exposed = False
 
 
 def post_messages(comm, sends, receives, *, tag: int) -> list:
