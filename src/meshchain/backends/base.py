@@ -21,6 +21,7 @@ import numpy as np
 from ..comm.exchange import HaloExchange, HaloItem
 from ..comm.transports import TRANSPORTS
 from ..core.access import Access
+from ..core.errors import ConfigurationError
 from ..types.args import GLOBAL
 
 __all__ = ["Backend", "PhaseRun", "reduced_targets", "combine_reductions", "readonly", "arrays_of"]
@@ -65,6 +66,7 @@ class Backend(ABC):
     name = "abstract"
     transports = TRANSPORTS  # how its halo exchanges may move messages (see meshchain.comm.transports)
     can_tile = False
+    can_chunk = False  # True: chunked() schedules a phase's blocks dynamically on threads
     times_itself = False  # True: compute times come through PhaseRun.timer, not the engine's clock
 
     def __init__(self, config, caches, *, distributed: bool = False):
@@ -81,6 +83,30 @@ class Backend(ABC):
         ``report(loop, seconds, compiled, cache_hits)`` is told about every compilation
         (or load from a cache) made while preparing. Errors in compiling raise here.
         """
+
+    def chunk_workers(self) -> int:
+        """Worker threads :meth:`chunked` uses beside the calling thread (0: it cannot chunk)."""
+        return 0
+
+    def chunked(self, runs, report, *, workers: int, chunk_blocks: int = 1):
+        """A :class:`~meshchain.backends.threads.ChunkedCall` running ``runs`` as :meth:`phase`
+        does, bit for bit, its blocks handed out ``chunk_blocks`` at a time to ``workers``
+        threads and to the thread that calls ``run(driver)`` once its communication is done
+        (None: no run has iterations). Only backends with ``can_chunk`` implement it.
+
+        Examples
+        --------
+        >>> import meshchain as mc
+        >>> from meshchain.backends import make_backend
+        >>> backend = make_backend("reference", mc.get_runtime().config, mc.get_runtime().caches)
+        >>> try:
+        ...     backend.chunked([], None, workers=2)
+        ... except mc.ConfigurationError as err:
+        ...     print(str(err)[:69])
+        the reference backend cannot schedule interior iterations dynamically
+        """
+        raise ConfigurationError(f"the {self.name} backend cannot schedule interior iterations dynamically (on "
+                                 f"threads, in chunks of blocks); use the numba backend")
 
     def may_fail(self, loop) -> bool:
         """Whether running ``loop`` can raise (then the ranks agree on failures after every

@@ -9,6 +9,10 @@ A phase of several runs is one call of a generated ``_mc_phase`` (:mod:`.numba_f
 Everything is compiled (or loaded from the disk cache) when the plan is built, each loop
 on its own first so that an error names it; the prepared call then calls the compiled
 entry point with arguments prepared once: no type dispatch, no allocation.
+
+:meth:`NumbaBackend.chunked` prepares the same phase for dynamic scheduling on Python
+threads (:mod:`.threads`): each chunk of consecutive blocks of a colour is one call of the
+loop module's ``_mc_blocks``, and ``_mc_reduce`` combines the partial rows afterwards.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .base import Backend, arrays_of, combine_reductions, readonly
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
 from .numba_fused import phase_source, tiled_source
+from .threads import ChunkedCall, WorkerPool
 
 __all__ = ["NumbaBackend", "import_generated", "set_threads"]
 
@@ -38,6 +43,7 @@ class NumbaBackend(Backend):
 
     name = "numba"
     can_tile = True
+    can_chunk = True
 
     def __init__(self, config, caches, *, distributed: bool = False):
         super().__init__(config, caches, distributed=distributed)
@@ -51,6 +57,7 @@ class NumbaBackend(Backend):
         self._directory = Path(config.cache_dir) / "numba"
         self._executors = caches.cache("numba loop modules", limit=4096)
         self._fused = caches.cache("numba fused modules", limit=1024)
+        self._pools: dict[int, WorkerPool] = {}
 
     def restore(self) -> None:
         set_threads(self._numba, self._threads)
@@ -86,6 +93,56 @@ class NumbaBackend(Backend):
         arguments = (plan, index, self._serial(), *arrays)
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs)
+
+    def chunk_workers(self) -> int:
+        """Worker threads for :meth:`chunked` beside the calling thread: Numba's threads minus one."""
+        return max(self._numba.get_num_threads() - 1, 0)
+
+    def chunked(self, runs, report, *, workers: int, chunk_blocks: int = 1):
+        """The phase of ``runs`` as a :class:`~.threads.ChunkedCall`: per run and colour, a
+        group of ``_mc_blocks`` calls of ``chunk_blocks`` consecutive positions of the colour's
+        block order; a run's ``_mc_reduce`` follows its last colour (as its own group when a
+        later run follows, so that run sees the reduced globals, as in :meth:`phase`)."""
+        if workers < 0 or chunk_blocks < 1:
+            raise ConfigurationError(f"chunked scheduling needs workers >= 0 and chunk_blocks >= 1, not "
+                                     f"workers={workers}, chunk_blocks={chunk_blocks}")
+        runs = [run for run in runs if run.end > run.start]
+        if not runs:
+            return None
+        groups, finish = [], []
+        for position, run in enumerate(runs):
+            blocks, reduce = self._chunked_run(run, report, chunk_blocks)
+            groups += blocks
+            if reduce is not None and position < len(runs) - 1:
+                groups.append([reduce])
+            elif reduce is not None:
+                finish.append(reduce)
+        call = _Call(None, (), [run.loop.name for run in runs], None, runs)
+        if len(runs) == 1:
+            call.path = self._executor(runs[0].loop, report).path
+        return ChunkedCall(groups, finish, pool=self._pool(workers), failure=call.wrapped)
+
+    def _chunked_run(self, run, report, chunk_blocks: int):
+        """``run``'s groups of ``_mc_blocks`` chunks (one per colour) and its ``_mc_reduce``
+        call (None without reductions)."""
+        executor, arguments = self._arguments(run, report)
+        starts, order, offsets = arguments[:3]
+        operands = tuple(arguments[4:])
+        blocks = self._compile(executor.blocks, (0, 0, starts, order, *operands), run.loop, report,
+                               path=executor.path)
+        groups = [[(blocks, (lo, min(lo + chunk_blocks, last), starts, order, *operands))
+                   for lo in range(first, last, chunk_blocks)]
+                  for first, last in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        if not executor.reductions:
+            return groups, None
+        reduce = self._compile(executor.reduce, operands, run.loop, report, path=executor.path)
+        return groups, (reduce, operands)
+
+    def _pool(self, workers: int) -> WorkerPool:
+        pool = self._pools.get(workers)
+        if pool is None:
+            pool = self._pools[workers] = WorkerPool(workers)
+        return pool
 
     def tiled(self, plan, runs, report):
         """One compiled call for the whole tiled group: colours in order, the tiles of a colour
@@ -124,11 +181,17 @@ class NumbaBackend(Backend):
 
     def _operands(self, run, report):
         """The loop's executor, its arguments for this run, and its entry point compiled for them."""
+        executor, arguments = self._arguments(run, report)
+        return executor, arguments, self._compile(executor.dispatcher, arguments, run.loop, report, path=executor.path)
+
+    def _arguments(self, run, report):
+        """The loop's executor and the arguments of its ``_mc_loop`` for this run: colouring
+        (block starts, order, colour offsets), the serial flag, then ``_mc_block``'s operands."""
         executor = self._executor(run.loop, report)
         colouring = run.colouring
         arguments = [colouring.block_starts, colouring.block_order, colouring.colour_offsets, self._serial(),
                      *executor.operands(run, colouring.nblocks)]
-        return executor, arguments, self._compile(executor.dispatcher, arguments, run.loop, report, path=executor.path)
+        return executor, arguments
 
     def _serial(self) -> bool:
         """Whether Numba runs one thread (loops then skip starting a thread team)."""
@@ -188,6 +251,10 @@ class _Call:
         except (IndexError, SystemError) as exc:  # an IndexError inside a prange region surfaces as SystemError
             raise self._failure(exc) from exc
 
+    def wrapped(self, exc: BaseException) -> BaseException:
+        """The exception to raise for ``exc`` raised by these runs' compiled code."""
+        return self._failure(exc) if isinstance(exc, (IndexError, SystemError)) else exc
+
     def _failure(self, exc) -> KernelRuntimeError:
         if len(self.runs) == 1:
             loop = self.runs[0].loop
@@ -203,6 +270,7 @@ class _Executor:
 
     def __init__(self, module, path: Path, specs):
         self.dispatcher, self.tile = module._mc_loop, module._mc_tile
+        self.blocks, self.reduce = module._mc_blocks, module._mc_reduce
         self.path, self.module_name, self.specs = path, module.__name__, specs
         self.reductions = reduction_args(specs)
         read_only: dict[int, bool] = {}

@@ -6,6 +6,10 @@ One module per loop signature: the kernel's constants, the kernel itself as a
 one block: starting a thread team costs microseconds) and colours one after another,
 and ``_mc_tile``, which runs the loop's
 iterations of one sparse tile (a fused tiled chain calls it, see :mod:`.numba_backend`).
+For dynamic scheduling on Python threads (:mod:`.threads`) there are ``_mc_blocks``,
+which runs the blocks at positions ``[lo, hi)`` of the block order one after another
+without holding the GIL, and ``_mc_reduce``, which combines the per-block partial rows of
+the loop's reductions into its globals in block order (what ``_mc_loop`` does at its end).
 
 Examples
 --------
@@ -17,6 +21,8 @@ Examples
 >>> k = mc.Kernel.from_source("def one(a):\\n    a[0] = 1.0\\n")
 >>> src = loop_source(make_loop(k, cells, (q(mc.WRITE),)), boundscheck=False)
 >>> "_mc_d0[_mc_e, 0] = 1.0" in src
+True
+>>> "def _mc_blocks(_mc_lo, _mc_hi, _mc_starts, _mc_order, _mc_d0):" in src
 True
 """
 
@@ -75,7 +81,8 @@ def _kernel_definition(kernel, boundscheck: bool) -> str:
 
 def _loop_definition(specs, body, boundscheck: bool) -> str:
     """``_mc_block`` runs one block's elements in order; ``_mc_loop`` runs colours in order and
-    the blocks of one colour on threads (``prange``), then combines reductions in block order.
+    the blocks of one colour on threads (``prange``), then combines reductions in block order;
+    ``_mc_blocks`` and ``_mc_reduce`` are those two halves for a scheduler of its own.
 
     The block is a function of its own: Numba then optimises it as fully as plain sequential
     code (inside a parfor body the same code runs measurably slower).
@@ -108,7 +115,22 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     ]
     for i in reductions:
         lines += ["    " + line for line in _final_reduction(i, specs[i])]
+    lines += ["", ""] + _scheduled_pieces(specs, reductions, arrays, flags)
     return "\n".join(lines)
+
+
+def _scheduled_pieces(specs, reductions, arrays, flags: str) -> list[str]:
+    """``_mc_blocks`` (the blocks at positions ``[_mc_lo, _mc_hi)`` of ``_mc_order``, in order)
+    and ``_mc_reduce`` (the partial rows into the globals, in block order; nothing to do
+    without reductions)."""
+    names = ", ".join(arrays)
+    lines = [f"@_mc_njit(cache=True, {flags})",
+             f"def _mc_blocks(_mc_lo, _mc_hi, _mc_starts, _mc_order, {names}):",
+             "    for _mc_i in range(_mc_lo, _mc_hi):",
+             f"        _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
+             "", "", f"@_mc_njit(cache=True, {flags})", f"def _mc_reduce({names}):"]
+    body = [line for i in reductions for line in _final_reduction(i, specs[i])]
+    return lines + ["    " + line for line in body or ["pass"]]
 
 
 _RANGE = ["for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):"]
