@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ConfigurationError, MeshchainWarning
 
-__all__ = ["Config", "BACKENDS", "TRANSPORTS", "AUXILIARY_VARIABLES"]
+__all__ = ["Config", "BACKENDS", "TRANSPORTS", "PROGRESS", "INTERIOR", "AUXILIARY_VARIABLES"]
 
 AUXILIARY_VARIABLES = frozenset({
     # set by meshchain's own test harness (tests/mpi_harness.py, tests/conftest.py) and notebook
@@ -30,6 +30,8 @@ BACKENDS = ("numba", "reference", "cupy", "cuda-emulation")
 GPU_INCREMENTS = ("atomic", "colour")
 GPU_HALOS = ("auto", "staged", "direct")
 TRANSPORTS = ("auto", "p2p", "persistent", "neighbour", "rma")
+PROGRESS = ("auto", "none", "poll", "thread")
+INTERIOR = ("static", "dynamic")
 
 
 def _default_cache_dir() -> Path:
@@ -60,7 +62,24 @@ class Config:
         Bounds-check every kernel in compiled backends.
     overlap : bool
         On several ranks, run a loop's core iterations while its halo exchanges are in
-        flight (default); False waits for the exchanges first (for measurements).
+        flight (default); False waits for the exchanges first (exchange-then-compute, the
+        reference for measurements; it also turns ``eager`` off).
+    eager : bool
+        Boundary-first, eager sends (default): where the next step of a plan exchanges dats
+        the step before it writes, that step runs first the iterations that write rows other
+        ranks import, posts the exchange, and runs its interior while the messages travel.
+    progress : str
+        What moves messages while a rank computes: ``"none"`` (MPI, inside its calls only),
+        ``"poll"`` (a communication thread tests the requests in flight while compiled code
+        runs without the GIL), ``"thread"`` (MPICH's asynchronous progress thread; it must
+        be switched on before MPI starts: ``MESHCHAIN_PROGRESS=thread`` in the environment)
+        or ``"auto"`` (default: what ``mc.model.calibrate()`` measured fastest, else
+        ``"none"``). ``mc.stats().progress`` says which one runs.
+    interior : str
+        How the iterations that overlap messages are run: ``"static"`` (one compiled call,
+        blocks of a colour on Numba's threads; default) or ``"dynamic"`` (blocks handed out
+        in chunks to ``threads`` threads; the thread that drives communication joins once its
+        messages are complete; numba backend). Both give the same bits.
     chains : Path or None
         A TOML file naming loop chains by their loops (see :mod:`meshchain.engine.chains`).
     gpu_threads : int
@@ -96,6 +115,9 @@ class Config:
     gpu_increments: str = "atomic"
     gpu_halos: str = "auto"
     transport: str = "auto"
+    eager: bool = True
+    progress: str = "auto"
+    interior: str = "static"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -115,9 +137,13 @@ class Config:
             )
         if self.transport not in TRANSPORTS:
             raise ConfigurationError(f"transport {self.transport!r} is unknown; choose one of {', '.join(TRANSPORTS)}.")
+        if self.progress not in PROGRESS:
+            raise ConfigurationError(f"progress {self.progress!r} is unknown; choose one of {', '.join(PROGRESS)}.")
+        if self.interior not in INTERIOR:
+            raise ConfigurationError(f"interior {self.interior!r} is unknown; choose one of {', '.join(INTERIOR)}.")
         if self.gpu_halos not in GPU_HALOS:
             raise ConfigurationError(f"gpu_halos must be one of {', '.join(GPU_HALOS)}, got {self.gpu_halos!r}.")
-        for flag in ("debug", "overlap"):
+        for flag in ("debug", "overlap", "eager"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
@@ -137,7 +163,7 @@ class Config:
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
         ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``, ``_GPU_HALOS``,
-        ``_TRANSPORT``."""
+        ``_TRANSPORT``, ``_EAGER``, ``_PROGRESS``, ``_INTERIOR``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -161,11 +187,11 @@ def _warn_unknown(environ, known) -> None:
 
 
 def _parse(name: str, raw: str):
-    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos", "transport"):
+    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos", "transport", "progress", "interior"):
         return raw
     if name == "chains":
         return raw or None
-    if name in ("debug", "overlap"):
+    if name in ("debug", "overlap", "eager"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off", ""):

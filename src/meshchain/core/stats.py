@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-__all__ = ["LoopStats", "ChainStats", "Stats", "StatsRecorder", "gain_percent", "comm_reduction_percent",
+__all__ = ["LoopStats", "ChainStats", "Stats", "StatsRecorder", "Imbalance", "imbalance_of", "hidden_fraction",
+           "gain_percent", "comm_reduction_percent",
            "comp_increase_percent", "add_by_layer"]
 
 
@@ -34,12 +36,19 @@ class LoopStats:
     time_plan: float = 0.0
     time_compile: float = 0.0
     time_wait: float = 0.0
+    time_flight: float = 0.0
+    time_hidden: float = 0.0
     compilations: int = 0
     cache_hits: int = 0
     colours: int = 0
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "hidden": self.hidden}
+
+    @property
+    def hidden(self) -> float:
+        """The fraction of its messages' flight time the rank spent computing (NaN: none sent)."""
+        return hidden_fraction(self.time_flight, self.time_hidden)
 
 
 @dataclass
@@ -73,6 +82,9 @@ class ChainStats:
         ``ΣS^c`` and ``ΣS^1`` of per-loop execution.
     time_core, time_halo, time_wait : float
         Seconds in phase 1 (cores, exchange in flight), phase 2 (the rest) and waiting.
+    time_flight, time_hidden : float
+        Seconds the chain's grouped messages were in flight (posting to completion) and how
+        many of them the rank computed; :attr:`hidden` is their ratio.
     tile_size, tiles, tile_colours : int
         Sparse tiling: seed iterations per tile, most tiles and colours of one tiled group.
     tiled_groups, tile_inspections : int
@@ -118,6 +130,8 @@ class ChainStats:
     time_core: float = 0.0
     time_halo: float = 0.0
     time_wait: float = 0.0
+    time_flight: float = 0.0
+    time_hidden: float = 0.0
     tile_size: int = 0
     tiles: int = 0
     tile_colours: int = 0
@@ -135,7 +149,12 @@ class ChainStats:
 
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "predicted_gain": self.predicted_gain,
-                "comm_reduction": self.comm_reduction, "comp_increase": self.comp_increase}
+                "comm_reduction": self.comm_reduction, "comp_increase": self.comp_increase, "hidden": self.hidden}
+
+    @property
+    def hidden(self) -> float:
+        """The fraction of its messages' flight time the rank spent computing (NaN: none sent)."""
+        return hidden_fraction(self.time_flight, self.time_hidden)
 
     @property
     def predicted_gain(self) -> float:
@@ -169,23 +188,31 @@ class ChainStats:
 @dataclass(frozen=True)
 class Stats:
     """A snapshot of the statistics: ``loops`` maps loop names to :class:`LoopStats`,
-    ``chains`` chain names to :class:`ChainStats`."""
+    ``chains`` chain names to :class:`ChainStats`; ``transport``, ``progress`` and
+    ``interior`` say how halo exchanges ran; ``imbalance`` (``mc.stats(all_ranks=True)``
+    only) maps loop names and ``"chain <name>"`` to each rank's compute and waiting
+    seconds (:class:`Imbalance`, with max/mean ratios)."""
 
     loops: dict = field(default_factory=dict)
     backend: str = ""
     chains: dict = field(default_factory=dict)
     transport: str = ""
+    progress: str = ""
+    interior: str = ""
+    imbalance: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"backend": self.backend, "transport": self.transport,
-                "loops": {k: v.as_dict() for k, v in self.loops.items()},
-                "chains": {k: v.as_dict() for k, v in self.chains.items()}}
+        return {"backend": self.backend, "transport": self.transport, "progress": self.progress,
+                "interior": self.interior, "loops": {k: v.as_dict() for k, v in self.loops.items()},
+                "chains": {k: v.as_dict() for k, v in self.chains.items()},
+                "imbalance": {k: v._asdict() for k, v in self.imbalance.items()}}
 
     def combined(self, per_rank) -> "Stats":
         """The statistics of all ranks summed (``neighbours``, ``colours``, ``depth`` and the
-        largest messages: the maximum; diagnostics: every rank's)."""
+        largest messages: the maximum; diagnostics: every rank's), with :attr:`imbalance`:
+        per loop and chain, each rank's compute and waiting seconds (:class:`Imbalance`)."""
         return Stats(_combine(per_rank, "loops", LoopStats), self.backend, _combine(per_rank, "chains", ChainStats),
-                     self.transport)
+                     self.transport, self.progress, self.interior, imbalance_of(per_rank))
 
     def __str__(self) -> str:
         header = (f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
@@ -210,7 +237,15 @@ class Stats:
             rows += [f"  {c.name}: {d}" for c in self.chains.values() for d in c.diagnostics + [c.decision] if d]
             rows += [_model_row(c) for c in self.chains.values() if c.predicted_executions]
         if self.transport:
-            rows.append(f"halo exchanges: transport {self.transport}")
+            rows.append(f"halo exchanges: transport {self.transport}, progress {self.progress or 'none'}, "
+                        f"interior {self.interior or 'static'}")
+            rows += [f"  {kind} {s.name}: {100 * s.hidden:.0f} % of {s.time_flight:.4f} s in flight hidden by compute"
+                     for kind, records in (("loop", self.loops), ("chain", self.chains))
+                     for s in records.values() if s.time_flight > 0]
+        if self.imbalance:
+            rows += ["", f"{'imbalance (max/mean)':<24}{'compute':>9}{'wait':>9}{'compute s per rank':>40}"]
+            rows += [f"{name:<24}{x.compute_ratio:>9.2f}{x.wait_ratio:>9.2f}    "
+                     f"{' '.join(f'{t:.4f}' for t in x.compute)}" for name, x in self.imbalance.items()]
         return "\n".join(rows)
 
 
@@ -219,6 +254,54 @@ def _model_row(c: ChainStats) -> str:
     return (f"  {c.name}: model: per-loop {c.predicted_per_loop / n * 1e3:.3f} ms, CA {c.predicted_ca / n * 1e3:.3f} ms "
             f"per execution, predicted gain {c.predicted_gain:+.1f} %; comm reduction {c.comm_reduction:.1f} %, "
             f"comp increase {c.comp_increase:.1f} % ({c.model})")
+
+
+class Imbalance(NamedTuple):
+    """Each rank's compute and waiting seconds of one loop or chain (``mc.stats(all_ranks=True)``).
+
+    >>> Imbalance((1.0, 3.0), (0.5, 0.0)).compute_ratio
+    1.5
+    """
+
+    compute: tuple
+    wait: tuple
+
+    @property
+    def compute_ratio(self) -> float:
+        """max / mean of the ranks' compute seconds (1: balanced; NaN: nothing measured)."""
+        return _max_over_mean(self.compute)
+
+    @property
+    def wait_ratio(self) -> float:
+        return _max_over_mean(self.wait)
+
+
+def _max_over_mean(values) -> float:
+    mean = sum(values) / len(values) if values else 0.0
+    return max(values) / mean if mean > 0 else float("nan")
+
+
+def imbalance_of(per_rank) -> dict:
+    """Per loop (by name) and chain (``"chain <name>"``), the :class:`Imbalance` of ``per_rank`` snapshots."""
+    found = {}
+    for name in dict.fromkeys(n for snapshot in per_rank for n in snapshot.loops):
+        records = [snapshot.loops.get(name) for snapshot in per_rank]
+        found[name] = Imbalance(tuple(r.time_compute if r else 0.0 for r in records),
+                                tuple(r.time_wait if r else 0.0 for r in records))
+    for name in dict.fromkeys(n for snapshot in per_rank for n in snapshot.chains):
+        records = [snapshot.chains.get(name) for snapshot in per_rank]
+        found[f"chain {name}"] = Imbalance(tuple(r.time_core + r.time_halo if r else 0.0 for r in records),
+                                           tuple(r.time_wait if r else 0.0 for r in records))
+    return found
+
+
+def hidden_fraction(flight: float, hidden: float) -> float:
+    """``hidden / flight`` (NaN when nothing was in flight).
+
+    >>> hidden_fraction(2.0, 1.5)
+    0.75
+    """
+    return hidden / flight if flight > 0 else float("nan")
 
 
 def _combine(per_rank, attribute: str, kind) -> dict:
@@ -305,9 +388,9 @@ class StatsRecorder:
             account.add_to(self)
             account.reset()
 
-    def snapshot(self, backend: str, transport: str = "") -> Stats:
+    def snapshot(self, backend: str, transport: str = "", progress: str = "", interior: str = "") -> Stats:
         folded = self._folded()
-        return Stats(folded.loops, backend, folded.chains, transport)
+        return Stats(folded.loops, backend, folded.chains, transport, progress, interior)
 
     def _folded(self) -> Stats:
         folded = StatsRecorder()

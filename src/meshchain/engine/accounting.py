@@ -50,18 +50,20 @@ class PlanAccount:
     loops by ``shares[i]`` (``(loop name, iterations)`` pairs); ``device`` compute seconds a
     backend measured itself; ``wait[name]`` the seconds a loop's own exchanges were waited
     for; ``core``, ``halo`` and ``chain_wait`` a chain's phase 1, phase 2 and waiting time;
-    ``total`` the chain's wall-clock time; ``predicted_from`` the run from which the model
+    ``total`` the chain's wall-clock time; ``flight[name]`` ``[seconds in flight, seconds
+    of them computed]`` of a loop's own exchanges (``name``) or the chain's (None); ``predicted_from`` the run from which the model
     predicts this plan's runs (None: no calibration yet) and ``prediction`` its ``(per-loop
     seconds, CA seconds, basis)`` per run, set when statistics are read.
     """
 
     __slots__ = ("loops", "chain", "chain_name", "runs", "compute", "shares", "wait", "core", "halo", "chain_wait",
-                 "total", "predicted_from", "prediction", "sequence", "device")
+                 "total", "predicted_from", "prediction", "sequence", "device", "flight")
 
     def __init__(self, loops: dict, chain: ChainStats | None, chain_name: str | None, shares: list):
         self.loops, self.chain, self.chain_name, self.shares = loops, chain, chain_name, shares
         self.compute = [0.0] * len(shares)
         self.wait: dict[str, float] = {}
+        self.flight: dict = {}
         self.device: dict[str, float] = {}  # compute seconds a backend measured itself (GPU events)
         self.runs = 0
         self.core = self.halo = self.chain_wait = self.total = 0.0
@@ -88,6 +90,7 @@ class PlanAccount:
         self.runs = 0
         self.compute = [0.0] * len(self.shares)
         self.wait = {}
+        self.flight = {}
         self.device.clear()
         self.core = self.halo = self.chain_wait = self.total = 0.0
         if self.predicted_from is not None:
@@ -115,6 +118,10 @@ class PlanAccount:
                 recorder.loop(name).time_compute += seconds * count / total
         for name, seconds in self.wait.items():
             recorder.loop(name).time_wait += seconds
+        for name, (flight, hidden) in self.flight.items():
+            record = recorder.loop(name) if name is not None else recorder.chain(self.chain_name)
+            record.time_flight += flight
+            record.time_hidden += hidden
         if self.chain is not None:
             self._add_chain(recorder, n)
 

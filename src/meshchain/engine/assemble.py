@@ -38,6 +38,7 @@ from ..comm.agree import agree_on_failure
 from ..comm.exchange import GROUPED_TAG
 from ..core.access import Access
 from .accounting import PlanAccount, account_for
+from .eager import eager_splits
 from .plans import Plan, Reduction, Step
 from .tiling import Tiling, tiled_phase
 
@@ -67,8 +68,12 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
     layouts = [session.layout.of(loop.iterset) for loop in unit.loops] if distributed else None
     account = PlanAccount({}, None, unit.chain, [])
     builder = _Builder(session, unit, tiling, account)
+    splits = eager_splits(session, unit, schedule)
     try:
-        steps = [builder.step(segment, schedule.strategy) for segment in schedule.segments]
+        exchanges = [[builder.exchange(spec) for spec in segment.exchanges] for segment in schedule.segments]
+        steps = [builder.step(segment, schedule.strategy, exchanges=exchanges[i], posted=i - 1 in splits,
+                              split=splits.get(i), eager=exchanges[i + 1] if i in splits else ())
+                 for i, segment in enumerate(schedule.segments)]
     except BaseException:
         for close in builder.closers:  # exchanges made so far hold persistent requests
             close()
@@ -78,7 +83,8 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
     account.loops, account.chain = counted.loops, counted.chain
     return Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
                 closers=builder.closers, chain=unit.options is not None,
-                agree=any(session.backend.may_fail(loop) for loop in unit.loops))
+                agree=any(session.backend.may_fail(loop) for loop in unit.loops),
+                overlap=session.overlap() if distributed else None)
 
 
 class _Builder:
@@ -95,12 +101,18 @@ class _Builder:
 
     # --- one segment ------------------------------------------------------------------------------
 
-    def step(self, segment, strategy: str) -> Step:
+    def step(self, segment, strategy: str, *, exchanges, posted: bool = False, split=None, eager=()) -> Step:
+        """The bound step of ``segment``: ``exchanges`` its exchange objects (``posted``: begun
+        by the step before); ``split`` ``(loop position, iteration)`` cuts the rest there, its
+        owned iterations below the cut forming the tail, run after ``eager`` (the next step's
+        exchanges) begin (see :mod:`.eager`)."""
         session, unit = self.session, self.unit
         reductions = self._reductions(segment) if session.distributed else {}
-        exchanges = [self._exchange(spec) for spec in segment.exchanges]
-        core, core_share = self._phase(segment.core, reductions)
-        rest, rest_share = self._phase(segment.rest, reductions)
+        flying = bool(exchanges) and bool(segment.core)
+        core, core_share = self._phase(segment.core, reductions, interior=flying)
+        rest_runs, tail_runs = _cut(segment.rest, split)
+        rest, rest_share = self._phase(rest_runs, reductions)
+        tail, tail_share = self._phase(tail_runs, reductions, interior=True)
         settle = []
         if session.distributed:
             settle = [unit.storage[a.obj] for p in segment.loops for a in unit.signature[p].args if a.is_global]
@@ -108,7 +120,7 @@ class _Builder:
         waits = unit.names[segment.loops[0]] if strategy == "per-loop" else None
         return Step(settle=_distinct(settle), reductions=[r for rs in reductions.values() for r in rs.values()],
                     exchanges=exchanges, core=core, rest=rest, validity=validity, core_share=core_share,
-                    rest_share=rest_share, waits=waits)
+                    rest_share=rest_share, waits=waits, posted=posted, eager=eager, tail=tail, tail_share=tail_share)
 
     def _reductions(self, segment) -> dict:
         """Per loop position that reduces globals: argument position -> its :class:`Reduction`
@@ -128,7 +140,7 @@ class _Builder:
                     found.setdefault(position, {})[i] = by_global[id(storage)]
         return found
 
-    def _exchange(self, spec):
+    def exchange(self, spec):
         unit, layout = self.unit, self.session.layout
         items = []
         for key, lo, hi in spec.items:
@@ -142,13 +154,22 @@ class _Builder:
 
     # --- phases -----------------------------------------------------------------------------------
 
-    def _phase(self, runs, reductions):
+    def _phase(self, runs, reductions, *, interior: bool = False):
         """A prepared call for ``runs`` (schedule runs) and its index into the account's
-        compute times (-1: the backend times itself, or there is nothing to run)."""
+        compute times (-1: the backend times itself, or there is nothing to run).
+        ``interior``: the runs overlap messages in flight (``interior="dynamic"`` chunks them)."""
         bound = [self._bind(run, reductions) for run in runs if run.end > run.start]
         if not bound:
             return None, -1
         call = None
+        if interior and self.tiling is None and self.session.config.interior == "dynamic":
+            call = self.backend.chunked(bound, self._report, workers=self.backend.chunk_workers())
+            for run in bound:
+                if run.colouring is not None:
+                    self._colour(run.loop, run.colouring.ncolours)
+            if self.backend.times_itself:
+                return call, -1
+            return call, self.account.add_phase([(run.loop.name, run.end - run.start) for run in bound])
         if self.tiling is not None:
             tiled = tiled_phase(self.session, bound, self.tiling, self._report)
             if tiled is not None:
@@ -208,6 +229,23 @@ class _Builder:
         plans = self.tile_plans
         return (tiling.tile_size, self.groups, max((p.ntiles for p in plans), default=0),
                 max((p.ncolours for p in plans), default=0))
+
+
+def _cut(runs, split) -> tuple:
+    """``runs`` (a segment's rest) cut at ``split`` = ``(loop position, iteration)``: the
+    owned iterations of that loop below the cut move to the tail (see :mod:`.eager`)."""
+    if split is None:
+        return runs, ()
+    position, at = split
+    rest, tail = [], []
+    for run in runs:
+        if run.loop == position and run.targets == "owned" and run.start < at:
+            tail.append(run._replace(end=min(at, run.end)))
+            if at < run.end:
+                rest.append(run._replace(start=at))
+        else:
+            rest.append(run)
+    return tuple(rest), tuple(tail)
 
 
 def _rows(table: dict, lo: int, hi: int) -> dict:

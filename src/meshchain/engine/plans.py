@@ -5,12 +5,22 @@ or many, loop by loop or communication-avoiding, tiled or not::
 
     for each step (a segment of the schedule):
         finish reductions of globals its loops use     (their Iallreduce was in flight)
-        begin exchanges                                (pack + start, one call each)
+        begin exchanges, unless the step before did    (pack + start, one call each)
         core                                           (one prepared backend call)
         end exchanges                                  (wait + unpack, one call each)
         rest                                           (one prepared backend call)
+        begin the next step's exchanges (eager)        (boundary first: :mod:`.eager`)
+        tail: the rest's interior                      (while the eager messages travel)
         start reductions over ranks                    (Iallreduce, finished when needed)
         mark halo validity
+
+Computation that overlaps messages in flight (the core, the tail) runs through the
+plan's :class:`Overlap`: as one call (progress ``"none"``, or ``"thread"``: MPICH's own
+progress thread moves the messages), with a polling communication thread beside it
+(``"poll"``), or in chunks handed to worker threads (``interior="dynamic"``), the
+thread that drives communication joining once its messages are complete. Each exchange
+records how long its messages were in flight and how much of that time the rank spent
+computing (the achieved overlap the model uses).
 
 Everything a step needs (prepared backend calls, exchanges with their buffers and
 persistent requests, reduction buffers, the storage records whose validity changes) is
@@ -44,9 +54,10 @@ import time
 
 import numpy as np
 
+from ..backends.threads import ChunkedCall
 from ..comm.agree import abort_all, agree_on_failure
 
-__all__ = ["Plan", "Step", "Reduction"]
+__all__ = ["Plan", "Step", "Reduction", "Overlap"]
 
 _clock = time.perf_counter
 
@@ -94,29 +105,77 @@ class Reduction:
 
 
 class Step:
-    """One segment of a plan, bound (see the module docstring). ``core_share`` and
-    ``rest_share`` index the account's compute times, ``waits`` names the loop whose
-    exchanges these are (loop by loop) or is None (a chain's grouped exchange)."""
+    """One segment of a plan, bound (see the module docstring). ``core_share``,
+    ``rest_share`` and ``tail_share`` index the account's compute times, ``waits`` names
+    the loop whose exchanges these are (loop by loop) or is None (a chain's grouped
+    exchange). ``posted``: the step before began ``exchanges`` (eagerly); ``eager``: the
+    next step's exchanges, begun after ``rest`` and before ``tail``."""
 
-    __slots__ = ("settle", "reductions", "exchanges", "core", "rest", "validity", "core_share", "rest_share", "waits")
+    __slots__ = ("settle", "reductions", "exchanges", "core", "rest", "validity", "core_share", "rest_share", "waits",
+                 "posted", "eager", "tail", "tail_share")
 
     def __init__(self, *, settle=(), reductions=(), exchanges=(), core=None, rest=None, validity=(), core_share=-1,
-                 rest_share=-1, waits=None):
+                 rest_share=-1, waits=None, posted=False, eager=(), tail=None, tail_share=-1):
         self.settle, self.reductions, self.exchanges = tuple(settle), tuple(reductions), tuple(exchanges)
         self.core, self.rest, self.validity = core, rest, tuple(validity)
         self.core_share, self.rest_share, self.waits = core_share, rest_share, waits
+        self.posted, self.eager, self.tail, self.tail_share = posted, tuple(eager), tail, tail_share
+
+
+class Overlap:
+    """How a plan runs computation while messages are in flight (see the module docstring).
+
+    ``progress``: ``"none"``, ``"poll"`` or ``"thread"``; ``poller``: the session's
+    :class:`~meshchain.comm.progress.Poller` (``"poll"``). :meth:`run` returns ``(failure,
+    completed)``: the exception the call raised (None) and when the messages were seen
+    complete during it (None: not seen, the wait will tell).
+
+    >>> Overlap("none").run(lambda: None, ())
+    (None, None)
+    """
+
+    __slots__ = ("progress", "poller")
+
+    def __init__(self, progress: str, poller=None):
+        self.progress, self.poller = progress, poller
+
+    def run(self, call, exchanges):
+        polling = self.progress == "poll" and exchanges
+        if isinstance(call, ChunkedCall):  # interior="dynamic": this thread drives the messages, then joins
+            driver = _driver(exchanges) if polling else None
+            try:
+                return None, call.run(driver)
+            except Exception as exc:  # noqa: BLE001 - handed to the agreement, raised after it
+                return exc, None
+        if not polling:
+            return _guarded(call), None
+        self.poller.watch(exchanges)
+        failure = _guarded(call)
+        return failure, self.poller.release()
+
+
+def _driver(exchanges):
+    def complete() -> bool:
+        for exchange in exchanges:
+            if not exchange.test():
+                return False
+        return True
+
+    return complete
 
 
 class Plan:
     """A unit's executable plan: its steps, the account its runs add to, the kernels whose
     globals it froze, and what to release when it is dropped."""
 
-    __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree")
+    __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap")
 
     def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
-                 agree: bool = True):
+                 agree: bool = True, overlap: Overlap | None = None):
         """``agree``: running the plan can fail on some ranks only (the backend says so of its
-        loops, the same on every rank), so the ranks agree on failures after every run."""
+        loops, the same on every rank), so the ranks agree on failures after every run;
+        ``overlap``: how computation runs beside messages (default: one call, no progress)."""
+        self.overlap = overlap if overlap is not None else Overlap("none")
         self.steps, self.account, self.kernels = tuple(steps), account, tuple(kernels)
         self.comm, self.closers, self.chain = comm, tuple(closers), chain
         self._flag = np.zeros(2, dtype=np.int32)
@@ -173,19 +232,23 @@ class Plan:
             raise  # pragma: no cover - Abort does not return
 
     def _steps(self):
-        account, failure = self.account, None
+        account, failure, overlap = self.account, None, self.overlap
         compute = account.compute
+        flight = None  # eager messages of the next step: (posted at, computed since, seen complete at)
         for step in self.steps:
             for storage in step.settle:
                 if storage.pending is not None:
                     storage.settle()
             for reduction in step.reductions:
                 reduction.reset()
-            for exchange in step.exchanges:
-                exchange.begin()
+            if not step.posted:
+                for exchange in step.exchanges:
+                    exchange.begin()
+                flight = (_clock(), 0.0, None)
             t0 = _clock()
+            seen = None
             if step.core is not None and failure is None:
-                failure = _guarded(step.core)
+                failure, seen = overlap.run(step.core, step.exchanges)
             t1 = _clock()
             for exchange in step.exchanges:
                 exchange.end()
@@ -193,6 +256,21 @@ class Plan:
             if step.rest is not None and failure is None:
                 failure = _guarded(step.rest)
             t3 = _clock()
+            if step.exchanges:
+                _hidden(account, step.waits, flight, t0, t1, t2, seen)
+            if step.eager:
+                for exchange in step.eager:
+                    exchange.begin()
+                t4 = _clock()
+                seen = None
+                if step.tail is not None and failure is None:
+                    failure, seen = overlap.run(step.tail, step.eager)
+                t5 = _clock()
+                flight = (t4, (t5 if seen is None else min(seen, t5)) - t4, seen)
+                if step.tail_share >= 0:
+                    compute[step.tail_share] += t5 - t4
+                if step.waits is None:
+                    account.core += t5 - t4
             for reduction in step.reductions:
                 reduction.start()
             for storage, depth in step.validity:
@@ -214,6 +292,21 @@ class Plan:
         for closer in self.closers:
             closer()
         self.closers = ()
+
+
+def _hidden(account, name, flight, t0, t1, t2, seen) -> None:
+    """Add a step's exchange to ``account.flight``/``account.hidden`` (under the loop
+    ``name``, or None for a chain): the seconds from posting to completion (seen by a
+    progress driver, else the end of the wait) and how many of them the rank computed."""
+    posted, before, seen_before = flight
+    if seen_before is not None:  # complete while the step before still computed
+        complete, hidden = seen_before, before
+    else:
+        complete = seen if seen is not None else t2
+        hidden = before + max(0.0, min(t1, complete) - t0)
+    span = account.flight.setdefault(name, [0.0, 0.0])
+    span[0] += max(complete - posted, 0.0)
+    span[1] += hidden
 
 
 def _guarded(call):

@@ -33,6 +33,7 @@ from ..backends import make_backend
 from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows, gather_rows
+from ..comm.progress import Poller, async_progress_enabled, check_progress
 from ..comm.transports import check_transport
 from ..comm.world import world_communicator
 from ..core.cache import CacheRegistry
@@ -48,6 +49,7 @@ from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
 from .pipeline import Pipeline
+from .rebalance import rebalance
 from .relayout import repartition
 from .trace import Trace, dependents
 
@@ -86,6 +88,8 @@ class Session:
         self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
         self._backend = None
         self._transport = None  # the halo-exchange transport, once chosen (see `transport`)
+        self._progress = None  # the progress mode, once chosen (see `progress`)
+        self._poller = None  # the communication thread of progress="poll", made at first use
         self._trace_length = self.config.trace_length
 
     # --- declarations (called by the user objects, through meshchain.core.context) -------------------
@@ -335,7 +339,9 @@ class Session:
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = make_backend(self.config.backend, self.config, self.caches, distributed=self.distributed)
+            backend = make_backend(self.config.backend, self.config, self.caches, distributed=self.distributed)
+            check_interior(self.config, backend)
+            self._backend = backend
         return self._backend
 
     @property
@@ -355,6 +361,40 @@ class Session:
             self._transport = chosen
         return self._transport
 
+    @property
+    def progress(self) -> str:
+        """The progress mode in use: ``config.progress``, with ``"auto"`` resolved to the
+        calibration's fastest (else ``"none"``) and agreed by every rank (rank 0's choice;
+        called where every rank builds a plan, so the broadcast is collective)."""
+        if self._progress is None:
+            chosen = self.config.progress
+            if chosen != "auto" and self.distributed:
+                check_progress(chosen, self.comm)
+            if chosen == "auto":
+                calibration = self.model.current_calibration() if self.distributed else None
+                chosen = getattr(calibration, "progress", "") or "none"
+                if chosen == "thread" and not async_progress_enabled():
+                    chosen = "none"  # measured with MPICH's progress thread, which this run did not start
+                if self.distributed:
+                    chosen = self.comm.bcast(chosen, root=0)
+            self._progress = chosen
+        return self._progress
+
+    def overlap(self):
+        """How plans run computation beside messages (:class:`~meshchain.engine.plans.Overlap`)."""
+        from .plans import Overlap
+
+        progress = self.progress if self.distributed else "none"
+        if progress == "poll" and self._poller is None:
+            self._poller = Poller()
+        return Overlap(progress, self._poller if progress == "poll" else None)
+
+    def progress_chosen(self) -> str:
+        """What ``mc.stats()`` reports as the progress mode (local, no MPI call)."""
+        if self._progress is not None:
+            return self._progress
+        return self.config.progress if self.config.progress != "auto" else "auto (chosen at the first exchange)"
+
     def transport_chosen(self) -> str:
         """What ``mc.stats()`` reports: the transport in use, or what will be chosen (local, no MPI call)."""
         if self._transport is not None:
@@ -372,12 +412,15 @@ class Session:
         try:
             if self.distributed and new.transport != "auto":
                 check_transport(new.transport, self.comm)
+            if self.distributed and new.progress != "auto":
+                check_progress(new.progress, self.comm)
             if fresh or old_backend is None:
                 self._backend = None
                 self.backend  # build now, so that bad options fail inside configure()
             else:
                 old_backend.config = new
                 old_backend.validate()
+            check_interior(new, self.backend)
         except Exception:
             self.config, self._backend = old_config, old_backend
             if old_backend is not None:
@@ -386,7 +429,7 @@ class Session:
             raise
         self._trace_length = new.trace_length
         if new != old_config:
-            self._transport = None
+            self._transport = self._progress = None
             self.caches.notify("configure")
         if new.chains != old_config.chains:
             self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
@@ -421,6 +464,10 @@ class Session:
     def repartition(self, method: str, *, coords=None, weights=None, seed: int = 0) -> None:
         """``mc.repartition`` (see :func:`.relayout.repartition`)."""
         repartition(self, method, coords=coords, weights=weights, seed=seed)
+
+    def rebalance(self, method: str, *, coords=None, seed: int = 0):
+        """``mc.rebalance`` (see :func:`.rebalance.rebalance`)."""
+        return rebalance(self, method, coords=coords, seed=seed)
 
     def deepen(self, depth: int, *, flush: bool = False) -> None:
         """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the
@@ -474,6 +521,9 @@ class Session:
         session cannot run loops afterwards. Pending loops are discarded."""
         self.trace.take()
         self.pipeline.plans.clear()
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
 
     # --- statistics and the model ---------------------------------------------------------------------
 
@@ -483,7 +533,10 @@ class Session:
         if self._backend is not None:
             self._backend.settle()  # GPU launches are timed by events, read once they are done
         self.model.predict(self.recorder.accounts)
-        snapshot = self.recorder.snapshot(self.config.backend, self.transport_chosen() if self.distributed else "")
+        distributed = self.distributed
+        snapshot = self.recorder.snapshot(self.config.backend, self.transport_chosen() if distributed else "",
+                                          self.progress_chosen() if distributed else "",
+                                          self.config.interior if distributed else "")
         if reset:
             self.recorder.reset()
         if all_ranks and self.comm is not None:
@@ -502,6 +555,13 @@ class Session:
     @property
     def calibration(self):
         return self.model.calibration
+
+
+def check_interior(config, backend) -> None:
+    """Refuse ``interior="dynamic"`` on a backend that cannot hand out chunks of blocks."""
+    if config.interior == "dynamic" and not getattr(backend, "can_chunk", False):
+        raise ConfigurationError(f"interior='dynamic' needs a backend that runs blocks in chunks on threads (numba); "
+                                 f"the {backend.name} backend runs each phase as one call: use interior='static'.")
 
 
 def _units(entries) -> list:
