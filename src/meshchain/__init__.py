@@ -36,7 +36,7 @@ from .core.errors import (
 from .ir.kernel import Kernel, kernel
 from . import model
 from .core import errors
-from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, repartition, reset_runtime, stats
+from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, rebalance, repartition, reset_runtime, stats
 from .types import Arg, Block, Dat, Global, Map, MapIndex, Set
 
 __version__ = "0.1.0"
@@ -45,7 +45,7 @@ __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
-    "partition", "repartition", "Block", "model",
+    "partition", "repartition", "rebalance", "Block", "model",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "MeshFileError", "MeshFileNotFoundError",

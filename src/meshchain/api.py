@@ -15,7 +15,8 @@ from .core.config import Config
 from .engine.chains import ChainOptions
 from .engine.session import Session
 
-__all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "partition"]
+__all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "partition",
+           "repartition", "rebalance"]
 
 _session: Session | None = None
 _closing_at_exit = False
@@ -186,6 +187,40 @@ def repartition(method: str = "rib", *, coords=None, weights=None, seed: int = 0
     >>> mc.repartition("block")   # one process: nothing moves
     """
     get_runtime().repartition(method, coords=coords, weights=weights, seed=seed)
+
+
+def rebalance(method: str = "rib", *, coords=None, seed: int = 0):
+    """Repartition with weights from measured costs, to remove load imbalance.
+
+    Every loop's cost per iteration is measured (its compute seconds over its iterations,
+    summed over the ranks, since the statistics were last reset); each element of the seed
+    set weighs what its owned iterations cost (a loop over another set charges the seed
+    element its first map into the seed set names, e.g. a boundary edge its cell), and
+    :func:`repartition` moves the mesh so that every rank gets about the same summed weight.
+    Every value is kept, bit for bit. Collective. A no-op on one process.
+
+    Parameters
+    ----------
+    method : {"rib", "kway"}
+        As in :func:`repartition` (``"rib"`` needs ``coords``).
+    coords : Dat, keyword-only
+        Coordinates of the seed set, for ``"rib"``.
+    seed : int, keyword-only
+        Random seed for METIS.
+
+    Returns
+    -------
+    meshchain.engine.rebalance.Rebalance or None
+        The costs per iteration by loop, this rank's weights before the move, and the
+        imbalance of the summed weights before it (max/mean); None on one process.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> mc.rebalance() is None   # one process: nothing moves
+    True
+    """
+    return get_runtime().rebalance(method, coords=coords, seed=seed)
 
 
 class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...)``

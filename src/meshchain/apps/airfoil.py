@@ -198,9 +198,10 @@ class Airfoil:
     rms: mc.Global
 
 
-def declare(mesh: AirfoilMesh, *, method: str = "rib") -> Airfoil:
+def declare(mesh: AirfoilMesh, *, method: str = "rib", partition: bool = True) -> Airfoil:
     """Declare Airfoil's sets, maps and dats on ``mesh`` with the free-stream initial state,
-    and partition them over the MPI ranks (nothing to do on one process)."""
+    and partition them over the MPI ranks (nothing to do on one process; ``partition=False``:
+    the caller declares more and calls ``mc.partition(method, coords=problem.p_x)`` itself)."""
     declared = mesh.declare()  # sets, maps, p_x and p_bound, named as in OP2's airfoil.cpp
     cells = declared.cells
     q0 = np.tile(np.array(qinf, dtype=np.float64), (mesh.ncell, 1))
@@ -212,7 +213,8 @@ def declare(mesh: AirfoilMesh, *, method: str = "rib") -> Airfoil:
         p_res=mc.Dat(cells, 4, None, "p_res"),
         rms=mc.Global(1, 0.0, "rms"),
     )
-    mc.partition(method, coords=problem.p_x)
+    if partition:
+        mc.partition(method, coords=problem.p_x)
     return problem
 
 
