@@ -246,3 +246,18 @@ def test_demo_prints_the_profitability_table(tmp_path):
     assert any(line.split()[:2] == ["airfoil", "2"] for line in lines if line.strip())
     assert any(line.split()[:2] == ["vertex", "2"] for line in lines if line.strip())
     assert "results: loop by loop and communication-avoiding agree in every row" in done.stdout
+
+
+def test_the_overlap_phi_turns_the_papers_max_into_a_sum():
+    from meshchain.model.equations import Machine, ca_segment_time, op2_loop_time
+
+    terms = dict(g=1e-6, core=1000, iterations=1100, dats=1, neighbours=1, max_message=1000)
+    full, none, half = (Machine(latency=5e-4, bandwidth=1e9, overlap=phi) for phi in (1.0, 0.0, 0.5))
+    compute, message = 1e-3, 5e-4 + 1e-6
+    assert math.isclose(op2_loop_time(machine=full, **terms), max(compute, message) + 1e-4)
+    assert math.isclose(op2_loop_time(machine=none, **terms), compute + message + 1e-4)
+    assert math.isclose(op2_loop_time(machine=half, **terms), compute + message - 0.5 * message + 1e-4)
+    segment = dict(g=[1e-6], core=[1000], iterations=[1100], neighbours=1, max_message=1000)
+    assert ca_segment_time(machine=none, **segment) > ca_segment_time(machine=full, **segment)
+    with pytest.raises(mc.ConfigurationError, match="overlap"):
+        Machine(latency=1e-6, bandwidth=1e9, overlap=1.5)

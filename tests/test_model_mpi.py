@@ -170,3 +170,22 @@ def _shared_dir(comm, factory):
     """One temporary directory for all ranks (rank 0 makes it)."""
     path = str(factory.mktemp("model")) if comm.rank == 0 else None
     return comm.bcast(path)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_calibration_measures_each_progress_mode_and_the_achieved_overlap(comm, tmp_path_factory):
+    mc.reset_runtime(comm=comm, cache_dir=str(_shared_dir(comm, tmp_path_factory)))
+    calibration = mc.model.calibrate(repeats=5, save=True)
+    assert set(calibration.progress_times) == {"none", "poll"}  # no MPICH progress thread in this job
+    assert calibration.progress == min(calibration.progress_times, key=calibration.progress_times.get)
+    assert all(0.0 <= phi <= 1.0 for phi in calibration.overlaps.values())
+    assert calibration.machine.overlap == calibration.overlaps[calibration.progress]
+    assert comm.allgather((calibration.progress, calibration.overlaps)) == [(calibration.progress,
+                                                                             calibration.overlaps)] * comm.size
+    assert f"progress {calibration.progress}" in calibration.describe()
+    comm.Barrier()
+    assert mc.model.load_calibration() == calibration
+    mc.reset_runtime(comm=comm, cache_dir=mc.get_runtime().config.cache_dir)  # auto takes the calibrated mode
+    problem = synthetic.setup(per_rank=200, loops=2)
+    synthetic.step(problem, ca=False)
+    assert mc.stats().progress == calibration.progress

@@ -43,7 +43,7 @@ from .equations import Machine
 from .overheads import fit_overheads
 
 __all__ = ["Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "calibration_path",
-           "measure_network", "measure_packing", "measure_transports"]
+           "measure_network", "measure_packing", "measure_transports", "measure_overlap"]
 
 SIZES = (8, 1024, 16384, 131072, 1048576)
 
@@ -62,25 +62,33 @@ class Calibration:
     overheads: bool = False
     transport: str = ""
     transport_times: dict = field(default_factory=dict)
+    progress: str = ""
+    progress_times: dict = field(default_factory=dict)
+    overlaps: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"machine": asdict(self.machine), "loop_costs": dict(self.loop_costs), "ranks": self.ranks,
                 "host": self.host, "created": self.created, "overheads": self.overheads,
-                "transport": self.transport, "transport_times": dict(self.transport_times)}
+                "transport": self.transport, "transport_times": dict(self.transport_times),
+                "progress": self.progress, "progress_times": dict(self.progress_times),
+                "overlaps": dict(self.overlaps)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
         return cls(Machine(**data["machine"]), dict(data.get("loop_costs", {})), int(data["ranks"]),
                    data.get("host", ""), data.get("created", ""), bool(data.get("overheads", False)),
-                   str(data.get("transport", "")), dict(data.get("transport_times", {})))
+                   str(data.get("transport", "")), dict(data.get("transport_times", {})),
+                   str(data.get("progress", "")), dict(data.get("progress_times", {})),
+                   dict(data.get("overlaps", {})))
 
     def describe(self, machine: Machine | None = None) -> str:
         """The constants in words (``machine``: these instead of the calibration's)."""
         m = machine or self.machine
         fastest = f"; fastest transport {self.transport}" if self.transport else ""
+        progress = f", progress {self.progress}" if self.progress else ""
         return (f"L = {m.latency * 1e6:.2f} µs, B = {m.bandwidth / 1e9:.2f} GB/s, c = {m.pack_cost * 1e9:.3f} ns/B, "
-                f"o_r = {m.round_overhead * 1e6:.1f} µs, o_l = {m.loop_overhead * 1e6:.1f} µs; "
-                f"{self.ranks} rank(s) on {self.host or '?'}{fastest}")
+                f"o_r = {m.round_overhead * 1e6:.1f} µs, o_l = {m.loop_overhead * 1e6:.1f} µs, "
+                f"overlap φ = {m.overlap:.2f}; {self.ranks} rank(s) on {self.host or '?'}{fastest}{progress}")
 
 
 def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibration:
@@ -120,9 +128,13 @@ def measure(comm, *, costs: dict, observations, previous, path: Path | None, rep
     costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
     machine, fitted = _overheads(comm, observations, machine, costs, previous)
     times = measure_transports(comm, repeats=max(5, repeats // 2))
+    progress_times, overlaps = measure_overlap(comm, repeats=max(5, repeats // 4))
+    progress = min(progress_times, key=progress_times.get) if progress_times else ""
+    if progress:
+        machine = dataclasses.replace(machine, overlap=overlaps[progress])
     calibration = Calibration(machine, costs, comm.size, socket.gethostname(),
                               datetime.datetime.now().isoformat(timespec="seconds"), fitted,
-                              min(times, key=times.get) if times else "", times)
+                              min(times, key=times.get) if times else "", times, progress, progress_times, overlaps)
     if path is not None and comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -224,6 +236,67 @@ def measure_transports(comm, *, rows: int = 2048, width: int = 4, repeats: int =
         comm.Allreduce(MPI.IN_PLACE, median, op=MPI.MAX)
         times[name] = float(median[0])
     return times
+
+
+def measure_overlap(comm, *, nbytes: int = 65536, repeats: int = 7) -> tuple[dict, dict]:
+    """``(seconds, φ)`` per progress mode (collective; empty on one process).
+
+    Every rank swaps ``nbytes`` with its ring neighbours while a compiled loop that
+    releases the GIL computes for about twice the exchange's own time ``T_x``: ``seconds``
+    is the median time of ``begin; compute; end`` (``T_o``) in each progress mode MPI
+    allows here (:func:`meshchain.comm.progress.measure_progress`), and ``φ`` the achieved
+    overlap ``(T_x + T_c - T_o) / min(T_x, T_c)`` clipped to ``[0, 1]``, ``T_c`` being the
+    computation alone. The machine's ``overlap`` is the fastest mode's ``φ``.
+    """
+    from mpi4py import MPI
+
+    from ..comm.progress import measure_progress
+
+    if comm.size == 1:
+        return {}, {}
+    alone = measure_progress(comm, lambda: None, nbytes=nbytes, repeats=repeats, modes=("none",))["none"]
+    spin = _spinner()
+    spin(10)
+    began = time.perf_counter()
+    spin(1_000_000)
+    per_iteration = np.array([(time.perf_counter() - began) / 1_000_000])
+    comm.Allreduce(MPI.IN_PLACE, per_iteration, op=MPI.MAX)
+    count = max(1000, int(2 * alone / per_iteration[0]))
+    compute_alone = np.array([_median_seconds(lambda: spin(count), repeats)])
+    comm.Allreduce(MPI.IN_PLACE, compute_alone, op=MPI.MAX)
+    times = measure_progress(comm, lambda: spin(count), nbytes=nbytes, repeats=repeats)
+    shorter = min(alone, float(compute_alone[0]))
+    overlaps = {mode: float(min(1.0, max(0.0, (alone + compute_alone[0] - seconds) / shorter)))
+                for mode, seconds in times.items()}
+    return times, overlaps
+
+
+def _spin(count):
+    x = 0.0
+    for i in range(count):
+        x = x * 0.999999 + 1.0
+    return x
+
+
+_SPINNER = []
+
+
+def _spinner():
+    """A compiled busy loop that releases the GIL (the calibration's stand-in for a kernel)."""
+    if not _SPINNER:
+        import numba
+
+        _SPINNER.append(numba.njit(nogil=True, cache=True)(_spin))
+    return _SPINNER[0]
+
+
+def _median_seconds(call, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats + 1):
+        began = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - began)
+    return float(np.median(samples[1:]))
 
 
 def measure_packing(comm, *, rows: int = 50_000, width: int = 4, repeats: int = 5) -> float:

@@ -31,6 +31,13 @@ Two readings of the paper are made explicit here:
   segment with nothing to exchange does no round). With both zero (the default) the equations are the paper's. They are fitted
   from timed chain executions (:mod:`meshchain.model.overheads`).
 
+* ``max(a, b)`` assumes that messages travel while the cores compute. Whether they do
+  depends on the MPI library's progress (``mc.configure(progress=...)``): the machine's
+  ``overlap`` ``φ`` is the achieved fraction, measured by the calibration
+  (:func:`~meshchain.model.calibrate.measure_overlap`), and the equations use
+  ``a + b - φ min(a, b)``: ``max(a, b)`` for ``φ = 1`` (the paper), ``a + b`` for ``φ = 0``
+  (no progress while computing: exchange, then compute).
+
 A chain split into several CA segments costs the sum of (3) over its segments.
 
 Examples
@@ -75,6 +82,9 @@ class Machine:
     round_overhead, loop_overhead : float
         ``o_r`` and ``o_l``: the runtime's seconds per exchange round and per loop in a round
         (0: the paper's equations).
+    overlap : float
+        ``φ``, the fraction of the shorter of computation and communication that runs hidden
+        behind the other (1: the paper's ``max``; 0: none).
     """
 
     latency: float
@@ -83,8 +93,11 @@ class Machine:
     staged_latency: float | None = None
     round_overhead: float = 0.0
     loop_overhead: float = 0.0
+    overlap: float = 1.0
 
     def __post_init__(self):
+        if not 0.0 <= self.overlap <= 1.0:
+            raise ConfigurationError(f"Machine.overlap must be in [0, 1], got {self.overlap!r}")
         for name in ("latency", "bandwidth", "pack_cost", "round_overhead", "loop_overhead"):
             value = getattr(self, name)
             if not value >= 0 or value != value:
@@ -97,6 +110,14 @@ class Machine:
     def message_time(self, nbytes: float) -> float:
         """``L + m / B``."""
         return self.latency + nbytes / self.bandwidth
+
+    def hidden(self, compute: float, communicate: float) -> float:
+        """Seconds of ``compute`` and ``communicate`` run side by side: ``a + b - φ min(a, b)``.
+
+        >>> Machine(latency=1e-6, bandwidth=1e9, overlap=0.5).hidden(4.0, 2.0)
+        5.0
+        """
+        return compute + communicate - self.overlap * min(compute, communicate)
 
     def staged(self) -> "Machine":
         """The machine seen by host-staged (GPU) halos: ``Λ`` replaces ``L``."""
@@ -132,7 +153,7 @@ def op2_loop_time(*, g: float, core: int, iterations: int, dats: int, neighbours
     """
     exchanges = bool(dats and neighbours)
     exchange = messages_per_dat * dats * neighbours * machine.message_time(max_message) if exchanges else 0.0
-    return (max(g * core, exchange) + g * (iterations - core) + (machine.round_overhead if exchanges else 0.0)
+    return (machine.hidden(g * core, exchange) + g * (iterations - core) + (machine.round_overhead if exchanges else 0.0)
             + machine.loop_overhead)
 
 
@@ -169,7 +190,7 @@ def ca_segment_time(*, g, core, iterations, neighbours: int, max_message: int, m
     rest = sum(gl * (s - c) for gl, s, c in zip(g, iterations, core))
     exchange = neighbours * (machine.message_time(max_message) + machine.pack_cost * max_message) if max_message else 0.0
     round_overhead = machine.round_overhead if neighbours else 0.0
-    return max(compute_core, exchange) + rest + round_overhead + len(core) * machine.loop_overhead
+    return machine.hidden(compute_core, exchange) + rest + round_overhead + len(core) * machine.loop_overhead
 
 
 def grouped_message_size(exports) -> int:
