@@ -270,6 +270,9 @@ def overlap(comm, name: str, compute, poller: Poller | None, *, reverse: bool = 
     return {"early": done is not None and done < computed, "arrived": arrived, "right": right}
 
 
+ATTEMPTS = 3  # runs of one case before its poller counts as failed (a poller that never tests fails all)
+
+
 def overlap_problems(comm, *, numba: bool) -> list:
     """What goes wrong with a poller (every variant; with a numba busy loop too where
     ``numba``), and in the control: p2p without a poller must leave some rank's data unmoved
@@ -282,7 +285,10 @@ def overlap_problems(comm, *, numba: bool) -> list:
     with Poller() as poller:
         for name, how, reverse in runs:
             compute = (lambda: spin(NAP)) if how == "numba" else (lambda: time.sleep(NAP))
-            outcome = overlap(comm, name, compute, poller, reverse=reverse)
+            for _ in range(ATTEMPTS):  # an oversubscribed rank's poller may get no core for a whole run
+                outcome = overlap(comm, name, compute, poller, reverse=reverse)
+                if not outcome["right"] or all(comm.allgather(outcome["early"])):
+                    break
             what = f"{name} ({how}{', reverse' if reverse else ''})"
             if not outcome["early"]:
                 problems.append(f"{what}: the poller did not see the exchange complete before the computation ended")
