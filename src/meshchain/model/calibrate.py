@@ -36,6 +36,7 @@ import numpy as np
 
 from ..comm.exchange import HaloExchange, HaloItem
 from ..comm.pingpong import half_round_trip
+from ..comm.progress import measure_progress
 from ..comm.transports import available_transports
 from ..core import context
 from ..core.errors import ConfigurationError
@@ -249,8 +250,6 @@ def measure_overlap(comm, *, nbytes: int = 65536, repeats: int = 7) -> tuple[dic
     computation alone. The machine's ``overlap`` is the fastest mode's ``φ``.
     """
     from mpi4py import MPI
-
-    from ..comm.progress import measure_progress
 
     if comm.size == 1:
         return {}, {}
