@@ -122,7 +122,7 @@ class Program:
         return args
 
     def _kernel(self, position):
-        source = kernel_source(self._args(position)).replace("def generated(", f"def loop{position}(")
+        source = kernel_source(self._args(position), name=f"loop{position}")
         return mc.Kernel.from_source(source)
 
     def record(self):

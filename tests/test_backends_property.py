@@ -88,27 +88,36 @@ def build(spec):
     return iterset, loop_args, objects
 
 
-def kernel_source(loop_args) -> str:
-    """A kernel that reads every readable value into ``s`` and writes every writable one."""
+INTEGER_UPDATES = {
+    "read": "s += {value}",
+    mc.WRITE: "{target} = {cast}(s) + {k + j}",
+    mc.RW: "{target} = {target} * 2 + {cast}(s)",
+    mc.INC: "{target} += {cast}(s) + {j + 1}",
+    mc.MIN: "{target} = min({target}, {cast}(s) - {j})",
+    mc.MAX: "{target} = max({target}, {cast}(s) + {j})",
+}
+
+
+def kernel_source(loop_args, updates=None, *, name="generated", start="0") -> str:
+    """A kernel that reads every readable value into ``s`` and writes every writable one.
+
+    ``updates`` maps ``"read"`` and each writing access to a line template (fields: ``value``
+    read, ``target`` written, ``k`` argument position, ``j`` value index, ``cast`` int or
+    float by the dat's dtype, with ``k + j`` and ``j + 1`` precomputed); default
+    ``INTEGER_UPDATES``, exact on integer data."""
+    updates = INTEGER_UPDATES if updates is None else updates
     params = [f"a{i}" for i in range(len(loop_args))]
-    lines = [f"def generated({', '.join(params)}):", "    s = 0"]
+    lines = [f"def {name}({', '.join(params)}):", f"    s = {start}"]
     for p, arg in zip(params, loop_args):
         if arg.access in (mc.READ, mc.RW):
-            lines += [f"    s += {p}[{ix}]" for ix in _indices(arg)]
+            lines += ["    " + updates["read"].format(value=f"{p}[{ix}]") for ix in _indices(arg)]
     for k, (p, arg) in enumerate(zip(params, loop_args)):
         cast = "int" if np.dtype(arg.data.dtype).kind == "i" else "float"
         for j, ix in enumerate(_indices(arg)):
-            target = f"{p}[{ix}]"
-            if arg.access is mc.WRITE:
-                lines.append(f"    {target} = {cast}(s) + {k + j}")
-            elif arg.access is mc.RW:
-                lines.append(f"    {target} = {target} * 2 + {cast}(s)")
-            elif arg.access is mc.INC:
-                lines.append(f"    {target} += {cast}(s) + {j + 1}")
-            elif arg.access is mc.MIN:
-                lines.append(f"    {target} = min({target}, {cast}(s) - {j})")
-            elif arg.access is mc.MAX:
-                lines.append(f"    {target} = max({target}, {cast}(s) + {j})")
+            template = updates.get(arg.access)
+            if template is not None:
+                fields = {"target": f"{p}[{ix}]", "cast": cast, "k": k, "j": j, "k + j": k + j, "j + 1": j + 1}
+                lines.append("    " + template.format_map(fields))
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ import meshchain as mc
 from meshchain.backends.numba_codegen import reduction_args
 from meshchain.backends.threads import ChunkedCall, WorkerPool
 from meshchain.core.storage import GlobalStorage
+from test_backends_property import kernel_source
 
 
 def _quiet(*_):
@@ -138,34 +139,20 @@ def declare(spec):
     return cells, loop_args
 
 
+# float results that depend on the order of every update
+ORDER_SENSITIVE_UPDATES = {
+    "read": "s = s * 0.7 + {value}",
+    mc.WRITE: "{target} = s * 1.1 + {k + j}",
+    mc.RW: "{target} = {target} * 0.9 + s",
+    mc.INC: "{target} += s * 0.3 + {j + 1}.1",
+    mc.MIN: "{target} = min({target}, s - {j})",
+    mc.MAX: "{target} = max({target}, s + {j})",
+}
+
+
 def kernel_for(args) -> str:
     """A kernel whose float results depend on the order of every update."""
-    params = [f"a{i}" for i in range(len(args))]
-    lines = [f"def chained({', '.join(params)}):", "    s = 0.25"]
-    for p, arg in zip(params, args):
-        if arg.access in (mc.READ, mc.RW):
-            lines += [f"    s = s * 0.7 + {p}[{ix}]" for ix in _indices(arg)]
-    for k, (p, arg) in enumerate(zip(params, args)):
-        for j, ix in enumerate(_indices(arg)):
-            target = f"{p}[{ix}]"
-            if arg.access is mc.WRITE:
-                lines.append(f"    {target} = s * 1.1 + {k + j}")
-            elif arg.access is mc.RW:
-                lines.append(f"    {target} = {target} * 0.9 + s")
-            elif arg.access is mc.INC:
-                lines.append(f"    {target} += s * 0.3 + {j + 1}.1")
-            elif arg.access is mc.MIN:
-                lines.append(f"    {target} = min({target}, s - {j})")
-            elif arg.access is mc.MAX:
-                lines.append(f"    {target} = max({target}, s + {j})")
-    return "\n".join(lines) + "\n"
-
-
-def _indices(arg):
-    shape = arg.view_shape
-    if len(shape) == 1:
-        return [str(j) for j in range(shape[0])]
-    return [f"{r}, {c}" for r in range(shape[0]) for c in range(shape[1])]
+    return kernel_source(args, ORDER_SENSITIVE_UPDATES, name="chained", start="0.25")
 
 
 def run_chain(spec) -> None:
