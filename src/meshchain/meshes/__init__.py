@@ -8,6 +8,7 @@ sets, maps and dats.
 from .op2 import AirfoilMesh, read_op2_ascii, write_op2_ascii
 from .naca import naca0012
 from .generators import UnstructuredMesh, structured_quads, structured_tris, jittered_delaunay
+from .cube import structured_tets
 from .meshio_reader import read_meshio
 
 __all__ = [
@@ -19,5 +20,6 @@ __all__ = [
     "structured_quads",
     "structured_tris",
     "jittered_delaunay",
+    "structured_tets",
     "read_meshio",
 ]
