@@ -32,22 +32,23 @@ from .core.errors import (
     MeshFileError,
     MeshFileNotFoundError,
     SetMismatchError,
+    SolverError,
 )
 from .ir.kernel import Kernel, kernel
 from . import model
 from .core import errors
 from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, rebalance, repartition, reset_runtime, stats
-from .types import Arg, Block, Dat, Global, Map, MapIndex, Set
+from .types import Arg, Block, Dat, Global, Map, MapIndex, Mat, Set
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
-    "Set", "Map", "MapIndex", "Dat", "Global", "Arg",
+    "Set", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
     "partition", "repartition", "rebalance", "Block", "model",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
-    "ConfigurationError", "BackendUnavailableError", "MeshFileError", "MeshFileNotFoundError",
+    "ConfigurationError", "BackendUnavailableError", "SolverError", "MeshFileError", "MeshFileNotFoundError",
     "MeshchainWarning",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "CompilationError",
     "KernelRuntimeError",
     "ConfigurationError",
+    "SolverError",
     "BackendUnavailableError",
     "MeshFileError",
     "MeshFileNotFoundError",
@@ -86,6 +87,11 @@ class ConfigurationError(MeshchainError):
 
 class BackendUnavailableError(ConfigurationError):
     """The requested backend cannot run here (missing package or device)."""
+
+
+class SolverError(MeshchainError):
+    """A linear solver cannot go on: bad arguments (unknown method or preconditioner,
+    vectors on the wrong set) or a breakdown it cannot report as non-convergence."""
 
 
 class MeshFileError(MeshchainError):

@@ -146,7 +146,7 @@ class _Builder:
         for key, lo, hi in spec.items:
             storage = unit.storage[key]
             set_layout = layout.of(unit.objects[key].dataset)
-            items.append((storage, _rows(set_layout.exports, lo, hi), _rows(set_layout.imports, lo, hi)))
+            items.append((storage, layer_rows(set_layout.exports, lo, hi), layer_rows(set_layout.imports, lo, hi)))
         tag = GROUPED_TAG if spec.grouped else items[0][0].tag
         exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag, transport=self.session.transport)
         self.closers.append(exchange.close)
@@ -248,7 +248,7 @@ def _cut(runs, split) -> tuple:
     return tuple(rest), tuple(tail)
 
 
-def _rows(table: dict, lo: int, hi: int) -> dict:
+def layer_rows(table: dict, lo: int, hi: int) -> dict:
     """Per neighbour, the rows of layers ``lo+1..hi`` in ``table`` (``{neighbour: [per layer]}``)."""
     rows = {}
     for neighbour, per_layer in table.items():

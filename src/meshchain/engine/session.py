@@ -45,9 +45,11 @@ from ..inspector.colouring import colour_blocks, touched_keys
 from ..ir.loop import exclusivity_error, make_loop
 from ..partition.distribute import check_options, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
+from ..types.mat import MatArg
 from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
+from .matrices import Matrices
 from .pipeline import Pipeline
 from .rebalance import rebalance
 from .relayout import repartition
@@ -83,6 +85,7 @@ class Session:
         self._last_loop = self.caches.cache("loops by arguments", limit=4096)
         self._exclusive = self.caches.cache("exclusive paths", limit=4096, events=("partition", "repartition"))
         self.pipeline = Pipeline(self)
+        self.matrices = Matrices(self)
         self.model = ModelState(self)
         self.open_run: ChainRun | None = None
         self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
@@ -193,6 +196,9 @@ class Session:
             found = None
         if found is not None and found[0] is kernel and found[1] is iterset and found[2] == name:
             loop = found[3]
+        elif any(type(a) is MatArg for a in args):
+            self.matrices.record_assembly(kernel, iterset, args, name)
+            return
         else:
             loop = self._loop_for(kernel, iterset, args, name)
         run = self.open_run
@@ -521,6 +527,7 @@ class Session:
         session cannot run loops afterwards. Pending loops are discarded."""
         self.trace.take()
         self.pipeline.plans.clear()
+        self.matrices.close()
         if self._poller is not None:
             self._poller.close()
             self._poller = None

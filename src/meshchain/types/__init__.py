@@ -8,6 +8,7 @@ from .args import Arg
 from .block import Block
 from .data import Dat, Global
 from .maps import Map, MapIndex
+from .mat import Mat, MatArg
 from .sets import Set
 
-__all__ = ["Arg", "Block", "Dat", "Global", "Map", "MapIndex", "Set"]
+__all__ = ["Arg", "Block", "Dat", "Global", "Map", "MapIndex", "Mat", "MatArg", "Set"]

@@ -1,0 +1,477 @@
+"""The session's side of :class:`~meshchain.types.mat.Mat`: sparsity, assembly, SpMV.
+
+**Storage.** Each rank keeps its owned rows as compressed sparse rows (CSR) over its local
+columns (owned column elements first, then halo ones, as dats are laid out); a matrix of
+``dim > 1`` is stored by scalar rows ``element * dim + component``. Every row's columns are
+sorted, so its owned-column entries come first and ``split[r]`` marks where the halo
+columns start.
+
+**Assembly.** A loop with a matrix argument is lowered to an ordinary loop: the kernel is
+wrapped to write its element block into a scratch dat on the iteration set (``WRITE``, zeroed
+first), and a dummy ``INC`` through the row map makes the loop run on the exec halo too, so
+every contribution to an owned row is computed on its owner (no reverse exchange). When the
+matrix is next used the blocks are added into the CSR values at positions computed once
+per map pair (owned rows only).
+
+**SpMV.** ``y = A x`` begins ``x``'s halo exchange (as deep as the columns reach), multiplies
+the owned-column entries while it travels (with the session's progress mode), ends it and
+adds the halo-column entries.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import numpy as np
+
+from ..backends.sparse import csr_halo, csr_owned, scatter_add
+from ..comm.agree import raise_together
+from ..core.access import Access
+from ..core.errors import (AccessModeError, BackendUnavailableError, DataShapeError, DeclarationError, LoopError,
+                           SetMismatchError)
+from ..ir.kernel import Kernel
+from ..ir.loop import as_kernel
+from ..types import Dat
+from ..types.mat import MatArg
+from .assemble import layer_rows
+
+__all__ = ["Matrices", "Pattern"]
+
+
+class Pattern:
+    """One matrix's CSR on this rank (see the module docstring)."""
+
+    __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_owned_rows", "n_cols", "n_owned_cols",
+                 "depth", "scatters", "layout", "keys", "assembled")
+
+    def __init__(self, keys: np.ndarray, n_rows: int, n_cols: int, n_owned_rows: int, n_owned_cols: int,
+                 depth: int, layout):
+        self.keys = keys  # sorted row * n_cols + col of every stored entry
+        rows, self.indices = np.divmod(keys, n_cols)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))]).astype(np.int64)
+        owned = np.bincount(rows[self.indices < n_owned_cols], minlength=n_rows)
+        self.split = (self.indptr[:-1] + owned).astype(np.int64)
+        self.values = np.zeros(len(keys))
+        self.n_rows, self.n_cols, self.n_owned_rows, self.n_owned_cols = n_rows, n_cols, n_owned_rows, n_owned_cols
+        self.depth, self.layout, self.scatters, self.assembled = depth, layout, {}, False
+
+    @property
+    def rows(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_rows), np.diff(self.indptr))
+
+
+class _Record:
+    """What the session keeps of one matrix: its pattern, the assemblies not yet added,
+    the dummy dat that makes assembly loops run on the exec halo, the halo exchanges of
+    the vectors it multiplied."""
+
+    __slots__ = ("mat", "pattern", "pending", "touch", "scratch", "exchanges")
+
+    def __init__(self, mat):
+        self.mat, self.pattern, self.pending, self.touch = mat, None, [], None
+        self.scratch, self.exchanges = {}, {}
+
+
+class Matrices:
+    """Every matrix of a session (``session.matrices``)."""
+
+    def __init__(self, session):
+        self.session = session
+        self.records: dict = {}
+        self._wrappers: dict = {}
+
+    # --- declaration and pattern ---------------------------------------------------------------------
+
+    def declare(self, mat) -> None:
+        self.records[mat.uid] = _Record(mat)
+
+    def record(self, mat) -> _Record:
+        found = self.records.get(mat.uid)
+        if found is None or found.mat is not mat:
+            raise DeclarationError(f"Mat {mat.name!r} belongs to another meshchain session (mc.reset_runtime() "
+                                   f"discards every declaration); declare it again.")
+        return found
+
+    def pattern(self, mat) -> Pattern:
+        """The matrix's CSR, built at first use (after ``mc.partition`` on several ranks)."""
+        record = self.record(mat)
+        session = self.session
+        if session.distributed and not session.partitioned:
+            raise LoopError(f"Mat {mat.name!r}: the mesh is not partitioned yet; call mc.partition(...) before "
+                            f"assembling or using a matrix on several ranks.")
+        pattern = record.pattern
+        if pattern is not None and pattern.layout is not session.layout:
+            if pattern.assembled:
+                raise DeclarationError(f"Mat {mat.name!r} was assembled before the mesh was repartitioned; its rows "
+                                       f"moved: zero it and assemble it again.")
+            pattern = None
+        if pattern is None:
+            pattern = record.pattern = self._build(mat)
+        return pattern
+
+    def _build(self, mat) -> Pattern:
+        session, dim = self.session, mat.dim
+        rows_layout, cols_layout = session.layout_of(mat.row_set), session.layout_of(mat.col_set)
+        n_owned_rows, n_owned_cols = rows_layout.n_owned * dim, cols_layout.n_owned * dim
+        n_cols = len(cols_layout.global_ids) * dim
+        keys, depth = [], 0
+        for row_map, col_map in mat.maps:
+            rows, cols, _ = self._entries(mat, row_map, col_map)
+            keys.append(rows * n_cols + cols)
+            if cols.size:
+                depth = max(depth, int(cols_layout.data_layers[cols // dim].max()))
+        if session.distributed:
+            depth = session.comm.allreduce(depth, op=_max())
+        return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_rows, n_owned_cols, depth,
+                       session.layout)
+
+    def _entries(self, mat, row_map, col_map):
+        """Scalar rows and local columns of every entry the pair contributes to an owned row,
+        and their positions in the element blocks of the iterations that run (owned + exec halo)."""
+        session, dim = self.session, mat.dim
+        iterations = session.layout_of(row_map.source).exec_end(1)
+        rv = session.layout.values(row_map)[:iterations]
+        cv = session.layout.values(col_map)[:iterations]
+        components = np.arange(dim)
+        rows = (rv[:, :, None, None, None] * dim + components[None, None, :, None, None])
+        cols = (cv[:, None, None, :, None] * dim + components[None, None, None, None, :])
+        shape = (iterations, row_map.arity, dim, col_map.arity, dim)
+        rows, cols = np.broadcast_to(rows, shape).ravel(), np.broadcast_to(cols, shape).ravel()
+        picks = np.flatnonzero(rows < session.layout_of(mat.row_set).n_owned * dim)
+        return rows[picks].astype(np.int64), cols[picks].astype(np.int64), picks
+
+    # --- assembly ----------------------------------------------------------------------------------
+
+    def record_assembly(self, kernel, iterset, args, name) -> None:
+        """Record ``par_loop(kernel, iterset, *args)`` where one argument is a matrix (lowered,
+        see the module docstring)."""
+        kernel = as_kernel(kernel)
+        name = name or kernel.name
+        found = [i for i, a in enumerate(args) if isinstance(a, MatArg)]
+        if len(found) != 1:
+            raise LoopError(f"par_loop {name!r}: a loop assembles into one matrix at a time, got {len(found)}.")
+        position = found[0]
+        arg = args[position]
+        mat = arg.mat
+        if self.session.config.backend in ("cupy", "cuda-emulation"):
+            raise BackendUnavailableError(f"par_loop {name!r}: the cupy backend cannot assemble matrices yet "
+                                          f"(Mat {mat.name!r}); assemble with the numba or reference backend.")
+        if arg.row_map.source is not iterset:
+            raise SetMismatchError(f"par_loop {name!r} over {iterset.name!r}: Mat {mat.name!r} is reached through "
+                                   f"{arg.row_map.name!r}, which starts from {arg.row_map.source.name!r}.")
+        if len(args) != len(kernel.params):
+            return self.session.record(kernel, iterset, args, name)  # make_loop names the count mismatch
+        self._check_kernel(kernel, args, position, name)
+        record = self.record(mat)
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        key = (arg.row_map.uid, arg.col_map.uid)
+        scratch = record.scratch.get(key)
+        if scratch is None:
+            rows, cols, picks = self._entries(mat, arg.row_map, arg.col_map)
+            positions = np.searchsorted(pattern.keys, rows * pattern.n_cols + cols).astype(np.int64)
+            pattern.scatters[key] = (positions, picks.astype(np.int64))
+            size = arg.view_shape[0] * arg.view_shape[1]
+            scratch = record.scratch[key] = Dat(iterset, size, None, f"{mat.name}:{arg.row_map.name}-blocks")
+        if record.touch is None:
+            record.touch = Dat(mat.row_set, 1, None, f"{mat.name}:assembled")
+        wrapper = self._wrapper(kernel, position, arg.view_shape)
+        lowered = list(args)
+        lowered[position] = scratch(Access.WRITE)
+        lowered.append(record.touch(Access.INC, arg.row_map[0]))
+        self.session.record(wrapper, iterset, tuple(lowered), name)
+        record.pending.append((key, scratch))
+        pattern.assembled = True
+
+    @staticmethod
+    def _check_kernel(kernel, args, position: int, name: str) -> None:
+        param = kernel.params[position]
+        kernel.index_safety(a.view_shape for a in args)
+        bad = kernel.non_increment_uses(param)
+        if bad:
+            raise AccessModeError(
+                f"kernel {kernel.name!r} in loop {name!r} at {kernel.where(bad[0])}: {param!r} is the matrix block "
+                f"{args[position]!r}, which may only be incremented ('{param}[i, j] += ...' or '-= ...').")
+
+    def _wrapper(self, kernel, position: int, shape) -> Kernel:
+        """``kernel`` with its matrix parameter taken as a flat block, reshaped and zeroed first,
+        plus the dummy increment parameter (cached per kernel, position and shape)."""
+        key = (id(kernel), position, shape)
+        found = self._wrappers.get(key)
+        if found is not None and found[0] is kernel and kernel.unchanged():
+            return found[1]
+        params = list(kernel.params)
+        block = params[position]
+        params[position] = "_mc_block_flat"
+        body = textwrap.indent("\n".join(ast.unparse(statement) for statement in kernel.tree.body), "    ")
+        source = (f"def {kernel.name}_assembly({', '.join(params)}, _mc_assembled):\n"
+                  f"    for _mc_k in range({shape[0] * shape[1]}):\n"
+                  f"        _mc_block_flat[_mc_k] = 0.0\n"
+                  f"    {block} = _mc_block_flat.reshape(({shape[0]}, {shape[1]}))\n"
+                  f"{body}\n")
+        wrapper = Kernel.from_source(source, name=kernel.name, namespace=kernel.func.__globals__)
+        self._wrappers[key] = (kernel, wrapper)
+        return wrapper
+
+    def settle(self, mat) -> None:
+        """Add the element blocks of the assembly loops recorded since the last use."""
+        record = self.record(mat)
+        if not record.pending:
+            return
+        pattern = self.pattern(mat)
+        pending, record.pending = record.pending, []
+        for key, scratch in pending:
+            blocks = self.session.dat_values(scratch, write=False, halos=True)
+            positions, picks = pattern.scatters[key]
+            scatter_add(pattern.values, positions, blocks.reshape(-1), picks)
+
+    # --- values ------------------------------------------------------------------------------------------
+
+    def zero(self, mat) -> None:
+        self.settle(mat)
+        self.pattern(mat).values.fill(0.0)
+
+    def zero_rows(self, mat, rows, diagonal: float) -> None:
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        session = self.session
+        error, local = None, np.zeros(0, dtype=np.int64)
+        try:
+            local = self._owned_rows(mat, rows)
+            if diagonal != 0.0 and mat.row_set is not mat.col_set:
+                raise DataShapeError(f"Mat {mat.name!r}.zero_rows: rows and columns are on different sets, so there "
+                                     f"is no diagonal to set to {diagonal}; pass diagonal=0.0.")
+        except DataShapeError as exc:
+            error = exc
+        raise_together(session.comm if session.distributed else None, error)
+        scalar = (local[:, None] * mat.dim + np.arange(mat.dim)[None, :]).ravel()
+        starts, ends = pattern.indptr[scalar], pattern.indptr[scalar + 1]
+        for begin, end in zip(starts, ends):
+            pattern.values[begin:end] = 0.0
+        if diagonal != 0.0 and scalar.size:
+            where = np.searchsorted(pattern.keys, scalar * pattern.n_cols + scalar)
+            missing = (where >= len(pattern.keys)) | (pattern.keys[np.minimum(where, len(pattern.keys) - 1)]
+                                                       != scalar * pattern.n_cols + scalar)
+            if missing.any():
+                raise DeclarationError(f"Mat {mat.name!r}.zero_rows: row {int(scalar[missing][0])} has no diagonal "
+                                       f"entry in the sparsity; declare the matrix with a map pair that gives one.")
+            pattern.values[where] = diagonal
+
+    def _owned_rows(self, mat, rows) -> np.ndarray:
+        ids = np.asarray(rows)
+        if ids.dtype.kind not in "iu" and ids.size:
+            raise DataShapeError(f"Mat {mat.name!r}.zero_rows: rows must be integer global ids, got {ids.dtype}.")
+        ids = ids.astype(np.int64).ravel()
+        bad = ids[(ids < 0) | (ids >= mat.row_set.size)]
+        if bad.size:
+            raise DataShapeError(f"Mat {mat.name!r}.zero_rows: row id {int(bad[0])} is outside "
+                                 f"{mat.row_set.name!r} (size {mat.row_set.size}).")
+        layout = self.session.layout_of(mat.row_set)
+        owned = layout.global_ids[: layout.n_owned]
+        order = np.argsort(owned, kind="stable")
+        where = np.searchsorted(owned, ids, sorter=order)
+        where = np.minimum(where, len(owned) - 1) if len(owned) else where
+        hit = (owned[order[where]] == ids) if len(owned) else np.zeros(len(ids), dtype=bool)
+        return np.unique(order[where[hit]])
+
+    def diagonal(self, mat, d) -> None:
+        self._check_vector(mat, d, mat.row_set, "diagonal")
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        rows = np.arange(pattern.n_rows)
+        where = np.searchsorted(pattern.keys, rows * pattern.n_cols + rows) if mat.row_set is mat.col_set else None
+        out = np.zeros(pattern.n_rows)
+        if where is not None and len(pattern.keys):
+            clipped = np.minimum(where, len(pattern.keys) - 1)
+            present = pattern.keys[clipped] == rows * pattern.n_cols + rows
+            out[present] = pattern.values[clipped[present]]
+        self.session.dat_values(d, write=True)[...] = out.reshape(-1, mat.dim)
+
+    def local_block(self, mat):
+        import scipy.sparse as sp
+
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        return sp.csr_matrix((pattern.values.copy(), pattern.indices.copy(), pattern.indptr.copy()),
+                             shape=(pattern.n_rows, pattern.n_cols))
+
+    def global_entries(self, mat):
+        """This rank's owned entries as (global row, global column, value), scalar numbering."""
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        dim, session = mat.dim, self.session
+        rows_ids = session.layout_of(mat.row_set).global_ids
+        cols_ids = session.layout_of(mat.col_set).global_ids
+        rows, cols = pattern.rows, pattern.indices
+        return (rows_ids[rows // dim] * dim + rows % dim, cols_ids[cols // dim] * dim + cols % dim,
+                pattern.values.copy())
+
+    def to_scipy(self, mat):
+        import scipy.sparse as sp
+
+        rows, cols, values = self.global_entries(mat)
+        shape = (mat.row_set.size * mat.dim, mat.col_set.size * mat.dim)
+        session = self.session
+        if session.distributed:
+            parts = session.comm.gather((rows, cols, values), root=0)
+            if session.rank != 0:
+                return None
+            rows, cols, values = (np.concatenate(p) for p in zip(*parts))
+        return sp.csr_matrix((values, (rows, cols)), shape=shape)
+
+    def nonzeros_per_row(self, mat) -> float:
+        pattern = self.pattern(mat)
+        counts = np.array([len(pattern.keys), pattern.n_rows], dtype=np.float64)
+        if self.session.distributed:
+            counts = self.session.comm.allreduce(counts)
+        return float(counts[0] / max(counts[1], 1.0))
+
+    # --- SpMV ---------------------------------------------------------------------------------------------
+
+    def _check_vector(self, mat, dat, expected_set, what: str) -> None:
+        if not isinstance(dat, Dat):
+            raise DataShapeError(f"Mat {mat.name!r}.{what}: expected a meshchain.Dat, got {type(dat).__name__}.")
+        if dat.dataset is not expected_set:
+            raise SetMismatchError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} lives on {dat.dataset.name!r}, not on "
+                                   f"{expected_set.name!r}.")
+        if dat.dim != mat.dim or dat.dtype != np.float64:
+            raise DataShapeError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} has dim {dat.dim} and dtype {dat.dtype}; "
+                                 f"the matrix needs float64 dats of dim {mat.dim}.")
+
+    def mult(self, mat, x, y) -> None:
+        self._check_vector(mat, x, mat.col_set, "mult")
+        self._check_vector(mat, y, mat.row_set, "mult")
+        if x is y:
+            raise DataShapeError(f"Mat {mat.name!r}.mult: x and y are the same Dat {x.name!r}; y = A x needs two.")
+        session = self.session
+        session.force_read(x)
+        session.force_write(y)
+        self.mult_storage(mat, session.storage(x), session.storage(y))
+
+    def mult_storage(self, mat, xs, ys) -> None:
+        """``y = A x`` on the storages of two dats whose pending loops already ran."""
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        x = xs.host.reshape(-1)
+        y = ys.host.reshape(-1)[: pattern.n_rows]
+        ys.valid_depth = 0
+        exchange = self._exchange(mat, xs, pattern.depth) if xs.valid_depth < pattern.depth else None
+        if exchange is None:
+            csr_owned(pattern.indptr, pattern.split, pattern.indices, pattern.values, x, y)
+        else:
+            exchange.begin()
+            failure, _ = self.session.overlap().run(
+                lambda: csr_owned(pattern.indptr, pattern.split, pattern.indices, pattern.values, x, y), (exchange,))
+            exchange.end()
+            xs.valid_depth = pattern.depth
+            if failure is not None:
+                raise failure
+        if pattern.n_cols > pattern.n_owned_cols:
+            csr_halo(pattern.indptr, pattern.split, pattern.indices, pattern.values, x, y)
+
+    def _exchange(self, mat, storage, depth: int):
+        record = self.record(mat)
+        found = record.exchanges.get(id(storage))
+        if found is not None and found[0] is storage and found[1] is self.session.layout:
+            return found[2]
+        layout = self.session.layout_of(mat.col_set)
+        items = [(storage, layer_rows(layout.exports, 0, depth), layer_rows(layout.imports, 0, depth))]
+        exchange = self.session.backend.halo_exchange(self.session.comm, items, tag=storage.tag, transport="p2p")
+        record.exchanges[id(storage)] = (storage, self.session.layout, exchange)
+        return exchange
+
+    # --- PETSc -------------------------------------------------------------------------------------------
+
+    def petsc_numbering(self, mat, which):
+        """``(offset, total, numbers)``: PETSc's global numbers of ``which`` set's local
+        elements (owned rank by rank in local order; halo ones as their owners number them)."""
+        s = mat.row_set if which == "rows" else mat.col_set
+        layout, session = self.session.layout_of(s), self.session
+        n_owned = layout.n_owned
+        offset = session.comm.exscan(n_owned) if session.distributed else 0
+        offset = offset or 0
+        numbers = np.full(len(layout.global_ids), -1, dtype=np.int64)
+        numbers[:n_owned] = offset + np.arange(n_owned)
+        if session.distributed:
+            depth = self.pattern(mat).depth if which == "cols" else 0
+            if depth:
+                from ..comm.exchange import HaloExchange, HaloItem
+
+                table = numbers[:, None]
+                exchange = HaloExchange(session.comm, [HaloItem(table, layer_rows(layout.exports, 0, depth),
+                                                                layer_rows(layout.imports, 0, depth))], tag=7, transport="p2p")
+                exchange.begin()
+                exchange.end()
+                exchange.close()
+        return offset, s.size, numbers
+
+    def to_petsc(self, mat):
+        PETSc = _petsc()
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        dim = mat.dim
+        _, n_rows, _ = self.petsc_numbering(mat, "rows")
+        _, n_cols, numbers = self.petsc_numbering(mat, "cols")
+        columns = (numbers[pattern.indices // dim] * dim + pattern.indices % dim).astype(PETSc.IntType)
+        comm = self._petsc_comm(PETSc)
+        A = PETSc.Mat().createAIJ(size=((pattern.n_rows, n_rows * dim), (pattern.n_owned_cols, n_cols * dim)),
+                                  comm=comm)
+        A.setPreallocationCSR((pattern.indptr.astype(PETSc.IntType), columns))
+        A.setValuesCSR(pattern.indptr.astype(PETSc.IntType), columns, pattern.values)
+        A.assemble()
+        return A
+
+    def petsc_vec(self, mat, dat):
+        PETSc = _petsc()
+        s = self._vector_set(mat, dat, "petsc_vec")
+        values = self.session.dat_values(dat, write=False).reshape(-1)
+        vec = PETSc.Vec().createMPI((len(values), s.size * mat.dim), comm=self._petsc_comm(PETSc))
+        vec.getArray()[...] = values
+        return vec
+
+    def from_petsc_vec(self, mat, vec, dat) -> None:
+        self._vector_set(mat, dat, "from_petsc_vec")
+        target = self.session.dat_values(dat, write=True)
+        source = vec.getArray(readonly=True)
+        if source.size != target.size:
+            raise DataShapeError(f"Mat {mat.name!r}.from_petsc_vec: the Vec holds {source.size} values on this rank, "
+                                 f"Dat {dat.name!r} owns {target.size}.")
+        target.reshape(-1)[...] = source
+
+    def _vector_set(self, mat, dat, what: str):
+        if dat.dataset is not mat.row_set and dat.dataset is not mat.col_set:
+            raise SetMismatchError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} lives on {dat.dataset.name!r}, neither "
+                                   f"the row set {mat.row_set.name!r} nor the column set {mat.col_set.name!r}.")
+        self._check_vector(mat, dat, dat.dataset, what)
+        return dat.dataset
+
+    def _petsc_comm(self, PETSc):  # noqa: N803 - the module's own name
+        session = self.session
+        if not session.distributed:
+            return PETSc.COMM_SELF
+        return PETSc.Comm(session.comm if hasattr(session.comm, "Get_size") else session.comm.comm)
+
+    def close(self) -> None:
+        for record in self.records.values():
+            for _, _, exchange in record.exchanges.values():
+                exchange.close()
+            record.exchanges.clear()
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def _petsc():
+    try:
+        import petsc4py
+
+        petsc4py.init()
+        from petsc4py import PETSc
+    except ImportError as exc:
+        raise BackendUnavailableError("petsc4py is not installed: pip install meshchain[petsc] (PETSc builds from "
+                                      "source, about 10 minutes)") from exc
+    return PETSc

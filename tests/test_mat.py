@@ -1,0 +1,132 @@
+"""Matrices assembled on the mesh: ``A.to_scipy()`` equals a SciPy assembly of the same
+element matrices on 1-4 ranks, ``zero_rows`` and ``mult`` as specified, bad use refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import meshchain as mc
+from meshchain.meshes import jittered_delaunay, structured_quads
+
+pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
+
+
+def copy_kernel(rows: int, cols: int):
+    """``copy(a, k)``: adds the cell's element matrix ``k`` (flattened) into the block."""
+    lines = ["def copy(a, k):"] + [f"    a[{i}, {j}] += k[{i * cols + j}]" for i in range(rows) for j in range(cols)]
+    return mc.Kernel.from_source("\n".join(lines) + "\n")
+
+
+def reference(cells: np.ndarray, blocks: np.ndarray, n: int, dim: int) -> sp.csr_matrix:
+    """SciPy assembly of ``blocks[e]`` (shape (arity * dim, arity * dim)) through ``cells``."""
+    arity = cells.shape[1]
+    scalar = (cells[:, :, None] * dim + np.arange(dim)[None, None, :]).reshape(len(cells), arity * dim)
+    rows = np.repeat(scalar[:, :, None], arity * dim, axis=2).ravel()
+    cols = np.repeat(scalar[:, None, :], arity * dim, axis=1).ravel()
+    return sp.csr_matrix((blocks.ravel(), (rows, cols)), shape=(n * dim, n * dim))
+
+
+def declare(mesh, dim: int, seed: int, method: str):
+    d = mesh.declare()
+    rng = np.random.default_rng(seed)
+    size = (d.cell2node.arity * dim) ** 2
+    blocks = rng.integers(-4, 5, size=(mesh.ncell, size)).astype(np.float64)  # exact sums in any order
+    k = mc.Dat(d.cells, size, blocks, "k")
+    mc.partition(method, coords=d.coords, seed_set=None if method == "rib" else d.cells, seed=seed)
+    A = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A", dim=dim)
+    width = d.cell2node.arity * dim
+    mc.par_loop(copy_kernel(width, width), d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    return d, A, blocks.reshape(mesh.ncell, width, width)
+
+
+MESHES = st.one_of(st.builds(jittered_delaunay, st.integers(6, 40), seed=st.integers(0, 99)),
+                   st.builds(structured_quads, st.integers(1, 6), st.integers(1, 6)))
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=400)
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), method=st.sampled_from(["rib", "kway"]))
+def test_assembly_equals_scipy_and_mult_equals_scipy_product(comm, mesh, dim, seed, method):
+    mc.reset_runtime(comm=comm)
+    d, A, blocks = declare(mesh, dim, seed, method)
+    x_values = np.random.default_rng(seed + 1).standard_normal((mesh.nnode, dim))
+    x = mc.Dat(d.nodes, dim, x_values, "x")
+    y = mc.Dat(d.nodes, dim, None, "y")
+    A.mult(x, y)
+    gathered, product = A.to_scipy(), y.gather()
+    if comm.rank == 0:
+        expected = reference(mesh.cells, blocks, mesh.nnode, dim)
+        assert abs(gathered - expected).max() == 0.0
+        assert gathered.nnz == expected.nnz  # the sparsity holds every map pair and nothing more
+        np.testing.assert_allclose(product.ravel(), expected @ x_values.ravel(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_zero_rows_zeroes_every_component_and_sets_the_diagonal(comm):
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(5, 4)
+    d, A, blocks = declare(mesh, 2, 3, "kway")
+    rows = np.array([0, 7, 29])
+    A.zero_rows(rows, diagonal=5.0)
+    gathered = A.to_scipy()
+    diagonal = mc.Dat(d.nodes, 2, None, "diagonal")
+    A.diagonal(diagonal)
+    values = diagonal.gather()
+    if comm.rank == 0:
+        expected = reference(mesh.cells, blocks, mesh.nnode, 2).tolil()
+        for r in rows:
+            for c in range(2):
+                expected[2 * r + c, :] = 0.0
+                expected[2 * r + c, 2 * r + c] = 5.0
+        assert abs(gathered - expected.tocsr()).max() == 0.0
+        np.testing.assert_array_equal(values.ravel(), expected.tocsr().diagonal())
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=200)
+def test_assembling_twice_adds_and_zero_starts_again(comm):
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(3, 3)
+    d, A, blocks = declare(mesh, 1, 0, "kway")
+    k = mc.Dat(d.cells, 16, blocks.reshape(mesh.ncell, 16), "k again")
+    mc.par_loop(copy_kernel(4, 4), d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    twice = A.to_scipy()
+    A.zero()
+    mc.par_loop(copy_kernel(4, 4), d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    once = A.to_scipy()
+    if comm.rank == 0:
+        expected = reference(mesh.cells, blocks, mesh.nnode, 1)
+        assert abs(twice - 2 * expected).max() == 0.0
+        assert abs(once - expected).max() == 0.0
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=200)
+def test_bad_matrix_use_is_refused_with_errors_naming_the_objects(comm):
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(3, 3)
+    d, A, _ = declare(mesh, 1, 0, "kway")
+    with pytest.raises(mc.AccessModeError, match="mc.INC only"):
+        A(mc.READ, (d.cell2node, d.cell2node))
+    with pytest.raises(mc.SetMismatchError, match="not one of its map pairs"):
+        A(mc.INC, (d.facet2node, d.facet2node))
+    with pytest.raises(mc.MapError, match="points to"):
+        mc.Mat(d.cells, d.nodes, [(d.cell2node, d.cell2node)], "wrong rows")
+    x_cells = mc.Dat(d.cells, 1, None, "on cells")
+    y = mc.Dat(d.nodes, 1, None, "y")
+    with pytest.raises(mc.SetMismatchError, match="'on cells' lives on"):
+        A.mult(x_cells, y)
+    with pytest.raises(mc.DataShapeError, match="same Dat"):
+        A.mult(y, y)
+    with pytest.raises(mc.DataShapeError, match="outside"):
+        A.zero_rows([mesh.nnode + 3])
+
+    @mc.kernel
+    def overwrite(a):
+        a[0, 0] = 1.0
+
+    with pytest.raises(mc.AccessModeError, match="may only be incremented"):
+        mc.par_loop(overwrite, d.cells, A(mc.INC, (d.cell2node, d.cell2node)))
