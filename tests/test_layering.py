@@ -27,7 +27,7 @@ LAYERS = (
     ("backends", ("meshchain.backends",)),
     ("model", ("meshchain.model",)),
     ("engine", ("meshchain.engine",)),
-    ("api", ("meshchain.api", "meshchain")),
+    ("api", ("meshchain.api", "meshchain", "meshchain.linalg")),
     ("applications", ("meshchain.apps", "meshchain.meshes", "meshchain.__main__")),
 )
 

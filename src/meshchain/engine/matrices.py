@@ -121,8 +121,7 @@ class Matrices:
             keys.append(rows * n_cols + cols)
             if cols.size:
                 depth = max(depth, int(cols_layout.data_layers[cols // dim].max()))
-        if session.distributed:
-            depth = session.comm.allreduce(depth, op=_max())
+        depth = self._max(depth)
         return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_rows, n_owned_cols, depth,
                        session.layout)
 
@@ -277,16 +276,37 @@ class Matrices:
 
     def diagonal(self, mat, d) -> None:
         self._check_vector(mat, d, mat.row_set, "diagonal")
+        self.session.dat_values(d, write=True)[...] = self.diagonal_values(mat).reshape(-1, mat.dim)
+
+    def diagonal_values(self, mat) -> np.ndarray:
+        """The owned rows' diagonal entries (zero where the sparsity has none), flat."""
         pattern = self.pattern(mat)
         self.settle(mat)
-        rows = np.arange(pattern.n_rows)
-        where = np.searchsorted(pattern.keys, rows * pattern.n_cols + rows) if mat.row_set is mat.col_set else None
         out = np.zeros(pattern.n_rows)
-        if where is not None and len(pattern.keys):
-            clipped = np.minimum(where, len(pattern.keys) - 1)
-            present = pattern.keys[clipped] == rows * pattern.n_cols + rows
-            out[present] = pattern.values[clipped[present]]
-        self.session.dat_values(d, write=True)[...] = out.reshape(-1, mat.dim)
+        if mat.row_set is not mat.col_set or not len(pattern.keys):
+            return out
+        rows = np.arange(pattern.n_rows)
+        keys = rows * pattern.n_cols + rows
+        where = np.minimum(np.searchsorted(pattern.keys, keys), len(pattern.keys) - 1)
+        present = pattern.keys[where] == keys
+        out[present] = pattern.values[where[present]]
+        return out
+
+    def norm_inf(self, mat) -> float:
+        """``||A||_inf``, the largest absolute row sum (collective)."""
+        pattern = self.pattern(mat)
+        self.settle(mat)
+        sums = np.zeros(pattern.n_rows)
+        np.add.at(sums, pattern.rows, np.abs(pattern.values))
+        return self._max(float(sums.max()) if sums.size else 0.0)
+
+    def max_nonzeros(self, mat) -> int:
+        """The most entries any row stores (collective)."""
+        pattern = self.pattern(mat)
+        return int(self._max(int(np.diff(pattern.indptr).max()) if pattern.n_rows else 0))
+
+    def _max(self, value):
+        return self.session.comm.allreduce(value, op=_max()) if self.session.distributed else value
 
     def local_block(self, mat):
         import scipy.sparse as sp

@@ -1,0 +1,183 @@
+"""Fused vector operations of the Krylov methods: each is one compiled pass over this rank's
+owned values (every vector read once) that does an iteration's AXPYs, applies a pointwise
+preconditioner (``dinv``: the inverse diagonal, or ones) and sums the iteration's dot
+products into ``out`` (combined over ranks in one reduction by the caller).
+
+Examples
+--------
+>>> import numpy as np
+>>> x, p, r, w, z = np.zeros(2), np.ones(2), np.full(2, 2.0), np.ones(2), np.zeros(2)
+>>> out = np.zeros(2)
+>>> cg_update(0.5, p, w, x, r, np.full(2, 0.5), z, out)
+>>> x.tolist(), r.tolist(), z.tolist(), out.tolist()
+([0.5, 0.5], [1.5, 1.5], [0.75, 0.75], [2.25, 1.125])
+"""
+
+from __future__ import annotations
+
+import numba
+
+__all__ = ["residual", "scale", "aypx", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
+           "gropp_update", "gropp_direction", "pipecr_update"]
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+
+@_jit
+def residual(b, ax, r):
+    """``r = b - ax`` (``r`` may be ``ax``)."""
+    for i in range(len(r)):
+        r[i] = b[i] - ax[i]
+
+
+@_jit
+def scale(dinv, src, dst):
+    """``dst = dinv * src``: a pointwise preconditioner."""
+    for i in range(len(dst)):
+        dst[i] = dinv[i] * src[i]
+
+
+@_jit
+def aypx(beta, z, p):
+    """``p = z + beta * p``."""
+    for i in range(len(p)):
+        p[i] = z[i] + beta * p[i]
+
+
+@_jit
+def dot_pairs(a, b, c, d, e, f, out):
+    """``out = [(a, b), (c, d), (e, f)]`` in one pass (pass the same arrays to repeat)."""
+    s0 = s1 = s2 = 0.0
+    for i in range(len(a)):
+        s0 += a[i] * b[i]
+        s1 += c[i] * d[i]
+        s2 += e[i] * f[i]
+    out[0], out[1], out[2] = s0, s1, s2
+
+
+@_jit
+def cg_update(alpha, p, w, x, r, dinv, z, out):
+    """``x += alpha p; r -= alpha w; z = dinv r``; ``out = [(r, z), (z, z)]``."""
+    rz = zz = 0.0
+    for i in range(len(x)):
+        x[i] += alpha * p[i]
+        ri = r[i] - alpha * w[i]
+        r[i] = ri
+        zi = dinv[i] * ri
+        z[i] = zi
+        rz += ri * zi
+        zz += zi * zi
+    out[0], out[1] = rz, zz
+
+
+@_jit
+def cg1_update(alpha, beta, z, s, p, w, x, r, dinv):
+    """Chronopoulos/Gear: ``p = z + beta p; w = s + beta w; x += alpha p; r -= alpha w;
+    z = dinv r`` (``s = A z`` before, ``w = A p`` kept by recurrence)."""
+    for i in range(len(x)):
+        pi = z[i] + beta * p[i]
+        wi = s[i] + beta * w[i]
+        p[i], w[i] = pi, wi
+        x[i] += alpha * pi
+        ri = r[i] - alpha * wi
+        r[i] = ri
+        z[i] = dinv[i] * ri
+
+
+@_jit
+def pipecg_start(r, u, w, x, dinv, m, out):
+    """Pipelined CG's first dots and ``m = dinv w``: ``out`` as :func:`pipecg_update`'s."""
+    out[:] = 0.0
+    for i in range(len(x)):
+        ui, wi = u[i], w[i]
+        out[0] += r[i] * ui
+        out[1] += wi * ui
+        out[2] += ui * ui
+        out[3] += wi * wi
+        out[4] += x[i] * x[i]
+        m[i] = dinv[i] * wi
+
+
+@_jit
+def pipecg_update(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv, out):
+    """Ghysels-Vanroose, one pass: ``z = n + beta z; q = m + beta q; p = u + beta p;
+    s = w + beta s; x += alpha p; u -= alpha q; w -= alpha z; r -= alpha s; m = dinv w``.
+
+    ``out`` gets the next iteration's ``(r, u), (w, u), (u, u)`` and, for residual
+    replacement, ``(w, w), (x, x), (s, s), (z, z), (p, p), (q, q)`` and the ``(m, m)`` of the
+    ``m`` used here."""
+    ru = wu = uu = ww = xx = ss = zz = pp = qq = mm = 0.0
+    for i in range(len(x)):
+        mi = m[i]
+        zi = n[i] + beta * z[i]
+        qi = mi + beta * q[i]
+        pi = u[i] + beta * p[i]
+        si = w[i] + beta * s[i]
+        z[i], q[i], p[i], s[i] = zi, qi, pi, si
+        xi = x[i] + alpha * pi
+        ui = u[i] - alpha * qi
+        wi = w[i] - alpha * zi
+        ri = r[i] - alpha * si
+        x[i], u[i], w[i], r[i] = xi, ui, wi, ri
+        m[i] = dinv[i] * wi
+        ru += ri * ui
+        wu += wi * ui
+        uu += ui * ui
+        ww += wi * wi
+        xx += xi * xi
+        ss += si * si
+        zz += zi * zi
+        pp += pi * pi
+        qq += qi * qi
+        mm += mi * mi
+    out[0], out[1], out[2], out[3], out[4] = ru, wu, uu, ww, xx
+    out[5], out[6], out[7], out[8], out[9] = ss, zz, pp, qq, mm
+
+
+@_jit
+def gropp_update(alpha, p, s, q, x, r, z, out):
+    """Gropp's CG: ``x += alpha p; r -= alpha s; z -= alpha q`` (``q = B s``);
+    ``out = [(r, z), (z, z)]``."""
+    rz = zz = 0.0
+    for i in range(len(x)):
+        x[i] += alpha * p[i]
+        ri = r[i] - alpha * s[i]
+        zi = z[i] - alpha * q[i]
+        r[i], z[i] = ri, zi
+        rz += ri * zi
+        zz += zi * zi
+    out[0], out[1] = rz, zz
+
+
+@_jit
+def gropp_direction(beta, z, w, p, s, out):
+    """Gropp's CG: ``p = z + beta p; s = w + beta s`` (``w = A z``); ``out[0] = (p, s)``."""
+    ps = 0.0
+    for i in range(len(p)):
+        pi = z[i] + beta * p[i]
+        si = w[i] + beta * s[i]
+        p[i], s[i] = pi, si
+        ps += pi * si
+    out[0] = ps
+
+
+@_jit
+def pipecr_update(alpha, beta, n, m, u, w, z, q, p, x, dinv, out):
+    """Pipelined CR, one pass: ``z = n + beta z; q = m + beta q; p = u + beta p;
+    x += alpha p; u -= alpha q; w -= alpha z; m = dinv w``; ``out`` = the next
+    ``(w, u), (m, w), (u, u)``."""
+    wu = mw = uu = 0.0
+    for i in range(len(x)):
+        zi = n[i] + beta * z[i]
+        qi = m[i] + beta * q[i]
+        pi = u[i] + beta * p[i]
+        z[i], q[i], p[i] = zi, qi, pi
+        x[i] += alpha * pi
+        ui = u[i] - alpha * qi
+        wi = w[i] - alpha * zi
+        mi = dinv[i] * wi
+        u[i], w[i], m[i] = ui, wi, mi
+        wu += wi * ui
+        mw += mi * wi
+        uu += ui * ui
+    out[0], out[1], out[2] = wu, mw, uu

@@ -1,0 +1,226 @@
+"""The Krylov methods, each an iteration over a :class:`~meshchain.linalg.solve.Run`: its
+vectors (``run.v``: this rank's owned values), ``run.A(src, dst)`` (SpMV or the matrix-free
+loops), ``run.B(src, dst)`` (the preconditioner, skipped when it is pointwise and already
+fused), ``run.start(values)``/``run.wait(handle)`` (one non-blocking reduction of all the
+values) and ``run.check(i, norm)`` (the convergence test: a reason to stop, or None).
+
+Every method returns ``(iterations, reason, replacements)``; the norm tested is the
+preconditioned residual norm ``||B r||``, as in PETSc's default for these methods.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fused import aypx, cg1_update, cg_update, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
+
+__all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
+
+VECTORS = {
+    "cg": ("r", "z", "p", "w"),
+    "cg1": ("r", "z", "p", "w", "s"),
+    "pipecg": ("r", "u", "w", "m", "n", "z", "q", "p", "s"),
+    "groppcg": ("r", "z", "p", "s", "q", "w"),
+    "pipecr": ("r", "u", "w", "m", "n", "z", "q", "p"),
+}
+
+
+def _indefinite(what: str, value: float) -> str | None:
+    if not math.isfinite(value):
+        return f"diverged: {what} is not finite"
+    if value <= 0.0:
+        return f"indefinite: {what} = {value:.3e} <= 0 (the matrix or the preconditioner is not positive definite)"
+    return None
+
+
+def _start_residual(run, r: str, into: str) -> None:
+    """``r = b - A x`` (``into`` is a spare vector for ``A x``)."""
+    run.A("x", into)
+    residual(run.v["b"], run.v[into], run.v[r])
+
+
+def cg(run):
+    """Classical preconditioned CG (Hestenes-Stiefel; PETSc's KSPCG): two reductions per
+    iteration, each waited for at once."""
+    v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
+    _start_residual(run, "r", "w")
+    run.B("r", "z", fused_done=False)
+    dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
+    rz, zz = run.wait(run.start(out[:2].copy()))
+    v["p"][:] = v["z"]
+    i = 0
+    reason = run.check(i, math.sqrt(max(zz, 0.0)))
+    while reason is None:
+        run.A("p", "w")
+        pw = run.wait(run.start(np.array([np.dot(v["p"], v["w"])])))[0]
+        reason = _indefinite("(p, A p)", pw)
+        if reason is not None:
+            break
+        alpha = rz / pw
+        cg_update(alpha, v["p"], v["w"], v["x"], v["r"], dinv, v["z"], out)
+        if not run.pc.pointwise:
+            run.B("r", "z", fused_done=False)
+            dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
+        rz_new, zz = run.wait(run.start(out[:2].copy()))
+        i += 1
+        reason = run.check(i, math.sqrt(max(zz, 0.0)))
+        if reason is None:
+            reason = _indefinite("(r, B r)", rz_new)
+        if reason is None:
+            aypx(rz_new / rz, v["z"], v["p"])
+            rz = rz_new
+    return i, reason, 0
+
+
+def cg1(run):
+    """Chronopoulos/Gear CG (PETSc's ``-ksp_cg_single_reduction``): ``(r, z)``, ``(z, A z)``
+    and the norm in one blocking reduction per iteration."""
+    v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
+    _start_residual(run, "r", "w")
+    run.B("r", "z", fused_done=False)
+    i, alpha, gamma_old = 0, 0.0, 0.0
+    while True:
+        run.A("z", "s")
+        dot_pairs(v["r"], v["z"], v["z"], v["s"], v["z"], v["z"], out)
+        gamma, delta, zz = run.wait(run.start(out.copy()))
+        reason = run.check(i, math.sqrt(max(zz, 0.0)))
+        if reason is not None:
+            break
+        beta = 0.0 if i == 0 else gamma / gamma_old
+        denominator = delta if i == 0 else delta - beta * gamma / alpha
+        reason = _indefinite("the step's (p, A p)", denominator) or _indefinite("(r, B r)", gamma)
+        if reason is not None:
+            break
+        alpha, gamma_old = gamma / denominator, gamma
+        cg1_update(alpha, beta, v["z"], v["s"], v["p"], v["w"], v["x"], v["r"], dinv)
+        run.B("r", "z")
+        i += 1
+    return i, reason, 0
+
+
+_PIPECG_NORMS = ("dw", "dx", "ds", "dz", "dpp", "dq", "dm")
+
+
+def _pipecg_restart(run, out):
+    """Replace the recursive vectors by computed ones (``r = b - A x``, ``u = B r``,
+    ``w = A u``, ``s = A p``, ``q = B s``, ``z = A q``), then the next dots."""
+    v, mm = run.v, out[9]
+    _start_residual(run, "r", "n")
+    run.B("r", "u", fused_done=False)
+    run.A("u", "w")
+    run.A("p", "s")
+    run.B("s", "q", fused_done=False)
+    run.A("q", "z")
+    pipecg_start(v["r"], v["u"], v["w"], v["x"], run.pc.dinv, v["m"], out)
+    out[5:] = [np.dot(v[k], v[k]) for k in ("s", "z", "p", "q")] + [mm]
+
+
+def pipecg(run):
+    """Ghysels-Vanroose pipelined CG (PETSc's KSPPIPECG, KSPPIPECGRR with residual
+    replacement): one ``Iallreduce`` per iteration, in flight while ``m = B w`` and
+    ``n = A m`` are computed."""
+    v, dinv, out = run.v, run.pc.dinv, np.zeros(10)
+    for name in ("z", "q", "p", "s"):
+        v[name][:] = 0.0
+    _start_residual(run, "r", "n")
+    run.B("r", "u", fused_done=False)
+    run.A("u", "w")
+    pipecg_start(v["r"], v["u"], v["w"], v["x"], dinv, v["m"], out)
+    bounds = run.replacement_bounds()
+    i, alpha, beta, gamma_old, replacements, before = 0, 0.0, 0.0, 0.0, 0, None
+    while True:
+        handle = run.start(out.copy())
+        run.B("w", "m")
+        run.A("m", "n")
+        sums = run.wait(handle)
+        gamma, delta = sums[0], sums[1]
+        now = dict(zip(("dp", "du", *_PIPECG_NORMS), np.sqrt(np.maximum([sums[2], sums[2], *sums[3:]], 0.0))))
+        reason = run.check(i, now["dp"])
+        if reason is not None:
+            break
+        beta_new = 0.0 if i == 0 else gamma / gamma_old
+        denominator = delta if i == 0 else delta - beta_new / alpha * gamma
+        reason = _indefinite("the step's (p, A p)", denominator) or _indefinite("(r, B r)", gamma)
+        if reason is not None:
+            break
+        alpha_old, beta_old = alpha, beta
+        alpha, beta, gamma_old = gamma / denominator, beta_new, gamma
+        pipecg_update(alpha, beta, v["n"], v["m"], v["u"], v["w"], v["z"], v["q"], v["p"], v["s"], v["x"],
+                            v["r"], dinv, out)
+        if bounds is not None and i > 0 and bounds.after_update(i, now, before, alpha=alpha_old, beta=beta_old):
+            _pipecg_restart(run, out)
+            replacements += 1
+        before = now
+        i += 1
+    return i, reason, replacements
+
+
+def groppcg(run):
+    """Gropp's asynchronous CG (PETSc's KSPGROPPCG): two ``Iallreduce`` per iteration,
+    ``(p, s)`` in flight while ``q = B s`` is applied, ``(r, z)`` while ``w = A z`` is."""
+    v, out = run.v, np.zeros(3)
+    _start_residual(run, "r", "w")
+    run.B("r", "z", fused_done=False)
+    v["p"][:] = v["z"]
+    run.A("p", "s")
+    dot_pairs(v["r"], v["z"], v["z"], v["z"], v["p"], v["s"], out)
+    gamma, zz, delta = run.wait(run.start(out.copy()))
+    i = 0
+    reason = run.check(i, math.sqrt(max(zz, 0.0)))
+    run.B("s", "q", fused_done=False)
+    while reason is None:
+        reason = _indefinite("(p, A p)", delta)
+        if reason is not None:
+            break
+        gropp_update(gamma / delta, v["p"], v["s"], v["q"], v["x"], v["r"], v["z"], out)
+        handle = run.start(out[:2].copy())
+        run.A("z", "w")
+        gamma_new, zz = run.wait(handle)
+        i += 1
+        reason = run.check(i, math.sqrt(max(zz, 0.0))) or _indefinite("(r, B r)", gamma_new)
+        if reason is not None:
+            break
+        gropp_direction(gamma_new / gamma, v["z"], v["w"], v["p"], v["s"], out)
+        gamma = gamma_new
+        handle = run.start(out[:1].copy())
+        run.B("s", "q", fused_done=False)
+        delta = run.wait(handle)[0]
+    return i, reason, 0
+
+
+def pipecr(run):
+    """Pipelined conjugate residuals (Ghysels-Vanroose; PETSc's KSPPIPECR): one
+    ``Iallreduce`` per iteration, in flight while ``n = A m`` is computed."""
+    v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
+    for name in ("z", "q", "p"):
+        v[name][:] = 0.0
+    _start_residual(run, "r", "n")
+    run.B("r", "u", fused_done=False)
+    run.A("u", "w")
+    run.B("w", "m", fused_done=False)
+    dot_pairs(v["w"], v["u"], v["m"], v["w"], v["u"], v["u"], out)
+    i, alpha, gamma_old = 0, 0.0, 0.0
+    while True:
+        handle = run.start(out.copy())
+        run.A("m", "n")
+        gamma, delta, uu = run.wait(handle)
+        reason = run.check(i, math.sqrt(max(uu, 0.0)))
+        if reason is not None:
+            break
+        beta = 0.0 if i == 0 else gamma / gamma_old
+        denominator = delta if i == 0 else delta - beta / alpha * gamma
+        reason = _indefinite("the step's (A p, B A p)", denominator) or _indefinite("(A u, u)", gamma)
+        if reason is not None:
+            break
+        alpha, gamma_old = gamma / denominator, gamma
+        pipecr_update(alpha, beta, v["n"], v["m"], v["u"], v["w"], v["z"], v["q"], v["p"], v["x"], dinv, out)
+        if not run.pc.pointwise:
+            run.B("w", "m", fused_done=False)
+            dot_pairs(v["w"], v["u"], v["m"], v["w"], v["u"], v["u"], out)
+        i += 1
+    return i, reason, 0
+
+
+METHODS = {"cg": cg, "cg1": cg1, "pipecg": pipecg, "groppcg": groppcg, "pipecr": pipecr}

@@ -1,0 +1,140 @@
+"""Operators the solvers apply: an assembled :class:`~meshchain.Mat` or a matrix-free
+:class:`LinearOperator` whose ``apply(x, y)`` records parallel loops.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> nodes = mc.Set(4, "nodes")
+>>> @mc.kernel
+... def twice(a, b):
+...     b[0] = 2.0 * a[0]
+>>> double = mc.LinearOperator(nodes, lambda x, y: mc.par_loop(twice, nodes, x(mc.READ), y(mc.WRITE)),
+...                            name="double")
+>>> x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.arange(1.0, 5.0), "b")
+>>> mc.solve(double, x, b, method="cg", pc=None).iterations
+1
+>>> x.data[:, 0].tolist()
+[0.5, 1.0, 1.5, 2.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..comm.agree import raise_together
+from ..core.errors import SolverError
+from ..types import Dat, Mat, Set
+
+__all__ = ["LinearOperator", "as_operator"]
+
+
+class LinearOperator:
+    """A matrix-free operator: ``apply(x, y)`` records par_loops that set ``y = A x``.
+
+    Parameters
+    ----------
+    row_set : Set
+        The set ``x`` and ``y`` live on (square operators).
+    apply : callable
+        ``apply(x, y)`` for dats on ``row_set`` of dim ``dim``: every owned value of ``y``
+        must be written.
+    dim : int, keyword-only
+    diagonal : Dat, keyword-only
+        The operator's diagonal (for ``pc="jacobi"``).
+    norm_inf : float, keyword-only
+        ``||A||_inf`` (for residual replacement's rounding-error bounds).
+    nonzeros_per_row : int, keyword-only
+        The most terms any row of ``A x`` sums (the same).
+    name : str, keyword-only
+    """
+
+    def __init__(self, row_set, apply, *, dim: int = 1, diagonal=None, norm_inf=None, nonzeros_per_row=None,
+                 name: str = "operator"):
+        if not isinstance(row_set, Set):
+            raise SolverError(f"LinearOperator {name!r}: row_set must be a meshchain.Set, got {type(row_set).__name__}.")
+        if not callable(apply):
+            raise SolverError(f"LinearOperator {name!r}: apply must be callable as apply(x, y).")
+        if diagonal is not None and (not isinstance(diagonal, Dat) or diagonal.dataset is not row_set
+                                     or diagonal.dim != dim):
+            raise SolverError(f"LinearOperator {name!r}: diagonal must be a Dat on {row_set.name!r} of dim {dim}.")
+        self.row_set, self.col_set, self.apply, self.dim, self.name = row_set, row_set, apply, dim, name
+        self.diagonal, self.norm_inf, self.nonzeros_per_row = diagonal, norm_inf, nonzeros_per_row
+
+    def __repr__(self) -> str:
+        return f"LinearOperator({self.row_set.name}, {self.name!r}, dim={self.dim})"
+
+
+class _Operator:
+    """What both kinds of operator share."""
+
+    session = None
+
+    def agree(self, error) -> None:
+        """Raise ``error`` (or another rank's) on every rank, or return when there is none."""
+        raise_together(self.session.comm if self.session.distributed else None, error)
+
+
+class _Assembled(_Operator):
+    """A :class:`~meshchain.Mat` as the solvers see it."""
+
+    def __init__(self, session, mat):
+        if mat.row_set is not mat.col_set:
+            raise SolverError(f"Mat {mat.name!r} is rectangular ({mat.row_set.name!r} x {mat.col_set.name!r}); "
+                              f"the Krylov methods need a square operator.")
+        self.session, self.mat, self.matrices = session, mat, session.matrices
+        self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
+        self.matrices.pattern(mat)  # built (and checked) now
+        self.matrices.settle(mat)
+
+    @property
+    def pattern(self):
+        return self.matrices.pattern(self.mat)
+
+    def apply(self, x, y) -> None:
+        self.matrices.mult_storage(self.mat, self.session.storage(x), self.session.storage(y))
+
+    def diagonal(self) -> np.ndarray:
+        return self.matrices.diagonal_values(self.mat)
+
+    def norm_inf(self) -> float:
+        return self.matrices.norm_inf(self.mat)
+
+    def nonzeros_per_row(self) -> int:
+        return self.matrices.max_nonzeros(self.mat)
+
+
+class _MatrixFree(_Operator):
+    """A :class:`LinearOperator` as the solvers see it."""
+
+    def __init__(self, session, op: LinearOperator):
+        self.session, self.op = session, op
+        self.row_set, self.dim, self.name = op.row_set, op.dim, op.name
+
+    def apply(self, x, y) -> None:
+        self.op.apply(x, y)
+        self.session.flush()
+
+    def diagonal(self) -> np.ndarray:
+        if self.op.diagonal is None:
+            raise SolverError(f"LinearOperator {self.name!r}: pc='jacobi' needs its diagonal; pass diagonal=<Dat>.")
+        return self.session.dat_values(self.op.diagonal, write=False).reshape(-1).copy()
+
+    def norm_inf(self) -> float:
+        if self.op.norm_inf is None:
+            raise SolverError(f"LinearOperator {self.name!r}: residual replacement needs norm_inf= (||A||_inf).")
+        return float(self.op.norm_inf)
+
+    def nonzeros_per_row(self) -> int:
+        if self.op.nonzeros_per_row is None:
+            raise SolverError(f"LinearOperator {self.name!r}: residual replacement needs nonzeros_per_row=.")
+        return int(self.op.nonzeros_per_row)
+
+
+def as_operator(session, A):
+    """The solvers' view of ``A`` (a Mat or a LinearOperator)."""
+    if isinstance(A, Mat):
+        return _Assembled(session, A)
+    if isinstance(A, LinearOperator):
+        return _MatrixFree(session, A)
+    raise SolverError(f"solve: A must be a meshchain.Mat or a meshchain.LinearOperator, got {type(A).__name__}.")
+

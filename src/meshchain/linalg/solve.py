@@ -1,0 +1,219 @@
+"""``mc.solve``: Krylov methods on dats, with the true residual checked at exit.
+
+Vectors are dats on the operator's row set: ``x`` and ``b`` are the user's, the work
+vectors are dats the solver declares once per operator and method. The methods work on
+each rank's owned values through fused compiled passes (:mod:`.fused`), apply the operator
+through :meth:`Mat.mult <meshchain.Mat.mult>`'s overlapped SpMV (or the matrix-free loops)
+and combine every dot product of a step in one ``Iallreduce``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import weakref
+
+import numpy as np
+
+from ..core.errors import SetMismatchError, SolverError
+from ..types import Dat
+from .krylov import METHODS, VECTORS
+from .operators import as_operator
+from .precond import PRECONDITIONERS, make_preconditioner
+from .replacement import ReplacementBounds
+
+__all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
+
+FALSE_CONVERGENCE_FACTOR = 10.0
+"""A solve counts as converged only if its true preconditioned residual is within this
+factor of the tolerance the recursive one met."""
+
+
+@dataclasses.dataclass
+class SolveInfo:
+    """What :func:`meshchain.solve` did (the same on every rank).
+
+    Attributes
+    ----------
+    iterations : int
+    converged : bool
+        The recursive residual met the tolerance and the true one is within
+        :data:`FALSE_CONVERGENCE_FACTOR` of it.
+    reason : str
+        ``"converged"``, or why not (``"diverged: maxiter ..."``, ``"indefinite: ..."``,
+        ``"false convergence: ..."``).
+    residual_history : list of float
+        The preconditioned residual norm the method tested at each iteration (from 0).
+    true_residual : float
+        ``||b - A x||_2`` computed at exit.
+    true_residual_preconditioned : float
+        ``||B (b - A x)||_2``, comparable with the history.
+    time_per_iteration : float
+        Seconds per iteration (wall clock of the iterations, this rank).
+    time_reduction_wait : float
+        Seconds spent waiting for reductions to complete (this rank).
+    reductions : int
+        Reductions started.
+    replacements : int
+        Residual replacements made.
+    method, pc : str
+    """
+
+    iterations: int
+    converged: bool
+    reason: str
+    residual_history: list
+    true_residual: float
+    true_residual_preconditioned: float
+    time_per_iteration: float
+    time_reduction_wait: float
+    reductions: int
+    replacements: int
+    method: str
+    pc: str | None
+
+
+class Run:
+    """One solve's vectors, operator, preconditioner, reductions and convergence test."""
+
+    def __init__(self, session, operator, dats: dict, pc, *, rtol, atol, maxiter, monitor, replacement: bool):
+        self.session, self.operator, self.dats, self.pc = session, operator, dats, pc
+        self.storages = {name: session.storage(d) for name, d in dats.items()}
+        n = session.n_owned(operator.row_set) * operator.dim
+        self.v = {name: s.host.reshape(-1)[:n] for name, s in self.storages.items()}
+        self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
+        self.comm = session.comm if session.distributed else None
+        self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
+        self.replacement = replacement
+
+    def A(self, src: str, dst: str) -> None:  # noqa: N802 - the operator's name
+        self.storages[src].valid_depth = 0  # written in place by the solver: its halo is stale
+        self.operator.apply(self.dats[src], self.dats[dst])
+
+    def B(self, src: str, dst: str, *, fused_done: bool = True) -> None:  # noqa: N802
+        """``dst = B src``; with ``fused_done`` a pointwise preconditioner already did it."""
+        if not (fused_done and self.pc.pointwise):
+            self.pc.apply(self.v[src], self.v[dst])
+
+    def start(self, values: np.ndarray):
+        self.reductions += 1
+        if self.comm is None:
+            return values
+        from mpi4py import MPI
+
+        result = np.empty_like(values)
+        return self.comm.Iallreduce(values, result, op=MPI.SUM), result
+
+    def wait(self, handle) -> np.ndarray:
+        if self.comm is None:
+            return handle
+        request, result = handle
+        began = time.perf_counter()
+        request.Wait()
+        self.wait_time += time.perf_counter() - began
+        return result
+
+    def check(self, i: int, norm: float) -> str | None:
+        self.history.append(norm)
+        if self.monitor is not None:
+            self.monitor(i, norm)
+        if not math.isfinite(norm):
+            return "diverged: the residual norm is not finite"
+        if i == 0:
+            self.target = max(self.rtol * norm, self.atol)
+        if norm <= self.target:
+            return "converged"
+        if i >= self.maxiter:
+            return f"diverged: maxiter={self.maxiter} reached (residual {norm:.3e}, target {self.target:.3e})"
+        return None
+
+    def replacement_bounds(self):
+        if not self.replacement:
+            return None
+        operator = self.operator
+        b = self.v["b"]
+        b_norm = math.sqrt(self.sum(float(np.dot(b, b))))
+        size = operator.row_set.size * operator.dim
+        return ReplacementBounds(norm_inf=operator.norm_inf(), nonzeros=operator.nonzeros_per_row(), size=size,
+                                 b_norm=b_norm)
+
+    def sum(self, value: float) -> float:
+        return float(self.wait(self.start(np.array([value])))[0])
+
+    def true_residual(self, r: str, z: str) -> tuple[float, float]:
+        """``||b - A x||`` and ``||B (b - A x)||`` (``r`` and ``z`` are spare vectors)."""
+        self.A("x", r)
+        self.v[r][:] = self.v["b"] - self.v[r]
+        self.B(r, z, fused_done=False)
+        sums = self.wait(self.start(np.array([np.dot(self.v[r], self.v[r]), np.dot(self.v[z], self.v[z])])))
+        return math.sqrt(sums[0]), math.sqrt(sums[1])
+
+
+_workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _work_dats(session, A, operator, method: str) -> dict:
+    """The method's work vectors for ``A`` (declared once per operator, method and session)."""
+    per_operator = _workspaces.setdefault(A, {})
+    found = per_operator.get(method)
+    if found is None or found[0] is not session:
+        dats = {name: Dat(operator.row_set, operator.dim, None, f"{operator.name}:{method}:{name}")
+                for name in VECTORS[method]}
+        found = per_operator[method] = (session, dats)
+    return found[1]
+
+
+def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
+    if method not in METHODS:
+        raise SolverError(f"solve: unknown method {method!r}; choose one of {', '.join(map(repr, METHODS))}.")
+    if pc not in PRECONDITIONERS:
+        raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
+    for what, dat in (("x", x), ("b", b)):
+        if not isinstance(dat, Dat):
+            raise SolverError(f"solve: {what} must be a meshchain.Dat, got {type(dat).__name__}.")
+        if dat.dataset is not operator.row_set:
+            raise SetMismatchError(f"solve: {what} (Dat {dat.name!r}) lives on {dat.dataset.name!r}, but the rows of "
+                                   f"{operator.name!r} are on {operator.row_set.name!r}.")
+        if dat.dim != operator.dim or dat.dtype != np.float64:
+            raise SolverError(f"solve: {what} (Dat {dat.name!r}) has dim {dat.dim} and dtype {dat.dtype}; "
+                              f"{operator.name!r} needs float64 dats of dim {operator.dim}.")
+    if x is b:
+        raise SolverError(f"solve: x and b are the same Dat {x.name!r}; pass two.")
+    if not (rtol >= 0 and atol >= 0) or (rtol == 0 and atol == 0):
+        raise SolverError(f"solve: need rtol >= 0 and atol >= 0, not both zero; got rtol={rtol}, atol={atol}.")
+    if int(maxiter) != maxiter or maxiter < 0:
+        raise SolverError(f"solve: maxiter must be a non-negative integer, got {maxiter!r}.")
+
+
+def solve_with(session, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
+               residual_replacement=False, monitor=None) -> SolveInfo:
+    """:func:`meshchain.solve` on ``session`` (see there)."""
+    operator = as_operator(session, A)
+    _check(A, operator, x, b, method, pc, rtol, atol, maxiter)
+    if residual_replacement and method != "pipecg":
+        raise SolverError(f"solve: residual_replacement is implemented for method='pipecg' (as PETSc's PIPECGRR), "
+                          f"not for {method!r}.")
+    if session.config.backend in ("cupy", "cuda-emulation"):
+        raise SolverError("solve: the Krylov methods run on host arrays; use the numba or reference backend.")
+    dats = dict(_work_dats(session, A, operator, method), x=x, b=b)
+    session.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
+    session.force_read(b)
+    n = session.n_owned(operator.row_set) * operator.dim
+    run = Run(session, operator, dats, make_preconditioner(pc, operator, n), rtol=rtol, atol=atol,
+              maxiter=int(maxiter), monitor=monitor, replacement=bool(residual_replacement))
+    began = time.perf_counter()
+    iterations, reason, replacements = METHODS[method](run)
+    elapsed = time.perf_counter() - began
+    session.storage(x).valid_depth = 0
+    spare = VECTORS[method]
+    true, true_preconditioned = run.true_residual(spare[0], spare[1])
+    converged = reason == "converged"
+    if converged and true_preconditioned > FALSE_CONVERGENCE_FACTOR * run.target:
+        converged = False
+        reason = (f"false convergence: the recursive residual met {run.target:.3e} but the true one is "
+                  f"{true_preconditioned:.3e}")
+    return SolveInfo(iterations=iterations, converged=converged, reason=reason, residual_history=run.history,
+                     true_residual=true, true_residual_preconditioned=true_preconditioned,
+                     time_per_iteration=elapsed / max(iterations, 1), time_reduction_wait=run.wait_time,
+                     reductions=run.reductions, replacements=replacements, method=method, pc=pc)
