@@ -55,6 +55,10 @@ def make_preconditioner(pc, operator, n: int):
         return Pointwise(np.ones(n))
     if pc not in PRECONDITIONERS:
         raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
+    pattern = getattr(operator, "pattern", None)
+    if pc == "sgs" and pattern is None:
+        raise SolverError(f"solve: pc='sgs' needs an assembled matrix; {operator.name!r} is matrix-free "
+                          f"(use pc='jacobi' with its diagonal, or None).")
     diagonal = operator.diagonal()
     bad = np.flatnonzero(~(diagonal > 0.0))
     error = None
@@ -64,8 +68,4 @@ def make_preconditioner(pc, operator, n: int):
     operator.agree(error)
     if pc == "jacobi":
         return Pointwise(1.0 / diagonal)
-    pattern = getattr(operator, "pattern", None)
-    if pattern is None:
-        raise SolverError(f"solve: pc='sgs' needs an assembled matrix; {operator.name!r} is matrix-free "
-                          f"(use pc='jacobi' with its diagonal, or None).")
     return SymmetricGaussSeidel(pattern, diagonal)

@@ -1,0 +1,196 @@
+"""Krylov methods on SPD-by-construction FEM matrices: every method and preconditioner
+reaches SciPy's direct solution on 1-4 ranks, N ranks take the iterations 1 rank takes (±1)
+and give its solution to round-off; breakdowns and bad input are reported, never hidden."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import meshchain as mc
+from meshchain.apps import poisson
+from meshchain.meshes import jittered_delaunay, structured_quads, structured_tris
+from test_mat import copy_kernel, reference
+
+pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
+
+METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
+
+
+def self_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF
+
+
+def spd_blocks(ncell: int, width: int, seed: int, shift: float = 0.2) -> np.ndarray:
+    """Element matrices ``M^T M + shift I``: symmetric positive definite (for ``shift > 0``)."""
+    m = np.random.default_rng(seed).standard_normal((ncell, width, width))
+    return np.einsum("eki,ekj->eij", m, m) + shift * np.eye(width)[None]
+
+
+class Problem:
+    """An assembled SPD problem on ``mesh`` with a random right-hand side."""
+
+    def __init__(self, mesh, *, dim: int = 1, seed: int = 0, shift: float = 0.2, method: str = "kway"):
+        d = self.mesh = mesh.declare()
+        width = d.cell2node.arity * dim
+        self.blocks = spd_blocks(mesh.ncell, width, seed, shift)
+        k = self.k = mc.Dat(d.cells, width * width, self.blocks.reshape(mesh.ncell, -1), "k")
+        rhs = np.random.default_rng(seed + 7).standard_normal((mesh.nnode, dim))
+        self.b = mc.Dat(d.nodes, dim, rhs, "b")
+        self.x = mc.Dat(d.nodes, dim, None, "x")
+        mc.partition(method, coords=d.coords, seed_set=d.cells, seed=seed)
+        self.A = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A", dim=dim)
+        mc.par_loop(copy_kernel(width, width), d.cells, self.A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+        self.expected = spla.spsolve(reference(mesh.cells, self.blocks, mesh.nnode, dim).tocsc(), rhs.ravel())
+
+    def solve(self, method, pc, **options):
+        self.x.data[...] = 0.0
+        info = mc.solve(self.A, self.x, self.b, method=method, pc=pc, **options)
+        return info, self.x.gather()
+
+
+def solve_all(mesh, dim, seed, pcs, rtol):
+    problem = Problem(mesh, dim=dim, seed=seed)
+    return problem, {(m, pc): problem.solve(m, pc, rtol=rtol) for m in METHODS for pc in pcs}
+
+
+MESHES = st.one_of(st.builds(jittered_delaunay, st.integers(8, 60), seed=st.integers(0, 99)),
+                   st.builds(structured_quads, st.integers(2, 7), st.integers(2, 7)))
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000))
+def test_every_method_reaches_the_direct_solution_with_the_iterations_of_one_rank(comm, mesh, dim, seed):
+    mc.reset_runtime(comm=self_comm())
+    _, serial = solve_all(mesh, dim, seed, (None, "jacobi"), 1e-10)
+    mc.reset_runtime(comm=comm)
+    problem, distributed = solve_all(mesh, dim, seed, (None, "jacobi"), 1e-10)
+    scale = np.linalg.norm(problem.expected)
+    for key, (info, x) in distributed.items():
+        one, x_one = serial[key]
+        assert info.converged and one.converged, (key, info.reason, one.reason)
+        assert abs(info.iterations - one.iterations) <= 1, (key, info.iterations, one.iterations)
+        assert len(info.residual_history) == info.iterations + 1
+        if comm.rank == 0:
+            np.testing.assert_allclose(x.ravel(), problem.expected, atol=1e-6 * scale, err_msg=str(key))
+            np.testing.assert_allclose(x.ravel(), x_one.ravel(), atol=1e-8 * scale, err_msg=str(key))
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.parametrize("dim", [1, 2])
+def test_rank_local_sgs_converges_to_the_direct_solution(comm, dim):
+    mc.reset_runtime(comm=comm)
+    problem, results = solve_all(jittered_delaunay(40, seed=3), dim, 11, ("sgs",), 1e-10)
+    for key, (info, x) in results.items():
+        assert info.converged, (key, info.reason)
+        if comm.rank == 0:
+            np.testing.assert_allclose(x.ravel(), problem.expected, atol=1e-6 * np.linalg.norm(problem.expected))
+    plain = problem.solve("cg", "jacobi", rtol=1e-10)[0]
+    assert results[("cg", "sgs")][0].iterations < plain.iterations  # it preconditions
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_residual_replacement_reaches_the_accuracy_plain_pipecg_cannot(comm):
+    mc.reset_runtime(comm=comm)
+    p = poisson.declare(structured_tris(32, 32))
+    plain = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14)
+    replaced = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=True)
+    classical = poisson.solve(p, method="cg", pc="jacobi", rtol=1e-14)
+    assert replaced.replacements >= 1
+    assert replaced.converged, replaced.reason
+    assert replaced.true_residual <= 2 * classical.true_residual
+    assert not plain.converged or plain.true_residual > replaced.true_residual, (plain.reason, plain.true_residual)
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+@pytest.mark.parametrize("method", METHODS)
+def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method):
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_quads(5, 5), seed=4, shift=-1.5)  # element matrices with negative eigenvalues
+    info, x = problem.solve(method, None, rtol=1e-10, maxiter=200)
+    if info.converged:  # allowed only with the right answer
+        assert info.true_residual <= 1e-6 * np.linalg.norm(problem.b.gather() if comm.rank == 0 else 1.0)
+    else:
+        assert info.reason.startswith(("indefinite", "diverged")), info.reason
+    mc.reset_runtime(comm=comm)
+    singular = Problem(structured_quads(4, 4), seed=5, shift=0.0)  # M^T M of 4x4 blocks: still SPD, so
+    singular.A.zero_rows([3], diagonal=0.0)  # a zero row makes it singular (and b has a value there)
+    info, _ = singular.solve(method, None, rtol=1e-12, maxiter=300)
+    assert not info.converged, info.reason
+    assert info.reason.startswith(("indefinite", "diverged", "false convergence")), info.reason
+
+
+def matrix_free(problem, dim):
+    """The problem's operator as a LinearOperator: y = 0, then y[c2n] += K_e x[c2n] per cell."""
+    d, width = problem.mesh, problem.mesh.cell2node.arity * dim
+    arity = d.cell2node.arity
+    lines = ["def element_apply(y, x, k):"]
+    for i in range(width):
+        terms = " + ".join(f"k[{i * width + j}] * x[{j // dim}, {j % dim}]" for j in range(width))
+        lines.append(f"    y[{i // dim}, {i % dim}] += {terms}")
+    element = mc.Kernel.from_source("\n".join(lines) + "\n")
+    clear = mc.Kernel.from_source("def clear(y):\n" + "".join(f"    y[{c}] = 0.0\n" for c in range(dim)))
+    assert arity * dim == width
+
+    def apply(x, y):
+        mc.par_loop(clear, d.nodes, y(mc.WRITE))
+        mc.par_loop(element, d.cells, y(mc.INC, d.cell2node), x(mc.READ, d.cell2node), problem.k(mc.READ))
+
+    diagonal = mc.Dat(d.nodes, dim, None, "diagonal")
+    problem.A.diagonal(diagonal)
+    return mc.LinearOperator(d.nodes, apply, dim=dim, diagonal=diagonal, name="element-by-element")
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.parametrize("method", METHODS)
+def test_matrix_free_operator_solves_like_the_assembled_matrix(comm, method):
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(30, seed=2), dim=2, seed=9)
+    assembled, x_assembled = problem.solve(method, "jacobi", rtol=1e-10)
+    op = matrix_free(problem, 2)
+    problem.x.data[...] = 0.0
+    free = mc.solve(op, problem.x, problem.b, method=method, pc="jacobi", rtol=1e-10)
+    x_free = problem.x.gather()
+    assert free.converged, free.reason
+    assert abs(free.iterations - assembled.iterations) <= 1
+    if comm.rank == 0:
+        np.testing.assert_allclose(x_free, x_assembled, atol=1e-8 * np.linalg.norm(x_assembled))
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=200)
+def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_quads(3, 3), seed=1)
+    d = problem.mesh
+    on_cells = mc.Dat(d.cells, 1, None, "on cells")
+    wide = mc.Dat(d.nodes, 2, None, "wide")
+    cases = [
+        (dict(method="bicgstab"), mc.SolverError, "unknown method 'bicgstab'"),
+        (dict(pc="ilu"), mc.SolverError, "unknown preconditioner 'ilu'"),
+        (dict(b=on_cells), mc.SetMismatchError, r"'on cells'\) lives on 'cells'"),
+        (dict(x=wide), mc.SolverError, r"'wide'\) has dim 2"),
+        (dict(method="cg", residual_replacement=True), mc.SolverError, "residual_replacement"),
+        (dict(rtol=-1.0), mc.SolverError, "rtol"),
+    ]
+    for options, error, message in cases:
+        args = dict(A=problem.A, x=problem.x, b=problem.b, method="cg", pc="jacobi")
+        args.update(options)
+        with pytest.raises(error, match=message):
+            mc.solve(args.pop("A"), args.pop("x"), args.pop("b"), **args)
+    free = mc.LinearOperator(d.nodes, lambda x, y: None, name="no diagonal")
+    with pytest.raises(mc.SolverError, match="'no diagonal'.*diagonal"):
+        mc.solve(free, problem.x, problem.b, pc="jacobi")
+    with pytest.raises(mc.SolverError, match="matrix-free"):
+        mc.solve(free, problem.x, problem.b, pc="sgs")
+    with pytest.raises(mc.SolverError, match="must be a meshchain.Mat"):
+        mc.solve(np.eye(3), problem.x, problem.b)
+    problem.A.zero_rows([0], diagonal=-1.0)
+    with pytest.raises(mc.SolverError, match="positive diagonal"):
+        mc.solve(problem.A, problem.x, problem.b, pc="jacobi")
