@@ -25,11 +25,15 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
 @_jit
 def csr_owned(indptr, split, indices, values, x, y):
-    """``y[r] = sum of values[k] * x[indices[k]]`` over the owned-column entries of row ``r``."""
+    """``y[r] = sum of values[k] * x[indices[k]]`` over the owned-column entries of row ``r``.
+
+    Unsigned ``indices`` are fastest (no negative-index wraparound test per entry)."""
     for r in range(len(split)):
         total = 0.0
-        for k in range(indptr[r], split[r]):
+        k, end = indptr[r], split[r]
+        while k < end:
             total += values[k] * x[indices[k]]
+            k += 1
         y[r] = total
 
 
@@ -38,8 +42,10 @@ def csr_halo(indptr, split, indices, values, x, y):
     """``y[r] += sum of values[k] * x[indices[k]]`` over the halo-column entries of row ``r``."""
     for r in range(len(split)):
         total = 0.0
-        for k in range(split[r], indptr[r + 1]):
+        k, end = split[r], indptr[r + 1]
+        while k < end:
             total += values[k] * x[indices[k]]
+            k += 1
         y[r] += total
 
 

@@ -136,8 +136,8 @@ def pipecg(run):
         run.A("m", "n")
         sums = run.wait(handle)
         gamma, delta = sums[0], sums[1]
-        now = dict(zip(("dp", "du", *_PIPECG_NORMS), np.sqrt(np.maximum([sums[2], sums[2], *sums[3:]], 0.0))))
-        reason = run.check(i, now["dp"])
+        norm = math.sqrt(max(sums[2], 0.0))
+        reason = run.check(i, norm)
         if reason is not None:
             break
         beta_new = 0.0 if i == 0 else gamma / gamma_old
@@ -149,10 +149,12 @@ def pipecg(run):
         alpha, beta, gamma_old = gamma / denominator, beta_new, gamma
         pipecg_update(alpha, beta, v["n"], v["m"], v["u"], v["w"], v["z"], v["q"], v["p"], v["s"], v["x"],
                             v["r"], dinv, out)
-        if bounds is not None and i > 0 and bounds.after_update(i, now, before, alpha=alpha_old, beta=beta_old):
-            _pipecg_restart(run, out)
-            replacements += 1
-        before = now
+        if bounds is not None:
+            now = dict(zip(("dp", "du", *_PIPECG_NORMS), np.sqrt(np.maximum([sums[2], sums[2], *sums[3:]], 0.0))))
+            if i > 0 and bounds.after_update(i, now, before, alpha=alpha_old, beta=beta_old):
+                _pipecg_restart(run, out)
+                replacements += 1
+            before = now
         i += 1
     return i, reason, replacements
 

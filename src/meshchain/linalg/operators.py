@@ -83,15 +83,16 @@ class _Assembled(_Operator):
                               f"the Krylov methods need a square operator.")
         self.session, self.mat, self.matrices = session, mat, session.matrices
         self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
-        self.matrices.pattern(mat)  # built (and checked) now
+        self.pattern_now = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve
         self.matrices.settle(mat)
 
     @property
     def pattern(self):
         return self.matrices.pattern(self.mat)
 
-    def apply(self, x, y) -> None:
-        self.matrices.mult_storage(self.mat, self.session.storage(x), self.session.storage(y))
+    def apply(self, x, y, xs, ys) -> None:
+        """``y = A x`` (``xs``, ``ys``: their storages)."""
+        self.matrices.multiply(self.pattern_now, xs, ys)
 
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)
@@ -110,7 +111,7 @@ class _MatrixFree(_Operator):
         self.session, self.op = session, op
         self.row_set, self.dim, self.name = op.row_set, op.dim, op.name
 
-    def apply(self, x, y) -> None:
+    def apply(self, x, y, xs=None, ys=None) -> None:
         self.op.apply(x, y)
         self.session.flush()
 

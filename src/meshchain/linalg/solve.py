@@ -88,8 +88,9 @@ class Run:
         self.replacement = replacement
 
     def A(self, src: str, dst: str) -> None:  # noqa: N802 - the operator's name
-        self.storages[src].valid_depth = 0  # written in place by the solver: its halo is stale
-        self.operator.apply(self.dats[src], self.dats[dst])
+        source = self.storages[src]
+        source.valid_depth = 0  # written in place by the solver: its halo is stale
+        self.operator.apply(self.dats[src], self.dats[dst], source, self.storages[dst])
 
     def B(self, src: str, dst: str, *, fused_done: bool = True) -> None:  # noqa: N802
         """``dst = B src``; with ``fused_done`` a pointwise preconditioner already did it."""

@@ -1,0 +1,320 @@
+"""Krylov solvers: meshchain's CG variants against PETSc's and SciPy's, on one assembled matrix.
+
+The matrix is the P1 Poisson problem of :mod:`meshchain.apps.poisson` on GeoFEM's cube
+(``structured_tets(n, n, n)``, Dirichlet nodes decoupled, unit diagonal), sized to about
+``--per-rank`` unknowns per rank, assembled once by meshchain and handed to PETSc with
+``A.to_petsc()`` (the same values, rows numbered rank after rank). Every solver starts from
+``x = 0`` with the same right-hand side and the same preconditioner (Jacobi).
+
+Per job (``mpiexec -n R``, ``--network shm|tcp``; ranks beyond the 2 cores oversubscribe):
+
+* iterations to ``--rtol`` (1e-8) and the true final relative residual ``|b - Ax| / |b|`` of
+  every meshchain method (``cg cg1 pipecg groppcg pipecr``) and of PETSc's KSPCG,
+  ``-ksp_cg_single_reduction``, KSPPIPECG, KSPGROPPCG, KSPPIPECR, KSPPIPECGRR, each with its
+  default norm; SciPy's ``cg`` on one rank;
+* time per iteration (median of ``--repeats`` solves, slowest rank), and its ratio to PETSc's
+  same method in the same job (the floor: PETSc's compiled C iteration);
+* the time each method waited for reductions per iteration, and the fraction hidden by the
+  pipelined methods: ``1 - wait(pipelined) / wait(blocking counterpart)``, where the
+  counterpart of pipecg and pipecr is cg1 (one blocking reduction) and of groppcg is cg;
+* attainable accuracy: cg, pipecg (with and without residual replacement) and pipecr run to
+  ``1e-14`` relative (at most 4x the iterations cg needed for 1e-8), and PETSc's KSPCG,
+  KSPPIPECG and KSPPIPECGRR the same: the true residual where each stops;
+* the floor: one SpMV, meshchain's ``A.mult`` against PETSc's ``MatMult``.
+
+Usage::
+
+    .venv/bin/python benchmarks/krylov.py                       # shm and tcp, 1 2 4 ranks
+    .venv/bin/python benchmarks/krylov.py --quick               # seconds
+
+Writes ``benchmarks/results/krylov.json`` and prints the tables for ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from comm import TCP, machine, mpiexec  # noqa: E402
+
+METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
+# meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
+PETSC = {"cg": ("cg", {}), "cg1": ("cg", {"ksp_cg_single_reduction": None}), "pipecg": ("pipecg", {}),
+         "groppcg": ("groppcg", {}), "pipecr": ("pipecr", {}), "pipecgrr": ("pipecgrr", {})}
+BLOCKING = {"pipecg": "cg1", "pipecr": "cg1", "groppcg": "cg"}
+FULL = dict(per_rank=[2000, 20000], repeats=5, rtol=1e-8)
+QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
+
+
+# --- the worker ----------------------------------------------------------------------------------
+
+
+def cube_for(per_rank: int, ranks: int) -> int:
+    """Hexahedra per side so that the cube has about ``per_rank * ranks`` nodes."""
+    return max(2, round((per_rank * ranks) ** (1 / 3)) - 1)
+
+
+def slowest(comm, seconds: float) -> float:
+    """The largest of the ranks' ``seconds`` (``comm`` None: one process)."""
+    from mpi4py import MPI
+
+    return seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX)
+
+
+def meshchain_runs(problem, method: str, config: dict, **options) -> dict:
+    import meshchain as mc
+
+    runs = []
+    for repeat in range(config["repeats"] + 1):  # the first compiles and loads: not counted
+        problem.u.data[...] = 0.0
+        info = mc.solve(problem.A, problem.u, problem.b, method=method, pc="jacobi", rtol=config["rtol"],
+                        **options)
+        if repeat:
+            runs.append(info)
+    comm = mc.get_runtime().comm
+    per_iteration = [slowest(comm, info.time_per_iteration) for info in runs]
+    wait = [slowest(comm, info.time_reduction_wait / max(info.iterations, 1)) for info in runs]
+    last = runs[-1]
+    return {"iterations": last.iterations, "converged": bool(last.converged), "reason": last.reason,
+            "true_residual": last.true_residual, "time_per_iteration": statistics.median(per_iteration),
+            "wait_per_iteration": statistics.median(wait)}
+
+
+def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None) -> dict:
+    from petsc4py import PETSc
+
+    A = problem.A.to_petsc()
+    b = problem.A.petsc_vec(problem.b)
+    x, r = b.duplicate(), b.duplicate()
+    opts = PETSc.Options()
+    for key, value in options.items():
+        opts[key] = value
+    ksp = PETSc.KSP().create(comm=A.getComm())
+    ksp.setOperators(A)
+    ksp.setType(ksp_type)
+    ksp.getPC().setType("jacobi")
+    ksp.setTolerances(rtol=rtol or config["rtol"], atol=0.0, max_it=maxiter or 100000)
+    ksp.setFromOptions()
+    for key in options:
+        opts.delValue(key)
+    times = []
+    for repeat in range(config["repeats"] + 1):  # the first sets up: not counted
+        x.set(0.0)
+        start = time.perf_counter()
+        ksp.solve(b, x)
+        seconds = time.perf_counter() - start
+        if repeat:
+            times.append(slowest(A.getComm().tompi4py(), seconds) / max(ksp.getIterationNumber(), 1))
+    A.mult(x, r)
+    r.aypx(-1.0, b)
+    return {"iterations": ksp.getIterationNumber(), "converged": ksp.getConvergedReason() > 0,
+            "reason": int(ksp.getConvergedReason()), "true_residual": r.norm() / b.norm(),
+            "norm_type": int(ksp.getNormType()), "time_per_iteration": statistics.median(times)}
+
+
+def scipy_iterations(problem, rtol: float) -> dict:
+    import scipy.sparse.linalg as sla
+
+    A = problem.A.to_scipy()
+    b = problem.b.gather().ravel()
+    diagonal = A.diagonal()
+    count = [0]
+    x, info = sla.cg(A, b, rtol=rtol, atol=0.0, M=sla.LinearOperator(A.shape, matvec=lambda v: v / diagonal),
+                     callback=lambda _: count.__setitem__(0, count[0] + 1), maxiter=100000)
+    return {"iterations": count[0], "converged": info == 0,
+            "true_residual": float(np.linalg.norm(b - A @ x) / np.linalg.norm(b))}
+
+
+def accuracy(problem, method: str, cg_iterations: int, replacement: bool) -> dict:
+    """Run ``method`` to 1e-14 (at most 4x cg's iterations to 1e-8): where it stops."""
+    import meshchain as mc
+
+    problem.u.data[...] = 0.0
+    info = mc.solve(problem.A, problem.u, problem.b, method=method, pc="jacobi", rtol=1e-14,
+                    maxiter=4 * cg_iterations, residual_replacement=replacement)
+    return {"true_residual": info.true_residual, "iterations": info.iterations, "reason": info.reason,
+            "replacements": info.replacements}
+
+
+def spmv_floor(problem, repeats: int) -> dict:
+    """Seconds per ``y = A x``: meshchain's overlapped SpMV and PETSc's MatMult (the floor)."""
+    import meshchain as mc
+
+    comm = mc.get_runtime().comm
+    y = mc.Dat(problem.mesh.nodes, 1, None, "spmv y")
+    A, x = problem.A.to_petsc(), problem.A.petsc_vec(problem.exact)
+    petsc_y = x.duplicate()
+    times = {"meshchain": [], "petsc": []}
+    for _ in range(repeats):
+        for name, call in (("meshchain", lambda: problem.A.mult(problem.exact, y)),
+                           ("petsc", lambda: A.mult(x, petsc_y))):
+            problem.exact.data[...] += 0.0  # its halo is stale again: each product exchanges
+            start = time.perf_counter()
+            for _ in range(20):
+                call()
+            times[name].append(slowest(comm, (time.perf_counter() - start) / 20))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def worker(config: dict) -> dict:
+    import meshchain as mc
+    from meshchain.apps import poisson
+    from meshchain.meshes import structured_tets
+
+    comm = mc.get_runtime().comm
+    ranks = 1 if comm is None else comm.size
+    out = []
+    for per_rank in config["per_rank"]:
+        n = cube_for(per_rank, ranks)
+        problem = poisson.declare(structured_tets(n, n, n))
+        local = float((problem.b.data_ro ** 2).sum())
+        norm_b = float(np.sqrt(local if comm is None else comm.allreduce(local)))
+        row = {"per_rank": per_rank, "n": n, "unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
+        for method in METHODS:
+            result = meshchain_runs(problem, method, config)
+            result["true_residual"] /= norm_b
+            row["meshchain"][method] = result
+        for name, (ksp_type, options) in PETSC.items():
+            row["petsc"][name] = petsc_runs(problem, ksp_type, options, config)
+        if ranks == 1:
+            row["scipy"] = scipy_iterations(problem, config["rtol"])
+        cg_iterations = row["meshchain"]["cg"]["iterations"]
+        row["accuracy"] = {name: accuracy(problem, method, cg_iterations, rr)
+                           for name, method, rr in (("cg", "cg", False), ("pipecg", "pipecg", False),
+                                                    ("pipecg+rr", "pipecg", True), ("pipecr", "pipecr", False))}
+        for found in row["accuracy"].values():
+            found["true_residual"] /= norm_b
+        row["petsc_accuracy"] = {name: petsc_runs(problem, *PETSC[name], dict(config, repeats=1), rtol=1e-14,
+                                                  maxiter=4 * cg_iterations) for name in ("cg", "pipecg", "pipecgrr")}
+        row["spmv"] = spmv_floor(problem, config["repeats"])
+        out.append(row)
+    return {"rows": out}
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+def run_job(network: str, ranks: int, config: dict, cache_dir: str, timeout: float) -> dict:
+    env = dict(os.environ, MESHCHAIN_THREADS="1", NUMBA_NUM_THREADS="1", MESHCHAIN_CACHE_DIR=cache_dir,
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    if network == "tcp":
+        env.update(TCP)
+    command = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", "--config", json.dumps(config)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    if done.returncode:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        raise RuntimeError(f"krylov job on {ranks} ranks ({network}) failed with exit code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(results: list) -> str:
+    head = ("| network | ranks | unknowns | method | its (PETSc) | true res. (PETSc) | ms/it | x PETSc | "
+            "wait ms/it | hidden |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for result in results:
+        for row in result["rows"]:
+            mine, theirs = row["meshchain"], row["petsc"]
+            for method in METHODS:
+                m, p = mine[method], theirs[method]
+                counterpart = BLOCKING.get(method)
+                hidden = ""
+                if counterpart and result["ranks"] > 1 and mine[counterpart]["wait_per_iteration"] > 0:
+                    hidden = f"{100 * (1 - m['wait_per_iteration'] / mine[counterpart]['wait_per_iteration']):.0f} %"
+                lines.append(
+                    f"| {result['network']} | {result['ranks']}{' (over)' if result['ranks'] > 2 else ''} | "
+                    f"{row['unknowns']} | {method} | {m['iterations']} ({p['iterations']}) | "
+                    f"{m['true_residual']:.1e} ({p['true_residual']:.1e}) | {1e3 * m['time_per_iteration']:.3f} | "
+                    f"{m['time_per_iteration'] / p['time_per_iteration']:.2f}x | "
+                    f"{1e3 * m['wait_per_iteration']:.3f} | {hidden} |")
+    return "\n".join(lines)
+
+
+def accuracy_table(results: list) -> str:
+    names = ("cg", "pipecg", "pipecg+rr", "pipecr")
+    lines = ["| network | ranks | unknowns | " + " | ".join(names) + " | PETSc cg | PETSc pipecg | PETSc pipecgrr |",
+             "|---|---|---|" + "---|" * (len(names) + 3)]
+    for result in results:
+        for row in result["rows"]:
+            a, p = row["accuracy"], row["petsc_accuracy"]
+            cells = [f"{a[n]['true_residual']:.1e} ({a[n]['iterations']})" for n in names]
+            cells += [f"{p[n]['true_residual']:.1e} ({p[n]['iterations']})" for n in ("cg", "pipecg", "pipecgrr")]
+            lines.append(f"| {result['network']} | {result['ranks']} | {row['unknowns']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def spmv_table(results: list) -> str:
+    lines = ["| network | ranks | unknowns | meshchain SpMV ms | PETSc MatMult ms | ratio |", "|---|---|---|---|---|---|"]
+    for result in results:
+        for row in result["rows"]:
+            m, p = row["spmv"]["meshchain"], row["spmv"]["petsc"]
+            lines.append(f"| {result['network']} | {result['ranks']} | {row['unknowns']} | {1e3 * m:.3f} | "
+                         f"{1e3 * p:.3f} | {m / p:.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a tiny run: smaller defaults")
+    parser.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
+    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
+    parser.add_argument("--per-rank", nargs="+", type=int, help="unknowns per rank (default 2000 20000)")
+    parser.add_argument("--repeats", type=int, help="solves per method; the median counts (default 5)")
+    parser.add_argument("--rtol", type=float, help="relative tolerance (default 1e-8)")
+    parser.add_argument("--out", default=str(HERE / "results" / "krylov.json"))
+    parser.add_argument("--cache-dir", default=str(HERE / "build" / "krylov-cache"))
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        result = worker(json.loads(args.config))
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.rank == 0:
+            print(json.dumps(result), flush=True)
+        return 0
+    defaults = QUICK if args.quick else FULL
+    config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
+    info = machine()
+    results = []
+    began = time.perf_counter()
+    for network in args.network:
+        for ranks in args.ranks:
+            if ranks == 1 and network == "tcp":
+                continue  # one rank sends nothing
+            start = time.perf_counter()
+            print(f"[krylov] {ranks} ranks, {network} ...", end="", file=sys.stderr, flush=True)
+            result = run_job(network, ranks, config, args.cache_dir, args.timeout)
+            print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+            results.append(dict(result, network=network, ranks=ranks, cores=info["cores"]))
+    total = time.perf_counter() - began
+    print(f"{info['cpu']}, {info['cores']} cores; {info['mpi']}; Python {info['python']}, numba {info['numba']}. "
+          f"Poisson P1 on structured_tets, Jacobi, rtol {config['rtol']}, median of {config['repeats']} solves "
+          f"(slowest rank); whole run {total:.0f} s. '(over)': more ranks than cores.\n")
+    print(table(results))
+    print("\nAttainable accuracy: true relative residual (iterations) when asked for 1e-14, at most 4x cg's "
+          "iterations:\n")
+    print(accuracy_table(results))
+    print("\nThe floor: one SpMV (median of 20, halo exchanged each time), meshchain vs PETSc:\n")
+    print(spmv_table(results))
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
+                                "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
