@@ -176,8 +176,11 @@ def worker(config: dict) -> dict:
     comm = mc.get_runtime().comm
     ranks = 1 if comm is None else comm.size
     out = []
+    if comm is not None and comm.size == 1:
+        comm = None
     for per_rank in config["per_rank"]:
         n = cube_for(per_rank, ranks)
+        mc.reset_runtime()  # a new mesh: on several ranks it is declared and partitioned afresh
         problem = poisson.declare(structured_tets(n, n, n))
         local = float((problem.b.data_ro ** 2).sum())
         norm_b = float(np.sqrt(local if comm is None else comm.allreduce(local)))

@@ -194,3 +194,20 @@ def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
     problem.A.zero_rows([0], diagonal=-1.0)
     with pytest.raises(mc.SolverError, match="positive diagonal"):
         mc.solve(problem.A, problem.x, problem.b, pc="jacobi")
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=200)
+def test_the_readme_example_solves(comm, capsys, tmp_path):
+    import runpy
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Linear solvers"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[: code.index("```")]
+    script = tmp_path / f"readme_linear_solvers_{comm.rank}.py"  # kernels need a file for their source
+    script.write_text(code)
+    mc.reset_runtime(comm=comm)
+    runpy.run_path(str(script))
+    iterations, converged, residual = capsys.readouterr().out.split()
+    assert converged == "True" and int(iterations) > 5 and float(residual) < 1e-8
