@@ -379,8 +379,9 @@ class Matrices:
         self.settle(mat)
         self.multiply(pattern, xs, ys)
 
-    def multiply(self, pattern: Pattern, xs, ys) -> None:
-        """``y = A x`` with ``A``'s current, settled pattern (the solvers' fast path)."""
+    def multiply(self, pattern: Pattern, xs, ys, overlap=None) -> None:
+        """``y = A x`` with ``A``'s current, settled pattern (the solvers' fast path; they pass
+        the session's :meth:`~meshchain.engine.session.Session.overlap` once for all products)."""
         x = xs.host.reshape(-1)
         y = ys.host.reshape(-1)[: pattern.n_rows]
         ys.valid_depth = 0
@@ -389,7 +390,7 @@ class Matrices:
             csr_owned(*pattern.unsigned, pattern.values, x, y)
         else:
             exchange.begin()
-            failure, _ = self.session.overlap().run(
+            failure, _ = (overlap or self.session.overlap()).run(
                 lambda: csr_owned(*pattern.unsigned, pattern.values, x, y), (exchange,))
             exchange.end()
             xs.valid_depth = pattern.depth

@@ -84,6 +84,7 @@ class _Assembled(_Operator):
         self.session, self.mat, self.matrices = session, mat, session.matrices
         self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
         self.pattern_now = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve
+        self.overlap = session.overlap()
         self.matrices.settle(mat)
 
     @property
@@ -92,7 +93,7 @@ class _Assembled(_Operator):
 
     def apply(self, x, y, xs, ys) -> None:
         """``y = A x`` (``xs``, ``ys``: their storages)."""
-        self.matrices.multiply(self.pattern_now, xs, ys)
+        self.matrices.multiply(self.pattern_now, xs, ys, self.overlap)
 
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)

@@ -84,6 +84,10 @@ class Run:
         self.v = {name: s.host.reshape(-1)[:n] for name, s in self.storages.items()}
         self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
         self.comm = session.comm if session.distributed else None
+        if self.comm is not None:
+            from mpi4py import MPI
+
+            self.sum_op = MPI.SUM
         self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
         self.replacement = replacement
 
@@ -101,10 +105,8 @@ class Run:
         self.reductions += 1
         if self.comm is None:
             return values
-        from mpi4py import MPI
-
         result = np.empty_like(values)
-        return self.comm.Iallreduce(values, result, op=MPI.SUM), result
+        return self.comm.Iallreduce(values, result, op=self.sum_op), result
 
     def wait(self, handle) -> np.ndarray:
         if self.comm is None:
