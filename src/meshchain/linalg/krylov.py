@@ -2,7 +2,8 @@
 vectors (``run.v``: this rank's owned values), ``run.A(src, dst)`` (SpMV or the matrix-free
 loops), ``run.B(src, dst)`` (the preconditioner, skipped when it is pointwise and already
 fused), ``run.start(values)``/``run.wait(handle)`` (one non-blocking reduction of all the
-values) and ``run.check(i, norm)`` (the convergence test: a reason to stop, or None).
+values), ``run.reduce(values)`` (a blocking one) and ``run.check(i, norm)`` (the convergence
+test: a reason to stop, or None).
 
 Every method returns ``(iterations, reason, replacements)``; the norm tested is the
 preconditioned residual norm ``||B r||``, as in PETSc's default for these methods.
@@ -48,13 +49,13 @@ def cg(run):
     _start_residual(run, "r", "w")
     run.B("r", "z", fused_done=False)
     dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
-    rz, zz = run.wait(run.start(out[:2].copy()))
+    rz, zz = run.reduce(out[:2].copy())
     v["p"][:] = v["z"]
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     while reason is None:
         run.A("p", "w")
-        pw = run.wait(run.start(np.array([np.dot(v["p"], v["w"])])))[0]
+        pw = run.reduce(np.array([np.dot(v["p"], v["w"])]))[0]
         reason = _indefinite("(p, A p)", pw)
         if reason is not None:
             break
@@ -63,7 +64,7 @@ def cg(run):
         if not run.pc.pointwise:
             run.B("r", "z", fused_done=False)
             dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
-        rz_new, zz = run.wait(run.start(out[:2].copy()))
+        rz_new, zz = run.reduce(out[:2].copy())
         i += 1
         reason = run.check(i, math.sqrt(max(zz, 0.0)))
         if reason is None:
@@ -84,7 +85,7 @@ def cg1(run):
     while True:
         run.A("z", "s")
         dot_pairs(v["r"], v["z"], v["z"], v["s"], v["z"], v["z"], out)
-        gamma, delta, zz = run.wait(run.start(out.copy()))
+        gamma, delta, zz = run.reduce(out.copy())
         reason = run.check(i, math.sqrt(max(zz, 0.0)))
         if reason is not None:
             break
@@ -168,7 +169,7 @@ def groppcg(run):
     v["p"][:] = v["z"]
     run.A("p", "s")
     dot_pairs(v["r"], v["z"], v["z"], v["z"], v["p"], v["s"], out)
-    gamma, zz, delta = run.wait(run.start(out.copy()))
+    gamma, zz, delta = run.reduce(out.copy())
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     run.B("s", "q", fused_done=False)
