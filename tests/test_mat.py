@@ -130,3 +130,25 @@ def test_bad_matrix_use_is_refused_with_errors_naming_the_objects(comm):
 
     with pytest.raises(mc.AccessModeError, match="may only be incremented"):
         mc.par_loop(overwrite, d.cells, A(mc.INC, (d.cell2node, d.cell2node)))
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_a_matrix_assembled_before_a_repartition_must_be_zeroed_and_assembled_again(comm):
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(4, 4)
+    d, A, blocks = declare(mesh, 1, 2, "kway")
+    x = mc.Dat(d.nodes, 1, np.arange(float(mesh.nnode)), "x")
+    y = mc.Dat(d.nodes, 1, None, "y")
+    A.mult(x, y)
+    before = y.gather()
+    mc.repartition("block")
+    with pytest.raises(mc.DeclarationError, match="repartitioned.*zero"):
+        A.mult(x, y)
+    A.zero()
+    k = mc.Dat(d.cells, 16, blocks.reshape(mesh.ncell, 16), "k after")
+    mc.par_loop(copy_kernel(4, 4), d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    A.mult(x, y)
+    gathered, after = A.to_scipy(), y.gather()
+    if comm.rank == 0:
+        assert abs(gathered - reference(mesh.cells, blocks, mesh.nnode, 1)).max() == 0.0
+        np.testing.assert_allclose(after, before, rtol=1e-13)

@@ -97,8 +97,10 @@ class Matrices:
                                    f"discards every declaration); declare it again.")
         return found
 
-    def pattern(self, mat) -> Pattern:
-        """The matrix's CSR, built at first use (after ``mc.partition`` on several ranks)."""
+    def pattern(self, mat, *, discard: bool = False) -> Pattern:
+        """The matrix's CSR, built at first use (after ``mc.partition`` on several ranks) and
+        again after ``mc.repartition``: then the values assembled before are lost, so this
+        refuses unless ``discard`` (``A.zero()``)."""
         record = self.record(mat)
         session = self.session
         if session.distributed and not session.partitioned:
@@ -106,9 +108,12 @@ class Matrices:
                             f"assembling or using a matrix on several ranks.")
         pattern = record.pattern
         if pattern is not None and pattern.layout is not session.layout:
-            if pattern.assembled:
+            if (pattern.assembled or record.pending) and not discard:
                 raise DeclarationError(f"Mat {mat.name!r} was assembled before the mesh was repartitioned; its rows "
-                                       f"moved: zero it and assemble it again.")
+                                       f"moved: call {mat.name}.zero() and assemble it again.")
+            for _, exchange in pattern.exchanges.values():
+                exchange.close()
+            record.pending.clear()
             pattern = None
         if pattern is None:
             pattern = record.pattern = self._build(mat)
@@ -170,11 +175,12 @@ class Matrices:
         pattern = self.pattern(mat)
         self.settle(mat)
         key = (arg.row_map.uid, arg.col_map.uid)
-        scratch = record.scratch.get(key)
-        if scratch is None:
+        if key not in pattern.scatters:
             rows, cols, picks = self._entries(mat, arg.row_map, arg.col_map)
             positions = np.searchsorted(pattern.keys, rows * pattern.n_cols + cols).astype(np.int64)
             pattern.scatters[key] = (positions, picks.astype(np.int64))
+        scratch = record.scratch.get(key)
+        if scratch is None:
             size = arg.view_shape[0] * arg.view_shape[1]
             scratch = record.scratch[key] = Dat(iterset, size, None, f"{mat.name}:{arg.row_map.name}-blocks")
         if record.touch is None:
@@ -232,8 +238,8 @@ class Matrices:
     # --- values ------------------------------------------------------------------------------------------
 
     def zero(self, mat) -> None:
-        self.settle(mat)
-        self.pattern(mat).values.fill(0.0)
+        self.record(mat).pending.clear()  # their loops still run; their blocks are not added
+        self.pattern(mat, discard=True).values.fill(0.0)
 
     def zero_rows(self, mat, rows, diagonal: float) -> None:
         pattern = self.pattern(mat)

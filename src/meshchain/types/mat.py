@@ -132,7 +132,8 @@ class Mat:
     # --- operations (collective on several ranks) --------------------------------------------------
 
     def zero(self) -> None:
-        """Set every stored value to zero (the sparsity stays)."""
+        """Set every stored value to zero (the sparsity stays). After ``mc.repartition`` the
+        matrix must be zeroed (its rows moved: it is laid out again) and assembled again."""
         context.current().matrices.zero(self)
 
     def zero_rows(self, rows, diagonal: float = 1.0) -> None:
