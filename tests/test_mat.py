@@ -152,3 +152,45 @@ def test_a_matrix_assembled_before_a_repartition_must_be_zeroed_and_assembled_ag
     if comm.rank == 0:
         assert abs(gathered - reference(mesh.cells, blocks, mesh.nnode, 1)).max() == 0.0
         np.testing.assert_allclose(after, before, rtol=1e-13)
+
+
+def test_assembling_again_reuses_the_generated_loop():
+    mc.reset_runtime()
+    mesh = structured_quads(3, 3)
+    d, A, blocks = declare(mesh, 1, 0, "kway")
+    k = mc.Dat(d.cells, 16, blocks.reshape(mesh.ncell, 16), "k")
+    kernel = copy_kernel(4, 4)
+    mc.par_loop(kernel, d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    A.to_scipy()
+    mc.stats(reset=True)
+    for _ in range(3):
+        A.zero()
+        mc.par_loop(kernel, d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+        A.to_scipy()
+    record = mc.stats().loops["copy"]
+    assert record.calls == 3 and record.time_compile == 0.0 and record.compilations == 0
+
+
+SCALE = 1.0
+
+
+@mc.kernel
+def scaled(a):
+    a[0, 0] += SCALE
+
+
+def test_assembly_sees_a_changed_module_constant():
+    global SCALE
+    mc.reset_runtime()
+    nodes, edges = mc.Set(2, "nodes"), mc.Set(1, "edges")
+    e2n = mc.Map(edges, nodes, 2, [[0, 1]], "e2n")
+    A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+    mc.par_loop(scaled, edges, A(mc.INC, (e2n, e2n)))
+    first = A.to_scipy()[0, 0]
+    SCALE = 3.0
+    try:
+        A.zero()
+        mc.par_loop(scaled, edges, A(mc.INC, (e2n, e2n)))
+        assert (first, A.to_scipy()[0, 0]) == (1.0, 3.0)
+    finally:
+        SCALE = 1.0

@@ -210,6 +210,7 @@ class Matrices:
         found = self._wrappers.get(key)
         if found is not None and found[0] is kernel and kernel.unchanged():
             return found[1]
+        kernel.constants()  # snapshot the user kernel's globals now, so that unchanged() can tell next time
         params = list(kernel.params)
         block = params[position]
         params[position] = "_mc_block_flat"
