@@ -176,7 +176,7 @@ def test_map_target_is_not_the_dat_set(mesh):
 
 def test_dat_path_not_a_map(mesh):
     x = mc.Dat(mesh["nodes"], 1, None, "x")
-    with pytest.raises(mc.SetMismatchError, match=r"Dat 'x': the path must be a Map or map\[i\], got int"):
+    with pytest.raises(mc.SetMismatchError, match=r"Dat 'x': the path must be a Map, map\[i\] or a Stencil, got int"):
         x(mc.READ, 0)
 
 

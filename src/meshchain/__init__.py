@@ -38,14 +38,14 @@ from .ir.kernel import Kernel, kernel
 from . import model
 from .core import errors
 from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, rebalance, repartition, reset_runtime, stats
-from .types import Arg, Block, Dat, Global, Map, MapIndex, Mat, Set
+from .types import Arg, Block, Dat, Global, Grid, Map, MapIndex, Mat, Set, Stencil
 from .linalg import LinearOperator, SolveInfo, solve
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
-    "Set", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "LinearOperator", "SolveInfo", "solve",
+    "Set", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "Grid", "Stencil", "LinearOperator", "SolveInfo", "solve",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
     "partition", "repartition", "rebalance", "Block", "model",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",

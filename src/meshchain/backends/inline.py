@@ -30,7 +30,7 @@ import ast
 import copy
 
 from ..core.access import Access
-from ..types.args import DIRECT, INDIRECT, WHOLE_MAP
+from ..types.args import DIRECT, INDIRECT, STENCIL, WHOLE_MAP
 
 __all__ = ["inline_body", "index_name", "scalar_reduction"]
 
@@ -38,6 +38,16 @@ __all__ = ["inline_body", "index_name", "scalar_reduction"]
 def index_name(spec) -> str:
     """The local holding ``map[e, index]`` for an indirect argument."""
     return f"_mc_i{spec.map_slot}_{spec.index}"
+
+
+def offset_row(spec, offset: int) -> str:
+    """The row ``offset`` rows away from a direct or stencil argument's point: the element
+    ``_mc_e``, or the grid row ``_mc_g`` (unsigned, so no wraparound test per read)."""
+    if not spec.grid:
+        return "_mc_e" if offset == 0 else f"_mc_e + {offset}"
+    if offset == 0:
+        return "_mc_g"
+    return f"_mc_g {'+' if offset > 0 else '-'} _mc_np.uint64({abs(offset)})"
 
 
 def scalar_reduction(i: int, component: int) -> str:
@@ -71,8 +81,10 @@ class _Rewriter(ast.NodeTransformer):
             return self.generic_visit(node)
         position, spec = self.params[node.value.id]
         node.slice = self.visit(node.slice)
+        if spec.kind == STENCIL:
+            return self._stencil(node, position, spec)
         if spec.kind in (DIRECT, INDIRECT):
-            row = "_mc_e" if spec.kind == DIRECT else index_name(spec)
+            row = ("_mc_g" if spec.grid else "_mc_e") if spec.kind == DIRECT else index_name(spec)
             component = _constant_index(node.slice, spec.dim)
             if spec.access is Access.READ and component is not None and isinstance(node.ctx, ast.Load):
                 local = f"_mc_v{position}_{component}"
@@ -92,6 +104,23 @@ class _Rewriter(ast.NodeTransformer):
             self.escaped = True
             return node
         return ast.copy_location(ast.Name(scalar_reduction(position, component), type(node.ctx)()), node)
+
+    def _stencil(self, node, position: int, spec):
+        """``u[k, c]`` with constant ``k`` and ``c``: the grid point ``k`` of the stencil, read
+        from the dat at a constant row offset (a scalar local loaded once per element)."""
+        index = node.slice
+        if not (isinstance(index, ast.Tuple) and len(index.elts) == 2):
+            self.escaped = True
+            return node
+        point = _constant_index(index.elts[0], len(spec.offsets))
+        component = _constant_index(index.elts[1], spec.dim)
+        if point is None or component is None:
+            self.escaped = True
+            return node
+        row = offset_row(spec, spec.offsets[point])
+        local = f"_mc_v{position}_{point}_{component}"
+        self.loads[local] = f"_mc_d{spec.slot}[{row}, {component}]"
+        return ast.copy_location(ast.Name(local, ast.Load()), node)
 
     def visit_Name(self, node):
         if node.id in self.params:

@@ -34,8 +34,8 @@ import ast
 import numpy as np
 
 from ..core.access import Access
-from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
-from .inline import index_name, inline_body, scalar_reduction
+from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
+from .inline import index_name, inline_body, offset_row, scalar_reduction
 
 __all__ = ["loop_source", "reduction_args", "constant_source"]
 
@@ -95,10 +95,12 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     arrays += [f"_mc_p{i}" for i in reductions]
     flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_starts, {', '.join(arrays)}):"]
-    lines += ["    " + line for line in _block_lines(specs, body, reductions, _RANGE)]
+    ranged = grid_rows(specs)
+    lines += ["    " + line for line in _block_lines(specs, body, reductions, ranged[0] if ranged else _RANGE,
+                                                  ranged[1] if ranged else grid_row(specs))]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
-    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED)]
+    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, grid_row(specs))]
     lines += [
         "",
         "",
@@ -138,18 +140,18 @@ _LISTED = ["for _mc_r in range(_mc_runs[_mc_b], _mc_runs[_mc_b + 1]):",
            "    for _mc_e in range(_mc_lo[_mc_r], _mc_hi[_mc_r]):"]
 
 
-def _block_lines(specs, body, reductions, header) -> list[str]:
+def _block_lines(specs, body, reductions, header, rows) -> list[str]:
     """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (a tile's runs of
     consecutive elements, ``[_mc_lo[r], _mc_hi[r])`` for runs ``r`` of tile ``_mc_b``):
     ``header`` opens the element loop(s) and binds ``_mc_e``."""
     inlined = body is not None
     lines = [line for i, s in enumerate(specs) for line in _block_prologue(i, s, inlined)]
     lines += header
-    element = []
+    element = list(rows)
     if inlined:
         indirect = {index_name(s): s for s in specs if s.kind == INDIRECT}
         element += [f"{name} = _mc_m{s.map_slot}[_mc_e, {s.index}]" for name, s in indirect.items()]
-    element += [line for i, s in enumerate(specs) for line in _before_kernel(i, s)]
+    element += [line for i, s in enumerate(specs) for line in _before_kernel(i, s, inlined)]
     if inlined:
         element += body
     else:
@@ -168,7 +170,55 @@ def _numpy_type(spec) -> str:
     return "_mc_np." + np.dtype(spec.dtype).name
 
 
+def _grid(specs):
+    return next((s.grid for s in specs if s.grid), None)
+
+
+def grid_row(specs) -> list[str]:
+    """``_mc_g = ...``: the grid row of element ``_mc_e`` of a loop over ``grid.interior(w)``
+    (row-major, by index arithmetic on compile-time constants; unsigned, so that reads at
+    constant offsets need no wraparound test)."""
+    grid = _grid(specs)
+    if grid is None:
+        return []
+    shape, width, inner = grid
+    if len(shape) == 2:
+        row = f"(_mc_e // {inner[1]} + {width}) * {shape[1]} + _mc_e % {inner[1]} + {width}"
+    else:
+        row = (f"((_mc_e // {inner[1] * inner[2]} + {width}) * {shape[1]} + (_mc_e // {inner[2]}) % {inner[1]} "
+               f"+ {width}) * {shape[2]} + _mc_e % {inner[2]} + {width}")
+    return [f"_mc_g = _mc_np.uint64({row})"]
+
+
+def grid_rows(specs):
+    """``(header, rows)`` for a block of a loop over ``grid.interior(w)``: its elements run
+    interior line by interior line (the innermost extent), each line's points contiguous in
+    the grid, so ``_mc_g`` is the element plus a shift that only changes between lines; None
+    for other loops."""
+    grid = _grid(specs)
+    if grid is None:
+        return None
+    shape, width, inner = grid
+    line = inner[-1]
+    header = [f"for _mc_q in range(_mc_starts[_mc_b] // {line}, (_mc_starts[_mc_b + 1] - 1) // {line} + 1):",
+              f"    for _mc_e in range(max(_mc_starts[_mc_b], _mc_q * {line}), "
+              f"min(_mc_starts[_mc_b + 1], _mc_q * {line} + {line})):"]
+    if len(shape) == 2:
+        shift = f"_mc_q * {shape[1] - line} + {width * (shape[1] + 1)}"
+    else:
+        shift = (f"((_mc_q // {inner[1]} + {width}) * {shape[1]} + _mc_q % {inner[1]} + {width}) * {shape[2]} "
+                 f"+ {width} - _mc_q * {line}")
+    return header, [f"_mc_g = _mc_np.uint64(_mc_e + {shift})"]
+
+
+def row_name(spec) -> str:
+    """The row a direct or stencil argument's point is in: the element, or its grid row."""
+    return "_mc_g" if spec.grid else "_mc_e"
+
+
 def _block_prologue(i, s, inlined: bool) -> list[str]:
+    if s.kind == STENCIL and not inlined:
+        return [f"_mc_w{i} = _mc_np.empty(({len(s.offsets)}, {s.dim}), dtype={_numpy_type(s)})"]
     if s.kind == WHOLE_MAP:
         return [f"_mc_w{i} = _mc_np.empty(({s.arity}, {s.dim}), dtype={_numpy_type(s)})"]
     if inlined and s.kind == GLOBAL and s.access is Access.INC:
@@ -184,7 +234,9 @@ def _block_prologue(i, s, inlined: bool) -> list[str]:
 
 def _view(i, s) -> str:
     if s.kind == DIRECT:
-        return f"_mc_d{s.slot}[_mc_e]"
+        return f"_mc_d{s.slot}[{row_name(s)}]"
+    if s.kind == STENCIL:
+        return f"_mc_w{i}"
     if s.kind == INDIRECT:
         return f"_mc_d{s.slot}[_mc_m{s.map_slot}[_mc_e, {s.index}]]"
     if s.kind == WHOLE_MAP:
@@ -201,7 +253,9 @@ def _whole_map_loop(i, s, statement: str) -> list[str]:
     ]
 
 
-def _before_kernel(i, s) -> list[str]:
+def _before_kernel(i, s, inlined: bool = False) -> list[str]:
+    if s.kind == STENCIL and not inlined:
+        return [f"_mc_w{i}[{k}, :] = _mc_d{s.slot}[{offset_row(s, offset)}, :]" for k, offset in enumerate(s.offsets)]
     if s.kind != WHOLE_MAP:
         return []
     if s.access is Access.INC:

@@ -45,6 +45,7 @@ from ..inspector.colouring import colour_blocks, touched_keys
 from ..ir.loop import exclusivity_error, make_loop
 from ..partition.distribute import check_options, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
+from ..types.grid import Grid, GridInterior
 from ..types.mat import MatArg
 from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
@@ -98,6 +99,9 @@ class Session:
     # --- declarations (called by the user objects, through meshchain.core.context) -------------------
 
     def declare_set(self, s) -> None:
+        if self.distributed and isinstance(s, (Grid, GridInterior)):
+            raise ConfigurationError(f"{s!r}: structured grids run on one process for now (their block "
+                                     f"decomposition is not built yet); run this program without mpiexec.")
         self.declarations.set(s)
 
     def declare_map(self, m, values) -> None:

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from ..core.access import Access
 from ..core.errors import MeshchainWarning
+from ..types.args import STENCIL
 from ..inspector.tiling import chain_footprints, tile_chain
 
 __all__ = ["Tiling", "TiledPhase", "tiled_phase", "refuse_tiling"]
@@ -61,6 +62,9 @@ def tiled_phase(session, runs, tiling: Tiling, report) -> TiledPhase | None:
     if not runs:
         return None
     backend = session.backend
+    if any(s.kind == STENCIL or s.grid for run in runs for s in run.loop.specs):
+        refuse_tiling(session, tiling, "sparse tiling does not cover structured-grid loops yet; the chain runs untiled")
+        return None
     if not backend.can_tile:
         refuse_tiling(session, tiling, f"the {backend.name} backend cannot run tiles; the chain runs untiled")
         return None

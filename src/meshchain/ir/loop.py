@@ -27,8 +27,8 @@ import numpy as np
 from ..core.access import Access
 from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
 from .kernel import Kernel
-from ..types import Arg, Set
-from ..types.args import GLOBAL
+from ..types import Arg, Grid, GridInterior, Set
+from ..types.args import DIRECT, GLOBAL, STENCIL
 
 __all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error"]
 
@@ -47,6 +47,8 @@ class ArgSpec(NamedTuple):
     index: int
     slot: int
     map_slot: int
+    offsets: tuple = ()  # a stencil argument's offsets, as differences of row numbers
+    grid: tuple = ()  # loops over grid.interior(w): (grid shape, w, interior shape) to find the row
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,7 +131,7 @@ def make_loop(kernel, iterset, args, name=None, *, exclusive=None) -> ParLoop:
                 exclusive(arg, name)
     data_slots = _slots(a.data for a in args)
     map_slots = _slots(a.map for a in args if a.map is not None)
-    specs = tuple(_spec(a, data_slots, map_slots) for a in args)
+    specs = tuple(_spec(a, data_slots, map_slots, iterset) for a in args)
     return ParLoop(kernel, iterset, tuple(args), name, specs, _objects(data_slots), _objects(map_slots))
 
 
@@ -143,6 +145,9 @@ def _check_arg(arg, position: int, iterset: Set, name: str) -> None:
         raise LoopError(f"par_loop {name!r}: argument {position} is a {type(arg).__name__}, not a loop argument.")
     if arg.data.is_global:
         return
+    if arg.stencil is not None or isinstance(iterset, GridInterior):
+        _check_grid_arg(arg, position, iterset, name)
+        return
     if arg.map is None and arg.data.dataset is not iterset:
         raise SetMismatchError(
             f"par_loop {name!r} over {iterset.name!r}: direct argument {position} (Dat {arg.data.name!r}) lives on "
@@ -153,6 +158,29 @@ def _check_arg(arg, position: int, iterset: Set, name: str) -> None:
             f"par_loop {name!r} over {iterset.name!r}: argument {position} uses map {arg.map.name!r}, whose source set "
             f"is {arg.map.source.name!r}; use a map from {iterset.name!r}."
         )
+
+
+def _check_grid_arg(arg, position: int, iterset: Set, name: str) -> None:
+    """A direct or stencil argument of a loop over a grid or a grid's interior."""
+    grid = iterset.grid if isinstance(iterset, GridInterior) else iterset
+    width = iterset.width if isinstance(iterset, GridInterior) else 0
+    where = f"par_loop {name!r} over {iterset.name!r}: argument {position} (Dat {arg.data.name!r})"
+    if arg.map is not None:
+        raise SetMismatchError(f"{where} goes through map {arg.map.name!r}; loops over a grid's interior read grid "
+                               f"dats directly or through a Stencil.")
+    if arg.data.dataset is not grid:
+        raise SetMismatchError(f"{where} lives on {arg.data.dataset.name!r}, not on the grid {grid.name!r}.")
+    if arg.stencil is None:
+        return
+    if not isinstance(grid, Grid):
+        raise SetMismatchError(f"{where}: stencil {arg.stencil.name!r} needs a loop over a Grid or its interior.")
+    too_far = [d for d, r in enumerate(arg.stencil.reach) if r > width]
+    if too_far:
+        d = too_far[0]
+        raise SetMismatchError(
+            f"{where}: stencil {arg.stencil.name!r} reaches {arg.stencil.reach[d]} point(s) along axis {d}, beyond "
+            f"the grid {grid.name!r} from the loop's outermost points; run the loop over "
+            f"{grid.name}.interior({max(arg.stencil.reach)}) (reads outside the grid are not defined).")
 
 
 def _check_races(args, name: str) -> None:
@@ -237,10 +265,27 @@ def _objects(slots: dict) -> tuple:
     return tuple(obj for _, obj in slots.values())
 
 
-def _spec(arg: Arg, data_slots: dict, map_slots: dict) -> ArgSpec:
+def _spec(arg: Arg, data_slots: dict, map_slots: dict, iterset=None) -> ArgSpec:
     slot = data_slots[id(arg.data)][0]
     map_slot = -1 if arg.map is None else map_slots[id(arg.map)][0]
     arity = 0 if arg.map is None else arg.map.arity
     index = -1 if arg.index is None else arg.index
     kind = GLOBAL if arg.data.is_global else arg.kind
-    return ArgSpec(kind, arg.access, arg.data.dim, arg.data.dtype.str, arity, index, slot, map_slot)
+    offsets, grid = (), ()
+    if kind == STENCIL:
+        offsets = tuple(linear_offset(point, arg.data.dataset.shape) for point in arg.stencil.offsets)
+    if isinstance(iterset, GridInterior) and kind in (DIRECT, STENCIL):
+        grid = (iterset.grid.shape, iterset.width, iterset.shape)
+    return ArgSpec(kind, arg.access, arg.data.dim, arg.data.dtype.str, arity, index, slot, map_slot, offsets, grid)
+
+
+def linear_offset(point, shape) -> int:
+    """The difference of row numbers between a grid point and the point ``point`` away (row-major).
+
+    >>> linear_offset((1, -1), (4, 5))
+    4
+    """
+    offset = 0
+    for d, n in zip(point, shape):
+        offset = offset * n + d
+    return offset

@@ -7,8 +7,9 @@ Declarations hold no values: the session that runs the loops keeps them (see
 from .args import Arg
 from .block import Block
 from .data import Dat, Global
+from .grid import Grid, GridInterior, Stencil
 from .maps import Map, MapIndex
 from .mat import Mat, MatArg
 from .sets import Set
 
-__all__ = ["Arg", "Block", "Dat", "Global", "Map", "MapIndex", "Mat", "MatArg", "Set"]
+__all__ = ["Arg", "Block", "Dat", "Global", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "Set"]

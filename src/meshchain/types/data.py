@@ -10,6 +10,7 @@ from ..core.errors import AccessModeError, DataShapeError, SetMismatchError
 from ._checks import as_storage, check_count, check_name, next_uid, resolve_dtype
 from .args import Arg
 from .maps import Map, MapIndex
+from .grid import Grid, Stencil
 from .sets import Set
 
 __all__ = ["Dat", "Global"]
@@ -21,6 +22,14 @@ def _check_access(access, owner: str, allowed, advice: str) -> Access:
     if access not in allowed:
         raise AccessModeError(f"{owner}: access {access.value} is not allowed; {advice}")
     return access
+
+
+def _grid_rows(data, shape: tuple, dim: int):
+    """Grid-shaped ``data`` (``shape + (dim,)``, or ``shape`` for dim 1) as rows; else as given."""
+    array = np.asarray(data)
+    if array.shape == shape + (dim,) or (dim == 1 and array.shape == shape):
+        return array.reshape(-1, dim)
+    return data
 
 
 class Dat:
@@ -68,6 +77,10 @@ class Dat:
         if data is None:
             return chosen, np.zeros((count, self.dim), dtype=chosen)
         fix = f"pass one row of {self.dim} values per element of {self.dataset.name!r}."
+        if isinstance(self.dataset, Grid):
+            data = _grid_rows(data, self.dataset.shape, self.dim)
+            fix = (f"pass {self.dataset.shape + (self.dim,)} (or {self.dataset.shape} for dim 1) values, or one row of "
+                   f"{self.dim} per point of {self.dataset.name!r} in row-major order.")
         return chosen, as_storage(data, chosen, (count, self.dim), what, fix=fix)
 
     def __call__(self, access, path=None) -> Arg:
@@ -84,18 +97,32 @@ class Dat:
         access = _check_access(access, owner, DAT_MODES, "dats take READ, WRITE, RW or INC (MIN/MAX are for Globals).")
         if path is None:
             return Arg(self, access)
+        if isinstance(path, Stencil):
+            return self._stencil_arg(access, path, owner)
         if isinstance(path, MapIndex):
             map_, index = path.map, path.index
         elif isinstance(path, Map):
             map_, index = path, None
         else:
-            raise SetMismatchError(f"{owner}: the path must be a Map or map[i], got {type(path).__name__}.")
+            raise SetMismatchError(f"{owner}: the path must be a Map, map[i] or a Stencil, got {type(path).__name__}.")
         if map_.target is not self.dataset:
             raise SetMismatchError(
                 f"{owner} lives on {self.dataset.name!r} but map {map_.name!r} points to {map_.target.name!r}; "
                 f"use a map whose target is {self.dataset.name!r}."
             )
         return Arg(self, access, map_, index)
+
+    def _stencil_arg(self, access, stencil, owner: str) -> Arg:
+        if not isinstance(self.dataset, Grid):
+            raise SetMismatchError(f"{owner} lives on {self.dataset.name!r}, not on a Grid; stencil "
+                                   f"{stencil.name!r} reaches grid points only.")
+        if stencil.ndim != len(self.dataset.shape):
+            raise SetMismatchError(f"{owner}: stencil {stencil.name!r} has {stencil.ndim}-d offsets but grid "
+                                   f"{self.dataset.name!r} is {len(self.dataset.shape)}-d.")
+        if access is not Access.READ:
+            raise AccessModeError(f"{owner}: stencil arguments are READ only (writes on grids are direct: owner "
+                                  f"computes), got {access.value}.")
+        return Arg(self, access, stencil=stencil)
 
     @property
     def data(self) -> np.ndarray:

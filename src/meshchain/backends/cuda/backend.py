@@ -33,10 +33,10 @@ import time
 import numpy as np
 
 from ...core.access import Access
-from ...core.errors import ConfigurationError
+from ...core.errors import BackendUnavailableError, ConfigurationError
 from ...core.storage import GlobalStorage
 from ...inspector import colour_blocks, touched_keys
-from ...types.args import GLOBAL, INDIRECT, WHOLE_MAP
+from ...types.args import GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
 from ..base import Backend, arrays_of, combine_reductions
 from .codegen import loop_source
 from .device import check_sizes
@@ -139,6 +139,9 @@ class CudaBackend(Backend):
         key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments)
         executor = self._executors.get(key)
         if executor is None:
+            if any(s.kind == STENCIL or s.grid for s in loop.specs):
+                raise BackendUnavailableError(f"loop {loop.name!r}: the cupy backend does not run structured-grid loops "
+                                              f"yet; use the numba or reference backend.")
             check_sizes(loop)
             began = time.perf_counter()
             coloured = config.gpu_increments == "colour" and _increments_through_maps(loop)

@@ -1,0 +1,163 @@
+"""Structured grids: loops over grids and their interiors with stencils of any shape equal a
+NumPy slicing oracle and the reference backend, through inlined and called kernels; bad
+input is refused naming the objects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import meshchain as mc
+
+pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
+
+
+@st.composite
+def problems(draw):
+    """A grid shape, an interior width, a stencil within it, weights, dim and dtype."""
+    ndim = draw(st.sampled_from([2, 3]))
+    width = draw(st.integers(0, 2))
+    shape = tuple(draw(st.sampled_from([1, 2, 3, 5, 7, 11])) + (2 * width if draw(st.booleans()) else 0)
+                  for _ in range(ndim))
+    offsets = draw(st.lists(st.tuples(*[st.integers(-width, width)] * ndim), min_size=1, max_size=6, unique=True))
+    weights = draw(st.lists(st.integers(-3, 3), min_size=len(offsets), max_size=len(offsets)))
+    dim = draw(st.sampled_from([1, 2]))
+    dtype = draw(st.sampled_from([np.int64, np.float64]))
+    inline = draw(st.booleans())
+    return shape, width, offsets, weights, dim, dtype, inline
+
+
+def weighted_kernel(weights, dim: int, inline: bool):
+    """``out[c] = sum_k w_k s[k, c]``: constant indices (inlined) or a loop over k (called)."""
+    if inline:
+        lines = ["def weighted(s, out):"]
+        for c in range(dim):
+            terms = " + ".join(f"{w} * s[{k}, {c}]" for k, w in enumerate(weights))
+            lines.append(f"    out[{c}] = {terms}")
+    else:
+        lines = ["def weighted(s, out):", f"    w = {tuple(weights)!r}", f"    for c in range({dim}):",
+                 "        total = 0 * s[0, c]", f"        for k in range({len(weights)}):",
+                 "            total += w[k] * s[k, c]", "        out[c] = total"]
+    return mc.Kernel.from_source("\n".join(lines) + "\n")
+
+
+def oracle(values, shape, width, offsets, weights):
+    """NumPy slicing: the weighted stencil on the interior, zeros elsewhere."""
+    out = np.zeros_like(values)
+    if any(n <= 2 * width for n in shape):
+        return out  # no interior point
+    inner = tuple(slice(width, n - width) for n in shape)
+    for point, w in zip(offsets, weights):
+        moved = tuple(slice(width + d, n - width + d) for d, n in zip(point, shape))
+        out[inner] += w * values[moved]
+    return out
+
+
+def run(backend, shape, width, offsets, weights, dim, dtype, inline):
+    mc.reset_runtime(backend=backend)
+    g = mc.Grid(shape, "g")
+    values = np.arange(np.prod(shape) * dim, dtype=np.int64).reshape(shape + (dim,)) % 7 - 3
+    u = mc.Dat(g, dim, values.astype(dtype), "u", dtype=dtype)
+    v = mc.Dat(g, dim, None, "v", dtype=dtype)
+    stencil = mc.Stencil(offsets, "s")
+    mc.par_loop(weighted_kernel(weights, dim, inline), g.interior(width), u(mc.READ, stencil), v(mc.WRITE))
+    return values, v.data_ro.reshape(shape + (dim,)).copy()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems())
+def test_stencil_loops_equal_numpy_slicing_and_the_reference(problem):
+    shape, width, offsets, weights, dim, dtype, inline = problem
+    values, numba = run("numba", *problem)
+    _, reference = run("reference", *problem)
+    expected = oracle(values.astype(dtype), shape, width, offsets, weights)
+    np.testing.assert_array_equal(numba, expected)
+    np.testing.assert_array_equal(reference, expected)
+
+
+def test_jacobi_chain_equals_sweep_by_sweep_and_numpy():
+    mc.reset_runtime()
+    n = 13
+    g = mc.Grid((n, n + 4), "g")
+    start = np.random.default_rng(1).integers(0, 100, size=(n, n + 4)).astype(np.int64)
+    a, b = mc.Dat(g, 1, start, "a", dtype=np.int64), mc.Dat(g, 1, start, "b", dtype=np.int64)
+    star = mc.Stencil([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)], "star")
+
+    @mc.kernel
+    def sweep(s, out):
+        out[0] = 4 * s[0, 0] - s[1, 0] - s[2, 0] - s[3, 0] - s[4, 0]
+
+    with mc.loop_chain("jacobi"):
+        for _ in range(3):
+            mc.par_loop(sweep, g.interior(1), a(mc.READ, star), b(mc.WRITE))
+            mc.par_loop(sweep, g.interior(1), b(mc.READ, star), a(mc.WRITE))
+    expected = start.copy()
+    other = start.copy()
+    for _ in range(6):
+        other[1:-1, 1:-1] = (4 * expected[1:-1, 1:-1] - expected[:-2, 1:-1] - expected[2:, 1:-1]
+                             - expected[1:-1, :-2] - expected[1:-1, 2:])
+        expected, other = other, expected
+    np.testing.assert_array_equal(a.data_ro.reshape(start.shape), expected)
+
+
+def test_grid_dats_take_grid_shaped_data_and_refuse_other_shapes():
+    mc.reset_runtime()
+    g = mc.Grid((3, 4), "g")
+    assert mc.Dat(g, 2, np.ones((3, 4, 2)), "ok").data.shape == (12, 2)
+    assert mc.Dat(g, 1, np.ones((3, 4)), "ok1").data.shape == (12, 1)
+    with pytest.raises(mc.DataShapeError, match=r"'bad'.*\(3, 4, 2\)"):
+        mc.Dat(g, 2, np.ones((4, 3, 2)), "bad")
+
+
+def test_bad_grid_input_is_refused_naming_the_objects():
+    mc.reset_runtime()
+    g, h = mc.Grid((5, 5), "g"), mc.Grid((5, 5), "h")
+    nodes = mc.Set(3, "nodes")
+    u, v, w = mc.Dat(g, 1, None, "u"), mc.Dat(g, 1, None, "v"), mc.Dat(h, 1, None, "w")
+    star = mc.Stencil([(0, 0), (-1, 0), (1, 0)], "star")
+
+    @mc.kernel
+    def first(s, out):
+        out[0] = s[0, 0]
+
+    with pytest.raises(mc.SetMismatchError, match=r"stencil 'star' reaches 1.*g.interior\(1\)"):
+        mc.par_loop(first, g, u(mc.READ, star), v(mc.WRITE))
+    with pytest.raises(mc.SetMismatchError, match=r"'w'\) lives on 'h', not on the grid 'g'"):
+        mc.par_loop(first, g.interior(1), u(mc.READ, star), w(mc.WRITE))
+    with pytest.raises(mc.SetMismatchError, match="not on a Grid"):
+        mc.Dat(nodes, 1, None, "n")(mc.READ, star)
+    with pytest.raises(mc.SetMismatchError, match="3-d offsets"):
+        u(mc.READ, mc.Stencil([(0, 0, 1)], "deep"))
+    with pytest.raises(mc.AccessModeError, match="READ only"):
+        u(mc.INC, star)
+    with pytest.raises(mc.DeclarationError, match="2 or 3 integers"):
+        mc.Grid((4,), "line")
+    with pytest.raises(mc.DeclarationError, match="at least 1"):
+        mc.Grid((4, 0), "empty")
+    with pytest.raises(mc.DeclarationError, match="offsets"):
+        mc.Stencil([], "none")
+
+
+def test_an_interior_wider_than_the_grid_runs_no_point():
+    mc.reset_runtime()
+    g = mc.Grid((3, 3), "g")
+    v = mc.Dat(g, 1, np.full((3, 3), 5.0), "v")
+
+    @mc.kernel
+    def clear(out):
+        out[0] = 0.0
+
+    mc.par_loop(clear, g.interior(2), v(mc.WRITE))
+    assert g.interior(2).size == 0 and v.data_ro.min() == 5.0
+    mc.par_loop(clear, g.interior(1), v(mc.WRITE))
+    assert v.data_ro.sum() == 40.0
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=120)
+def test_grids_on_several_ranks_are_refused_on_every_rank(comm):
+    mc.reset_runtime(comm=comm)
+    with pytest.raises(mc.ConfigurationError, match="one process for now"):
+        mc.Grid((4, 4), "g")
