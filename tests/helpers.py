@@ -15,3 +15,13 @@ def host_rows(obj):
 def layout_of(s):
     """The set's layout on this rank (None on several ranks before mc.partition)."""
     return mc.get_runtime().layout_of(s)
+
+
+def readme_example(section: str) -> str:
+    """The first ```python block of the README section titled ``section``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    part = text[text.index(f"## {section}"):]
+    code = part[part.index("```python") + len("```python"):]
+    return code[: code.index("```")]

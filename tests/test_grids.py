@@ -161,3 +161,15 @@ def test_grids_on_several_ranks_are_refused_on_every_rank(comm):
     mc.reset_runtime(comm=comm)
     with pytest.raises(mc.ConfigurationError, match="one process for now"):
         mc.Grid((4, 4), "g")
+
+
+def test_the_readme_example_runs(capsys, tmp_path):
+    import runpy
+
+    from helpers import readme_example
+
+    script = tmp_path / "readme_grids.py"  # kernels need a file for their source
+    script.write_text(readme_example("Structured grids"))
+    mc.reset_runtime()
+    runpy.run_path(str(script))
+    assert 0.3 < float(capsys.readouterr().out) < 0.7

@@ -199,12 +199,10 @@ def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
 @pytest.mark.mpi(nprocs=(1, 2), timeout=200)
 def test_the_readme_example_solves(comm, capsys, tmp_path):
     import runpy
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("## Linear solvers"):]
-    code = section[section.index("```python") + len("```python"):]
-    code = code[: code.index("```")]
+    from helpers import readme_example
+
+    code = readme_example("Linear solvers")
     script = tmp_path / f"readme_linear_solvers_{comm.rank}.py"  # kernels need a file for their source
     script.write_text(code)
     mc.reset_runtime(comm=comm)

@@ -1,0 +1,187 @@
+"""Five-point Jacobi on one rank: meshchain's structured grid against its map path, PETSc's
+MatMult and a direct Numba loop (the floor).
+
+The paper's kernel (``parsec-ca-stencil.txt``): five general weights, 9 flops per update,
+on the interior of an ``n x n`` grid, sweeping between two arrays. Per variant and size:
+milliseconds per sweep (median of ``--repeats`` rounds) and the ratio to the direct loop.
+One Numba thread everywhere. This is the first part of issue 19's benchmark: no MPI, no
+communication-avoiding sweeps and no Devito yet.
+
+Usage::
+
+    .venv/bin/python benchmarks/jacobi.py                 # n = 200 and 2000
+    .venv/bin/python benchmarks/jacobi.py --sizes 100 1000 4000
+
+Writes ``benchmarks/results/jacobi.json`` and prints the table for ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("MESHCHAIN_THREADS", "1")
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+import meshchain as mc  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WEIGHTS = (0.2, 0.2, 0.2, 0.2, 0.2)
+STAR = [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
+
+
+@mc.kernel
+def sweep(s, out):
+    out[0] = 0.2 * s[0, 0] + 0.2 * s[1, 0] + 0.2 * s[2, 0] + 0.2 * s[3, 0] + 0.2 * s[4, 0]
+
+
+@mc.kernel
+def sweep_map(s, out):
+    out[0] = 0.2 * s[0, 0] + 0.2 * s[1, 0] + 0.2 * s[2, 0] + 0.2 * s[3, 0] + 0.2 * s[4, 0]
+
+
+@numba.njit(nogil=True)
+def direct(u, v):
+    n, m = u.shape
+    for i in range(1, n - 1):
+        for j in range(1, m - 1):
+            v[i, j] = 0.2 * u[i, j] + 0.2 * u[i - 1, j] + 0.2 * u[i + 1, j] + 0.2 * u[i, j - 1] + 0.2 * u[i, j + 1]
+
+
+def timed(step, sweeps: int, repeats: int) -> float:
+    """Median seconds per sweep; ``step()`` does two sweeps."""
+    step()
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(sweeps // 2):
+            step()
+        rounds.append((time.perf_counter() - start) / (2 * (sweeps // 2)))
+    return statistics.median(rounds)
+
+
+def grid_variant(n: int, start: np.ndarray):
+    mc.reset_runtime()
+    g = mc.Grid((n, n), "g")
+    a, b = mc.Dat(g, 1, start, "a"), mc.Dat(g, 1, start, "b")
+    star, inner = mc.Stencil(STAR, "star"), g.interior(1)
+
+    def step():
+        mc.par_loop(sweep, inner, a(mc.READ, star), b(mc.WRITE))
+        mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
+        mc.flush()
+
+    return step, lambda: a.data_ro.reshape(n, n).copy()
+
+
+def map_variant(n: int, start: np.ndarray):
+    """Today's way without grids: a set of interior points and a map to their five points."""
+    mc.reset_runtime()
+    points = mc.Set(n * n, "points")
+    i, j = np.meshgrid(np.arange(1, n - 1), np.arange(1, n - 1), indexing="ij")
+    centre = (i * n + j).ravel()
+    interior = mc.Set(len(centre), "interior")
+    to_points = mc.Map(interior, points, 5, np.stack([centre + di * n + dj for di, dj in STAR], axis=1), "star")
+    to_centre = mc.Map(interior, points, 1, centre[:, None], "centre")
+    a, b = mc.Dat(points, 1, start.ravel(), "a"), mc.Dat(points, 1, start.ravel(), "b")
+
+    def step():
+        mc.par_loop(sweep_map, interior, a(mc.READ, to_points), b(mc.WRITE, to_centre[0]))
+        mc.par_loop(sweep_map, interior, b(mc.READ, to_points), a(mc.WRITE, to_centre[0]))
+        mc.flush()
+
+    return step, lambda: a.data_ro.reshape(n, n).copy()
+
+
+def petsc_variant(n: int, start: np.ndarray):
+    """PETSc's MatMult on the assembled five-point matrix (boundary rows: identity)."""
+    try:
+        import petsc4py
+
+        petsc4py.init()
+        from petsc4py import PETSc
+    except ImportError:
+        return None
+    import scipy.sparse as sp
+
+    size = n * n
+    rows, cols, vals = [], [], []
+    boundary = np.ones((n, n), dtype=bool)
+    boundary[1:-1, 1:-1] = False
+    ids = np.arange(size).reshape(n, n)
+    for di, dj in STAR:
+        rows.append(ids[1:-1, 1:-1].ravel())
+        cols.append(ids[1 + di:n - 1 + di, 1 + dj:n - 1 + dj].ravel())
+        vals.append(np.full(rows[-1].size, 0.2))
+    rows.append(ids[boundary]), cols.append(ids[boundary]), vals.append(np.ones(boundary.sum()))
+    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
+    M = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType), A.indices.astype(PETSc.IntType),
+                                                  A.data), comm=PETSc.COMM_SELF)
+    x = PETSc.Vec().createWithArray(start.ravel().copy(), comm=PETSc.COMM_SELF)
+    y = x.duplicate()
+
+    def step():
+        M.mult(x, y)
+        M.mult(y, x)
+
+    return step, lambda: x.getArray().reshape(n, n).copy()
+
+
+def direct_variant(n: int, start: np.ndarray):
+    u, v = start.copy(), start.copy()
+
+    def step():
+        direct(u, v)
+        direct(v, u)
+
+    return step, lambda: u.copy()
+
+
+VARIANTS = {"meshchain grid": grid_variant, "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
+            "direct Numba loop": direct_variant}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[200, 2000])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=str(HERE / "results" / "jacobi.json"))
+    args = parser.parse_args(argv)
+    rows = []
+    for n in args.sizes:
+        start = np.random.default_rng(0).random((n, n))
+        sweeps = max(4, int(4e8 // (n * n * 10)) // 2 * 2)
+        results, finals = {}, {}
+        for name, make in VARIANTS.items():
+            made = make(n, start)
+            if made is None:
+                continue
+            step, final = made
+            results[name] = timed(step, sweeps, args.repeats)
+            finals[name] = final()
+        floor = results["direct Numba loop"]
+        for name, seconds in results.items():
+            agree = float(np.abs(finals[name] - finals["direct Numba loop"]).max())
+            rows.append({"n": n, "variant": name, "ms_per_sweep": 1e3 * seconds, "x_direct": seconds / floor,
+                         "max_difference": agree})
+    print("| n | variant | ms per sweep | x direct loop | max difference to the direct loop |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['n']} | {row['variant']} | {row['ms_per_sweep']:.4f} | {row['x_direct']:.2f}x | "
+              f"{row['max_difference']:.1e} |")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"argv": sys.argv[1:], "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
