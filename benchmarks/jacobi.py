@@ -4,7 +4,8 @@ MatMult and a direct Numba loop (the floor).
 The paper's kernel (``parsec-ca-stencil.txt``): five general weights, 9 flops per update,
 on the interior of an ``n x n`` grid, sweeping between two arrays. Per variant and size:
 milliseconds per sweep (median of ``--repeats`` rounds) and the ratio to the direct loop.
-One Numba thread everywhere. This is the first part of issue 19's benchmark: no MPI, no
+One Numba thread everywhere (Devito: compiled C without OpenMP, when it is installed; it is a
+benchmark-only dependency). This is the first part of issue 19's benchmark: no MPI, no
 communication-avoiding sweeps and no Devito yet.
 
 Usage::
@@ -57,14 +58,13 @@ def direct(u, v):
 
 
 def timed(step, sweeps: int, repeats: int) -> float:
-    """Median seconds per sweep; ``step()`` does two sweeps."""
-    step()
+    """Median seconds per sweep; ``step(k)`` does ``k`` sweeps (``k`` even)."""
+    step(2)
     rounds = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(sweeps // 2):
-            step()
-        rounds.append((time.perf_counter() - start) / (2 * (sweeps // 2)))
+        step(sweeps)
+        rounds.append((time.perf_counter() - start) / sweeps)
     return statistics.median(rounds)
 
 
@@ -74,9 +74,10 @@ def grid_variant(n: int, start: np.ndarray):
     a, b = mc.Dat(g, 1, start, "a"), mc.Dat(g, 1, start, "b")
     star, inner = mc.Stencil(STAR, "star"), g.interior(1)
 
-    def step():
-        mc.par_loop(sweep, inner, a(mc.READ, star), b(mc.WRITE))
-        mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
+    def step(k):
+        for _ in range(k // 2):
+            mc.par_loop(sweep, inner, a(mc.READ, star), b(mc.WRITE))
+            mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
         mc.flush()
 
     return step, lambda: a.data_ro.reshape(n, n).copy()
@@ -93,9 +94,10 @@ def map_variant(n: int, start: np.ndarray):
     to_centre = mc.Map(interior, points, 1, centre[:, None], "centre")
     a, b = mc.Dat(points, 1, start.ravel(), "a"), mc.Dat(points, 1, start.ravel(), "b")
 
-    def step():
-        mc.par_loop(sweep_map, interior, a(mc.READ, to_points), b(mc.WRITE, to_centre[0]))
-        mc.par_loop(sweep_map, interior, b(mc.READ, to_points), a(mc.WRITE, to_centre[0]))
+    def step(k):
+        for _ in range(k // 2):
+            mc.par_loop(sweep_map, interior, a(mc.READ, to_points), b(mc.WRITE, to_centre[0]))
+            mc.par_loop(sweep_map, interior, b(mc.READ, to_points), a(mc.WRITE, to_centre[0]))
         mc.flush()
 
     return step, lambda: a.data_ro.reshape(n, n).copy()
@@ -128,24 +130,67 @@ def petsc_variant(n: int, start: np.ndarray):
     x = PETSc.Vec().createWithArray(start.ravel().copy(), comm=PETSc.COMM_SELF)
     y = x.duplicate()
 
-    def step():
-        M.mult(x, y)
-        M.mult(y, x)
+    def step(k):
+        for _ in range(k // 2):
+            M.mult(x, y)
+            M.mult(y, x)
 
     return step, lambda: x.getArray().reshape(n, n).copy()
+
+
+def devito_variant(n: int, start: np.ndarray, *, loop_inside: bool):
+    """Devito (a benchmark-only dependency): the same update on ``grid.interior``, compiled
+    C on one thread; with the time loop inside one ``apply()`` or one ``apply()`` per sweep."""
+    try:
+        import devito
+    except ImportError:
+        return None
+    devito.configuration["log-level"] = "ERROR"
+    devito.configuration["language"] = "C"
+    grid = devito.Grid(shape=(n, n), dtype=np.float64)
+    x, y = grid.dimensions
+    t = grid.stepping_dim
+    u = devito.TimeFunction(name="u", grid=grid, space_order=1, dtype=np.float64)  # its default is float32
+    u.data[0], u.data[1] = start, start
+    expr = 0.2 * u[t, x, y] + 0.2 * u[t, x - 1, y] + 0.2 * u[t, x + 1, y] + 0.2 * u[t, x, y - 1] + 0.2 * u[t, x, y + 1]
+    operator = devito.Operator([devito.Eq(u.forward, expr, subdomain=grid.interior)])
+    clock = [0]
+
+    def step(k):
+        if loop_inside:
+            operator.apply(time_m=clock[0], time_M=clock[0] + k - 1)
+        else:
+            for c in range(clock[0], clock[0] + k):
+                operator.apply(time_m=c, time_M=c)
+        clock[0] += k
+
+    def final():
+        return np.array(u.data[clock[0] % 2])
+
+    return step, final
+
+
+def devito_inside(n, start):
+    return devito_variant(n, start, loop_inside=True)
+
+
+def devito_per_sweep(n, start):
+    return devito_variant(n, start, loop_inside=False)
 
 
 def direct_variant(n: int, start: np.ndarray):
     u, v = start.copy(), start.copy()
 
-    def step():
-        direct(u, v)
-        direct(v, u)
+    def step(k):
+        for _ in range(k // 2):
+            direct(u, v)
+            direct(v, u)
 
     return step, lambda: u.copy()
 
 
 VARIANTS = {"meshchain grid": grid_variant, "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
+            "Devito, time loop inside": devito_inside, "Devito, apply() per sweep": devito_per_sweep,
             "direct Numba loop": direct_variant}
 
 
