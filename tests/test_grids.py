@@ -55,8 +55,8 @@ def oracle(values, shape, width, offsets, weights):
     return out
 
 
-def run(backend, shape, width, offsets, weights, dim, dtype, inline):
-    mc.reset_runtime(backend=backend)
+def run(backend, shape, width, offsets, weights, dim, dtype, inline, **options):
+    mc.reset_runtime(backend=backend, **options)
     g = mc.Grid(shape, "g")
     values = np.arange(np.prod(shape) * dim, dtype=np.int64).reshape(shape + (dim,)) % 7 - 3
     u = mc.Dat(g, dim, values.astype(dtype), "u", dtype=dtype)
@@ -173,3 +173,14 @@ def test_the_readme_example_runs(capsys, tmp_path):
     mc.reset_runtime()
     runpy.run_path(str(script))
     assert 0.3 < float(capsys.readouterr().out) < 0.7
+
+
+@pytest.mark.parametrize("shape", [(9, 13), (5, 6, 7)])
+@pytest.mark.parametrize("block_size", [1, 7, 64])
+def test_blocks_that_start_and_end_inside_interior_lines_cover_every_point_once(shape, block_size):
+    offsets = [(0,) * len(shape)] + [tuple(1 if d == axis else 0 for d in range(len(shape))) for axis in range(len(shape))]
+    weights = list(range(1, len(offsets) + 1))
+    problem = (shape, 1, offsets, weights, 1, np.int64, True)
+    values, got = run("numba", *problem, block_size=block_size)
+    assert mc.get_runtime().config.block_size == block_size
+    np.testing.assert_array_equal(got, oracle(values, shape, 1, offsets, weights))
