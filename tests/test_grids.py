@@ -184,3 +184,26 @@ def test_blocks_that_start_and_end_inside_interior_lines_cover_every_point_once(
     values, got = run("numba", *problem, block_size=block_size)
     assert mc.get_runtime().config.block_size == block_size
     np.testing.assert_array_equal(got, oracle(values, shape, 1, offsets, weights))
+
+
+def test_the_jacobi_example_sums_what_numpy_computes(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "jacobi.py"
+    spec = importlib.util.spec_from_file_location("example_jacobi", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    mc.reset_runtime()
+    weights = [0.6, 0.1, 0.05, 0.15, 0.1]
+    args = example.parse_args(["--size", "17", "23", "--sweeps", "6", "--weights", *map(str, weights), "--seed", "3"])
+    _, checksum = example.run(args)
+    u = np.random.default_rng(3).random((17, 23))
+    for _ in range(6):
+        new = u.copy()
+        new[1:-1, 1:-1] = (weights[0] * u[1:-1, 1:-1] + weights[1] * u[:-2, 1:-1] + weights[2] * u[2:, 1:-1]
+                           + weights[3] * u[1:-1, :-2] + weights[4] * u[1:-1, 2:])
+        u = new
+    assert checksum == pytest.approx(float(u.sum()), rel=1e-12)
+    with pytest.raises(SystemExit):
+        example.parse_args(["--sweeps", "3"])
