@@ -27,6 +27,7 @@ import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned, scatter_add
 from ..comm.agree import raise_together
+from ..comm.exchange import HaloExchange, HaloItem
 from ..core.access import Access
 from ..core.errors import (AccessModeError, BackendUnavailableError, DataShapeError, DeclarationError, LoopError,
                            SetMismatchError)
@@ -42,12 +43,12 @@ __all__ = ["Matrices", "Pattern"]
 class Pattern:
     """One matrix's CSR on this rank (see the module docstring)."""
 
-    __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_owned_rows", "n_cols", "n_owned_cols",
+    __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_cols", "n_owned_cols",
                  "depth", "scatters", "layout", "keys", "assembled", "col_layout", "exchanges", "unsigned")
     # ``unsigned``: (indptr, split, indices) as the narrowest unsigned integers that hold them; the
     # SpMV kernels run measurably faster on them (no wraparound tests, 32-bit loop counters)
 
-    def __init__(self, keys: np.ndarray, n_rows: int, n_cols: int, n_owned_rows: int, n_owned_cols: int,
+    def __init__(self, keys: np.ndarray, n_rows: int, n_cols: int, n_owned_cols: int,
                  depth: int, layout, col_layout):
         self.keys = keys  # sorted row * n_cols + col of every stored entry
         rows, self.indices = np.divmod(keys, n_cols)
@@ -57,7 +58,7 @@ class Pattern:
         self.values = np.zeros(len(keys))
         wide = np.uint32 if max(n_cols, len(keys)) < 2**32 else np.uint64
         self.unsigned = (self.indptr.astype(wide), self.split.astype(wide), self.indices.astype(wide))
-        self.n_rows, self.n_cols, self.n_owned_rows, self.n_owned_cols = n_rows, n_cols, n_owned_rows, n_owned_cols
+        self.n_rows, self.n_cols, self.n_owned_cols = n_rows, n_cols, n_owned_cols  # rows: the owned ones
         self.depth, self.layout, self.scatters, self.assembled = depth, layout, {}, False
         self.col_layout, self.exchanges = col_layout, {}  # the halo exchanges of the vectors multiplied
 
@@ -131,7 +132,7 @@ class Matrices:
             if cols.size:
                 depth = max(depth, int(cols_layout.data_layers[cols // dim].max()))
         depth = self._max(depth)
-        return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_rows, n_owned_cols, depth,
+        return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_cols, depth,
                        session.layout, cols_layout)
 
     def _entries(self, mat, row_map, col_map):
@@ -432,8 +433,6 @@ class Matrices:
         if session.distributed:
             depth = self.pattern(mat).depth if which == "cols" else 0
             if depth:
-                from ..comm.exchange import HaloExchange, HaloItem
-
                 table = numbers[:, None]
                 exchange = HaloExchange(session.comm, [HaloItem(table, layer_rows(layout.exports, 0, depth),
                                                                 layer_rows(layout.imports, 0, depth))], tag=7, transport="p2p")

@@ -36,6 +36,17 @@ def _indefinite(what: str, value: float) -> str | None:
     return None
 
 
+def _step_lengths(i: int, gamma: float, delta: float, gamma_old: float, alpha: float, names) -> tuple:
+    """``(alpha, beta, reason)`` of the single-reduction recurrence (Chronopoulos/Gear, shared
+    by cg1, pipecg and pipecr): ``beta = gamma / gamma_old``, ``alpha = gamma / (delta -
+    beta / alpha_old * gamma)``; ``reason`` says why not when the denominator or ``gamma``
+    (named by ``names``) is not positive."""
+    beta = 0.0 if i == 0 else gamma / gamma_old
+    denominator = delta if i == 0 else delta - beta / alpha * gamma
+    reason = _indefinite(names[0], denominator) or _indefinite(names[1], gamma)
+    return (alpha if reason else gamma / denominator), beta, reason
+
+
 def _start_residual(run, r: str, into: str) -> None:
     """``r = b - A x`` (``into`` is a spare vector for ``A x``)."""
     run.A("x", into)
@@ -89,12 +100,10 @@ def cg1(run):
         reason = run.check(i, math.sqrt(max(zz, 0.0)))
         if reason is not None:
             break
-        beta = 0.0 if i == 0 else gamma / gamma_old
-        denominator = delta if i == 0 else delta - beta * gamma / alpha
-        reason = _indefinite("the step's (p, A p)", denominator) or _indefinite("(r, B r)", gamma)
+        alpha, beta, reason = _step_lengths(i, gamma, delta, gamma_old, alpha, ("the step's (p, A p)", "(r, B r)"))
         if reason is not None:
             break
-        alpha, gamma_old = gamma / denominator, gamma
+        gamma_old = gamma
         cg1_update(alpha, beta, v["z"], v["s"], v["p"], v["w"], v["x"], v["r"], dinv)
         run.B("r", "z")
         i += 1
@@ -141,13 +150,11 @@ def pipecg(run):
         reason = run.check(i, norm)
         if reason is not None:
             break
-        beta_new = 0.0 if i == 0 else gamma / gamma_old
-        denominator = delta if i == 0 else delta - beta_new / alpha * gamma
-        reason = _indefinite("the step's (p, A p)", denominator) or _indefinite("(r, B r)", gamma)
+        alpha_old, beta_old = alpha, beta
+        alpha, beta, reason = _step_lengths(i, gamma, delta, gamma_old, alpha, ("the step's (p, A p)", "(r, B r)"))
         if reason is not None:
             break
-        alpha_old, beta_old = alpha, beta
-        alpha, beta, gamma_old = gamma / denominator, beta_new, gamma
+        gamma_old = gamma
         pipecg_update(alpha, beta, v["n"], v["m"], v["u"], v["w"], v["z"], v["q"], v["p"], v["s"], v["x"],
                             v["r"], dinv, out)
         if bounds is not None:
@@ -212,12 +219,11 @@ def pipecr(run):
         reason = run.check(i, math.sqrt(max(uu, 0.0)))
         if reason is not None:
             break
-        beta = 0.0 if i == 0 else gamma / gamma_old
-        denominator = delta if i == 0 else delta - beta / alpha * gamma
-        reason = _indefinite("the step's (A p, B A p)", denominator) or _indefinite("(A u, u)", gamma)
+        alpha, beta, reason = _step_lengths(i, gamma, delta, gamma_old, alpha,
+                                            ("the step's (A p, B A p)", "(A u, u)"))
         if reason is not None:
             break
-        alpha, gamma_old = gamma / denominator, gamma
+        gamma_old = gamma
         pipecr_update(alpha, beta, v["n"], v["m"], v["u"], v["w"], v["z"], v["q"], v["p"], v["x"], dinv, out)
         if not run.pc.pointwise:
             run.B("w", "m", fused_done=False)

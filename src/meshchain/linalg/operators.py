@@ -83,17 +83,13 @@ class _Assembled(_Operator):
                               f"the Krylov methods need a square operator.")
         self.session, self.mat, self.matrices = session, mat, session.matrices
         self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
-        self.pattern_now = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve
+        self.pattern = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve
         self.overlap = session.overlap()
         self.matrices.settle(mat)
 
-    @property
-    def pattern(self):
-        return self.matrices.pattern(self.mat)
-
     def apply(self, x, y, xs, ys) -> None:
         """``y = A x`` (``xs``, ``ys``: their storages)."""
-        self.matrices.multiply(self.pattern_now, xs, ys, self.overlap)
+        self.matrices.multiply(self.pattern, xs, ys, self.overlap)
 
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)
