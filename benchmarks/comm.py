@@ -106,9 +106,10 @@ def mpiexec() -> str:
 
 
 def slowest(comm, seconds: float) -> float:
+    """The largest of the ranks' ``seconds`` (``comm`` None: one process)."""
     from mpi4py import MPI
 
-    return comm.allreduce(seconds, op=MPI.MAX)
+    return seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX)
 
 
 def timed(comm, action, reps: int) -> float:
@@ -434,18 +435,34 @@ WORKERS = {"transports": transports_worker, "sparse": sparse_worker, "repartitio
 # --- the driver ----------------------------------------------------------------------------------
 
 
+def launch(script: str, worker: list, ranks: int, network: str, env: dict, config: dict, timeout: float,
+           label: str) -> dict:
+    """Run ``script --worker ... --config`` under ``mpiexec -n ranks`` (over TCP for ``network``
+    "tcp") and return the JSON rank 0 printed last; a failed job shows its output and raises."""
+    env = dict(env, **TCP) if network == "tcp" else env
+    command = [mpiexec(), "-n", str(ranks), sys.executable, script, "--worker", *worker, "--config", json.dumps(config)]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    if out.returncode:
+        sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
+        raise RuntimeError(f"{label} on {ranks} ranks ({network}) failed with exit code {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def serve(worker, config: dict) -> int:
+    """The worker side of :func:`launch`: run ``worker(config)``, rank 0 prints its JSON."""
+    result = worker(config)
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 0:
+        print(json.dumps(result), flush=True)
+    return 0
+
+
 def run_job(part: str, network: str, ranks: int, config: dict, cache_dir: str, timeout: float) -> dict:
     # a cache directory of its own: compiled loops are reused from run to run, and no saved
     # calibration of another program picks a transport or turns the model on
     env = dict(os.environ, MESHCHAIN_THREADS="1", MESHCHAIN_CACHE_DIR=cache_dir, NUMBA_NUM_THREADS="1")
-    if network == "tcp":
-        env.update(TCP)
-    command = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", part, "--config", json.dumps(config)]
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    if out.returncode:
-        sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
-        raise RuntimeError(f"{part} on {ranks} ranks ({network}) failed with exit code {out.returncode}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return launch(__file__, [part], ranks, network, env, config, timeout, part)
 
 
 def machine() -> dict:
@@ -584,12 +601,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        result = WORKERS[args.worker](json.loads(args.config))
-        from mpi4py import MPI
-
-        if MPI.COMM_WORLD.rank == 0:
-            print(json.dumps(result), flush=True)
-        return 0
+        return serve(WORKERS[args.worker], json.loads(args.config))
 
     defaults = QUICK if args.quick else FULL
     config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}

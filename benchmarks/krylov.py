@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import TCP, machine, mpiexec  # noqa: E402
+from comm import launch, machine, serve, slowest  # noqa: E402
 
 METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 # meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
@@ -64,13 +63,6 @@ QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
 def cube_for(per_rank: int, ranks: int) -> int:
     """Hexahedra per side so that the cube has about ``per_rank * ranks`` nodes."""
     return max(2, round((per_rank * ranks) ** (1 / 3)) - 1)
-
-
-def slowest(comm, seconds: float) -> float:
-    """The largest of the ranks' ``seconds`` (``comm`` None: one process)."""
-    from mpi4py import MPI
-
-    return seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX)
 
 
 def meshchain_runs(problem, method: str, config: dict, **options) -> dict:
@@ -212,14 +204,7 @@ def worker(config: dict) -> dict:
 def run_job(network: str, ranks: int, config: dict, cache_dir: str, timeout: float) -> dict:
     env = dict(os.environ, MESHCHAIN_THREADS="1", NUMBA_NUM_THREADS="1", MESHCHAIN_CACHE_DIR=cache_dir,
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    if network == "tcp":
-        env.update(TCP)
-    command = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", "--config", json.dumps(config)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    if done.returncode:
-        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
-        raise RuntimeError(f"krylov job on {ranks} ranks ({network}) failed with exit code {done.returncode}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return launch(__file__, [], ranks, network, env, config, timeout, "krylov job")
 
 
 def table(results: list) -> str:
@@ -282,12 +267,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        result = worker(json.loads(args.config))
-        from mpi4py import MPI
-
-        if MPI.COMM_WORLD.rank == 0:
-            print(json.dumps(result), flush=True)
-        return 0
+        return serve(worker, json.loads(args.config))
     defaults = QUICK if args.quick else FULL
     config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
     info = machine()
