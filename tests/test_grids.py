@@ -4,6 +4,8 @@ input is refused naming the objects."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -76,6 +78,18 @@ def test_stencil_loops_equal_numpy_slicing_and_the_reference(problem):
     expected = oracle(values.astype(dtype), shape, width, offsets, weights)
     np.testing.assert_array_equal(numba, expected)
     np.testing.assert_array_equal(reference, expected)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++")
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems())
+def test_the_gpu_backend_runs_stencil_loops_through_derived_maps(problem):
+    """The cupy backend (here its host emulation) has no index-arithmetic path: grid loops
+    reach it lowered to maps, with the same results."""
+    shape, width, offsets, weights, dim, dtype, _ = problem  # local tuples are not CUDA: constant indices
+    values, emulated = run("cuda-emulation", shape, width, offsets, weights, dim, dtype, True)
+    np.testing.assert_array_equal(emulated, oracle(values.astype(dtype), shape, width, offsets, weights))
 
 
 def test_jacobi_chain_equals_sweep_by_sweep_and_numpy():
@@ -156,13 +170,6 @@ def test_an_interior_wider_than_the_grid_runs_no_point():
     assert v.data_ro.sum() == 40.0
 
 
-@pytest.mark.mpi(nprocs=(2,), timeout=120)
-def test_grids_on_several_ranks_are_refused_on_every_rank(comm):
-    mc.reset_runtime(comm=comm)
-    with pytest.raises(mc.ConfigurationError, match="one process for now"):
-        mc.Grid((4, 4), "g")
-
-
 def test_the_readme_example_runs(capsys, tmp_path):
     import runpy
 
@@ -186,7 +193,7 @@ def test_blocks_that_start_and_end_inside_interior_lines_cover_every_point_once(
     np.testing.assert_array_equal(got, oracle(values, shape, 1, offsets, weights))
 
 
-def test_the_jacobi_example_sums_what_numpy_computes(capsys):
+def jacobi_example():
     import importlib.util
     from pathlib import Path
 
@@ -194,16 +201,58 @@ def test_the_jacobi_example_sums_what_numpy_computes(capsys):
     spec = importlib.util.spec_from_file_location("example_jacobi", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    mc.reset_runtime()
-    weights = [0.6, 0.1, 0.05, 0.15, 0.1]
-    args = example.parse_args(["--size", "17", "23", "--sweeps", "6", "--weights", *map(str, weights), "--seed", "3"])
-    _, checksum = example.run(args)
-    u = np.random.default_rng(3).random((17, 23))
-    for _ in range(6):
+    return example
+
+
+def jacobi_numpy(size, sweeps, weights, seed):
+    u = np.random.default_rng(seed).random(size)
+    for _ in range(sweeps):
         new = u.copy()
         new[1:-1, 1:-1] = (weights[0] * u[1:-1, 1:-1] + weights[1] * u[:-2, 1:-1] + weights[2] * u[2:, 1:-1]
                            + weights[3] * u[1:-1, :-2] + weights[4] * u[1:-1, 2:])
         u = new
-    assert checksum == pytest.approx(float(u.sum()), rel=1e-12)
-    with pytest.raises(SystemExit):
-        example.parse_args(["--sweeps", "3"])
+    return u
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_the_jacobi_example_sums_what_numpy_computes(steps):
+    example = jacobi_example()
+    mc.reset_runtime()
+    weights = [0.6, 0.1, 0.05, 0.15, 0.1]
+    args = example.parse_args(["--size", "17", "23", "--sweeps", "12", "--steps", str(steps),
+                               "--weights", *map(str, weights), "--seed", "3"])
+    _, checksum = example.run(args)
+    assert checksum == pytest.approx(float(jacobi_numpy((17, 23), 12, weights, 3).sum()), rel=1e-12)
+    for bad in (["--sweeps", "3"], ["--sweeps", "12", "--steps", "4"], ["--ratio", "0"]):
+        with pytest.raises(SystemExit):
+            example.parse_args(bad)
+
+
+# --- block decompositions (the layout on several ranks is tested in test_grids_mpi.py) ---
+
+
+@given(shape=st.tuples(st.integers(1, 40), st.integers(1, 40)), nranks=st.integers(1, 12))
+@settings(max_examples=60, deadline=None)
+def test_chosen_blocks_cut_the_fewest_links_of_all_fitting_decompositions(shape, nranks):
+    from meshchain.partition.grids import choose_blocks
+
+    fitting = [(p, nranks // p) for p in range(1, nranks + 1)
+               if nranks % p == 0 and p <= shape[0] and nranks // p <= shape[1]]
+    if not fitting:
+        with pytest.raises(mc.ConfigurationError, match="cannot be cut"):
+            choose_blocks(shape, nranks)
+        return
+    cut = lambda b: (b[0] - 1) * shape[1] + (b[1] - 1) * shape[0]  # noqa: E731
+    chosen = choose_blocks(shape, nranks)
+    assert chosen in fitting and cut(chosen) == min(cut(b) for b in fitting)
+
+
+@pytest.mark.parametrize("blocks, message", [((2, 2), "product is the rank count 2"), ((2,), "give 2 positive"),
+                                             ((1, 0), "give 2 positive"), ((2, 1), "exceeds the grid")])
+def test_given_blocks_are_checked_against_the_grid_and_the_rank_count(blocks, message):
+    from meshchain.partition.grids import checked_blocks
+
+    grid = mc.Grid((1, 8), "narrow")
+    with pytest.raises(mc.ConfigurationError, match=message):
+        checked_blocks(grid, blocks, 2)
+    assert checked_blocks(grid, (1, 2), 2) == (1, 2)

@@ -120,7 +120,8 @@ def stats(*, reset: bool = False, all_ranks: bool = False):
     return get_runtime().statistics(reset=reset, all_ranks=all_ranks)
 
 
-def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1, seed: int = 0) -> None:
+def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1, seed: int = 0,
+              blocks=None) -> None:
     """Distribute the declared mesh over the ranks; a no-op on one process.
 
     Parameters
@@ -136,16 +137,22 @@ def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1
     seed_set : Set, keyword-only
         The set partitioned first (default: ``coords``' set, else the set most maps point to).
     depth : int, keyword-only
-        Halo layers to build (1 suffices for loop-by-loop execution; at most 16).
+        Halo layers to build (1 suffices for loop-by-loop execution; at most 48).
     seed : int, keyword-only
         Random seed for METIS.
+    blocks : tuple of int, keyword-only
+        Structured grids (:class:`~meshchain.Grid`) are always cut into a block decomposition,
+        whatever ``method`` the rest of the mesh gets: ``blocks=(px, py)`` (or ``(px, py, pz)``,
+        product = the rank count) fixes it; by default the factors that cut the fewest points'
+        links are chosen. A program of grids only needs no ``coords``. Call ``g.interior(w)``
+        for every interior the loops use before partitioning.
 
     Examples
     --------
     >>> import meshchain as mc
     >>> mc.partition("block")   # one process: nothing to distribute
     """
-    get_runtime().partition(method, coords=coords, seed_set=seed_set, depth=depth, seed=seed)
+    get_runtime().partition(method, coords=coords, seed_set=seed_set, depth=depth, seed=seed, blocks=blocks)
 
 
 def repartition(method: str = "rib", *, coords=None, weights=None, seed: int = 0) -> None:
@@ -236,7 +243,7 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
         Sparse tiling: run the chain tile by tile, ``tile_size`` iterations of its seed loop
         per tile (see :mod:`meshchain.engine.tiling`); None runs it loop by loop.
     max_halo : int or None, keyword-only
-        Most halo layers the chain may use (default: as many as can be built, 16).
+        Most halo layers the chain may use (default: as many as can be built, 48).
 
     Examples
     --------

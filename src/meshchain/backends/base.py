@@ -66,6 +66,7 @@ class Backend(ABC):
     name = "abstract"
     transports = TRANSPORTS  # how its halo exchanges may move messages (see meshchain.comm.transports)
     can_tile = False
+    grid_arithmetic = True  # runs structured-grid loops by index arithmetic (else they come lowered to maps)
     can_chunk = False  # True: chunked() schedules a phase's blocks dynamically on threads
     times_itself = False  # True: compute times come through PhaseRun.timer, not the engine's clock
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import re
 import sys
 import time
@@ -52,7 +53,7 @@ class NumbaBackend(Backend):
         except ImportError as exc:  # pragma: no cover - numba is a dependency
             raise BackendUnavailableError(f"the numba backend needs the numba package: {exc}") from exc
         self._numba = numba
-        self._threads = config.threads
+        self._threads = config.threads if config.threads is not None or not distributed else threads_per_rank(numba)
         set_threads(numba, self._threads)
         self._directory = Path(config.cache_dir) / "numba"
         self._executors = caches.cache("numba loop modules", limit=4096)
@@ -318,6 +319,19 @@ def _unsigned(values):
     """Map values viewed as unsigned integers (validated >= 0): indexing with them needs no
     negative-index wraparound in the compiled code."""
     return values.view(np.dtype(values.dtype.str.replace("i", "u")))
+
+
+def threads_per_rank(numba) -> int:
+    """Numba's threads shared out among the MPI ranks on this node (MPICH's ``MPI_LOCALNRANKS``,
+    Open MPI's ``OMPI_COMM_WORLD_LOCAL_SIZE``; else every rank is taken to share this node), so
+    that ranks do not oversubscribe the cores: threads that spin for cores another rank's
+    threads hold make every parallel loop many times slower."""
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    if not local:
+        from mpi4py import MPI
+
+        local = MPI.COMM_WORLD.Get_size()
+    return max(1, numba.config.NUMBA_NUM_THREADS // max(int(local), 1))
 
 
 def set_threads(numba, threads) -> None:

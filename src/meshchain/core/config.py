@@ -50,7 +50,8 @@ class Config:
         GPUs) or ``"cuda-emulation"`` (the cupy backend's CUDA source run on the CPU: slow,
         for testing GPU code paths without a GPU).
     threads : int or None
-        Threads for the numba backend; ``None`` uses all of Numba's threads.
+        Threads for the numba backend; ``None`` uses all of Numba's threads on one process and,
+        under MPI, an equal share of them per rank on the node (ranks never oversubscribe).
     cache_dir : Path
         Where generated code and compiled objects are kept (reused by later processes).
     block_size : int

@@ -52,7 +52,7 @@ class ChainOptions:
     tile_size : int or None
         Sparse tiling: seed iterations per tile (``None``: untiled). See :mod:`meshchain.engine.tiling`.
     max_halo : int or None
-        Most halo layers the chain may use (default: as many as can be built, 16).
+        Most halo layers the chain may use (default: as many as can be built, 48).
     """
 
     name: str

@@ -29,7 +29,7 @@ from ..comm.collectives import fetch_rows
 from ..comm.inputs import to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
-from ..types import Dat, Map, Set
+from ..types import Dat, GridInterior, Map, Set
 from ..types.maps import checked_values
 
 __all__ = ["Declarations"]
@@ -54,8 +54,9 @@ class Declarations:
         session = self._session
         if session.distributed:
             if session.partitioned:
-                raise_together(self.comm, DeclarationError(
-                    f"Set {s.name!r} is declared after mc.partition; declare every set and map before partitioning."))
+                hint = (f"call {s.grid.name}.interior({s.width}) once before mc.partition (loops may then use it)"
+                        if isinstance(s, GridInterior) else "declare every set and map before partitioning")
+                raise_together(self.comm, DeclarationError(f"Set {s.name!r} is declared after mc.partition; {hint}."))
             self._record(s, (s.size, s.name))
 
     def map(self, m: Map, values) -> None:
@@ -89,7 +90,7 @@ class Declarations:
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
         comm, n = self.comm, d.dataset.size
         offsets = block_offsets(n, comm.size)
-        rows = to_block_rows(comm, data, n, f"Dat {d.name!r} on {d.dataset.name!r}")
+        rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
         error = chosen = block = None
         try:
             chosen, block = d.rows(rows, dtype, int(offsets[comm.rank + 1] - offsets[comm.rank]))

@@ -43,13 +43,13 @@ from ..core.stats import StatsRecorder
 from ..core.storage import DataStore
 from ..inspector.colouring import colour_blocks, touched_keys
 from ..ir.loop import exclusivity_error, make_loop
-from ..partition.distribute import check_options, deepen, distribute, moved_rows, seed_set_of
+from ..partition.distribute import MAX_DEPTH, check_options, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
-from ..types.grid import Grid, GridInterior
 from ..types.mat import MatArg
 from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
+from .grids import GridLowering, is_grid_set, refuse_grids
 from .matrices import Matrices
 from .pipeline import Pipeline
 from .rebalance import rebalance
@@ -75,6 +75,7 @@ class Session:
         self.recorder = StatsRecorder()
         self.store = DataStore()
         self.declarations = Declarations(self)
+        self.grid_lowering = GridLowering(self.declarations)
         if inherit is not None and not self.distributed and not inherit.distributed:
             self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
         self.layout = MeshLayout.serial(self.declarations.map_rows)
@@ -82,8 +83,9 @@ class Session:
         self.seed_set = None  # the set partitioned first (mc.repartition partitions it again)
         self.colourings = self.caches.cache("colourings", limit=4096, events=("configure", "partition", "repartition"))
         self.tile_plans = self.caches.cache("tile plans", limit=256, events=("configure", "partition", "repartition"))
-        self._loops = self.caches.cache("validated loops", limit=4096)
-        self._last_loop = self.caches.cache("loops by arguments", limit=4096)
+        # grid loops are lowered to maps for some backends: a new backend checks them again
+        self._loops = self.caches.cache("validated loops", limit=4096, events=("configure",))
+        self._last_loop = self.caches.cache("loops by arguments", limit=4096, events=("configure",))
         self._exclusive = self.caches.cache("exclusive paths", limit=4096, events=("partition", "repartition"))
         self.pipeline = Pipeline(self)
         self.matrices = Matrices(self)
@@ -99,9 +101,6 @@ class Session:
     # --- declarations (called by the user objects, through meshchain.core.context) -------------------
 
     def declare_set(self, s) -> None:
-        if self.distributed and isinstance(s, (Grid, GridInterior)):
-            raise ConfigurationError(f"{s!r}: structured grids run on one process for now (their block "
-                                     f"decomposition is not built yet); run this program without mpiexec.")
         self.declarations.set(s)
 
     def declare_map(self, m, values) -> None:
@@ -248,6 +247,9 @@ class Session:
                 f"call mc.partition(...) after declaring the mesh and before the first loop."
             )
         loop = make_loop(kernel, iterset, args, name, exclusive=self._check_exclusive)
+        if is_grid_set(iterset) and (self.distributed or not self.backend.grid_arithmetic):  # run through maps
+            loop = make_loop(kernel, iterset, self.grid_lowering.lowered_args(iterset, args), loop.name,
+                             exclusive=self._check_exclusive)
         for obj in loop.data:
             self.storage(obj)  # declared in this session
         return loop
@@ -446,9 +448,12 @@ class Session:
 
     # --- partitioning ----------------------------------------------------------------------------------
 
-    def partition(self, method: str, *, coords=None, seed_set=None, depth: int = 1, seed: int = 0) -> None:
+    def partition(self, method: str, *, coords=None, seed_set=None, depth: int = 1, seed: int = 0,
+                  blocks=None) -> None:
         """``mc.partition``: distribute the declared mesh over the ranks (a no-op on one)."""
-        check_options(method, coords, depth)
+        declared_sets = self.declarations.declared()[0]
+        grids_only = bool(declared_sets) and all(is_grid_set(s) for s in declared_sets)
+        check_options(method, coords, depth, needs_coords=not grids_only)
         self.flush()
         if not self.distributed:
             self.partitioned = True
@@ -457,12 +462,13 @@ class Session:
         raise_together(self.comm, DeclarationError("mc.partition was already called; declare the mesh once and "
                                                    "partition it once.") if self.partitioned else None)
         sets, maps, dats = self.declarations.declared(agreed=True)
+        grids = self.grid_lowering.parts(sets, maps, blocks, self.size)
         rows = self.declarations.map_rows
         coords_rows = None if coords is None else self.storage(coords).host
         self.seed_set = seed_set_of(sets, maps, None if coords is None else coords.dataset, seed_set)
         layout = distribute(self.comm, sets=sets, maps=maps, map_blocks=rows, method=method, coords_rows=coords_rows,
                             coords_set=None if coords is None else coords.dataset, seed_set=seed_set, depth=depth,
-                            seed=seed)
+                            seed=seed, grids=grids)
         for d in dats:
             storage = self.storage(d)
             local = layout.of(d.dataset)
@@ -473,10 +479,12 @@ class Session:
 
     def repartition(self, method: str, *, coords=None, weights=None, seed: int = 0) -> None:
         """``mc.repartition`` (see :func:`.relayout.repartition`)."""
+        refuse_grids(self.declarations.declared()[0], "mc.repartition")
         repartition(self, method, coords=coords, weights=weights, seed=seed)
 
     def rebalance(self, method: str, *, coords=None, seed: int = 0):
         """``mc.rebalance`` (see :func:`.rebalance.rebalance`)."""
+        refuse_grids(self.declarations.declared()[0], "mc.rebalance")
         return rebalance(self, method, coords=coords, seed=seed)
 
     def deepen(self, depth: int, *, flush: bool = False) -> None:
@@ -502,8 +510,8 @@ class Session:
 
     def ensure_depth(self, depth: int) -> None:
         """:meth:`deepen`, pending loops first (refuses more than can be built)."""
-        if depth > 16:
-            raise ConfigurationError(f"a halo of depth {depth} is needed but at most 16 layers can be built; "
+        if depth > MAX_DEPTH:
+            raise ConfigurationError(f"a halo of depth {depth} is needed but at most {MAX_DEPTH} layers can be built; "
                                      f"shorten the loop chain or lower its maximum halo extension.")
         self.deepen(depth, flush=True)
 

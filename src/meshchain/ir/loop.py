@@ -28,6 +28,7 @@ from ..core.access import Access
 from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
 from .kernel import Kernel
 from ..types import Arg, Grid, GridInterior, Set
+from ..types.maps import ColumnsMap
 from ..types.args import DIRECT, GLOBAL, STENCIL
 
 __all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error"]
@@ -145,7 +146,7 @@ def _check_arg(arg, position: int, iterset: Set, name: str) -> None:
         raise LoopError(f"par_loop {name!r}: argument {position} is a {type(arg).__name__}, not a loop argument.")
     if arg.data.is_global:
         return
-    if arg.stencil is not None or isinstance(iterset, GridInterior):
+    if arg.stencil is not None or (isinstance(iterset, GridInterior) and not isinstance(arg.map, ColumnsMap)):
         _check_grid_arg(arg, position, iterset, name)
         return
     if arg.map is None and arg.data.dataset is not iterset:

@@ -23,22 +23,28 @@ import numpy as np
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_rows
 from ..core.errors import ConfigurationError
+from .grid_layout import GridParts, grid_layouts
 from .layout import MeshLayout, build_layouts
 
 __all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out",
            "seed_adjacency", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
-MAX_DEPTH = 16
+MAX_DEPTH = 48  # halo layers: enough for a grid chain of 40 sweeps (the CA stencil study's steps)
 
 
 def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=None, coords_set=None,
-               seed_set=None, depth: int = 1, seed: int = 0) -> MeshLayout:
+               seed_set=None, depth: int = 1, seed: int = 0, grids: GridParts | None = None) -> MeshLayout:
     """Partition the declared mesh over ``comm`` (collective) and lay it out ``depth`` layers deep.
 
     ``map_blocks`` has each map's block rows by ``uid``; ``coords_rows`` the block rows of the
     coordinates for ``"rib"`` (whose set, ``coords_set``, is then the seed set by default).
+    ``grids``: the structured grids (in ``sets``), laid out by their block decomposition.
     """
+    grids = grids or GridParts({}, {})
+    sets = [s for s in sets if not grids.holds(s)]
+    if not sets:
+        return laid_out(comm, sets, maps, map_blocks, {}, depth, grids=grids)
     seed_set = seed_set_of(sets, maps, coords_set, seed_set)
     if method == "rib" and coords_set is not None and seed_set is not coords_set:
         # every rank has the same arguments: every rank raises
@@ -47,7 +53,7 @@ def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=N
             f"is {seed_set.name!r}: pass coordinates of {seed_set.name!r} or leave seed_set out.")
     seed_owners = _seed_owners(comm, method, seed_set, maps, map_blocks, coords_rows, seed)
     owners = derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
-    return laid_out(comm, sets, maps, map_blocks, owners, depth)
+    return laid_out(comm, sets, maps, map_blocks, owners, depth, grids=grids)
 
 
 def deepen(comm, layout: MeshLayout, *, sets, maps, map_blocks: dict, depth: int) -> MeshLayout:
@@ -57,14 +63,23 @@ def deepen(comm, layout: MeshLayout, *, sets, maps, map_blocks: dict, depth: int
             f"a halo of depth {depth} is needed but at most {MAX_DEPTH} layers can be built; "
             f"shorten the loop chain or lower its maximum halo extension."
         )
-    return laid_out(comm, sets, maps, map_blocks, layout.owner_blocks, depth)
+    grids = layout.grids
+    return laid_out(comm, [s for s in sets if not grids.holds(s)], maps, map_blocks, layout.owner_blocks, depth,
+                    grids=grids)
 
 
-def laid_out(comm, sets, maps, map_blocks, owners: dict, depth: int) -> MeshLayout:
+def laid_out(comm, sets, maps, map_blocks, owners: dict, depth: int, *, grids=None) -> MeshLayout:
+    """The layout of mesh ``sets`` (their owners given) and of ``grids``, ``depth`` layers deep."""
+    grids = grids or GridParts({}, {})
     by_object = {m: map_blocks[m.uid] for m in maps}
     layouts, local_maps = build_layouts(comm, sets, {s: owners[s.uid] for s in sets}, maps, by_object, depth)
-    return MeshLayout({s.uid: layouts[s] for s in sets}, {m.uid: _local_values(m, local_maps[m]) for m in maps},
-                      depth=depth, map_sources=frozenset(m.source.uid for m in maps), owner_blocks=owners)
+    grid_sets, grid_maps = grid_layouts(comm, grids.blocks, grids.boxes, depth)
+    layouts.update(grid_sets)
+    local_maps.update(grid_maps)
+    return MeshLayout({s.uid: layout for s, layout in layouts.items()},
+                      {m.uid: _local_values(m, values) for m, values in local_maps.items()},
+                      depth=depth, map_sources=frozenset(m.source.uid for m in local_maps), owner_blocks=owners,
+                      grids=grids)
 
 
 def moved_rows(rows, old_ids, new_ids):
@@ -88,11 +103,12 @@ def moved_rows(rows, old_ids, new_ids):
     return moved
 
 
-def check_options(method, coords, depth) -> None:
-    """Refuse a partition method, coordinates or depth that cannot work (every rank alike)."""
+def check_options(method, coords, depth, *, needs_coords: bool = True) -> None:
+    """Refuse a partition method, coordinates or depth that cannot work (every rank alike);
+    ``needs_coords`` False: the program has only grids, which ``"rib"`` leaves to their blocks."""
     if method not in METHODS:
         raise ConfigurationError(f"partition method {method!r} is unknown; choose one of {', '.join(METHODS)}.")
-    if method == "rib" and coords is None:
+    if method == "rib" and coords is None and needs_coords:
         raise ConfigurationError("partition('rib') needs coordinates: pass coords=<Dat of coordinates>.")
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
         raise ConfigurationError(f"depth must be an integer in [1, {MAX_DEPTH}], got {depth!r}.")

@@ -32,12 +32,14 @@ import numpy as np
 
 from ..comm.blocks import block_offsets, block_owner
 from ..core.errors import DeclarationError
+from ..types.maps import ColumnsMap
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_csr, fetch_rows
 
-__all__ = ["SetLayout", "MeshLayout", "build_layouts", "INTERIOR", "MAX_LEVEL"]
+__all__ = ["SetLayout", "MeshLayout", "build_layouts", "layouts_of_regions", "order_region", "to_local", "INTERIOR",
+           "MAX_LEVEL"]
 
 INTERIOR = np.iinfo(np.int32).max  # level of owned elements far from any partition boundary
-MAX_LEVEL = 18  # levels are told apart up to here (core ranges for halo depths up to 16); deeper is INTERIOR
+MAX_LEVEL = 50  # levels are told apart up to here (core ranges for halo depths up to 48); deeper is INTERIOR
 
 
 @dataclass
@@ -138,8 +140,9 @@ class MeshLayout:
     """
 
     def __init__(self, sets: dict, maps: dict, *, depth: int, map_sources=frozenset(), owner_blocks=None,
-                 distributed: bool = True):
+                 distributed: bool = True, grids=None):
         self.sets, self.maps, self.depth = sets, maps, depth
+        self.grids = grids  # the structured grids' block counts and box maps (GridParts), if any
         self.map_sources = frozenset(map_sources)
         self.owner_blocks = owner_blocks
         self.distributed = distributed
@@ -159,8 +162,14 @@ class MeshLayout:
         return layout
 
     def values(self, m):
-        """Map ``m``'s values in local numbering (None when it has none here)."""
-        return self.maps.get(m.uid)
+        """Map ``m``'s values in local numbering (None when it has none here). A
+        :class:`~meshchain.types.maps.ColumnsMap`'s are derived from its base map's on first use."""
+        found = self.maps.get(m.uid)
+        if found is None and isinstance(m, ColumnsMap):
+            base = None if m.base is None else self.values(m.base)
+            if m.base is None or base is not None:
+                found = self.maps[m.uid] = m.local_values(base, len(self.of(m.source).global_ids))
+        return found
 
 
 # --- membership pairs ---------------------------------------------------------------------
@@ -299,12 +308,20 @@ def _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth):
             exec_layer = mem.layers.copy()
         payload = np.stack([mem.ids, mem.layers, exec_layer, owner_of[mem.ids - lo]], axis=1)
         region, _ = alltoallv(comm, payload, mem.ranks)
-        provisional[s] = _order_region(region)
+        provisional[s] = order_region(region)
     local_maps = {}
     for m in maps:
         gids, _, exec_layers, _, _ = provisional[m.source]
         rows = fetch_rows(comm, offsets[m.source], map_blocks[m], gids)
-        local_maps[m] = _to_local(rows, provisional[m.target][0], exec_layers <= depth, m)
+        local_maps[m] = to_local(rows, provisional[m.target][0], exec_layers <= depth, m)
+    return layouts_of_regions(comm, sets, maps, provisional, local_maps, depth)
+
+
+def layouts_of_regions(comm, sets, maps, provisional, local_maps, depth):
+    """Every set's :class:`SetLayout` and every map's local values from each set's region
+    on this rank (``provisional[s]``: global ids, data layers, exec layers, owners in
+    :func:`order_region`'s order, and the number owned) and the maps' rows in that numbering:
+    levels, the final numbering, exchange lists and the agreed covered depths (collective)."""
     levels = _levels(sets, maps, provisional, local_maps, depth)
     layouts, permutations = {}, {}
     for s in sets:
@@ -334,14 +351,14 @@ def _agree_covered(comm, layout: SetLayout) -> None:
     layout.covered_depths = agreed
 
 
-def _order_region(region):
+def order_region(region):
     """Provisional order: owned by global id, then halo by (exec layer, data layer, owner, id)."""
     gids, data_layers, exec_layers, owners = region[:, 0], region[:, 1], region[:, 2], region[:, 3]
     order = np.lexsort((gids, owners, data_layers, exec_layers))
     return gids[order], data_layers[order], exec_layers[order], owners[order], int(np.count_nonzero(data_layers == 0))
 
 
-def _to_local(rows, local_gids, runnable, m):
+def to_local(rows, local_gids, runnable, m):
     """Local indices of map targets. Rows of elements that are never run (imported only) may
     point outside the rank's elements: those entries become 0 and are never used."""
     if not len(local_gids):

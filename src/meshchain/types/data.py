@@ -69,6 +69,13 @@ class Dat:
         self._args: dict = {}
         self.dtype = context.current().declare_dat(self, data, dtype)
 
+    def as_rows(self, data):
+        """``data`` with a grid's shape (``(nx, ny, dim)``, or ``(nx, ny)`` for dim 1) as rows;
+        anything else as given (checked by :meth:`rows`)."""
+        if data is not None and isinstance(self.dataset, Grid):
+            return _grid_rows(data, self.dataset.shape, self.dim)
+        return data
+
     def rows(self, data, dtype, count: int):
         """``(dtype, array)``: ``data`` checked and copied into ``count`` rows of this dat
         (zeros for ``None``); raises :class:`DataShapeError` naming the dat and the fix."""

@@ -9,7 +9,7 @@ from ..core.errors import MapError
 from ._checks import check_count, check_name, next_uid
 from .sets import Set
 
-__all__ = ["Map", "MapIndex", "checked_values"]
+__all__ = ["Map", "MapIndex", "ColumnsMap", "undeclared_map", "checked_values"]
 
 
 class Map:
@@ -71,6 +71,42 @@ class Map:
 
     def __repr__(self) -> str:
         return f"Map({self.source.name} -> {self.target.name}, arity={self.arity}, {self.name!r})"
+
+
+def undeclared_map(source, target, arity: int, name: str) -> Map:
+    """A :class:`Map` the library makes itself (a grid interior's box of neighbours): not
+    declared to the session, whose values the caller registers."""
+    m = Map.__new__(Map)
+    m.name, m.source, m.target, m.arity = name, source, target, arity
+    m._indices = tuple(MapIndex(m, i) for i in range(arity))
+    m.uid = next_uid()
+    return m
+
+
+class ColumnsMap(Map):
+    """A map the library derives from another on each rank: columns ``columns`` of ``base``
+    (or, with ``base`` None, ``len(columns)`` copies of the identity on ``source``). Its local
+    values follow from ``base``'s local values, so it needs no collective step and can be made
+    after ``mc.partition``; structured-grid loops on several ranks read stencils through them.
+    """
+
+    __slots__ = ("base", "columns")
+
+    def __init__(self, source, target, base, columns, name):
+        self.base, self.columns = base, tuple(int(c) for c in columns)
+        self.name, self.source, self.target, self.arity = name, source, target, len(self.columns)
+        self._indices = tuple(MapIndex(self, i) for i in range(self.arity))
+        self.uid = next_uid()
+
+    def local_values(self, base_values, n_source: int) -> np.ndarray:
+        """The values on this rank from ``base``'s (``n_source`` local source elements)."""
+        if self.base is None:
+            values = np.repeat(np.arange(n_source, dtype=np.int64)[:, None], self.arity, axis=1)
+        else:
+            values = base_values[:, list(self.columns)]
+        values = np.ascontiguousarray(values, dtype=np.int32 if n_source < np.iinfo(np.int32).max else np.int64)
+        values.flags.writeable = False
+        return values
 
 
 class MapIndex:

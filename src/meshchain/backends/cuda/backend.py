@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from ...core.access import Access
-from ...core.errors import BackendUnavailableError, ConfigurationError
+from ...core.errors import ConfigurationError
 from ...core.storage import GlobalStorage
 from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
@@ -50,6 +50,7 @@ class CudaBackend(Backend):
     """Runs loops as generated ``__global__`` functions on ``device`` (see :mod:`.device`)."""
 
     can_tile = True
+    grid_arithmetic = False  # structured-grid loops come lowered to maps (meshchain.engine.grids)
     transports = ("p2p",)
     times_itself = True  # kernel times come from the device (CUDA events), not the host's clock
 
@@ -139,9 +140,8 @@ class CudaBackend(Backend):
         key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments)
         executor = self._executors.get(key)
         if executor is None:
-            if any(s.kind == STENCIL or s.grid for s in loop.specs):
-                raise BackendUnavailableError(f"loop {loop.name!r}: the cupy backend does not run structured-grid loops "
-                                              f"yet; use the numba or reference backend.")
+            if any(s.kind == STENCIL or s.grid for s in loop.specs):  # the session lowers them to maps
+                raise AssertionError(f"loop {loop.name!r}: a structured-grid loop reached the cupy backend unlowered")
             check_sizes(loop)
             began = time.perf_counter()
             coloured = config.gpu_increments == "colour" and _increments_through_maps(loop)
