@@ -2,9 +2,9 @@
 
 On one process a grid loop runs as written (generated code finds every point by index
 arithmetic) on backends that can (``Backend.grid_arithmetic``); the others (cupy) get it
-lowered as below, on one process too. On several ranks each grid is cut into blocks and laid out with ghost layers
-by index arithmetic (:mod:`meshchain.partition.grid_layout`), and each interior gets a box
-map to its grid (every point to the grid points at most its width away). A loop over a
+lowered as below, on one process too. On several ranks each grid is cut into blocks and
+laid out with ghost layers by index arithmetic (:mod:`meshchain.partition.grid_layout`),
+and each interior gets a box map to its grid (every point to the grid points at most its width away). A loop over a
 grid's interior is then *lowered* (:meth:`GridLowering.lowered_args`): a direct grid dat is
 reached through the box map's first column (the point itself) and a stencil through the
 columns of its offsets, so chains, communication-avoiding execution, the inspector, the
