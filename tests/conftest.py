@@ -1,7 +1,8 @@
 """Shared fixtures: a clean runtime for every test, and the backends to run on.
 
-Also loads the MPI test harness (``mpi_harness``: the ``mpi`` marker and the
-``comm`` / ``mpi_nprocs`` fixtures).
+meshchain's pytest plugin (``meshchain.testing``: the ``mpi``/``parallel`` markers and the
+``comm`` / ``mpi_nprocs`` fixtures) is loaded by its entry point, or here when entry points
+are not loaded.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import os
 import shutil
 import tempfile
 
-import mpi_harness
 import pytest
 
 import meshchain as mc
+from meshchain.testing import harness
 
 BACKENDS = ("reference", "numba")
 
@@ -22,14 +23,14 @@ CACHE_VARIABLE = "MESHCHAIN_TEST_CACHE_DIR"
 
 
 def pytest_configure(config):
-    """Load the MPI harness plugin (unless ``-p mpi_harness`` already did), and choose the
+    """Load meshchain's pytest plugin (unless its entry point already did), and choose the
     session's cache directory: inherited by the MPI children this session launches, so
     every rank reuses what the session compiled instead of compiling again.
 
     It is also the default cache (``MESHCHAIN_CACHE_DIR``) of every runtime a test starts
     without ``cache_dir=``: a calibration saved in the user's ``~/.cache/meshchain`` (by
     ``make demo``) must not choose the transport or progress mode of a test."""
-    mpi_harness.register(config)
+    harness.register(config)
     if not os.environ.get(CACHE_VARIABLE):
         os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="meshchain-test-cache-")
         config._meshchain_cache_owner = True

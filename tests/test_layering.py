@@ -28,7 +28,7 @@ LAYERS = (
     ("model", ("meshchain.model",)),
     ("engine", ("meshchain.engine",)),
     ("api", ("meshchain.api", "meshchain", "meshchain.linalg")),
-    ("applications", ("meshchain.apps", "meshchain.meshes", "meshchain.__main__")),
+    ("applications", ("meshchain.apps", "meshchain.meshes", "meshchain.__main__", "meshchain.testing")),
 )
 
 # the user-facing entry points that find the current session through the context

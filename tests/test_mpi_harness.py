@@ -1,4 +1,4 @@
-"""The MPI test harness (``tests/mpi_harness.py``) does what it promises.
+"""The MPI test harness of meshchain's pytest plugin (``meshchain.testing``) does what it promises.
 
 MPI tests here run under ``mpiexec`` through the harness itself; failure
 modes (a failure on one rank, a hang, a child that collects nothing, a hang
@@ -16,12 +16,11 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import mpi_harness
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-HARNESS_DIR = Path(mpi_harness.__file__).resolve().parent
+from meshchain.testing import harness as mpi_harness
 
 needs_mpiexec = pytest.mark.skipif(
     mpi_harness.find_mpiexec() is None, reason="no mpiexec next to sys.executable or on PATH"
@@ -65,6 +64,17 @@ def test_hypothesis_draws_the_same_examples_on_every_rank(comm, values):
     assert comm.allgather(values) == [values] * comm.size
 
 
+@pytest.mark.parallel(nprocs=[1, 2], timeout=60)
+def test_parallel_marker_names_its_items_like_mpi_pytest(comm, mpi_nprocs, request):
+    assert mpi_harness.is_child() and comm.size == mpi_nprocs
+    assert request.node.name == f"test_parallel_marker_names_its_items_like_mpi_pytest[nprocs={comm.size}]"
+
+
+@pytest.mark.parallel
+def test_bare_parallel_marker_runs_on_three_ranks(comm):
+    assert comm.size == 3
+
+
 def test_comm_is_self_outside_mpi_tests(comm, mpi_nprocs):
     from mpi4py import MPI
 
@@ -85,6 +95,9 @@ def test_comm_is_self_outside_mpi_tests(comm, mpi_nprocs):
         (pytest.mark.mpi(3), (3,), 120.0),
         (pytest.mark.mpi(nprocs=(1, 2, 4), timeout=5), (1, 2, 4), 5.0),
         (pytest.mark.mpi(nprocs=[2], timeout=0.5), (2,), 0.5),
+        (pytest.mark.parallel, (3,), 120.0),
+        (pytest.mark.parallel([1, 2, 3]), (1, 2, 3), 120.0),
+        (pytest.mark.parallel(nprocs=4, timeout=9), (4,), 9.0),
     ],
 )
 def test_marker_arguments(mark, nprocs, timeout):
@@ -102,10 +115,11 @@ def test_marker_arguments(mark, nprocs, timeout):
         (pytest.mark.mpi(nprocs=2, timeout=0), ValueError),
         (pytest.mark.mpi(2, nprocs=2), TypeError),
         (pytest.mark.mpi(nprocs=2, tiemout=3), TypeError),
+        (pytest.mark.parallel(nprocs=[1, 1]), ValueError),
     ],
 )
 def test_marker_rejects_bad_arguments(mark, error):
-    with pytest.raises(error, match="mpi marker"):
+    with pytest.raises(error, match=f"{mark.mark.name} marker"):
         mpi_harness.MpiSpec.from_marker(mark.mark)
 
 
@@ -146,6 +160,14 @@ SCENARIOS = """
         pytest.skip("nothing to see")
 
 
+    @pytest.mark.parallel(nprocs=3, timeout=60)
+    def test_ranks_disagree_in_parallel_assert(comm):
+        from meshchain.testing import parallel_assert
+
+        parallel_assert(comm.rank != 1, "rank 1 disagrees")
+        comm.Barrier()
+
+
     @pytest.mark.mpi(nprocs=2, timeout=30)
     @pytest.mark.xfail(strict=True, reason="known to fail on rank 1")
     def test_xfail_failing_on_rank1(comm):
@@ -180,10 +202,9 @@ def run_parent_pytest(directory: Path, source: str, **env: str) -> dict[str, dic
     (directory / "pytest.ini").write_text("[pytest]\n")
     (directory / "test_cases.py").write_text(textwrap.dedent(source))
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MESHCHAIN_MPI_")}
-    environ["PYTHONPATH"] = os.pathsep.join([str(HARNESS_DIR), environ.get("PYTHONPATH", "")])
     environ.update(env)
     mpi_harness.redirect_bytecode(environ)
-    command = [sys.executable, "-m", "pytest", "test_cases.py", "-p", "mpi_harness",
+    command = [sys.executable, "-m", "pytest", "test_cases.py", "-p", "meshchain.testing.plugin",
                "-p", "no:cacheprovider", "--junitxml=junit.xml", "--timeout=300"]
     run = subprocess.run(command, cwd=directory, env=environ, capture_output=True,
                          text=True, timeout=300)
@@ -221,6 +242,15 @@ def test_failure_on_one_rank_aborts_all_ranks_promptly(scenarios):
     assert "exceeded" not in case["message"]
     assert "wall-clock" not in case["message"]
     assert case["time"] < 20  # the marker's timeout is 60 s
+
+
+@needs_mpiexec
+def test_parallel_assert_with_disagreeing_ranks_fails_every_rank_promptly(scenarios):
+    case = scenarios["test_ranks_disagree_in_parallel_assert[nprocs=3]"]
+    assert case["outcome"] == "failure"
+    assert "parallel assertion failed on rank(s) [1]: rank 1 disagrees" in case["message"]
+    assert "wall-clock" not in case["message"] and "exceeded" not in case["message"]
+    assert case["time"] < 30  # the marker's timeout is 60 s
 
 
 @needs_mpiexec

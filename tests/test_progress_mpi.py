@@ -471,7 +471,7 @@ def launch(scenario: str, environment: dict, *, nprocs: int = 2, script: list | 
     """Run ``python <this file> scenario`` (or ``python script...``) under ``mpiexec -n nprocs``
     with ``environment`` added to a clean one; (exit status, output). Killed, with
     everything it started, after :data:`SCRIPT_TIMEOUT` seconds."""
-    import mpi_harness
+    from meshchain.testing import harness as mpi_harness
 
     mpiexec = mpi_harness.find_mpiexec()
     if mpiexec is None:

@@ -21,7 +21,7 @@ from .errors import ConfigurationError, MeshchainWarning
 __all__ = ["Config", "BACKENDS", "TRANSPORTS", "PROGRESS", "INTERIOR", "AUXILIARY_VARIABLES"]
 
 AUXILIARY_VARIABLES = frozenset({
-    # set by meshchain's own test harness (tests/mpi_harness.py, tests/conftest.py) and notebook
+    # set by meshchain's own test harness (meshchain.testing, tests/conftest.py) and notebook
     "MESHCHAIN_MPI_CHILD", "MESHCHAIN_MPI_NPROCS", "MESHCHAIN_MPI_NODEID", "MESHCHAIN_MPI_RESULTS",
     "MESHCHAIN_MPI_WALL_SLACK", "MESHCHAIN_TEST_CACHE_DIR", "MESHCHAIN_NOTEBOOK_SMALL",
 })

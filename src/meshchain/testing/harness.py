@@ -1,14 +1,15 @@
-"""Run MPI tests under plain ``pytest``: a pytest plugin.
+"""Run MPI tests under plain ``pytest``: the machinery of :mod:`meshchain.testing`'s plugin.
 
 Usage
 -----
-Mark a test with ``mpi``::
+Mark a test with ``parallel`` (mpi-pytest's spelling, ids ``[nprocs=N]``, default 3
+processes) or ``mpi`` (meshchain's own suite, ids ``[npN]``, default 2)::
 
-    @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=120)
+    @pytest.mark.parallel(nprocs=[1, 2, 3], timeout=120)
     def test_halo_exchange(comm):
         ...
 
-``nprocs`` is an int or a sequence of ints (default ``2``); ``timeout`` is in
+``nprocs`` is an int or a sequence of ints; ``timeout`` is in
 seconds (default ``120``) and bounds the test's setup, call and teardown on
 every rank.  The marker may also be put on a class or module (``pytestmark``),
 and composes with ``@pytest.mark.parametrize`` and hypothesis' ``@given``.
@@ -23,7 +24,7 @@ the same node id and markers.  Running it executes, in a fresh session (process
 group) and with the rootdir as working directory::
 
     mpiexec -n N python -m pytest <file>::<function> -q -p no:cacheprovider -x \
-        -p mpi_harness --runxfail --timeout=<timeout> --timeout-method=thread ...
+        -p meshchain.testing.plugin --runxfail --timeout=<timeout> --timeout-method=thread ...
 
 with ``MESHCHAIN_MPI_CHILD=1``, ``MESHCHAIN_MPI_NPROCS=N`` and
 ``MESHCHAIN_MPI_NODEID=<node id>`` in the environment.  The parent never sets
@@ -76,9 +77,10 @@ the condition) when that matters.
 
 Registration
 ------------
-``tests/conftest.py`` calls :func:`register` from ``pytest_configure``; for a
-test file elsewhere use ``-p mpi_harness`` with this directory on
-``PYTHONPATH``.  Both ways may be combined.
+Installing meshchain registers the plugin (the ``pytest11`` entry point
+``meshchain.testing.plugin``); :func:`register` (from a conftest's
+``pytest_configure``) or ``-p meshchain.testing.plugin`` load it where entry
+points are not loaded (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``).  Any of these may be combined.
 
 Notes
 -----
@@ -116,13 +118,15 @@ from pathlib import Path
 
 import pytest
 
-MARKER = "mpi"
+#: Markers, with their default process counts and the ids of their parameters.
+MARKERS = {"parallel": ((3,), "nprocs={}"), "mpi": ((2,), "np{}")}
 MARKER_HELP = (
-    "mpi(nprocs=2, timeout=120): run the test under `mpiexec -n N` for each N in "
+    "{}(nprocs={}, timeout=120): run the test under `mpiexec -n N` for each N in "
     "nprocs (an int or a sequence); timeout in seconds bounds each run on every rank"
 )
-DEFAULT_NPROCS = (2,)
 DEFAULT_TIMEOUT = 120.0
+#: The plugin module (also the name of its pytest11 entry point).
+PLUGIN = "meshchain.testing.plugin"
 
 #: Seconds the parent allows on top of the marker's timeout (startup, collection).
 WALL_CLOCK_SLACK = 30.0
@@ -189,31 +193,40 @@ class MpiSpec:
         """
         kwargs = dict(marker.kwargs)
         if len(marker.args) > 1 or (marker.args and "nprocs" in kwargs):
-            raise TypeError(f"mpi marker: give nprocs once, got {marker.args!r} {kwargs!r}")
+            raise TypeError(f"{marker.name} marker: give nprocs once, got {marker.args!r} {kwargs!r}")
         if marker.args:
             kwargs["nprocs"] = marker.args[0]
         unknown = set(kwargs) - {"nprocs", "timeout"}
         if unknown:
-            raise TypeError(f"mpi marker: unknown arguments {sorted(unknown)}")
+            raise TypeError(f"{marker.name} marker: unknown arguments {sorted(unknown)}")
         return cls(
-            nprocs=_validate_nprocs(kwargs.get("nprocs", DEFAULT_NPROCS)),
-            timeout=_validate_timeout(kwargs.get("timeout", DEFAULT_TIMEOUT)),
+            nprocs=_validate_nprocs(kwargs.get("nprocs", MARKERS[marker.name][0]), marker.name),
+            timeout=_validate_timeout(kwargs.get("timeout", DEFAULT_TIMEOUT), marker.name),
         )
 
 
-def _validate_nprocs(nprocs: int | Sequence[int]) -> tuple[int, ...]:
+def marker_of(node) -> pytest.Mark | None:
+    """The ``parallel`` or ``mpi`` marker closest to ``node`` (an item or a definition)."""
+    for name in MARKERS:
+        marker = node.get_closest_marker(name)
+        if marker is not None:
+            return marker
+    return None
+
+
+def _validate_nprocs(nprocs: int | Sequence[int], name: str) -> tuple[int, ...]:
     """Return ``nprocs`` as a tuple of distinct positive ints."""
     counts = (nprocs,) if isinstance(nprocs, int) else tuple(nprocs)
     valid = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts)
     if not counts or not valid or len(set(counts)) != len(counts):
-        raise ValueError(f"mpi marker: nprocs must be distinct positive ints, got {nprocs!r}")
+        raise ValueError(f"{name} marker: nprocs must be distinct positive ints, got {nprocs!r}")
     return counts
 
 
-def _validate_timeout(timeout: float) -> float:
+def _validate_timeout(timeout: float, name: str) -> float:
     """Return ``timeout`` as a positive float."""
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError(f"mpi marker: timeout must be a positive number, got {timeout!r}")
+        raise ValueError(f"{name} marker: timeout must be a positive number, got {timeout!r}")
     return float(timeout)
 
 
@@ -255,24 +268,25 @@ def register(config: pytest.Config) -> None:
     ----------
     config : pytest.Config
         Call from a conftest's ``pytest_configure``.  A no-op when the module
-        is already loaded (e.g. with ``-p mpi_harness``).
+        is already loaded (e.g. by its entry point or ``-p meshchain.testing.plugin``).
     """
     manager = config.pluginmanager
-    module = sys.modules[__name__]
-    if not manager.is_registered(module) and manager.get_plugin(__name__) is None:
-        manager.register(module, __name__)
+    module = importlib.import_module(PLUGIN)
+    if not manager.is_registered(module) and manager.get_plugin(PLUGIN) is None:
+        manager.register(module, PLUGIN)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``mpi`` marker and the parent's or the child's hooks."""
-    config.addinivalue_line("markers", MARKER_HELP)
+    for name, (nprocs, _) in MARKERS.items():
+        config.addinivalue_line("markers", MARKER_HELP.format(name, nprocs[0]))
     role = _ChildSession(config) if is_child() else _ParentSession(config)
     config.pluginmanager.register(role, f"{__name__}-{type(role).__name__}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize each ``mpi`` test over its process counts (ids ``np1``, ``np2``, ...)."""
-    marker = metafunc.definition.get_closest_marker(MARKER)
+    marker = marker_of(metafunc.definition)
     if marker is None:
         return
     try:
@@ -284,7 +298,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if problem is not None:
         pytest.fail(problem, pytrace=False)
     metafunc.parametrize(
-        NPROCS_FIXTURE, spec.nprocs, ids=[f"np{n}" for n in spec.nprocs], indirect=True
+        NPROCS_FIXTURE, spec.nprocs, ids=[MARKERS[marker.name][1].format(n) for n in spec.nprocs], indirect=True
     )
 
 
@@ -342,7 +356,7 @@ def _launcher_for(item: pytest.Item) -> pytest.Item:
     nprocs = _mpi_nprocs_of(item)
     if nprocs is None:
         return item
-    spec = MpiSpec.from_marker(item.get_closest_marker(MARKER))
+    spec = MpiSpec.from_marker(marker_of(item))
     return MpiLauncherItem.from_parent(
         item.parent, name=item.name, original=item, spec=spec, nprocs=nprocs
     )
@@ -492,7 +506,7 @@ def child_pytest_args(config: pytest.Config, target: str, spec: MpiSpec) -> list
     -------
     list of str
     """
-    args = [target, "-q", "-p", "no:cacheprovider", "-x", "-p", __name__, "--runxfail"]
+    args = [target, "-q", "-p", "no:cacheprovider", "-x", "-p", PLUGIN, "--runxfail"]
     args += ["--rootdir", str(config.rootpath), f"--import-mode={config.option.importmode}"]
     if config.inipath is not None:
         args += ["-c", str(config.inipath)]
