@@ -196,6 +196,11 @@ def test_bad_grid_partitions_fail_on_every_rank_naming_the_object(comm):
     assert "'field'" in _failure(comm, lambda: declared((1, 5), blocks=(2, 1)))
     assert "field.interior(2) once before mc.partition" in _failure(comm, lambda: declared().interior(2))
     assert "'field'" in _failure(comm, lambda: declared() and mc.repartition("block"))
+    for everywhere in (True, False):  # a dat whose data does not fit the grid, from every rank or rank 0
+        mc.reset_runtime(comm=comm)
+        grid = mc.Grid((6, 5), "field")
+        data = np.zeros((7, 5)) if everywhere or comm.rank == 0 else None
+        assert "'wrong'" in _failure(comm, lambda: mc.Dat(grid, 1, data, "wrong"))
     mc.reset_runtime(comm=comm)
     grid = mc.Grid((6, 5), "field")
     cells = mc.Set(4, "cells")
