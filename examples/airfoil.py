@@ -13,6 +13,8 @@ Usage::
     python examples/airfoil.py --size 100 150 --iters 200 --backend reference
     python examples/airfoil.py --backend cupy           # on an NVIDIA GPU
     mpiexec -n 4 python examples/airfoil.py --repartition-at 500 --repartition-method kway
+    mpiexec -n 2 python examples/airfoil.py --iters 500 --checkpoint run.h5 --checkpoint-every 100
+    mpiexec -n 3 python examples/airfoil.py --iters 1000 --restart run.h5   # continues at 501
 
 Every 100 iterations it prints one line ``<iter> <rms>`` (rms as ``%.15e``).
 """
@@ -25,7 +27,7 @@ import time
 
 import meshchain as mc
 from meshchain.apps.airfoil import *  # noqa: F401,F403 - re-exported: tests and benchmarks use airfoil.declare, .run, ...
-from meshchain.apps.airfoil import declare, run
+from meshchain.apps.airfoil import declare, restore_state, run
 from meshchain.core.config import BACKENDS, GPU_INCREMENTS
 from meshchain.meshes import naca0012, read_op2_ascii
 
@@ -50,6 +52,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="partitioner for --repartition-at (default rib)")
     parser.add_argument("--transport", help="halo exchange transport: p2p, persistent, neighbour or rma")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
+    parser.add_argument("--checkpoint", metavar="PATH", help="save the flow state to PATH (HDF5, atomic)")
+    parser.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
+                        help="with --checkpoint: every N iterations (default 100)")
+    parser.add_argument("--restart", metavar="PATH",
+                        help="start from a checkpoint (written on any number of ranks); the iteration count continues")
     return parser.parse_args(argv)
 
 
@@ -69,8 +76,10 @@ def main(argv=None) -> int:
     ca = {"none": None, "ca": True, "per-loop": False, "auto": "auto"}[args.chain]
     if args.tile_size is not None and ca is None:
         ca = True  # tiling needs a chain
+    first = restore_state(problem, args.restart) if args.restart else 0
     run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca, tile_size=args.tile_size,
-        repartition_at=args.repartition_at, repartition_method=args.repartition_method)
+        repartition_at=args.repartition_at, repartition_method=args.repartition_method, start=first,
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
     elapsed = time.perf_counter() - start
     stats = mc.stats()
     if args.timing and rank == 0:

@@ -25,3 +25,17 @@ def readme_example(section: str) -> str:
     part = text[text.index(f"## {section}"):]
     code = part[part.index("```python") + len("```python"):]
     return code[: code.index("```")]
+
+
+def failure_on_every_rank(comm, action) -> str:
+    """Run ``action()``, which must raise a :class:`meshchain.MeshchainError` on every rank of
+    ``comm`` (checked collectively); return this rank's message."""
+    try:
+        action()
+    except mc.MeshchainError as exc:
+        message = str(exc)
+    else:
+        message = ""
+    messages = comm.allgather(message)
+    assert all(messages), f"not every rank raised: {messages}"
+    return message

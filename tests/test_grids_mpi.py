@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import meshchain as mc
+from helpers import failure_on_every_rank
 from meshchain.partition.grids import box_offsets
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
@@ -168,21 +169,6 @@ def test_grid_and_mesh_in_one_program_equal_one_process(comm):
     assert got[2] == want[2]
 
 
-def _failure(comm, action) -> str:
-    from mpi4py import MPI
-
-    try:
-        action()
-    except mc.MeshchainError as exc:
-        message = str(exc)
-    else:
-        message = ""
-    messages = comm.allgather(message)
-    assert all(messages), f"not every rank raised: {messages}"
-    assert comm.allreduce(1, op=MPI.SUM) == comm.size
-    return message
-
-
 @pytest.mark.mpi(nprocs=(2,), timeout=120)
 def test_bad_grid_partitions_fail_on_every_rank_naming_the_object(comm):
     def declared(shape=(6, 5), blocks=None):
@@ -192,20 +178,20 @@ def test_bad_grid_partitions_fail_on_every_rank_naming_the_object(comm):
         mc.partition("block", blocks=blocks)
         return grid
 
-    assert "blocks=(3, 1)" in _failure(comm, lambda: declared(blocks=(3, 1)))
-    assert "'field'" in _failure(comm, lambda: declared((1, 5), blocks=(2, 1)))
-    assert "field.interior(2) once before mc.partition" in _failure(comm, lambda: declared().interior(2))
-    assert "'field'" in _failure(comm, lambda: declared() and mc.repartition("block"))
+    assert "blocks=(3, 1)" in failure_on_every_rank(comm, lambda: declared(blocks=(3, 1)))
+    assert "'field'" in failure_on_every_rank(comm, lambda: declared((1, 5), blocks=(2, 1)))
+    assert "field.interior(2) once before mc.partition" in failure_on_every_rank(comm, lambda: declared().interior(2))
+    assert "'field'" in failure_on_every_rank(comm, lambda: declared() and mc.repartition("block"))
     for everywhere in (True, False):  # a dat whose data does not fit the grid, from every rank or rank 0
         mc.reset_runtime(comm=comm)
         grid = mc.Grid((6, 5), "field")
         data = np.zeros((7, 5)) if everywhere or comm.rank == 0 else None
-        assert "'wrong'" in _failure(comm, lambda: mc.Dat(grid, 1, data, "wrong"))
+        assert "'wrong'" in failure_on_every_rank(comm, lambda: mc.Dat(grid, 1, data, "wrong"))
     mc.reset_runtime(comm=comm)
     grid = mc.Grid((6, 5), "field")
     cells = mc.Set(4, "cells")
     mc.Map(cells, grid, 1, [[0], [1], [2], [3]], "c2g")
-    assert "'c2g'" in _failure(comm, lambda: mc.partition("block"))
+    assert "'c2g'" in failure_on_every_rank(comm, lambda: mc.partition("block"))
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)

@@ -27,7 +27,7 @@ LAYERS = (
     ("backends", ("meshchain.backends",)),
     ("model", ("meshchain.model",)),
     ("engine", ("meshchain.engine",)),
-    ("api", ("meshchain.api", "meshchain", "meshchain.linalg")),
+    ("api", ("meshchain.api", "meshchain", "meshchain.linalg", "meshchain.io")),
     ("applications", ("meshchain.apps", "meshchain.meshes", "meshchain.__main__", "meshchain.testing")),
 )
 

@@ -31,6 +31,7 @@ from .core.errors import (
     MeshchainWarning,
     MeshFileError,
     MeshFileNotFoundError,
+    CheckpointError,
     SetMismatchError,
     SolverError,
 )
@@ -40,6 +41,7 @@ from .core import errors
 from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, rebalance, repartition, reset_runtime, stats
 from .types import Arg, Block, Dat, Global, Grid, Map, MapIndex, Mat, Set, Stencil
 from .linalg import LinearOperator, SolveInfo, solve
+from .io.checkpoint import checkpoint, restore
 
 __version__ = "0.1.0"
 
@@ -47,7 +49,7 @@ __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "Grid", "Stencil", "LinearOperator", "SolveInfo", "solve",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
-    "partition", "repartition", "rebalance", "Block", "model",
+    "partition", "repartition", "rebalance", "Block", "model", "checkpoint", "restore", "CheckpointError",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "SolverError", "MeshFileError", "MeshFileNotFoundError",

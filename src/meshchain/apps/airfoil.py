@@ -267,14 +267,18 @@ def iterate(a: Airfoil, *, ca=None, tile_size=None) -> float:
 
 def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None,
         tile_size=None, repartition_at: int | None = None, repartition_method: str = "rib",
-        weights=None) -> list[tuple[int, float]]:
-    """Run ``iters`` iterations; print and return ``(iter, rms)`` every ``report_every``.
+        weights=None, start: int = 0, checkpoint: str | None = None,
+        checkpoint_every: int | None = None) -> list[tuple[int, float]]:
+    """Run iterations ``start + 1 .. iters``; print and return ``(iter, rms)`` every ``report_every``.
     ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain);
     ``tile_size``: sparse-tile each stage chain; ``repartition_at``: after that iteration,
     move the mesh to a new partition (``mc.repartition(repartition_method)``, the nodes'
-    coordinates for ``"rib"``, ``weights`` per node if given); the rms history does not change."""
+    coordinates for ``"rib"``, ``weights`` per node if given); the rms history does not change.
+    ``checkpoint``: a path to save the state to (:func:`save_state`) every ``checkpoint_every``
+    iterations; a run restored from it (:func:`restore_state`, ``start`` = its iteration)
+    prints the same rms history as an uninterrupted one."""
     history = []
-    for it in range(1, iters + 1):
+    for it in range(start + 1, iters + 1):
         rms = iterate(a, ca=ca, tile_size=tile_size)
         if it % report_every == 0:
             history.append((it, rms))
@@ -283,7 +287,26 @@ def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=N
         if it == repartition_at:
             mc.repartition(repartition_method, coords=a.p_x if repartition_method == "rib" else None,
                            weights=weights)
+        if checkpoint is not None and checkpoint_every and it % checkpoint_every == 0:
+            save_state(a, checkpoint, it)
     return history
+
+
+def _state(a: Airfoil, iteration: int = 0) -> list:
+    done = mc.Global(1, iteration, "iteration", dtype=np.int64)
+    return [a.p_q, a.p_qold, a.p_adt, a.p_res, a.rms, done]
+
+
+def save_state(a: Airfoil, path: str, iteration: int) -> None:
+    """Checkpoint the flow state after ``iteration`` (collective, atomic; any rank count restores it)."""
+    mc.checkpoint(path, _state(a, iteration))
+
+
+def restore_state(a: Airfoil, path: str) -> int:
+    """Load a state saved by :func:`save_state` (on any rank count); returns its iteration."""
+    objects = _state(a)
+    mc.restore(path, objects)
+    return int(objects[-1].value[0])
 
 
 # -- workload interface (see meshchain.apps) ---------------------------------------------

@@ -32,6 +32,7 @@ __all__ = [
     "BackendUnavailableError",
     "MeshFileError",
     "MeshFileNotFoundError",
+    "CheckpointError",
     "MeshchainWarning",
 ]
 
@@ -100,6 +101,11 @@ class MeshFileError(MeshchainError):
 
 class MeshFileNotFoundError(MeshFileError, FileNotFoundError):
     """A mesh file does not exist (also a :class:`FileNotFoundError`)."""
+
+
+class CheckpointError(MeshchainError):
+    """A checkpoint could not be written or restored (a missing or unreadable file, one of
+    another mesh, an object missing from it); nothing was changed."""
 
 
 class MeshchainWarning(UserWarning):

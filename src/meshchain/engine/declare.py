@@ -52,7 +52,9 @@ class Declarations:
 
     def set(self, s: Set) -> None:
         session = self._session
-        if session.distributed:
+        if not session.distributed:
+            self._remember(s)  # one process: nothing to agree on
+        else:
             if session.partitioned:
                 hint = (f"call {s.grid.name}.interior({s.width}) once before mc.partition (loops may then use it)"
                         if isinstance(s, GridInterior) else "declare every set and map before partitioning")
@@ -64,6 +66,7 @@ class Declarations:
         if not session.distributed:
             self.map_rows[m.uid] = checked_values(values, m.source, m.target, m.arity, m.name)
             _forget(self.map_rows, m)
+            self._remember(m)
             return
         if session.partitioned:
             raise_together(self.comm, DeclarationError(
@@ -87,6 +90,7 @@ class Declarations:
         session = self._session
         if not session.distributed:
             chosen, rows = d.rows(data, dtype, d.dataset.size)
+            self._remember(d)
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
         comm, n = self.comm, d.dataset.size
         offsets = block_offsets(n, comm.size)
@@ -104,9 +108,19 @@ class Declarations:
         local = fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=session.layout.depth, tag=tag)
 
+    def adopt(self, other: "Declarations") -> None:
+        """Take over ``other``'s record of declarations (one process, ``mc.reset_runtime``)."""
+        self._declared = [r for r in other._declared if r() is not None]
+
     @staticmethod
     def global_(value: np.ndarray) -> GlobalStorage:
         return GlobalStorage(value)
+
+    def _remember(self, obj) -> None:
+        """Record ``obj`` on one process (dead entries are dropped now and then)."""
+        self._declared.append(weakref.ref(obj))
+        if len(self._declared) % 4096 == 0:
+            self._declared = [r for r in self._declared if r() is not None]
 
     def _record(self, obj, agreed) -> int:
         """Check that ``agreed`` is the same on every rank and record ``obj``; returns its

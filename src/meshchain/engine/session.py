@@ -78,6 +78,7 @@ class Session:
         self.grid_lowering = GridLowering(self.declarations)
         if inherit is not None and not self.distributed and not inherit.distributed:
             self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
+            self.declarations.adopt(inherit.declarations)
         self.layout = MeshLayout.serial(self.declarations.map_rows)
         self.partitioned = False
         self.seed_set = None  # the set partitioned first (mc.repartition partitions it again)

@@ -1,0 +1,1 @@
+"""Data in and out of a run: checkpoint and restart (:mod:`.checkpoint`)."""
