@@ -45,7 +45,7 @@ import tempfile
 
 import numpy as np
 
-from .. import api
+from ..api import get_runtime
 from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv
@@ -124,7 +124,7 @@ def restore(path, objects) -> None:
 
 
 def _context():
-    session = api.get_runtime()
+    session = get_runtime()
     comm = session.comm
     if comm is None:
         from mpi4py import MPI
