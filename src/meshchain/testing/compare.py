@@ -33,7 +33,7 @@ def same_on_one_and_all_ranks(program, *, rtol: float = 0.0, atol: float = 0.0, 
     (``glob.value``). Arrays are compared on rank 0 (``rtol = atol = 0``: bit for bit),
     values on every rank. Returns the results of the run on all ranks.
     """
-    import meshchain as mc
+    import meshchain as mc  # inside: the plugin (via .fixtures) must not import them at pytest start-up
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if comm is None else comm

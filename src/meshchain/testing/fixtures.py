@@ -19,6 +19,10 @@ import pytest
 
 from .compare import same_on_one_and_all_ranks
 
+# meshchain (and with it numba) is imported inside the fixtures: pytest loads this plugin in
+# every session of an environment with meshchain installed, and the parent of an MPI test
+# must not import mpi4py (see .harness)
+
 __all__ = ["quad_mesh", "tri_mesh", "delaunay_mesh", "naca_mesh", "one_and_all_ranks"]
 
 
