@@ -10,6 +10,8 @@ Usage::
 
     python examples/airfoil.py                      # generated 720000-cell mesh, 1000 iterations
     python examples/airfoil.py --mesh new_grid.dat  # OP2 ASCII mesh
+    python examples/airfoil.py --mesh new_grid.dat --iters 0 --write-mesh new_grid.h5   # convert it
+    mpiexec -n 4 python examples/airfoil.py --mesh new_grid.h5   # OP2 HDF5: each rank reads its rows
     python examples/airfoil.py --size 100 150 --iters 200 --backend reference
     python examples/airfoil.py --backend cupy           # on an NVIDIA GPU
     mpiexec -n 4 python examples/airfoil.py --repartition-at 500 --repartition-method kway
@@ -29,12 +31,14 @@ import meshchain as mc
 from meshchain.apps.airfoil import *  # noqa: F401,F403 - re-exported: tests and benchmarks use airfoil.declare, .run, ...
 from meshchain.apps.airfoil import declare, restore_state, run
 from meshchain.core.config import BACKENDS, GPU_INCREMENTS
-from meshchain.meshes import naca0012, read_op2_ascii
+from meshchain.meshes import naca0012, read_op2_ascii, read_op2_hdf5, write_op2_hdf5
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mesh", help="OP2 ASCII mesh (new_grid.dat format); default: generated NACA0012 O-mesh")
+    parser.add_argument("--mesh", help="OP2 mesh: ASCII (new_grid.dat format) or HDF5 (.h5/.hdf5, OP2's layout); "
+                                       "default: generated NACA0012 O-mesh")
+    parser.add_argument("--write-mesh", metavar="PATH", help="write the mesh in OP2's HDF5 layout to PATH first")
     parser.add_argument("--size", nargs=2, type=int, metavar=("I", "J"), default=(400, 600),
                         help="generated mesh size, as OP2's generator (default 400 600: 720000 cells)")
     parser.add_argument("--iters", type=int, default=1000, help="iterations (default 1000)")
@@ -60,6 +64,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def read_mesh(args):
+    """The mesh of ``--mesh`` (HDF5 by its suffix: each rank reads only its rows) or a generated one."""
+    if not args.mesh:
+        return naca0012(*args.size)
+    if args.mesh.endswith((".h5", ".hdf5")):
+        return read_op2_hdf5(args.mesh)
+    return read_op2_ascii(args.mesh)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     chosen = (("backend", args.backend), ("threads", args.threads), ("gpu_increments", args.gpu_increments),
@@ -67,10 +80,10 @@ def main(argv=None) -> int:
     options = {k: v for k, v in chosen if v is not None}
     if options:
         mc.configure(**options)
-    mesh = read_op2_ascii(args.mesh) if args.mesh else naca0012(*args.size)
-    problem = declare(mesh, method=args.partition)
-    ncell = mesh.ncell
-    del mesh  # after partitioning each rank keeps only its part
+    problem = declare(read_mesh(args), method=args.partition)
+    if args.write_mesh:
+        write_op2_hdf5(problem, args.write_mesh)
+    ncell = problem.cells.size
     rank = mc.get_runtime().comm.rank if mc.get_runtime().comm is not None else 0
     start = time.perf_counter()
     ca = {"none": None, "ca": True, "per-loop": False, "auto": "auto"}[args.chain]

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import meshchain as mc
-from meshchain.meshes import AirfoilMesh, naca0012
+from meshchain.meshes import AirfoilBlocks, AirfoilMesh, naca0012
 
 from . import _check_chain_mode, _total_size
 
@@ -198,13 +198,13 @@ class Airfoil:
     rms: mc.Global
 
 
-def declare(mesh: AirfoilMesh, *, method: str = "rib", partition: bool = True) -> Airfoil:
+def declare(mesh: AirfoilMesh | AirfoilBlocks, *, method: str = "rib", partition: bool = True) -> Airfoil:
     """Declare Airfoil's sets, maps and dats on ``mesh`` with the free-stream initial state,
     and partition them over the MPI ranks (nothing to do on one process; ``partition=False``:
     the caller declares more and calls ``mc.partition(method, coords=problem.p_x)`` itself)."""
     declared = mesh.declare()  # sets, maps, p_x and p_bound, named as in OP2's airfoil.cpp
     cells = declared.cells
-    q0 = np.tile(np.array(qinf, dtype=np.float64), (mesh.ncell, 1))
+    q0 = mesh.per_cell(qinf)  # whole, or this rank's rows of a mesh read in blocks
     problem = Airfoil(
         **{f.name: getattr(declared, f.name) for f in dataclasses.fields(declared)},
         p_q=mc.Dat(cells, 4, q0, "p_q"),

@@ -41,50 +41,36 @@ Examples
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 
-from ..api import get_runtime
+from ..comm.blocks import block_offsets
 from ..comm.agree import raise_together
-from ..comm.blocks import block_offsets, block_owner
-from ..comm.collectives import alltoallv
 from ..core.errors import CheckpointError
+from .ranked import context, create_on_root, dat_block, map_block, read_block, replace_on_root, scatter_block, \
+    write_in_turn
 
 __all__ = ["checkpoint", "restore", "FORMAT"]
 
 FORMAT = "meshchain-checkpoint-1"
-TOKEN_TAG = 32611
+
+
+def _failure(message: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {message}")
 
 
 def checkpoint(path, objects) -> None:
     """Save dats and globals to ``path`` (collective; atomic). ``objects``: a list of them
     (matched by name on restore; names must be unique)."""
-    session, comm = _context()
+    session, comm = context()
     dats, globs = _split(objects, path)
     mesh = _mesh_signature(session, comm)
-    blocks = [_to_blocks(session, comm, d) for d in dats]
-    temporary, error = None, None
-    if comm.rank == 0:
-        try:
-            temporary = _create(path, mesh, dats, globs)
-        except (OSError, ValueError) as exc:
-            error = CheckpointError(f"checkpoint {os.fspath(path)!r}: cannot write beside it ({exc}); nothing was "
-                                    f"changed.")
-    raise_together(comm, error)
-    temporary = comm.bcast(temporary, root=0)
-    _append_in_turn(comm, temporary, path, dats, blocks)
-    error = None
-    if comm.rank == 0:
-        try:
-            os.replace(_before_rename(temporary), os.fspath(path))
-        except OSError as exc:
-            error = CheckpointError(f"checkpoint {os.fspath(path)!r}: the finished file could not be renamed into "
-                                    f"place ({exc}); the previous checkpoint is unchanged.")
-        finally:
-            if error is not None and os.path.exists(temporary):
-                os.remove(temporary)
-    raise_together(comm, error)
+    blocks = [dat_block(session, comm, d, CheckpointError) for d in dats]
+    temporary = create_on_root(comm, path, lambda f: _fill(f, mesh, dats, globs), _failure)
+    lows = [int(block_offsets(d.dataset.size, comm.size)[comm.rank]) for d in dats]
+    write_in_turn(comm, temporary, path, [(f"dats/{d.name}", lo, b) for d, lo, b in zip(dats, lows, blocks)],
+                  _failure)
+    replace_on_root(comm, temporary, path, _failure, before=lambda name: _before_rename(name))
 
 
 def _before_rename(temporary: str) -> str:
@@ -96,7 +82,7 @@ def restore(path, objects) -> None:
     """Load dats and globals saved by :func:`checkpoint` (collective; any rank count)."""
     import h5py
 
-    session, comm = _context()
+    session, comm = context()
     dats, globs = _split(objects, path)
     name = os.fspath(path)
     error, handle = None, None
@@ -112,25 +98,15 @@ def restore(path, objects) -> None:
         handle.close()
     raise_together(comm, error)
     with handle:
-        blocks = [_read_block(handle, d, comm) for d in dats]
+        blocks = [read_block(handle["dats"][d.name], comm) for d in dats]
         values = [np.asarray(handle["globals"][g.name]) for g in globs]
     for d, block in zip(dats, blocks):
-        _from_blocks(session, comm, d, block)
+        scatter_block(session, comm, d, block, CheckpointError)
     for g, value in zip(globs, values):
         g.value = value
 
 
 # --- what is saved -------------------------------------------------------------------------------
-
-
-def _context():
-    session = get_runtime()
-    comm = session.comm
-    if comm is None:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_SELF
-    return session, comm
 
 
 def _split(objects, path) -> tuple[list, list]:
@@ -150,7 +126,7 @@ def _mesh_signature(session, comm) -> dict:
     signature = {f"set {s.name}": s.size for s in sets}
     local = []
     for m in maps:
-        rows = np.asarray(session.declarations.map_rows[m.uid], dtype=np.uint64).reshape(-1, m.arity)
+        rows = map_block(session, m).astype(np.uint64)
         start = 0 if not session.distributed else int(block_offsets(m.source.size, comm.size)[comm.rank])
         local.append(_map_hash(rows, start))
     totals = comm.allreduce(np.array(local, dtype=np.uint64)) if local else []
@@ -176,101 +152,21 @@ def _map_hash(rows: np.ndarray, start: int) -> np.uint64:
                              dtype=np.uint64)
 
 
-# --- moving rows between owners and blocks of global ids -----------------------------------------
-
-
-def _owned(session, d) -> np.ndarray:
-    """Global ids of this rank's owned rows of ``d``."""
-    layout = session.layout_of(d.dataset)
-    if layout is None:
-        raise CheckpointError(f"Dat {d.name!r}: checkpoints on several ranks need a partitioned mesh; call "
-                              f"mc.partition(...) first.")
-    return layout.global_ids[: layout.n_owned]
-
-
-def _to_blocks(session, comm, d) -> np.ndarray:
-    """This rank's block (by global id) of ``d``'s rows."""
-    ids, rows = _owned(session, d), d.data_ro
-    if comm.size == 1:
-        block = np.empty_like(rows)
-        block[ids] = rows
-        return block
-    offsets = block_offsets(d.dataset.size, comm.size)
-    owners = block_owner(offsets, ids)
-    got_ids, _ = alltoallv(comm, ids.astype(np.int64), owners)
-    got_rows, _ = alltoallv(comm, np.ascontiguousarray(rows), owners)
-    block = np.empty((offsets[comm.rank + 1] - offsets[comm.rank], d.dim), dtype=d.dtype)
-    block[got_ids - offsets[comm.rank]] = got_rows
-    return block
-
-
-def _from_blocks(session, comm, d, block: np.ndarray) -> None:
-    """Write this rank's owned rows of ``d`` from the ranks' blocks."""
-    ids = _owned(session, d)
-    if comm.size == 1:
-        d.data[:] = block[ids]
-        return
-    offsets = block_offsets(d.dataset.size, comm.size)
-    holders = block_owner(offsets, ids)
-    asked, askers = alltoallv(comm, ids.astype(np.int64), holders)
-    answers, _ = alltoallv(comm, block[asked - offsets[comm.rank]], askers)
-    order = np.argsort(holders, kind="stable")  # answers come grouped by holder, in asking order
-    rows = np.empty((len(ids), d.dim), dtype=d.dtype)
-    rows[order] = answers.reshape(-1, d.dim)
-    d.data[:] = rows
-
-
 # --- the file -------------------------------------------------------------------------------------
 
 
-def _create(path, mesh: dict, dats, globs) -> str:
-    """Rank 0: the temporary file with its metadata, empty datasets and the globals."""
-    import h5py
-
-    directory = os.path.dirname(os.path.abspath(os.fspath(path)))
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
-                                         dir=directory)
-    os.close(handle)
-    try:
-        with h5py.File(temporary, "w") as f:
-            f.attrs["format"] = FORMAT
-            for key, value in mesh.items():
-                f.attrs[key] = np.uint64(value) if key.startswith("map ") else value
-            group = f.create_group("dats")
-            for d in dats:
-                group.create_dataset(d.name, shape=(d.dataset.size, d.dim), dtype=d.dtype)
-                group[d.name].attrs["set"] = d.dataset.name
-            values = f.create_group("globals")
-            for g in globs:
-                values.create_dataset(g.name, data=g.value)
-    except BaseException:
-        os.remove(temporary)
-        raise
-    return temporary
-
-
-def _append_in_turn(comm, temporary: str, path, dats, blocks) -> None:
-    """Each rank writes its blocks into the temporary file, in rank order."""
-    import h5py
-
-    if comm.rank > 0:
-        comm.recv(source=comm.rank - 1, tag=TOKEN_TAG)
-    error = None
-    try:
-        with h5py.File(temporary, "r+") as f:
-            for d, block in zip(dats, blocks):
-                lo = int(block_offsets(d.dataset.size, comm.size)[comm.rank])
-                f["dats"][d.name][lo : lo + len(block)] = block
-            f.flush()
-        if comm.rank == comm.size - 1:
-            with open(temporary, "rb+") as raw:
-                os.fsync(raw.fileno())
-    except OSError as exc:
-        error = CheckpointError(f"checkpoint {os.fspath(path)!r}: rank {comm.rank} could not write ({exc}); the "
-                                f"previous checkpoint is unchanged.")
-    if comm.rank < comm.size - 1:
-        comm.send(None, dest=comm.rank + 1, tag=TOKEN_TAG)
-    raise_together(comm, error)
+def _fill(f, mesh: dict, dats, globs) -> None:
+    """Rank 0: the metadata, empty datasets and the globals."""
+    f.attrs["format"] = FORMAT
+    for key, value in mesh.items():
+        f.attrs[key] = np.uint64(value) if key.startswith("map ") else value
+    group = f.create_group("dats")
+    for d in dats:
+        group.create_dataset(d.name, shape=(d.dataset.size, d.dim), dtype=d.dtype)
+        group[d.name].attrs["set"] = d.dataset.name
+    values = f.create_group("globals")
+    for g in globs:
+        values.create_dataset(g.name, data=g.value)
 
 
 def _check(f, name: str, mesh: dict, dats, globs) -> None:
@@ -291,8 +187,3 @@ def _check(f, name: str, mesh: dict, dats, globs) -> None:
         saved = f["globals"].get(g.name)
         if saved is None or saved.shape != (g.dim,):
             raise CheckpointError(f"checkpoint {name!r}: Global {g.name!r} is not in it (or has another size).")
-
-
-def _read_block(f, d, comm) -> np.ndarray:
-    offsets = block_offsets(d.dataset.size, comm.size)
-    return np.asarray(f["dats"][d.name][offsets[comm.rank] : offsets[comm.rank + 1]])

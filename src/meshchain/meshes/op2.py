@@ -49,7 +49,20 @@ _INT_FIELDS = ("cell", "edge", "ecell", "bedge", "becell", "bound")
 
 
 @dataclass(frozen=True, eq=False)
-class AirfoilMesh:
+class AirfoilArrays:
+    """The arrays of an Airfoil mesh (see :class:`AirfoilMesh`): whole, or one rank's rows."""
+
+    x: np.ndarray
+    cell: np.ndarray
+    edge: np.ndarray
+    ecell: np.ndarray
+    bedge: np.ndarray
+    becell: np.ndarray
+    bound: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class AirfoilMesh(AirfoilArrays):
     """The unstructured quadrilateral mesh of OP2's Airfoil application.
 
     Parameters
@@ -94,14 +107,6 @@ class AirfoilMesh:
     >>> m.nnode, m.ncell, m.nedge, m.nbedge
     (4, 1, 0, 4)
     """
-
-    x: np.ndarray
-    cell: np.ndarray
-    edge: np.ndarray
-    ecell: np.ndarray
-    bedge: np.ndarray
-    becell: np.ndarray
-    bound: np.ndarray
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "x", np.ascontiguousarray(self.x, dtype=np.float64))
@@ -194,26 +199,17 @@ class AirfoilMesh:
         >>> d.cells.size, d.pecell.arity, d.p_x.dim
         (72, 2, 2)
         """
-        import meshchain as mc
+        sizes = (self.nnode, self.nedge, self.nbedge, self.ncell)
+        return declare_airfoil(sizes, self, prefix, lambda rows: rows)
 
-        nodes = mc.Set(self.nnode, f"{prefix}nodes")
-        edges = mc.Set(self.nedge, f"{prefix}edges")
-        bedges = mc.Set(self.nbedge, f"{prefix}bedges")
-        cells = mc.Set(self.ncell, f"{prefix}cells")
-        return DeclaredAirfoil(
-            nodes=nodes,
-            edges=edges,
-            bedges=bedges,
-            cells=cells,
-            pedge=mc.Map(edges, nodes, 2, self.edge, f"{prefix}pedge"),
-            pecell=mc.Map(edges, cells, 2, self.ecell, f"{prefix}pecell"),
-            pbedge=mc.Map(bedges, nodes, 2, self.bedge, f"{prefix}pbedge"),
-            pbecell=mc.Map(bedges, cells, 1, self.becell.reshape(-1, 1), f"{prefix}pbecell"),
-            pcell=mc.Map(cells, nodes, 4, self.cell, f"{prefix}pcell"),
-            p_x=mc.Dat(nodes, 2, self.x, f"{prefix}p_x"),
-            p_bound=mc.Dat(bedges, 1, self.bound.reshape(-1, 1), f"{prefix}p_bound",
-                           dtype=np.int32),
-        )
+    def per_cell(self, row) -> np.ndarray:
+        """``row`` repeated for every cell: initial values of a cell dat, whole.
+
+        >>> from meshchain.meshes.naca import naca0012
+        >>> naca0012(4, 6).per_cell([1.0, 0.0]).shape
+        (72, 2)
+        """
+        return np.tile(np.asarray(row, dtype=np.float64), (self.ncell, 1))
 
     @classmethod
     def from_records(cls, x, cell, edge_records, bedge_records) -> "AirfoilMesh":
@@ -304,7 +300,7 @@ class AirfoilMesh:
             ("bedge", "node", self.nnode),
             ("becell", "cell", self.ncell),
         ):
-            _check_range(getattr(self, name), f"AirfoilMesh.{name}", target, count)
+            check_range(getattr(self, name), f"AirfoilMesh.{name}", target, count)
 
 
 @dataclass(frozen=True)
@@ -325,15 +321,39 @@ class DeclaredAirfoil:
     p_bound: object
 
 
-def _check_range(arr: np.ndarray, what: str, target: str, count: int,
-                 where: str = "") -> None:
-    """Raise MapError if some entry of ``arr`` is not in ``[0, count)``."""
+def declare_airfoil(sizes, arrays, prefix: str, wrap) -> DeclaredAirfoil:
+    """Declare Airfoil's sets (``sizes``: nodes, edges, bedges, cells), maps and dats from the
+    arrays ``x, cell, edge, ecell, bedge, becell, bound`` of ``arrays``, each passed through
+    ``wrap`` (whole arrays, or this rank's rows as ``mc.Block``)."""
+    import meshchain as mc
+
+    nodes, edges, bedges, cells = (mc.Set(n, f"{prefix}{name}")
+                                   for n, name in zip(sizes, ("nodes", "edges", "bedges", "cells")))
+    return DeclaredAirfoil(
+        nodes=nodes,
+        edges=edges,
+        bedges=bedges,
+        cells=cells,
+        pedge=mc.Map(edges, nodes, 2, wrap(arrays.edge), f"{prefix}pedge"),
+        pecell=mc.Map(edges, cells, 2, wrap(arrays.ecell), f"{prefix}pecell"),
+        pbedge=mc.Map(bedges, nodes, 2, wrap(arrays.bedge), f"{prefix}pbedge"),
+        pbecell=mc.Map(bedges, cells, 1, wrap(arrays.becell.reshape(-1, 1)), f"{prefix}pbecell"),
+        pcell=mc.Map(cells, nodes, 4, wrap(arrays.cell), f"{prefix}pcell"),
+        p_x=mc.Dat(nodes, 2, wrap(arrays.x), f"{prefix}p_x"),
+        p_bound=mc.Dat(bedges, 1, wrap(arrays.bound.reshape(-1, 1)), f"{prefix}p_bound", dtype=np.int32),
+    )
+
+
+def check_range(arr: np.ndarray, what: str, target: str, count: int,
+                where: str = "", first: int = 0) -> None:
+    """Raise MapError if some entry of ``arr`` is not in ``[0, count)`` (``first``: the
+    number of the first row, for the message)."""
     if arr.size == 0:
         return
     bad = (arr < 0) | (arr >= count)
     if bad.any():
         flat = int(np.flatnonzero(bad.reshape(-1))[0])
-        row = flat // (arr.shape[1] if arr.ndim == 2 else 1)
+        row = first + flat // (arr.shape[1] if arr.ndim == 2 else 1)
         value = int(arr.reshape(-1)[flat])
         raise MapError(
             f"{what}[{row}] refers to {target} {value}, outside 0..{count - 1}"
@@ -536,11 +556,11 @@ def read_op2_ascii(path: PathLike) -> AirfoilMesh:
             "(node coordinates section); coordinates must be finite numbers."
         )
     where = f" in {fname}"
-    _check_range(cell, "cells section: cell", "node", nnode, where)
-    _check_range(erec[:, :2], "edges section: edge", "node", nnode, where)
-    _check_range(erec[:, 2:], "edges section: edge", "cell", ncell, where)
-    _check_range(brec[:, :2], "boundary edges section: boundary edge", "node", nnode, where)
-    _check_range(brec[:, 2:3], "boundary edges section: boundary edge", "cell", ncell, where)
+    check_range(cell, "cells section: cell", "node", nnode, where)
+    check_range(erec[:, :2], "edges section: edge", "node", nnode, where)
+    check_range(erec[:, 2:], "edges section: edge", "cell", ncell, where)
+    check_range(brec[:, :2], "boundary edges section: boundary edge", "node", nnode, where)
+    check_range(brec[:, 2:3], "boundary edges section: boundary edge", "cell", ncell, where)
 
     return AirfoilMesh.from_records(x, cell, erec, brec)
 
