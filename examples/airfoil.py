@@ -17,6 +17,7 @@ Usage::
     mpiexec -n 4 python examples/airfoil.py --repartition-at 500 --repartition-method kway
     mpiexec -n 2 python examples/airfoil.py --iters 500 --checkpoint run.h5 --checkpoint-every 100
     mpiexec -n 3 python examples/airfoil.py --iters 1000 --restart run.h5   # continues at 501
+    mpiexec -n 2 python examples/airfoil.py --output flow --output-every 50   # open flow/airfoil.xdmf in ParaView
 
 Every 100 iterations it prints one line ``<iter> <rms>`` (rms as ``%.15e``).
 """
@@ -29,7 +30,7 @@ import time
 
 import meshchain as mc
 from meshchain.apps.airfoil import *  # noqa: F401,F403 - re-exported: tests and benchmarks use airfoil.declare, .run, ...
-from meshchain.apps.airfoil import declare, restore_state, run
+from meshchain.apps.airfoil import declare, open_output, restore_state, run
 from meshchain.core.config import BACKENDS, GPU_INCREMENTS
 from meshchain.meshes import naca0012, read_op2_ascii, read_op2_hdf5, write_op2_hdf5
 
@@ -55,6 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repartition-method", choices=("rib", "kway", "block"), default="rib",
                         help="partitioner for --repartition-at (default rib)")
     parser.add_argument("--transport", help="halo exchange transport: p2p, persistent, neighbour or rma")
+    parser.add_argument("--output", metavar="DIR", help="write the flow for ParaView to DIR (airfoil.xdmf + HDF5)")
+    parser.add_argument("--output-every", type=int, default=100, metavar="N",
+                        help="with --output: write every N iterations (default 100)")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
     parser.add_argument("--checkpoint", metavar="PATH", help="save the flow state to PATH (HDF5, atomic)")
     parser.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
@@ -90,9 +94,14 @@ def main(argv=None) -> int:
     if args.tile_size is not None and ca is None:
         ca = True  # tiling needs a chain
     first = restore_state(problem, args.restart) if args.restart else 0
+    write = None
+    if args.output:
+        write = open_output(problem, args.output, every=args.output_every, keep_until=first if args.restart else None)
+        if not args.restart:
+            write(0)  # the initial state
     run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca, tile_size=args.tile_size,
         repartition_at=args.repartition_at, repartition_method=args.repartition_method, start=first,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, on_iteration=write)
     elapsed = time.perf_counter() - start
     stats = mc.stats()
     if args.timing and rank == 0:

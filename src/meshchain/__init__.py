@@ -32,6 +32,7 @@ from .core.errors import (
     MeshFileError,
     MeshFileNotFoundError,
     CheckpointError,
+    OutputError,
     SetMismatchError,
     SolverError,
 )
@@ -42,6 +43,7 @@ from .api import configure, flush, get_runtime, loop_chain, par_loop, partition,
 from .types import Arg, Block, Dat, Global, Grid, Map, MapIndex, Mat, Set, Stencil
 from .linalg import LinearOperator, SolveInfo, solve
 from .io.checkpoint import checkpoint, restore
+from .io.output import Output
 
 __version__ = "0.1.0"
 
@@ -50,6 +52,7 @@ __all__ = [
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "Grid", "Stencil", "LinearOperator", "SolveInfo", "solve",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
     "partition", "repartition", "rebalance", "Block", "model", "checkpoint", "restore", "CheckpointError",
+    "Output", "OutputError",
     "MeshchainError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "SolverError", "MeshFileError", "MeshFileNotFoundError",

@@ -53,7 +53,7 @@ from . import _check_chain_mode, _total_size
 __all__ = [
     "gam", "gm1", "cfl", "eps", "mach", "alpha", "qinf",
     "save_soln", "adt_calc", "res_calc", "bres_calc", "update",
-    "Airfoil", "declare", "reset", "stage", "record_stage", "iterate", "run",
+    "Airfoil", "declare", "reset", "stage", "record_stage", "iterate", "run", "open_output",
     "CHAIN", "setup", "step", "loops_in_chain", "checksum",
 ]
 
@@ -268,7 +268,7 @@ def iterate(a: Airfoil, *, ca=None, tile_size=None) -> float:
 def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None,
         tile_size=None, repartition_at: int | None = None, repartition_method: str = "rib",
         weights=None, start: int = 0, checkpoint: str | None = None,
-        checkpoint_every: int | None = None) -> list[tuple[int, float]]:
+        checkpoint_every: int | None = None, on_iteration=None) -> list[tuple[int, float]]:
     """Run iterations ``start + 1 .. iters``; print and return ``(iter, rms)`` every ``report_every``.
     ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain);
     ``tile_size``: sparse-tile each stage chain; ``repartition_at``: after that iteration,
@@ -276,7 +276,8 @@ def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=N
     coordinates for ``"rib"``, ``weights`` per node if given); the rms history does not change.
     ``checkpoint``: a path to save the state to (:func:`save_state`) every ``checkpoint_every``
     iterations; a run restored from it (:func:`restore_state`, ``start`` = its iteration)
-    prints the same rms history as an uninterrupted one."""
+    prints the same rms history as an uninterrupted one. ``on_iteration``: called with the
+    iteration number after each one (e.g. :func:`open_output`'s writer)."""
     history = []
     for it in range(start + 1, iters + 1):
         rms = iterate(a, ca=ca, tile_size=tile_size)
@@ -289,6 +290,8 @@ def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=N
                            weights=weights)
         if checkpoint is not None and checkpoint_every and it % checkpoint_every == 0:
             save_state(a, checkpoint, it)
+        if on_iteration is not None:
+            on_iteration(it)
     return history
 
 
@@ -307,6 +310,34 @@ def restore_state(a: Airfoil, path: str) -> int:
     objects = _state(a)
     mc.restore(path, objects)
     return int(objects[-1].value[0])
+
+
+@mc.kernel
+def flow_variables(q, density, velocity, pressure):
+    density[0] = q[0]
+    velocity[0] = q[1] / q[0]
+    velocity[1] = q[2] / q[0]
+    pressure[0] = gm1 * (q[3] - 0.5 * (q[1] * q[1] + q[2] * q[2]) / q[0])
+
+
+def open_output(a: Airfoil, directory: str, *, every: int = 100, keep_until: int | None = None):
+    """A ParaView time series (:class:`meshchain.Output`, XDMF + HDF5) of the flow in
+    ``directory``: per cell the density, velocity, pressure and the conserved variables ``q``.
+    Returns ``write(iteration)``, which writes a step when ``iteration`` is a multiple of
+    ``every`` (time = iteration); ``keep_until``: continue the series of a restarted run."""
+    cells = a.cells
+    fields = {"density": mc.Dat(cells, 1, None, "density"), "velocity": mc.Dat(cells, 2, None, "velocity"),
+              "pressure": mc.Dat(cells, 1, None, "pressure"), "q": a.p_q}
+    out = mc.Output(directory, coords=a.p_x, cells=a.pcell, name="airfoil", keep_until=keep_until)
+
+    def write(iteration: int) -> None:
+        if iteration % every:
+            return
+        mc.par_loop(flow_variables, cells, a.p_q(mc.READ), fields["density"](mc.WRITE),
+                    fields["velocity"](mc.WRITE), fields["pressure"](mc.WRITE))
+        out.write(iteration, fields)
+
+    return write
 
 
 # -- workload interface (see meshchain.apps) ---------------------------------------------

@@ -33,6 +33,7 @@ __all__ = [
     "MeshFileError",
     "MeshFileNotFoundError",
     "CheckpointError",
+    "OutputError",
     "MeshchainWarning",
 ]
 
@@ -106,6 +107,11 @@ class MeshFileNotFoundError(MeshFileError, FileNotFoundError):
 class CheckpointError(MeshchainError):
     """A checkpoint could not be written or restored (a missing or unreadable file, one of
     another mesh, an object missing from it); nothing was changed."""
+
+
+class OutputError(MeshchainError):
+    """Output for ParaView could not be written (bad fields, an unwritable directory); the
+    files already complete are unchanged."""
 
 
 class MeshchainWarning(UserWarning):
