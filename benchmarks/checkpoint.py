@@ -1,9 +1,12 @@
-"""Checkpoint write and read throughput on Airfoil's flow state, against h5py alone.
+"""Checkpoint, mesh and output throughput on Airfoil, against h5py alone.
 
-On the 720000-cell NACA0012 mesh (``--size 400 600``): ``mc.checkpoint`` and
-``mc.restore`` of the four flow dats (``p_q``, ``p_qold``, ``p_adt``, ``p_res``: 63 MB) on
-``--ranks`` ranks, against the floor, one process writing and reading the same arrays with
-h5py directly (one dataset each, contiguous). MB/s (median of ``--repeats``).
+On the 720000-cell NACA0012 mesh (``--size 400 600``), on ``--ranks`` ranks:
+``mc.checkpoint`` and ``mc.restore`` of the four flow dats (``p_q``, ``p_qold``, ``p_adt``,
+``p_res``: 75 MB); ``write_op2_hdf5`` and ``read_op2_hdf5`` of the mesh (its sets, maps,
+``p_x`` and ``p_bound``); ``mc.Output.write`` of one ParaView step (``p_q`` and ``p_adt``).
+The floor: one process writing and reading the same state arrays with h5py directly (one
+dataset each, contiguous), and reading the mesh from OP2's ASCII format. MB/s (median of
+``--repeats``).
 
 Usage::
 
@@ -59,6 +62,7 @@ def worker(config: dict) -> dict:
     write = _timed(comm, lambda: mc.checkpoint(path, state), config["repeats"])
     read = _timed(comm, lambda: mc.restore(path, state), config["repeats"])
     result = {"megabytes": megabytes, "write_mb_s": megabytes / write, "read_mb_s": megabytes / read}
+    result.update(_mesh_and_output(comm, problem, os.path.dirname(path), config["repeats"]))
     if comm.size == 1:  # the floor: the same arrays with h5py directly
         import h5py
 
@@ -77,6 +81,34 @@ def worker(config: dict) -> dict:
 
         result["h5py_write_mb_s"] = megabytes / _timed(comm, write_directly, config["repeats"])
         result["h5py_read_mb_s"] = megabytes / _timed(comm, read_directly, config["repeats"])
+    return result
+
+
+def _mesh_and_output(comm, problem, directory: str, repeats: int) -> dict:
+    """Mesh write/read in OP2's HDF5 layout and one ParaView output step, in MB/s."""
+    import meshchain as mc
+    from meshchain.meshes import read_op2_hdf5, write_op2_hdf5
+
+    mesh = [problem.nodes, problem.edges, problem.bedges, problem.cells, problem.pedge, problem.pecell,
+            problem.pbedge, problem.pbecell, problem.pcell, problem.p_x, problem.p_bound]
+    sizes = [(o.source.size * o.arity * 4) if hasattr(o, "arity") else (o.dataset.size * o.dim * o.dtype.itemsize)
+             for o in mesh[4:]]
+    mesh_mb = sum(sizes) / 1e6
+    path = os.path.join(directory, "new_grid.h5")
+    write = _timed(comm, lambda: write_op2_hdf5(mesh, path), repeats)
+    read = _timed(comm, lambda: read_op2_hdf5(path), repeats)
+    fields = {"q": problem.p_q, "adt": problem.p_adt}
+    out = mc.Output(os.path.join(directory, "flow"), coords=problem.p_x, cells=problem.pcell)
+    output_mb = sum(d.dataset.size * d.dim * d.dtype.itemsize for d in fields.values()) / 1e6
+    step = _timed(comm, lambda: out.write(0.0, fields), repeats)
+    result = {"mesh_megabytes": mesh_mb, "mesh_write_mb_s": mesh_mb / write, "mesh_read_mb_s": mesh_mb / read,
+              "output_megabytes": output_mb, "output_mb_s": output_mb / step}
+    if comm.size == 1:  # the floor for reading a mesh: OP2's ASCII format
+        from meshchain.meshes import read_op2_ascii, write_op2_ascii
+
+        ascii_path = os.path.join(directory, "new_grid.dat")
+        write_op2_ascii(read_op2_hdf5(path), ascii_path)
+        result["ascii_read_mb_s"] = mesh_mb / _timed(comm, lambda: read_op2_ascii(ascii_path), repeats)
     return result
 
 
@@ -102,6 +134,14 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r['ranks']} | {r['megabytes']:.1f} | {r['write_mb_s']:.0f} | {r['read_mb_s']:.0f} | "
               f"{floor.get('h5py_write_mb_s', float('nan')):.0f} | {floor.get('h5py_read_mb_s', float('nan')):.0f} |")
+    print()
+    print("| ranks | mesh MB | write_op2_hdf5 MB/s | read_op2_hdf5 MB/s | read_op2_ascii MB/s (1 process) | "
+          "output MB | mc.Output.write MB/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['ranks']} | {r['mesh_megabytes']:.1f} | {r['mesh_write_mb_s']:.0f} | {r['mesh_read_mb_s']:.0f} | "
+              f"{floor.get('ascii_read_mb_s', float('nan')):.1f} | {r['output_megabytes']:.1f} | "
+              f"{r['output_mb_s']:.0f} |")
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"argv": sys.argv[1:], "machine": machine(), "rows": rows}, indent=1))
