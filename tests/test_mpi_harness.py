@@ -305,3 +305,17 @@ def processes_mentioning(text: str) -> list[str]:
         if text in args:
             found.append(args)
     return found
+
+
+def test_rank_reports_that_mpiexec_dropped_are_added_to_the_output(tmp_path):
+    """A failing rank also writes its report to a file: when mpiexec dropped it from the
+    output (it does for output in flight at an abort), the parent shows it from the file."""
+    report = "\n==== meshchain MPI: rank 2/3 failed: t.py::test (call) ====\nboom\n"
+    (tmp_path / "rank2.failure.txt").write_text(report)
+    (tmp_path / "rank0.json").write_text("{}")
+    silent = mpi_harness.ChildResult(returncode=1, elapsed=2.7, output="")
+    shown = mpi_harness.with_rank_reports(silent, tmp_path)
+    assert "rank2's report, from its file (mpiexec did not forward it)" in shown.output
+    assert "rank 2/3 failed" in shown.output and "boom" in shown.output
+    forwarded = mpi_harness.ChildResult(returncode=1, elapsed=2.7, output=f"noise{report}more")
+    assert mpi_harness.with_rank_reports(forwarded, tmp_path) == forwarded

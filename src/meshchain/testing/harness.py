@@ -40,7 +40,9 @@ markers are judged by the parent (the child runs with ``--runxfail``).
 narrowed to the item whose node id equals ``MESHCHAIN_MPI_NODEID``; the test
 body runs on every rank, and the harness checks that ``COMM_WORLD.size`` is
 the requested ``N``.  When any phase (setup, call, teardown) or the
-collection fails on a rank, that rank writes the failure report to stderr and
+collection fails on a rank, that rank writes the failure report to stderr (and
+to a file, which the parent shows when ``mpiexec`` dropped the output in flight
+at the abort; ``PYTHONFAULTHANDLER`` makes a crashing rank print its stack) and
 calls ``MPI.COMM_WORLD.Abort(1)``, so ranks blocked in a collective die too
 and the parent fails at once instead of hanging.  A rank stuck inside MPI (not
 running Python code) is ended by pytest-timeout's ``thread`` method, which
@@ -113,6 +115,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -410,6 +413,7 @@ class MpiLauncherItem(pytest.Item):
                 command, env, self.config.rootpath, results_dir / "output.log",
                 wall_clock_limit(self.spec),
             )
+            result = with_rank_reports(result, results_dir)
             judge(self, result, command, read_rank_results(results_dir))
 
     def repr_failure(self, excinfo, style=None):
@@ -542,6 +546,7 @@ def child_environment(nprocs: int, nodeid: str, results_dir: Path) -> dict[str, 
             ENV_RESULTS: str(results_dir),
             "PYTHONPATH": os.pathsep.join(pythonpath),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",  # a rank that crashes leaves its Python stack
         }
     )
     redirect_bytecode(env)
@@ -730,6 +735,31 @@ def read_rank_results(results_dir: Path) -> list[dict]:
     return sorted(records, key=lambda record: record["rank"])
 
 
+def with_rank_reports(result: ChildResult, results_dir: Path) -> ChildResult:
+    """``result`` with the failure reports the ranks wrote to files appended to its output
+    when ``mpiexec`` did not forward them (it drops output in flight when a job aborts).
+
+    Parameters
+    ----------
+    result : ChildResult
+    results_dir : Path
+        Where failing ranks write ``rank<r>.failure.txt``.
+
+    Returns
+    -------
+    ChildResult
+    """
+    missing = []
+    for path in sorted(results_dir.glob("rank*.failure.txt")):
+        report = path.read_text(errors="replace")
+        if report.strip() and report.strip() not in result.output:
+            missing.append(f"\n---- {path.stem.removesuffix('.failure')}'s report, from its file "
+                           f"(mpiexec did not forward it) ----{report}")
+    if not missing:
+        return result
+    return dataclasses.replace(result, output=result.output + "".join(missing))
+
+
 def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str],
           ranks: list[dict]) -> None:
     """Turn a child run into the parent item's outcome.
@@ -894,6 +924,9 @@ class _ChildSession:
         # MPICH's own "application called MPI_Abort" line is printed as the rank dies and
         # mpiexec sometimes drops it; say it here, where the grace period below covers it.
         text.append(f"==== meshchain MPI: rank {world.rank} calls MPI_Abort(COMM_WORLD, 1) ====\n")
+        if self.results_dir is not None:  # in case mpiexec drops the output below
+            with contextlib.suppress(OSError):
+                (Path(self.results_dir) / f"rank{world.rank}.failure.txt").write_text("".join(text))
         capman = self.config.pluginmanager.getplugin("capturemanager")
         guard = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
         with guard:
