@@ -164,3 +164,24 @@ def test_the_airfoil_example_writes_the_flow_for_paraview(tmp_path, capsys):
     _, _, restarted = read_series(flow / "airfoil.xdmf")
     assert [s[0] for s in restarted] == [0.0, 10.0, 20.0]
     np.testing.assert_array_equal(restarted[2][2]["q"][0], q)
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_read_only_output_directory_fails_on_every_rank(comm, tmp_path):
+    directory = shared_path(comm, tmp_path, "locked")
+    c2n, x, h, u, w = declare(comm)
+    out = mc.Output(directory, coords=x, cells=c2n)
+    out.write(0, {"u": u})
+    comm.Barrier()
+    if comm.rank == 0:
+        os.chmod(directory, 0o500)
+    comm.Barrier()
+    try:
+        if os.access(directory, os.W_OK):
+            pytest.skip("this user (root) writes to read-only directories; the disk-failure test covers writing")
+        message = failure_on_every_rank(comm, lambda: out.write(1, {"u": u}))
+        assert "output_000001.h5" in message and "cannot write beside it" in message
+    finally:
+        comm.Barrier()
+        if comm.rank == 0:
+            os.chmod(directory, 0o700)
