@@ -6,7 +6,9 @@ points per rank and axis, scaled by the paper's ``ratio`` knob (``r^2`` of the p
 the same number of messages; here the grid itself is scaled, so messages shrink by ``r`` too).
 In one job, from the same start: ``base`` (``ca=False``: a ghost exchange before every sweep),
 ``CA s`` (chains of ``s`` sweeps: one exchange of ``s``-deep ghosts, corners included, then
-redundant updates on the shrinking ghost region) for ``s`` in ``--steps``, and the floors: a
+redundant updates on the shrinking ghost region) for ``s`` in ``--steps``, ``base`` and the
+first ``CA s`` again with boundary tasks (``boundary="tasks"``: the ghost-dependent points in
+groups that start as their neighbours' messages arrive), and the floors: a
 direct Numba loop on the rank's block (compute only) and a bare mpi4py exchange of one ghost
 line per face neighbour (communication only). Per variant: milliseconds per sweep (slowest
 rank, median of ``--repeats``), the speed-up over ``base``, and the checksum (every variant
@@ -99,8 +101,8 @@ def meshchain_variants(comm, config) -> dict:
         return run
 
     results = {"shape": list(shape), "blocks": list(blocks), "n": n}
-    variants = [("base", 1, False)] + [(f"CA s={s}", s, True) for s in config["steps"]]
-    for label, steps, ca in variants:
+    for label, steps, ca, boundary in variant_list(config["steps"]):
+        mc.configure(boundary=boundary)
         a.data[:, 0] = start
         b.data[:, 0] = start
         run = sweep_chain(label, steps, ca)
@@ -115,6 +117,14 @@ def meshchain_variants(comm, config) -> dict:
                           "messages_per_sweep": chain.messages / max(chain.executions, 1) / steps if chain else 0.0,
                           "depth": chain.depth if chain else 0}
     return results
+
+
+def variant_list(steps) -> list:
+    """``(label, sweeps per chain, ca, boundary)``: base, CA for every ``steps``, and base and
+    the first CA in boundary tasks."""
+    bulk = [("base", 1, False)] + [(f"CA s={s}", s, True) for s in steps]
+    tasks = [(f"{label}, tasks", s, ca) for label, s, ca in bulk[:2]]
+    return [v + ("bulk",) for v in bulk] + [v + ("tasks",) for v in tasks]
 
 
 def floors(comm, config, n: int, blocks) -> dict:
@@ -194,7 +204,7 @@ def worker(config: dict) -> dict:
 def rows_of(job: dict, result: dict) -> list[dict]:
     base = result["base"]
     rows = []
-    for label in ["base"] + [f"CA s={s}" for s in job["steps"]]:
+    for label, _, _, _ in variant_list(job["steps"]):
         r = result[label]
         rows.append(dict(job, variant=label, ms_per_sweep=r["ms_per_sweep"], speedup=base["ms_per_sweep"] / r["ms_per_sweep"],
                          messages_per_sweep=r["messages_per_sweep"], depth=r["depth"],
@@ -245,20 +255,21 @@ def main(argv=None) -> int:
 
 
 def print_table(rows) -> None:
-    """One line per job: ms per sweep of base, of each CA variant (speed-up over base) and the floors."""
+    """One line per job: ms per sweep of base, of each CA variant and of the tasks variants
+    (speed-up over base), and the floors."""
     jobs = {}
     for r in rows:
         jobs.setdefault((r["ranks"], r["network"], r["per_rank"], r["ratio"]), {})[r["variant"]] = r
-    steps = sorted({int(v.split("=")[1]) for v in {r["variant"] for r in rows} if v.startswith("CA s=")})
-    print("| ranks | network | points per rank | ratio | base ms/sweep | "
-          + " | ".join(f"CA s={s}" for s in steps) + " | compute floor | exchange floor |")
-    print("|---" * (6 + len(steps)) + "|---|")
+    labels = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("CA s=") or v.endswith("tasks")]
+    print("| ranks | network | points per rank | ratio | base ms/sweep | " + " | ".join(labels)
+          + " | compute floor | exchange floor |")
+    print("|---" * (5 + len(labels)) + "|---|---|")
     for (ranks, network, per_rank, ratio), v in jobs.items():
         n = round(per_rank * ratio)
-        ca = " | ".join(f"{v[f'CA s={s}']['ms_per_sweep']:.4f} ({v[f'CA s={s}']['speedup']:.2f}x)"
-                        + ("" if v[f"CA s={s}"]["agrees"] else " DIFFERENT RESULT") for s in steps)
+        cells = " | ".join(f"{v[label]['ms_per_sweep']:.4f} ({v[label]['speedup']:.2f}x)"
+                           + ("" if v[label]["agrees"] else " DIFFERENT RESULT") for label in labels)
         crowded = " (oversubscribed)" if ranks > (os.cpu_count() or 1) else ""
-        print(f"| {ranks}{crowded} | {network} | {n} x {n} | {ratio} | {v['base']['ms_per_sweep']:.4f} | {ca} | "
+        print(f"| {ranks}{crowded} | {network} | {n} x {n} | {ratio} | {v['base']['ms_per_sweep']:.4f} | {cells} | "
               f"{v['direct Numba loop (compute only)']['ms_per_sweep']:.4f} | "
               f"{v['bare mpi4py ghost exchange (communication only)']['ms_per_sweep']:.4f} |")
 

@@ -7,6 +7,7 @@ Usage::
     python examples/jacobi.py --size 500 800 --sweeps 40 --weights 0.6 0.1 0.1 0.1 0.1
     mpiexec -n 4 python examples/jacobi.py --size 400 400 --steps 15      # CA: 15 sweeps per exchange
     mpiexec -n 4 python examples/jacobi.py --size 400 400 --steps 15 --ratio 0.4
+    mpiexec -n 4 python examples/jacobi.py --size 400 400 --boundary tasks   # tiles as tasks
 
 Runs unchanged on one process or under ``mpiexec`` (the grid is cut into ``px x py`` blocks,
 ``--blocks`` or chosen). ``--steps s`` groups ``s`` sweeps into one loop chain run
@@ -49,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--weights", nargs=5, type=float, default=[0.2] * 5,
                         help="centre, north, south, west, east (default 0.2 each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--boundary", choices=["bulk", "tasks"], default="bulk",
+                        help="on several ranks: run the ghost-dependent points after all messages (bulk) or in "
+                             "tasks, each as soon as its neighbours' messages are in")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.sweeps < 2 * args.steps or args.sweeps % (2 * args.steps):
         parser.error("--sweeps must be a positive multiple of 2 * --steps")
@@ -97,6 +101,7 @@ def run(args) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    mc.configure(boundary=args.boundary)
     seconds, checksum = run(args)
     if mc.get_runtime().rank == 0:
         print(f"{args.size[0]} x {args.size[1]} (ratio {args.ratio}), {args.sweeps} sweeps in chains of "

@@ -76,6 +76,7 @@ On one process there is nobody to talk to, so an exchange moves nothing:
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -83,9 +84,10 @@ import numpy as np
 from ..core.errors import MeshchainError
 from .collectives import concatenated_ranges
 from .packing import COMBINE, OPS, WORD, check_op, pack, row_table, scratch, typed_view, unpack, word_view
-from .transports import TRANSPORTS, Wire, check_transport, make_transport
+from .transports import TRANSPORTS, Transport, Wire, check_transport, make_transport
 
-__all__ = ["HaloItem", "HaloExchange", "variable_item", "start_requests", "GROUPED_TAG", "TRANSPORTS", "OPS"]
+__all__ = ["HaloItem", "HaloExchange", "variable_item", "start_requests", "arrivals", "GROUPED_TAG", "TRANSPORTS",
+           "OPS"]
 
 GROUPED_TAG = 0
 """The tag of grouped messages (dats use their declaration number, >= 1, as tag)."""
@@ -148,6 +150,7 @@ class _Side:
 
     def __init__(self, items, table_of: str, neighbours, widths):
         pieces, self.ranges, start = [], [], 0
+        self.spans, first = {}, 0  # neighbour -> its rows' range in the table
         for neighbour in neighbours:
             for number, item in enumerate(items):
                 rows = getattr(item, table_of).get(neighbour)
@@ -157,6 +160,8 @@ class _Side:
             if words:
                 self.ranges.append((neighbour, start, start + words))
             start += words
+            last = sum(len(r) for _, r in pieces)
+            self.spans[neighbour], first = (first, last), last
         self.table, self.words = row_table(pieces, widths)
         self.buffer = None
         self.rows = {number: np.concatenate([rows for v, rows in pieces if v == number])
@@ -267,6 +272,35 @@ class HaloExchange:
         if self._staged:
             self._stage("after_unpack", self.receive.rows)
 
+    @property
+    def arrives_by_neighbour(self) -> bool:
+        """Whether a forward run's messages can be waited for neighbour by neighbour
+        (:func:`arrivals`): the transport keeps one receive per neighbour and no rows are
+        staged through a device."""
+        return not self._staged and (self._transport.idle or type(self._transport).receives_in_flight
+                                     is not Transport.receives_in_flight)
+
+    def receives_in_flight(self) -> list:
+        """``[(neighbour, request)]`` of the forward run in flight (see :func:`arrivals`)."""
+        if self._state != "forward":
+            raise MeshchainError("receives_in_flight() of a halo exchange needs a forward run begun by begin()")
+        return [] if self._transport.idle else self._transport.receives_in_flight()
+
+    def unpack_from(self, neighbour: int) -> None:
+        """Unpack the rows received from ``neighbour`` (its receive is complete)."""
+        first, last = self.receive.spans.get(neighbour, (0, 0))
+        if last > first:
+            unpack(self.receive.buffer, self.views, self.receive.table[first:last])
+
+    def finish(self) -> None:
+        """End a forward run whose received rows were all unpacked by :meth:`unpack_from`:
+        wait for the sends."""
+        if self._state != "forward":
+            raise MeshchainError("finish() of a halo exchange needs a forward run begun by begin()")
+        if not self._transport.idle:
+            self._transport.wait(False)
+        self._state = None
+
     def test(self) -> bool:
         """Whether the forward run begun by :meth:`begin` is complete (True at once when the
         exchange is :attr:`idle`), without blocking.
@@ -363,3 +397,43 @@ class HaloExchange:
             self._transport.wait(self._state != "forward")
         self._transport.close()
         self._state = "closed"
+
+
+def arrivals(exchanges):
+    """Wait for the forward runs of ``exchanges`` (begun, all :attr:`~HaloExchange.arrives_by_neighbour`)
+    neighbour by neighbour: unpack each message as it completes and yield a neighbour's rank
+    once all its messages have arrived, in the order they arrive; then wait for the sends.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpi4py import MPI
+    >>> values = np.array([[1.0], [0.0]])
+    >>> exchange = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {0: [0]}, {0: [1]})], tag=6)
+    >>> exchange.begin()
+    >>> list(arrivals([exchange])), values[:, 0].tolist()
+    ([0], [1.0, 1.0])
+    >>> exchange.close()
+    """
+    from mpi4py import MPI
+
+    owners, requests, left = [], [], {}
+    for exchange in exchanges:
+        for neighbour, request in exchange.receives_in_flight():
+            owners.append((neighbour, exchange))
+            requests.append(request)
+            left[neighbour] = left.get(neighbour, 0) + 1
+    for _ in range(len(requests)):
+        index, done = MPI.Request.Testany(requests)
+        while not done:  # MPI's Waitany spins without yielding: on an oversubscribed core it
+            os.sched_yield()  # would starve the neighbour that is sending to this rank
+            index, done = MPI.Request.Testany(requests)
+        if index == MPI.UNDEFINED:  # pragma: no cover - every request is counted above
+            break
+        neighbour, exchange = owners[index]
+        exchange.unpack_from(neighbour)
+        left[neighbour] -= 1
+        if not left[neighbour]:
+            yield neighbour
+    for exchange in exchanges:
+        exchange.finish()

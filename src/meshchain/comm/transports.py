@@ -220,6 +220,11 @@ class Transport:
     def close(self) -> None:
         """Free what the transport holds (collective where it made collective objects)."""
 
+    def receives_in_flight(self):
+        """``[(neighbour, request)]`` of the forward run in flight, one receive per neighbour,
+        for waiting on them one by one; None when this transport completes a run as a whole."""
+        return None
+
 
 class P2P(Transport):
     """A fresh ``comm.Irecv``/``comm.Isend`` per neighbour and run (receives posted first)."""
@@ -253,6 +258,9 @@ class P2P(Transport):
 
             MPI.Request.Waitall(self._flight)
         self._flight = []
+
+    def receives_in_flight(self):
+        return [(n, self._flight[k]) for k, (n, _) in enumerate(self.directions[0].receives)] if self._flight else []
 
     def close(self):
         self.wait()
@@ -299,6 +307,10 @@ class Persistent(Transport):
         for request in self.requests:
             request.Free()
         self._made = [[], []]
+
+    def receives_in_flight(self):
+        made, sends = self._made[0] or [], len(self.directions[0].sends)
+        return [(n, made[sends + k]) for k, (n, _) in enumerate(self.directions[0].receives)] if made else []
 
 
 class Neighbour(Transport):

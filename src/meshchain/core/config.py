@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ConfigurationError, MeshchainWarning
 
-__all__ = ["Config", "BACKENDS", "TRANSPORTS", "PROGRESS", "INTERIOR", "AUXILIARY_VARIABLES"]
+__all__ = ["Config", "BACKENDS", "TRANSPORTS", "PROGRESS", "INTERIOR", "BOUNDARY", "AUXILIARY_VARIABLES"]
 
 AUXILIARY_VARIABLES = frozenset({
     # set by meshchain's own test harness (meshchain.testing, tests/conftest.py) and notebook
@@ -32,6 +32,7 @@ GPU_HALOS = ("auto", "staged", "direct")
 TRANSPORTS = ("auto", "p2p", "persistent", "neighbour", "rma")
 PROGRESS = ("auto", "none", "poll", "thread")
 INTERIOR = ("static", "dynamic")
+BOUNDARY = ("bulk", "tasks")
 
 
 def _default_cache_dir() -> Path:
@@ -81,6 +82,12 @@ class Config:
         blocks of a colour on Numba's threads; default) or ``"dynamic"`` (blocks handed out
         in chunks to ``threads`` threads; the thread that drives communication joins once its
         messages are complete; numba backend). Both give the same bits.
+    boundary : str
+        How the iterations that need received halos run once the core is done: ``"bulk"``
+        (default: wait for every message, then run them all) or ``"tasks"`` (grouped by the
+        neighbours whose messages they need, each group run as soon as those messages have
+        arrived, in the order they arrive; transports ``"persistent"`` and ``"p2p"``; sums
+        over a row incremented from several groups may round differently from ``"bulk"``).
     chains : Path or None
         A TOML file naming loop chains by their loops (see :mod:`meshchain.engine.chains`).
     gpu_threads : int
@@ -119,6 +126,7 @@ class Config:
     eager: bool = True
     progress: str = "auto"
     interior: str = "static"
+    boundary: str = "bulk"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -142,6 +150,8 @@ class Config:
             raise ConfigurationError(f"progress {self.progress!r} is unknown; choose one of {', '.join(PROGRESS)}.")
         if self.interior not in INTERIOR:
             raise ConfigurationError(f"interior {self.interior!r} is unknown; choose one of {', '.join(INTERIOR)}.")
+        if self.boundary not in BOUNDARY:
+            raise ConfigurationError(f"boundary {self.boundary!r} is unknown; choose one of {', '.join(BOUNDARY)}.")
         if self.gpu_halos not in GPU_HALOS:
             raise ConfigurationError(f"gpu_halos must be one of {', '.join(GPU_HALOS)}, got {self.gpu_halos!r}.")
         for flag in ("debug", "overlap", "eager"):
@@ -164,7 +174,7 @@ class Config:
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
         ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``, ``_GPU_HALOS``,
-        ``_TRANSPORT``, ``_EAGER``, ``_PROGRESS``, ``_INTERIOR``."""
+        ``_TRANSPORT``, ``_EAGER``, ``_PROGRESS``, ``_INTERIOR``, ``_BOUNDARY``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -188,7 +198,8 @@ def _warn_unknown(environ, known) -> None:
 
 
 def _parse(name: str, raw: str):
-    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos", "transport", "progress", "interior"):
+    if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos", "transport", "progress", "interior",
+                "boundary"):
         return raw
     if name == "chains":
         return raw or None

@@ -31,13 +31,15 @@ Examples
 
 from __future__ import annotations
 
-import numpy as np
+import warnings
 
 from ..backends.base import PhaseRun
 from ..comm.agree import agree_on_failure
 from ..comm.exchange import GROUPED_TAG
 from ..core.access import Access
+from ..core.errors import MeshchainWarning
 from .accounting import PlanAccount, account_for
+from .boundary import boundary_task_calls, layer_rows
 from .eager import eager_splits
 from .plans import Plan, Reduction, Step
 from .tiling import Tiling, tiled_phase
@@ -111,7 +113,8 @@ class _Builder:
         flying = bool(exchanges) and bool(segment.core)
         core, core_share = self._phase(segment.core, reductions, interior=flying)
         rest_runs, tail_runs = _cut(segment.rest, split)
-        rest, rest_share = self._phase(rest_runs, reductions)
+        tasks = self._tasks(segment, rest_runs, reductions, exchanges)
+        rest, rest_share = self._phase(rest_runs, reductions) if tasks is None else (None, self._share(rest_runs))
         tail, tail_share = self._phase(tail_runs, reductions, interior=True)
         settle = []
         if session.distributed:
@@ -120,7 +123,26 @@ class _Builder:
         waits = unit.names[segment.loops[0]] if strategy == "per-loop" else None
         return Step(settle=_distinct(settle), reductions=[r for rs in reductions.values() for r in rs.values()],
                     exchanges=exchanges, core=core, rest=rest, validity=validity, core_share=core_share,
-                    rest_share=rest_share, waits=waits, posted=posted, eager=eager, tail=tail, tail_share=tail_share)
+                    rest_share=rest_share, waits=waits, posted=posted, eager=eager, tail=tail, tail_share=tail_share,
+                    tasks=tasks)
+
+    def _tasks(self, segment, runs, reductions, exchanges):
+        """The step's boundary tasks (``boundary="tasks"``), or None: its rest runs in bulk."""
+        if self.session.config.boundary != "tasks" or self.tiling is not None or not self.session.distributed:
+            return None
+        bound = [self._bind(run, reductions) for run in runs if run.end > run.start]
+        tasks, why_not = boundary_task_calls(self.session, self.unit, segment, bound, exchanges, self._report)
+        if why_not is not None:
+            warnings.warn(MeshchainWarning(f"[boundary-bulk] loops {list(self.unit.names)} run their boundary in "
+                                           f"bulk, not as tasks: {why_not}."), stacklevel=2)
+        return tasks
+
+    def _share(self, runs) -> int:
+        """The account's compute index of the rest's runs (run as tasks)."""
+        counted = [(self.unit.loops[run.loop].name, run.end - run.start) for run in runs if run.end > run.start]
+        if not counted or self.backend.times_itself:
+            return -1
+        return self.account.add_phase(counted)
 
     def _reductions(self, segment) -> dict:
         """Per loop position that reduces globals: argument position -> its :class:`Reduction`
@@ -246,17 +268,6 @@ def _cut(runs, split) -> tuple:
         else:
             rest.append(run)
     return tuple(rest), tuple(tail)
-
-
-def layer_rows(table: dict, lo: int, hi: int) -> dict:
-    """Per neighbour, the rows of layers ``lo+1..hi`` in ``table`` (``{neighbour: [per layer]}``)."""
-    rows = {}
-    for neighbour, per_layer in table.items():
-        chosen = per_layer[lo:hi]
-        joined = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
-        if joined.size:
-            rows[neighbour] = joined
-    return rows
 
 
 def _distinct(records) -> list:

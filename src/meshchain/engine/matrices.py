@@ -35,7 +35,7 @@ from ..ir.kernel import Kernel
 from ..ir.loop import as_kernel
 from ..types import Dat
 from ..types.mat import MatArg
-from .assemble import layer_rows
+from .boundary import layer_rows
 
 __all__ = ["Matrices", "Pattern"]
 

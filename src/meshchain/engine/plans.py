@@ -56,8 +56,9 @@ import numpy as np
 
 from ..backends.threads import ChunkedCall
 from ..comm.agree import abort_all, agree_on_failure
+from ..comm.exchange import arrivals
 
-__all__ = ["Plan", "Step", "Reduction", "Overlap"]
+__all__ = ["Plan", "Step", "Reduction", "Overlap", "guarded"]
 
 _clock = time.perf_counter
 
@@ -109,13 +110,16 @@ class Step:
     ``rest_share`` and ``tail_share`` index the account's compute times, ``waits`` names
     the loop whose exchanges these are (loop by loop) or is None (a chain's grouped
     exchange). ``posted``: the step before began ``exchanges`` (eagerly); ``eager``: the
-    next step's exchanges, begun after ``rest`` and before ``tail``."""
+    next step's exchanges, begun after ``rest`` and before ``tail``; ``tasks``: the rest as
+    :class:`~meshchain.engine.boundary.BoundaryTasks`, run as their neighbours' messages
+    arrive (then ``rest`` is None)."""
 
     __slots__ = ("settle", "reductions", "exchanges", "core", "rest", "validity", "core_share", "rest_share", "waits",
-                 "posted", "eager", "tail", "tail_share")
+                 "posted", "eager", "tail", "tail_share", "tasks")
 
     def __init__(self, *, settle=(), reductions=(), exchanges=(), core=None, rest=None, validity=(), core_share=-1,
-                 rest_share=-1, waits=None, posted=False, eager=(), tail=None, tail_share=-1):
+                 rest_share=-1, waits=None, posted=False, eager=(), tail=None, tail_share=-1, tasks=None):
+        self.tasks = tasks
         self.settle, self.reductions, self.exchanges = tuple(settle), tuple(reductions), tuple(exchanges)
         self.core, self.rest, self.validity = core, rest, tuple(validity)
         self.core_share, self.rest_share, self.waits = core_share, rest_share, waits
@@ -148,9 +152,9 @@ class Overlap:
             except Exception as exc:  # noqa: BLE001 - handed to the agreement, raised after it
                 return exc, None
         if not polling:
-            return _guarded(call), None
+            return guarded(call), None
         self.poller.watch(exchanges)
-        failure = _guarded(call)
+        failure = guarded(call)
         return failure, self.poller.release()
 
 
@@ -250,12 +254,17 @@ class Plan:
             if step.core is not None and failure is None:
                 failure, seen = overlap.run(step.core, step.exchanges)
             t1 = _clock()
-            for exchange in step.exchanges:
-                exchange.end()
-            t2 = _clock()
-            if step.rest is not None and failure is None:
-                failure = _guarded(step.rest)
-            t3 = _clock()
+            if step.tasks is not None:
+                failure, computed = _run_tasks(step, failure)
+                t3 = _clock()
+                t2 = t3 - computed  # the waits, then the tasks' computing
+            else:
+                for exchange in step.exchanges:
+                    exchange.end()
+                t2 = _clock()
+                if step.rest is not None and failure is None:
+                    failure = guarded(step.rest)
+                t3 = _clock()
             if step.exchanges:
                 _hidden(account, step.waits, flight, t0, t1, t2, seen)
             if step.eager:
@@ -294,6 +303,23 @@ class Plan:
         self.closers = ()
 
 
+def _run_tasks(step, failure):
+    """Run a step's boundary tasks as the messages they need arrive: those needing none at
+    once, then after each neighbour's messages (unpacked as they come) the tasks now ready.
+    Returns the failure and the seconds spent computing."""
+    tasks, arrived = step.tasks, 0
+    began = _clock()
+    waiting, failure = tasks.ready(arrived, failure)
+    computed = _clock() - began
+    for neighbour in arrivals(step.exchanges):
+        arrived |= tasks.bits.get(neighbour, 0)
+        if waiting:
+            began = _clock()
+            waiting, failure = tasks.ready(arrived, failure, waiting)
+            computed += _clock() - began
+    return failure, computed
+
+
 def _hidden(account, name, flight, t0, t1, t2, seen) -> None:
     """Add a step's exchange to ``account.flight``/``account.hidden`` (under the loop
     ``name``, or None for a chain): the seconds from posting to completion (seen by a
@@ -309,7 +335,7 @@ def _hidden(account, name, flight, t0, t1, t2, seen) -> None:
     span[1] += hidden
 
 
-def _guarded(call):
+def guarded(call):
     """Run a prepared call; return the exception it raised (None when it did not)."""
     try:
         call()

@@ -51,7 +51,7 @@ from numba import njit
 from ..core.access import Access
 from ..core.errors import MeshchainError
 
-__all__ = ["TileLoop", "TilePlan", "tile_chain", "chain_footprints", "check_colouring", "MAX_ROUNDS"]
+__all__ = ["TileLoop", "TilePlan", "tile_chain", "single_tile_plan", "chain_footprints", "check_colouring", "MAX_ROUNDS"]
 
 MAX_ROUNDS = 32
 """Re-colouring rounds before the inspector gives every tile its own colour."""
@@ -311,6 +311,23 @@ def _plan(loops, tile_size, seed, colours, assign, offsets, ntiles, rounds) -> T
         runs.append(_runs(s, its))
     return TilePlan(tile_size, seed, colours, order, colour_offsets, tuple(starts), tuple(iterations), tuple(runs),
                     rounds)
+
+
+def single_tile_plan(iterations) -> TilePlan:
+    """A plan of one tile running ``iterations[l]`` (ascending) of each loop ``l``: what a
+    backend's ``tiled`` call runs for one boundary task (:mod:`meshchain.inspector.tasks`).
+
+    >>> import numpy as np
+    >>> plan = single_tile_plan([np.array([4, 5, 9]), np.array([], dtype=np.int64)])
+    >>> plan.ntiles, [r[1].tolist() for r in plan.runs], [r[2].tolist() for r in plan.runs]
+    (1, [[4, 9], []], [[6, 10], []])
+    """
+    iterations = tuple(np.ascontiguousarray(its, dtype=np.int64) for its in iterations)
+    starts = tuple(np.array([0, len(its)], dtype=np.int64) for its in iterations)
+    zero = np.zeros(1, dtype=np.int64)
+    return TilePlan(max((len(its) for its in iterations), default=0), 0, zero, zero.copy(),
+                    np.array([0, 1], dtype=np.int64), starts, iterations,
+                    tuple(_runs(s, its) for s, its in zip(starts, iterations)), 1)
 
 
 def _runs(starts, iterations):
