@@ -208,3 +208,39 @@ def read_op2_hdf5_whole(path):
 
     mc.reset_runtime(comm=MPI.COMM_SELF)
     return read_op2_hdf5(path)
+
+
+@mc.kernel
+def node_sum(x0, x1, x2, x3, total):
+    total[0] += x0[0] + x1[0] + x2[0] + x3[0]
+    total[1] += x0[1] + x1[1] + x2[1] + x3[1]
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_any_op2_hdf5_file_declares_its_sets_maps_and_dats(comm, tmp_path):
+    """``declare_op2_hdf5`` (OP2's op_decl_*_hdf5 for any application): the declared objects
+    equal the mesh's arrays, and a loop over them gives the one-process result."""
+    from meshchain.meshes import declare_op2_hdf5
+
+    path = shared_path(comm, tmp_path, "grid.h5")
+    if comm.rank == 0:
+        write_op2_hdf5(MESH, path)
+    comm.Barrier()
+    mc.reset_runtime(comm=comm)
+    found = declare_op2_hdf5(path, sets=["nodes", "cells", "bedges"], maps={"pcell": ("cells", "nodes")},
+                             dats={"p_x": "nodes", "p_bound": "bedges"})
+    total = mc.Dat(found["cells"], 2, None, "total")
+    mc.partition("block")
+    pcell, p_x = found["pcell"], found["p_x"]
+    mc.par_loop(node_sum, found["cells"], *[p_x(mc.READ, pcell[k]) for k in range(4)], total(mc.INC))
+    gathered = (p_x.gather(), found["p_bound"].gather(), total.gather())
+    if comm.rank == 0:
+        np.testing.assert_array_equal(gathered[0], MESH.x)
+        np.testing.assert_array_equal(gathered[1].ravel(), MESH.bound)
+        assert gathered[1].dtype == np.int32 and pcell.arity == 4
+        np.testing.assert_allclose(gathered[2], MESH.x[MESH.cell].sum(axis=1), rtol=1e-14)
+    with pytest.raises(mc.DeclarationError, match=r"\['edges'\]"):
+        declare_op2_hdf5(path, sets=["nodes"], maps={"pedge": ("edges", "nodes")})
+    message = failure_on_every_rank(comm, lambda: declare_op2_hdf5(path, sets=["nodes", "edges"],
+                                                                   maps={"pedge": ("nodes", "edges")}))
+    assert "'pedge'" in message and f"({MESH.nnode}," in message

@@ -6,7 +6,7 @@ sets, maps and dats.
 """
 
 from .op2 import AirfoilMesh, read_op2_ascii, write_op2_ascii
-from .op2_hdf5 import AirfoilBlocks, read_op2_hdf5, write_op2_hdf5
+from .op2_hdf5 import AirfoilBlocks, declare_op2_hdf5, read_op2_hdf5, write_op2_hdf5
 from .naca import naca0012
 from .generators import UnstructuredMesh, structured_quads, structured_tris, jittered_delaunay
 from .cube import structured_tets
@@ -19,6 +19,7 @@ __all__ = [
     "AirfoilBlocks",
     "read_op2_hdf5",
     "write_op2_hdf5",
+    "declare_op2_hdf5",
     "naca0012",
     "UnstructuredMesh",
     "structured_quads",

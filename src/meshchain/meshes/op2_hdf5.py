@@ -48,7 +48,7 @@ from ..core.errors import MeshchainError, MeshFileError, MeshFileNotFoundError
 from ..io.ranked import block_range, context, create_on_root, dat_block, map_block, replace_on_root, write_in_turn
 from .op2 import AirfoilArrays, AirfoilMesh, check_range, declare_airfoil
 
-__all__ = ["AirfoilBlocks", "read_op2_hdf5", "write_op2_hdf5"]
+__all__ = ["AirfoilBlocks", "read_op2_hdf5", "write_op2_hdf5", "declare_op2_hdf5"]
 
 SETS = ("nodes", "edges", "bedges", "cells")
 # dataset -> (source set, arity, AirfoilMesh field, target set)
@@ -166,8 +166,8 @@ def _read(name: str, comm) -> AirfoilBlocks:
 def _dataset(f, name: str, dataset: str, what: str):
     found = f.get(dataset)
     if found is None or not hasattr(found, "shape"):
-        raise MeshFileError(f"mesh file {name!r}: dataset {dataset!r} ({what}) is missing; OP2 HDF5 Airfoil "
-                            f"meshes hold the sets {list(SETS)}, maps {list(MAPS)} and dats {list(DATS)}.")
+        raise MeshFileError(f"mesh file {name!r}: dataset {dataset!r} ({what}) is missing; the file holds "
+                            f"{sorted(f)[:20]}.")
     return found
 
 
@@ -180,16 +180,97 @@ def _set_size(f, name: str, dataset: str) -> int:
     return int(value[0])
 
 
-def _rows(f, name: str, dataset: str, size: int, dim: int, kinds: str, comm) -> np.ndarray:
-    """This rank's block of a map's or dat's rows, checked against its set's size and dim."""
-    found = _dataset(f, name, dataset, f"{size} rows of {dim}")
+def _rows(f, name: str, dataset: str, size: int, dim, kinds: str, comm) -> np.ndarray:
+    """This rank's block of a map's or dat's rows, checked against its set's size and ``dim``
+    (None: the file's)."""
+    found = _dataset(f, name, dataset, f"{size} rows of {dim or 'any'}")
     shape = tuple(found.shape) + ((1,) if len(found.shape) == 1 else ())
+    dim = shape[1] if dim is None and len(shape) == 2 else dim
     if shape != (size, dim) or found.dtype.kind not in kinds:
         raise MeshFileError(f"mesh file {name!r}: dataset {dataset!r} has shape {tuple(found.shape)} and type "
                             f"{found.dtype}; expected ({size}, {dim}) of {'integers' if 'i' in kinds else 'reals'} "
                             f"(its set has {size} elements).")
     lo, hi = block_range(size, comm)
     return np.asarray(found[lo:hi]).reshape(hi - lo, dim)
+
+
+def declare_op2_hdf5(path, *, sets, maps=None, dats=None) -> dict:
+    """Declare sets, maps and dats from a file in OP2's HDF5 layout, as OP2's
+    ``op_decl_set_hdf5``, ``op_decl_map_hdf5`` and ``op_decl_dat_hdf5`` do, for any OP2
+    application (collective on several ranks: each rank reads only its block of rows).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    sets : sequence of str
+        Set names: each a dataset holding the set's size.
+    maps : dict, optional
+        ``{map name: (source set, target set)}``; the arity is the dataset's second extent.
+    dats : dict, optional
+        ``{dat name: set}``; dim and dtype are the dataset's.
+
+    Returns
+    -------
+    dict
+        Name -> the declared :class:`~meshchain.Set`, :class:`~meshchain.Map` or
+        :class:`~meshchain.Dat`; partition afterwards as usual.
+
+    Raises
+    ------
+    MeshFileNotFoundError, MeshFileError, MapError, DeclarationError
+        On every rank, naming the file and the dataset (or the set a map or dat names).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from meshchain.meshes import naca0012, write_op2_hdf5
+    >>> path = os.path.join(tempfile.mkdtemp(), "new_grid.h5")
+    >>> write_op2_hdf5(naca0012(4, 6), path)
+    >>> found = declare_op2_hdf5(path, sets=["nodes", "cells"], maps={"pcell": ("cells", "nodes")},
+    ...                          dats={"p_x": "nodes"})
+    >>> found["pcell"].arity, found["p_x"].dim, found["cells"].size
+    (4, 2, 72)
+    """
+    import meshchain as mc
+    from ..core.errors import DeclarationError
+
+    maps, dats = dict(maps or {}), dict(dats or {})
+    unknown = sorted(({s for pair in maps.values() for s in pair} | set(dats.values())) - set(sets))
+    if unknown:
+        raise DeclarationError(f"declare_op2_hdf5({os.fspath(path)!r}): maps or dats name the sets {unknown}, which "
+                               f"are not among sets={list(sets)}.")
+    session, comm = context()
+    name, found, error = os.fspath(path), None, None
+    try:
+        found = _read_objects(name, comm, list(sets), maps, dats)
+    except MeshchainError as exc:
+        error = exc
+    raise_together(comm, error)
+    wrap = mc.Block if session.distributed else (lambda rows: rows)
+    sizes, rows = found
+    declared = {s: mc.Set(sizes[s], s) for s in sets}
+    for m, (source, target) in maps.items():
+        declared[m] = mc.Map(declared[source], declared[target], rows[m].shape[1], wrap(rows[m]), m)
+    for d, owner in dats.items():
+        declared[d] = mc.Dat(declared[owner], rows[d].shape[1], wrap(rows[d]), d, dtype=rows[d].dtype)
+    return declared
+
+
+def _read_objects(name: str, comm, sets, maps, dats):
+    """Set sizes and this rank's rows of every map and dat."""
+    import h5py
+
+    if not os.path.exists(name):
+        raise MeshFileNotFoundError(f"mesh file {name!r} does not exist; check the path.")
+    try:
+        with h5py.File(name, "r") as f:
+            sizes = {s: _set_size(f, name, s) for s in sets}
+            rows = {m: _rows(f, name, m, sizes[source], None, "iu", comm) for m, (source, _) in maps.items()}
+            rows.update({d: _rows(f, name, d, sizes[owner], None, "iuf", comm) for d, owner in dats.items()})
+    except (OSError, KeyError, ValueError) as exc:
+        raise MeshFileError(f"mesh file {name!r} cannot be read ({type(exc).__name__}: {exc}); it is not an HDF5 "
+                            f"file or it is truncated.") from exc
+    return sizes, rows
 
 
 # --- writing ----------------------------------------------------------------------------------------
