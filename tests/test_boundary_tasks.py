@@ -191,3 +191,40 @@ def test_a_transport_that_completes_all_neighbours_at_once_runs_the_boundary_in_
 def test_bad_boundary_options_are_refused():
     with pytest.raises(mc.ConfigurationError, match="boundary 'soon' is unknown"):
         mc.configure(boundary="soon")
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+@pytest.mark.parametrize("progress", ["poll", "none"])
+def test_tasks_under_a_polling_progress_thread_give_the_bits_of_the_bulk_order(comm, progress):
+    """The poller may complete a whole run (Testall) before the tasks wait for it: every
+    message then counts as arrived, is unpacked, and every task runs."""
+    spec = (("quads", 6, 5), (("cells", (("ca", mc.INC, None, None), ("na", mc.READ, "cell2node", None))),
+                              ("facets", (("cb", mc.INC, "facet2cell", None), ("ca", mc.READ, "facet2cell", 1))),
+                              ("nodes", (("na", mc.RW, None, None),))))
+    for mode in (None, True):
+        bulk = run_program(spec, comm, mode, transport="persistent", progress=progress)
+        tasks = run_program(spec, comm, mode, transport="persistent", progress=progress, boundary="tasks")
+        for want, got in zip(bulk, tasks):
+            if got is not None:
+                np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("transport", ["persistent", "p2p"])
+def test_messages_completed_by_another_test_count_as_arrived(transport):
+    """A run that a progress poller completed (``test()``, MPI's Testall) before the tasks
+    wait: arrivals still unpacks every message and names every neighbour."""
+    from mpi4py import MPI
+
+    from meshchain.comm.exchange import HaloItem, arrivals
+
+    values = np.array([[1.0], [2.0], [0.0], [0.0]])
+    exchange = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {0: [0, 1]}, {0: [2, 3]})], tag=9,
+                            transport=transport)
+    exchange.begin()
+    while not exchange.test():
+        pass
+    assert list(arrivals([exchange])) == [0]
+    assert values[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
+    exchange.begin()  # and the exchange runs again afterwards
+    assert list(arrivals([exchange])) == [0]
+    exchange.close()
