@@ -141,7 +141,8 @@ def test_a_task_starts_before_a_late_neighbours_message_arrives(comm, monkeypatc
         start = np.arange(240, dtype=np.int64).reshape(30, 8) % 17
         a, b = mc.Dat(g, 1, start, "a", dtype=np.int64), mc.Dat(g, 1, start, "b", dtype=np.int64)
         star = mc.Stencil([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)], "star")
-        kernel = mc.Kernel.from_source("def sweep(s, out):\n    out[0] = s[0, 0] + 2 * s[1, 0] - s[2, 0] + s[3, 0] - s[4, 0]\n")
+        kernel = mc.Kernel.from_source(
+            "def sweep(s, out):\n    out[0] = s[0, 0] + 2 * s[1, 0] - s[2, 0] + s[3, 0] - s[4, 0]\n")
         mc.partition("block", blocks=(3, 1))
         for warm_up in (True, False):  # then the plans (built collectively) are cached
             mc.par_loop(kernel, inner, a(mc.READ, star), b(mc.WRITE))

@@ -140,6 +140,10 @@ def test_bad_checkpoints_fail_on_every_rank_and_change_nothing(comm, tmp_path):
     assert "map e2n" in failure_on_every_rank(comm, lambda: mc.restore(good, [u]))
     with pytest.raises(mc.CheckpointError, match="distinct names"):
         mc.checkpoint(good, [u, u])
+    if comm.size > 1:  # one rank passes something else: no hang, every rank raises
+        odd = [u] if comm.rank == 0 else [u, u]
+        assert "distinct names" in failure_on_every_rank(comm, lambda: mc.checkpoint(good, odd))
+        assert "distinct names" in failure_on_every_rank(comm, lambda: mc.restore(good, odd))
 
 
 @pytest.mark.mpi(nprocs=(3,), timeout=300)

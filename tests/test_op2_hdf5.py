@@ -196,6 +196,9 @@ def test_a_mesh_that_cannot_be_written_leaves_the_old_file_and_fails_everywhere(
     assert "cannot write beside it" in failure_on_every_rank(comm, lambda: write_op2_hdf5(declared, nowhere))
     with pytest.raises(mc.MeshFileError, match="share a name"):
         write_op2_hdf5([declared.nodes, declared.nodes], path)
+    if comm.size > 1:  # one rank passes something else: no hang, every rank raises
+        odd = [declared.nodes] if comm.rank == 0 else [declared.nodes, "not an object"]
+        assert "str is not a Set" in failure_on_every_rank(comm, lambda: write_op2_hdf5(odd, path))
     comm.Barrier()
     if comm.rank == 0:
         assert os.listdir(directory) == ["grid.h5"]

@@ -116,6 +116,9 @@ def test_bad_output_fails_on_every_rank_and_keeps_the_complete_steps(comm, tmp_p
         out.write(1, {"g": mc.Global(1, 0.0, "g")})
     with pytest.raises(mc.OutputError, match="field name"):
         out.write(1, {"a/b": u})
+    if comm.size > 1:  # one rank passes a bad field: no hang, every rank raises
+        one_rank_wrong = {"u": u} if comm.rank == 0 else {"e": elsewhere}
+        assert "'elsewhere'" in failure_on_every_rank(comm, lambda: out.write(1, one_rank_wrong))
     if comm.rank == comm.size - 1:
         def full(descriptor):
             raise OSError(28, "No space left on device")

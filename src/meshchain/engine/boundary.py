@@ -72,7 +72,7 @@ def boundary_task_calls(session, unit, segment, bound, exchanges, report):
     if not all(e.arrives_by_neighbour for e in exchanges):
         return None, (f"the {session.transport} transport completes all neighbours at once, or halos are staged "
                       f"through a device; use transport='persistent' or 'p2p'")
-    touched = [_touched(unit, session, run) for run in bound]
+    touched = [_touched(unit, run) for run in bound]
     if any(t is None for t in touched):
         return None, "a loop has arguments other than dats and globals"
     imports, rows = _imports(session, unit, segment), {}
@@ -95,7 +95,7 @@ def boundary_task_calls(session, unit, segment, bound, exchanges, report):
     return BoundaryTasks(calls, {n: 1 << k for k, n in enumerate(neighbours)}), None
 
 
-def _touched(unit, session, run):
+def _touched(unit, run):
     """``(iterations, [(dat key, rows per iteration)])`` of a bound run; None when one of its
     arguments is neither a dat (directly or through a map) nor a global."""
     loop, position = run.loop, unit.loops.index(run.loop)

@@ -47,7 +47,7 @@ import numpy as np
 from ..comm.blocks import block_offsets
 from ..comm.agree import raise_together
 from ..core.errors import CheckpointError
-from .ranked import context, create_on_root, dat_block, map_block, read_block, replace_on_root, scatter_block, \
+from .ranked import agreed, context, create_on_root, dat_block, map_block, read_block, replace_on_root, scatter_block, \
     write_in_turn
 
 __all__ = ["checkpoint", "restore", "FORMAT"]
@@ -63,7 +63,7 @@ def checkpoint(path, objects) -> None:
     """Save dats and globals to ``path`` (collective; atomic). ``objects``: a list of them
     (matched by name on restore; names must be unique)."""
     session, comm = context()
-    dats, globs = _split(objects, path)
+    dats, globs = agreed(comm, lambda: _split(objects, path), CheckpointError)
     mesh = _mesh_signature(session, comm)
     blocks = [dat_block(session, comm, d, CheckpointError) for d in dats]
     temporary = create_on_root(comm, path, lambda f: _fill(f, mesh, dats, globs), _failure)
@@ -83,7 +83,7 @@ def restore(path, objects) -> None:
     import h5py
 
     session, comm = context()
-    dats, globs = _split(objects, path)
+    dats, globs = agreed(comm, lambda: _split(objects, path), CheckpointError)
     name = os.fspath(path)
     error, handle = None, None
     try:

@@ -50,13 +50,13 @@ import numpy as np
 from ..comm.agree import raise_together
 from ..core.errors import OutputError
 from ..types import Dat, Map
-from .ranked import block_range, context, create_on_root, dat_block, map_block, replace_on_root, write_in_turn
+from .ranked import agreed, block_range, context, create_on_root, dat_block, map_block, replace_on_root, write_in_turn
 
 __all__ = ["Output"]
 
 # (coordinate dim, nodes per cell) -> XDMF topology
 TOPOLOGIES = {(2, 3): "Triangle", (2, 4): "Quadrilateral", (3, 4): "Tetrahedron", (3, 8): "Hexahedron",
-              (2, 2): "Polyline", (3, 3): "Triangle", (3, 2): "Polyline"}
+              (3, 3): "Triangle"}
 ATTRIBUTE_TYPES = {1: "Scalar", 2: "Vector", 3: "Vector", 6: "Tensor6", 9: "Tensor"}
 NAME = re.compile(r"[A-Za-z0-9_.+-]+\Z")
 
@@ -88,7 +88,7 @@ class Output:
     def __init__(self, directory, *, coords: Dat, cells: Map, name: str = "output", keep_until=None):
         self.session, self.comm = context()
         self.directory, self.name = os.fspath(directory), name
-        self.topology = _topology(coords, cells, name)
+        self.topology = agreed(self.comm, lambda: _topology(coords, cells, name), OutputError)
         self.coords, self.cells = coords, cells
         self.steps: list = []  # (time, file, [(field name, dat, centre)])
         self._prepare_directory()
@@ -104,7 +104,9 @@ class Output:
     def write(self, time, fields: dict) -> None:
         """Write one step: ``fields`` maps output names to dats on the cells' set (cell data)
         or on the coordinates' set (node data). Collective."""
-        entries = [(label, dat, self._centre(label, dat)) for label, dat in dict(fields).items()]
+        fields = dict(fields)
+        entries = agreed(self.comm, lambda: [(label, dat, self._centre(label, dat)) for label, dat in fields.items()],
+                         OutputError)
         step = f"{self.name}_{len(self.steps):06d}.h5"
         path = os.path.join(self.directory, step)
         blocks = [dat_block(self.session, self.comm, dat, OutputError) for _, dat, _ in entries]

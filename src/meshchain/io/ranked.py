@@ -38,8 +38,8 @@ from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv
 
-__all__ = ["context", "block_range", "dat_block", "map_block", "create_on_root", "write_in_turn", "read_block",
-           "replace_on_root"]
+__all__ = ["context", "agreed", "block_range", "dat_block", "scatter_block", "map_block", "create_on_root",
+           "write_in_turn", "read_block", "replace_on_root"]
 
 TOKEN_TAG = 32611
 
@@ -53,6 +53,18 @@ def context():
 
         comm = MPI.COMM_SELF
     return session, comm
+
+
+def agreed(comm, check, error_type):
+    """``check()``'s result; when it raises ``error_type`` on some rank, the same error on
+    every rank (a bad argument on one rank must not leave the others waiting in a collective)."""
+    result, error = None, None
+    try:
+        result = check()
+    except error_type as exc:
+        error = exc
+    raise_together(comm, error)
+    return result
 
 
 def block_range(n: int, comm) -> tuple[int, int]:

@@ -45,7 +45,8 @@ import numpy as np
 
 from ..comm.agree import raise_together
 from ..core.errors import MeshchainError, MeshFileError, MeshFileNotFoundError
-from ..io.ranked import block_range, context, create_on_root, dat_block, map_block, replace_on_root, write_in_turn
+from ..io.ranked import (agreed, block_range, context, create_on_root, dat_block, map_block, replace_on_root,
+                         write_in_turn)
 from .op2 import AirfoilArrays, AirfoilMesh, check_range, declare_airfoil
 
 __all__ = ["AirfoilBlocks", "read_op2_hdf5", "write_op2_hdf5", "declare_op2_hdf5"]
@@ -302,20 +303,31 @@ def write_op2_hdf5(what, path) -> None:
         _write(MPI.COMM_SELF, path, _mesh_records(what))
         return
     session, comm = context()
-    _write(comm, path, _object_records(session, comm, _objects(what)))
+    objects = _objects(what)
+    agreed(comm, lambda: _check_objects(objects, path), MeshFileError)
+    _write(comm, path, _object_records(session, comm, objects))
 
 
 def _failure(message: str) -> MeshFileError:
     return MeshFileError(f"mesh file {message}")
 
 
-def _write(comm, path, records) -> None:
-    """``records``: (name, global shape, dtype, attributes, first row, this rank's rows)."""
-    names = [r[0] for r in records]
+def _check_objects(objects, path) -> None:
+    import meshchain as mc
+
+    for obj in objects:
+        if not isinstance(obj, (mc.Set, mc.Map, mc.Dat, mc.Global)):
+            raise MeshFileError(f"write_op2_hdf5: {type(obj).__name__} is not a Set, Map, Dat or Global; pass "
+                                f"meshchain objects or an AirfoilMesh.")
+    names = [o.name for o in objects]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise MeshFileError(f"mesh file {os.fspath(path)!r}: the objects {repeated} share a name; OP2's HDF5 layout "
                             f"stores each object under its name.")
+
+
+def _write(comm, path, records) -> None:
+    """``records``: (name, global shape, dtype, attributes, first row, this rank's rows)."""
 
     def fill(f):
         for name, shape, dtype, attrs, _, _ in records:
@@ -373,11 +385,8 @@ def _object_records(session, comm, objects) -> list:
             lo, _ = block_range(obj.dataset.size, comm)
             records.append(_record(obj.name, obj.dataset.size, obj.dim, obj.dtype, lo,
                                    dat_block(session, comm, obj, MeshFileError)))
-        elif isinstance(obj, mc.Global):
+        else:  # a Global (checked before)
             rows = np.asarray(obj.value).reshape(-1) if comm.rank == 0 else np.zeros(0, obj.value.dtype)
             records.append((obj.name, (obj.dim,), obj.value.dtype, _attributes(obj.dim, obj.dim, obj.value.dtype)
                             | {"size": np.array([1], np.int32)}, 0, rows))
-        else:
-            raise MeshFileError(f"write_op2_hdf5: {type(obj).__name__} is not a Set, Map, Dat or Global; pass "
-                                f"meshchain objects or an AirfoilMesh.")
     return records
