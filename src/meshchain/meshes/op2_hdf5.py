@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..comm.agree import raise_together
-from ..core.errors import MeshchainError, MeshFileError, MeshFileNotFoundError
+from ..core.errors import DeclarationError, MeshchainError, MeshFileError, MeshFileNotFoundError
 from ..io.ranked import (agreed, block_range, context, create_on_root, dat_block, map_block, replace_on_root,
                          write_in_turn)
 from .op2 import AirfoilArrays, AirfoilMesh, check_range, declare_airfoil
@@ -233,14 +233,10 @@ def declare_op2_hdf5(path, *, sets, maps=None, dats=None) -> dict:
     (4, 2, 72)
     """
     import meshchain as mc
-    from ..core.errors import DeclarationError
 
-    maps, dats = dict(maps or {}), dict(dats or {})
-    unknown = sorted(({s for pair in maps.values() for s in pair} | set(dats.values())) - set(sets))
-    if unknown:
-        raise DeclarationError(f"declare_op2_hdf5({os.fspath(path)!r}): maps or dats name the sets {unknown}, which "
-                               f"are not among sets={list(sets)}.")
+    maps, dats, sets = dict(maps or {}), dict(dats or {}), list(sets)
     session, comm = context()
+    agreed(comm, lambda: _check_names(path, sets, maps, dats), DeclarationError)
     name, found, error = os.fspath(path), None, None
     try:
         found = _read_objects(name, comm, list(sets), maps, dats)
@@ -255,6 +251,13 @@ def declare_op2_hdf5(path, *, sets, maps=None, dats=None) -> dict:
     for d, owner in dats.items():
         declared[d] = mc.Dat(declared[owner], rows[d].shape[1], wrap(rows[d]), d, dtype=rows[d].dtype)
     return declared
+
+
+def _check_names(path, sets, maps, dats) -> None:
+    unknown = sorted(({s for pair in maps.values() for s in pair} | set(dats.values())) - set(sets))
+    if unknown:
+        raise DeclarationError(f"declare_op2_hdf5({os.fspath(path)!r}): maps or dats name the sets {unknown}, which "
+                               f"are not among sets={sets}.")
 
 
 def _read_objects(name: str, comm, sets, maps, dats):
