@@ -37,6 +37,7 @@ from ..api import get_runtime
 from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv
+from ..core.errors import MeshchainError
 
 __all__ = ["context", "agreed", "block_range", "dat_block", "scatter_block", "map_block", "create_on_root",
            "write_in_turn", "read_block", "replace_on_root"]
@@ -85,8 +86,6 @@ def owned_ids(session, d, error) -> np.ndarray:
 
 def dat_block(session, comm, d, error=None) -> np.ndarray:
     """This rank's block (by global id) of ``d``'s rows (collective)."""
-    from ..core.errors import MeshchainError
-
     ids, rows = owned_ids(session, d, error or MeshchainError), d.data_ro
     if comm.size == 1:
         block = np.empty_like(rows)
@@ -103,8 +102,6 @@ def dat_block(session, comm, d, error=None) -> np.ndarray:
 
 def scatter_block(session, comm, d, block: np.ndarray, error=None) -> None:
     """Write this rank's owned rows of ``d`` from the ranks' blocks (collective)."""
-    from ..core.errors import MeshchainError
-
     ids = owned_ids(session, d, error or MeshchainError)
     if comm.size == 1:
         d.data[:] = block[ids]

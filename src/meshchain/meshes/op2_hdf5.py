@@ -47,6 +47,7 @@ from ..comm.agree import raise_together
 from ..core.errors import DeclarationError, MeshchainError, MeshFileError, MeshFileNotFoundError
 from ..io.ranked import (agreed, block_range, context, create_on_root, dat_block, map_block, replace_on_root,
                          write_in_turn)
+from ..types import Block, Dat, Global, Map, Set
 from .op2 import AirfoilArrays, AirfoilMesh, check_range, declare_airfoil
 
 __all__ = ["AirfoilBlocks", "read_op2_hdf5", "write_op2_hdf5", "declare_op2_hdf5"]
@@ -81,15 +82,11 @@ class AirfoilBlocks(AirfoilArrays):
 
     def declare(self, prefix: str = ""):
         """Declare the mesh as :meth:`AirfoilMesh.declare` does, from each rank's rows."""
-        import meshchain as mc
-
-        return declare_airfoil((self.nnode, self.nedge, self.nbedge, self.ncell), self, prefix, mc.Block)
+        return declare_airfoil((self.nnode, self.nedge, self.nbedge, self.ncell), self, prefix, Block)
 
     def per_cell(self, row):
         """``row`` repeated for this rank's cells, as ``mc.Block`` (initial values of a cell dat)."""
-        import meshchain as mc
-
-        return mc.Block(np.tile(np.asarray(row, dtype=np.float64), (len(self.cell), 1)))
+        return Block(np.tile(np.asarray(row, dtype=np.float64), (len(self.cell), 1)))
 
     def __repr__(self) -> str:
         return (f"AirfoilBlocks(nnode={self.nnode}, ncell={self.ncell}, nedge={self.nedge}, "
@@ -139,20 +136,11 @@ def read_op2_hdf5(path):
 
 
 def _read(name: str, comm) -> AirfoilBlocks:
-    import h5py
-
-    if not os.path.exists(name):
-        raise MeshFileNotFoundError(f"mesh file {name!r} does not exist; check the path.")
-    try:
-        with h5py.File(name, "r") as f:
-            sizes = {s: _set_size(f, name, s) for s in SETS}
-            rows = {field: _rows(f, name, dataset, sizes[source], arity, "iu", comm)
-                    for dataset, (source, arity, field, _) in MAPS.items()}
-            rows.update({field: _rows(f, name, dataset, sizes[source], dim, kind, comm)
-                         for dataset, (source, dim, field, kind) in DATS.items()})
-    except (OSError, KeyError, ValueError) as exc:
-        raise MeshFileError(f"mesh file {name!r} cannot be read ({type(exc).__name__}: {exc}); it is not an HDF5 "
-                            f"file or it is truncated.") from exc
+    shapes = {d: (arity, "iu") for d, (_, arity, _, _) in MAPS.items()}
+    shapes.update({d: (dim, kind) for d, (_, dim, _, kind) in DATS.items()})
+    sizes, found = _read_objects(name, comm, SETS, {d: (source, target) for d, (source, _, _, target) in MAPS.items()},
+                                 {d: owner for d, (owner, _, _, _) in DATS.items()}, shapes)
+    rows = {field: found[d] for d, (_, _, field, _) in (*MAPS.items(), *DATS.items())}
     for dataset, (source, _, field, target) in MAPS.items():
         lo, _ = block_range(sizes[source], comm)
         check_range(rows[field], f"{name}: map {dataset}", target[:-1], sizes[target], first=lo)
@@ -232,8 +220,6 @@ def declare_op2_hdf5(path, *, sets, maps=None, dats=None) -> dict:
     >>> found["pcell"].arity, found["p_x"].dim, found["cells"].size
     (4, 2, 72)
     """
-    import meshchain as mc
-
     maps, dats, sets = dict(maps or {}), dict(dats or {}), list(sets)
     session, comm = context()
     agreed(comm, lambda: _check_names(path, sets, maps, dats), DeclarationError)
@@ -243,13 +229,13 @@ def declare_op2_hdf5(path, *, sets, maps=None, dats=None) -> dict:
     except MeshchainError as exc:
         error = exc
     raise_together(comm, error)
-    wrap = mc.Block if session.distributed else (lambda rows: rows)
+    wrap = Block if session.distributed else (lambda rows: rows)
     sizes, rows = found
-    declared = {s: mc.Set(sizes[s], s) for s in sets}
+    declared = {s: Set(sizes[s], s) for s in sets}
     for m, (source, target) in maps.items():
-        declared[m] = mc.Map(declared[source], declared[target], rows[m].shape[1], wrap(rows[m]), m)
+        declared[m] = Map(declared[source], declared[target], rows[m].shape[1], wrap(rows[m]), m)
     for d, owner in dats.items():
-        declared[d] = mc.Dat(declared[owner], rows[d].shape[1], wrap(rows[d]), d, dtype=rows[d].dtype)
+        declared[d] = Dat(declared[owner], rows[d].shape[1], wrap(rows[d]), d, dtype=rows[d].dtype)
     return declared
 
 
@@ -260,8 +246,10 @@ def _check_names(path, sets, maps, dats) -> None:
                                f"are not among sets={sets}.")
 
 
-def _read_objects(name: str, comm, sets, maps, dats):
-    """Set sizes and this rank's rows of every map and dat."""
+def _read_objects(name: str, comm, sets, maps, dats, shapes=None):
+    """Set sizes and this rank's rows of every map and dat (``shapes``: ``{dataset: (dim,
+    dtype kinds)}`` the file must have; otherwise any dim, integer maps, numeric dats)."""
+    shapes = shapes or {}
     import h5py
 
     if not os.path.exists(name):
@@ -269,8 +257,10 @@ def _read_objects(name: str, comm, sets, maps, dats):
     try:
         with h5py.File(name, "r") as f:
             sizes = {s: _set_size(f, name, s) for s in sets}
-            rows = {m: _rows(f, name, m, sizes[source], None, "iu", comm) for m, (source, _) in maps.items()}
-            rows.update({d: _rows(f, name, d, sizes[owner], None, "iuf", comm) for d, owner in dats.items()})
+            rows = {m: _rows(f, name, m, sizes[source], *shapes.get(m, (None, "iu")), comm)
+                    for m, (source, _) in maps.items()}
+            rows.update({d: _rows(f, name, d, sizes[owner], *shapes.get(d, (None, "iuf")), comm)
+                         for d, owner in dats.items()})
     except (OSError, KeyError, ValueError) as exc:
         raise MeshFileError(f"mesh file {name!r} cannot be read ({type(exc).__name__}: {exc}); it is not an HDF5 "
                             f"file or it is truncated.") from exc
@@ -316,10 +306,8 @@ def _failure(message: str) -> MeshFileError:
 
 
 def _check_objects(objects, path) -> None:
-    import meshchain as mc
-
     for obj in objects:
-        if not isinstance(obj, (mc.Set, mc.Map, mc.Dat, mc.Global)):
+        if not isinstance(obj, (Set, Map, Dat, Global)):
             raise MeshFileError(f"write_op2_hdf5: {type(obj).__name__} is not a Set, Map, Dat or Global; pass "
                                 f"meshchain objects or an AirfoilMesh.")
     names = [o.name for o in objects]
@@ -375,16 +363,14 @@ def _objects(what) -> list:
 
 
 def _object_records(session, comm, objects) -> list:
-    import meshchain as mc
-
     records = []
     for obj in objects:
-        if isinstance(obj, mc.Set):
+        if isinstance(obj, Set):
             records.append(_set_record(obj.name, obj.size, here=comm.rank == 0))
-        elif isinstance(obj, mc.Map):
+        elif isinstance(obj, Map):
             lo, _ = block_range(obj.source.size, comm)
             records.append(_record(obj.name, obj.source.size, obj.arity, np.int32, lo, map_block(session, obj)))
-        elif isinstance(obj, mc.Dat):
+        elif isinstance(obj, Dat):
             lo, _ = block_range(obj.dataset.size, comm)
             records.append(_record(obj.name, obj.dataset.size, obj.dim, obj.dtype, lo,
                                    dat_block(session, comm, obj, MeshFileError)))
