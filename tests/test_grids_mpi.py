@@ -34,10 +34,11 @@ def copy(a, b):
         b[c] = a[c]
 
 
-def sweeps(comm, shape, offsets, steps, *, ca, blocks=None, dim=1, chains=1, seed=0):
+def sweeps(comm, shape, offsets, steps, *, ca, blocks=None, dim=1, chains=1, seed=0, **options):
     """``chains`` chains of ``steps`` sweeps ``v = sum w_k u[p + o_k]`` over the interior the
-    stencil needs, each followed by ``u = v`` on the whole grid; ``u.gather()``."""
-    mc.reset_runtime(comm=comm, transport="persistent")
+    stencil needs, each followed by ``u = v`` on the whole grid; ``u.gather()``. ``options``
+    go to :func:`mc.reset_runtime`."""
+    mc.reset_runtime(comm=comm, **{"transport": "persistent", **options})
     rng = np.random.default_rng(seed)
     width = max(max(abs(c) for c in o) for o in offsets)
     grid = mc.Grid(shape, "g")

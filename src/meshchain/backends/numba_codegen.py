@@ -181,12 +181,12 @@ def grid_row(specs) -> list[str]:
     grid = _grid(specs)
     if grid is None:
         return []
-    shape, width, inner = grid
+    shape, corner, inner = grid
     if len(shape) == 2:
-        row = f"(_mc_e // {inner[1]} + {width}) * {shape[1]} + _mc_e % {inner[1]} + {width}"
+        row = f"(_mc_e // {inner[1]} + {corner[0]}) * {shape[1]} + _mc_e % {inner[1]} + {corner[1]}"
     else:
-        row = (f"((_mc_e // {inner[1] * inner[2]} + {width}) * {shape[1]} + (_mc_e // {inner[2]}) % {inner[1]} "
-               f"+ {width}) * {shape[2]} + _mc_e % {inner[2]} + {width}")
+        row = (f"((_mc_e // {inner[1] * inner[2]} + {corner[0]}) * {shape[1]} + (_mc_e // {inner[2]}) % {inner[1]} "
+               f"+ {corner[1]}) * {shape[2]} + _mc_e % {inner[2]} + {corner[2]}")
     return [f"_mc_g = _mc_np.uint64({row})"]
 
 
@@ -198,16 +198,16 @@ def grid_rows(specs):
     grid = _grid(specs)
     if grid is None:
         return None
-    shape, width, inner = grid
+    shape, corner, inner = grid
     line = inner[-1]
     header = [f"for _mc_q in range(_mc_starts[_mc_b] // {line}, (_mc_starts[_mc_b + 1] - 1) // {line} + 1):",
               f"    for _mc_e in range(max(_mc_starts[_mc_b], _mc_q * {line}), "
               f"min(_mc_starts[_mc_b + 1], _mc_q * {line} + {line})):"]
     if len(shape) == 2:
-        shift = f"_mc_q * {shape[1] - line} + {width * (shape[1] + 1)}"
+        shift = f"_mc_q * {shape[1] - line} + {corner[0] * shape[1] + corner[1]}"
     else:
-        shift = (f"((_mc_q // {inner[1]} + {width}) * {shape[1]} + _mc_q % {inner[1]} + {width}) * {shape[2]} "
-                 f"+ {width} - _mc_q * {line}")
+        shift = (f"((_mc_q // {inner[1]} + {corner[0]}) * {shape[1]} + _mc_q % {inner[1]} + {corner[1]}) * {shape[2]} "
+                 f"+ {corner[2]} - _mc_q * {line}")
     return header, [f"_mc_g = _mc_np.uint64(_mc_e + {shift})"]
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from ..core.access import Access
 from ..core.errors import AccessModeError, KernelRuntimeError
 from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL
+from ..ir.loop import argument_rows
 from .base import Backend, readonly
 
 __all__ = ["ReferenceBackend"]
@@ -76,29 +77,14 @@ def _accessor(run, position: int, target=None):
     if arg.kind == GLOBAL:
         return (lambda e: source), None
     if arg.kind in (DIRECT, STENCIL):
-        row = _grid_row(spec.grid)
         if arg.kind == DIRECT:
-            return (lambda e: source[row(e)]), None
-        offsets = np.asarray(spec.offsets, dtype=np.int64)
-        return (lambda e: source[row(e) + offsets]), None  # a copy, like the compiled backends' buffer
+            return (lambda e: source[e] if not spec.grid else source[argument_rows(spec, [e])[0, 0]]), None
+        return (lambda e: source[argument_rows(spec, [e])[0]]), None  # a copy, like the compiled backends' buffer
     values = run.maps[spec.map_slot]
     if arg.kind == INDIRECT:
         column = values[:, arg.index]
         return (lambda e: source[column[e]]), None
     return _whole_map_accessor(arg.access, array, values)
-
-
-def _grid_row(grid):
-    """Element -> row: the identity, or for ``grid.interior(w)`` its point's grid row."""
-    if not grid:
-        return lambda e: e
-    shape, width, inner = grid
-
-    def row(e):
-        index = np.unravel_index(e, inner)
-        return int(np.ravel_multi_index(tuple(i + width for i in index), shape))
-
-    return row
 
 
 def _whole_map_accessor(access, array, values):

@@ -130,7 +130,7 @@ class _Builder:
         """The step's boundary tasks (``boundary="tasks"``), or None: its rest runs in bulk."""
         if self.session.config.boundary != "tasks" or self.tiling is not None or not self.session.distributed:
             return None
-        bound = [self._bind(run, reductions) for run in runs if run.end > run.start]
+        bound = self._bound(runs, reductions)
         tasks, why_not = boundary_task_calls(self.session, self.unit, segment, bound, exchanges, self._report)
         if why_not is not None:
             warnings.warn(MeshchainWarning(f"[boundary-bulk] loops {list(self.unit.names)} run their boundary in "
@@ -180,7 +180,7 @@ class _Builder:
         """A prepared call for ``runs`` (schedule runs) and its index into the account's
         compute times (-1: the backend times itself, or there is nothing to run).
         ``interior``: the runs overlap messages in flight (``interior="dynamic"`` chunks them)."""
-        bound = [self._bind(run, reductions) for run in runs if run.end > run.start]
+        bound = self._bound(runs, reductions)
         if not bound:
             return None, -1
         call = None
@@ -210,7 +210,14 @@ class _Builder:
             return call, -1
         return call, self.account.add_phase([(run.loop.name, run.end - run.start) for run in bound])
 
-    def _bind(self, run, reductions) -> PhaseRun:
+    def _bound(self, runs, reductions) -> list:
+        """The :class:`PhaseRun` pieces of ``runs`` (schedule runs) that have iterations."""
+        return [piece for run in runs if run.end > run.start for piece in self._bind(run, reductions)]
+
+    def _bind(self, run, reductions) -> list:
+        """``run`` as :class:`PhaseRun` pieces: one, or for a lowered grid loop the iterations
+        in its block's middle by index arithmetic and the others through maps (see
+        :mod:`.grids`; not when tiled: tiles cover mesh loops only)."""
         unit = self.unit
         loop = unit.loops[run.loop]
         keys = {}
@@ -223,10 +230,26 @@ class _Builder:
         if run.targets != "global":
             for i, reduction in reductions.get(run.loop, {}).items():
                 targets[i] = reduction.owned if run.targets == "owned" else reduction.scratch
-        block_size = self.backend.colouring_block_size(loop)
-        colouring = None if block_size is None else self.session.colouring(loop, run.start, run.end, block_size=block_size)
         timer = self.account.timer(loop.name) if self.backend.times_itself else None
-        return PhaseRun(loop, run.start, run.end, data, maps, targets, colouring, timer)
+        pieces, start = [], run.start
+        arithmetic = self._arithmetic(loop)
+        if arithmetic is not None and start < arithmetic.count:
+            end = min(run.end, arithmetic.count)
+            pieces.append(self._piece(arithmetic.loop, start, end, data, (), targets, timer))
+            start = end
+        if start < run.end:
+            pieces.append(self._piece(loop, start, run.end, data, maps, targets, timer))
+        return pieces
+
+    def _arithmetic(self, loop):
+        if self.tiling is not None or not self.backend.grid_arithmetic or not self.session.distributed:
+            return None
+        return self.session.grid_lowering.arithmetic(loop, self.session.layout)
+
+    def _piece(self, loop, start, end, data, maps, targets, timer) -> PhaseRun:
+        block_size = self.backend.colouring_block_size(loop)
+        colouring = None if block_size is None else self.session.colouring(loop, start, end, block_size=block_size)
+        return PhaseRun(loop, start, end, data, maps, targets, colouring, timer)
 
     def _prepare(self, loop, data) -> None:
         for spec, record in zip(loop.specs, (data[s.slot] for s in loop.specs)):
@@ -235,7 +258,7 @@ class _Builder:
                 self.backend.prepare_data(record, write=spec.access.writes)
 
     def _colour(self, loop, count: int) -> None:
-        position = self.unit.loops.index(loop)
+        position = self.unit.loops.index(loop.recorded)
         self.colours[position] = max(self.colours.get(position, 0), count)
 
     def _report(self, loop, seconds: float, compiled: bool, hits: int) -> None:

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..inspector.tasks import boundary_tasks
 from ..inspector.tiling import single_tile_plan
-from ..types.args import DIRECT, GLOBAL, INDIRECT, WHOLE_MAP
+from ..ir.loop import argument_rows
+from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
 from .plans import guarded
 
 __all__ = ["BoundaryTasks", "boundary_task_calls", "layer_rows"]
@@ -98,15 +99,15 @@ def boundary_task_calls(session, unit, segment, bound, exchanges, report):
 def _touched(unit, run):
     """``(iterations, [(dat key, rows per iteration)])`` of a bound run; None when one of its
     arguments is neither a dat (directly or through a map) nor a global."""
-    loop, position = run.loop, unit.loops.index(run.loop)
+    loop, position = run.loop, unit.loops.index(run.loop.recorded)
     n = run.end - run.start
     found = []
     for i, spec in enumerate(loop.specs):
         if spec.kind == GLOBAL:
             continue
         key = unit.signature[position].args[i].obj
-        if spec.kind == DIRECT:
-            rows = np.arange(run.start, run.end, dtype=np.int64)[:, None]
+        if spec.kind in (DIRECT, STENCIL):  # a grid loop's arithmetic part reaches its points by its geometry
+            rows = argument_rows(spec, np.arange(run.start, run.end, dtype=np.int64))
         elif spec.kind in (INDIRECT, WHOLE_MAP):
             values = np.asarray(run.maps[spec.map_slot])[run.start:run.end]
             rows = values[:, spec.index:spec.index + 1] if spec.kind == INDIRECT else values

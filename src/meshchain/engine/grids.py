@@ -10,19 +10,32 @@ reached through the box map's first column (the point itself) and a stencil thro
 columns of its offsets, so chains, communication-avoiding execution, the inspector, the
 exchanges, the model and every backend treat it as a loop over a mesh. The lowered loop
 reads an index per stencil point (what a mesh loop does); its kernel and results are the same.
+
+Most of it does not: a block's middle runs by index arithmetic (:meth:`GridLowering.arithmetic`).
+The layout keeps the owned points far from the partition boundary first, row-major
+(:func:`meshchain.partition.grid_layout.level_cap`): the grid's middle is a box at the start of
+its dats' rows, and the interior's middle a box at the start of its rows whose stencil points
+all lie in the grid's. Those rows run the loop as written, with the geometry of the two boxes
+in the generated code (:attr:`meshchain.ir.loop.ArgSpec.grid`); the rest (a few lines along the
+partition boundary and the ghosts) runs lowered. Both boxes are checked on each rank from the
+layout itself, so the arithmetic part is right whatever the levels are.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import NamedTuple
+
 import numpy as np
 
 from ..core.errors import ConfigurationError, DeclarationError
+from ..ir.loop import make_loop
 from ..partition.grid_layout import GridParts
 from ..partition.grids import box_offsets, box_targets, checked_blocks
 from ..types import Arg, Grid, GridInterior
 from ..types.maps import ColumnsMap, undeclared_map
 
-__all__ = ["GridLowering", "is_grid_set", "refuse_grids"]
+__all__ = ["Arithmetic", "GridLowering", "is_grid_set", "middle_box", "refuse_grids"]
 
 
 def is_grid_set(s) -> bool:
@@ -38,6 +51,29 @@ def refuse_grids(sets, what: str) -> None:
                                  f"programs without grids.")
 
 
+class Arithmetic(NamedTuple):
+    """The part of a lowered grid loop that runs by index arithmetic on this rank: its first
+    ``count`` iterations, as ``loop`` (the loop as written, with this rank's geometry)."""
+
+    loop: object
+    count: int
+
+
+def middle_box(layout, shape, shift: int = 0):
+    """``(lo, hi, count)``: the box (grid coordinates, ``hi`` excluded) of a set's first owned
+    elements on this rank, those at its top level, when they fill it in row-major order;
+    None otherwise. ``shape`` is the set's shape, ``shift`` its distance from the grid's side."""
+    if layout.n_owned == 0:
+        return None
+    count = int(np.count_nonzero(layout.levels == layout.levels[0]))  # levels do not increase
+    ids = layout.global_ids[:count]
+    coords = np.stack(np.unravel_index(ids, shape), axis=1) + shift
+    lo, hi = coords.min(axis=0), coords.max(axis=0) + 1
+    if int(np.prod(hi - lo)) != count or np.any(np.diff(ids) <= 0):
+        return None
+    return lo, hi, count
+
+
 class GridLowering:
     """The maps one session made for its grids: box maps and the stencils' column maps."""
 
@@ -45,6 +81,27 @@ class GridLowering:
         self.declarations = declarations  # its map_rows are the layout's values on one process
         self.boxes: dict = {}  # interior -> its box map
         self.columns: dict = {}  # (iteration set uid, offsets) -> ColumnsMap
+        self.written: dict = {}  # lowered loop -> the loop as written
+        self._arithmetic: dict = {}  # lowered loop -> (interior layout, grid layout, Arithmetic or None)
+
+    def lowered(self, loop, exclusive=None):
+        """``loop`` (over a grid or its interior, checked) with its grid dats reached through maps."""
+        lowered = make_loop(loop.kernel, loop.iterset, self.lowered_args(loop.iterset, loop.args), loop.name,
+                            exclusive=exclusive)
+        self.written[lowered] = loop
+        return lowered
+
+    def arithmetic(self, loop, layout) -> Arithmetic | None:
+        """The part of lowered ``loop`` that runs by index arithmetic with ``layout`` (the
+        session's :class:`~meshchain.partition.layout.MeshLayout`), or None."""
+        written = self.written.get(loop)
+        if written is None or not isinstance(loop.iterset, GridInterior):
+            return None
+        inner, outer = layout.of(loop.iterset), layout.of(loop.iterset.grid)
+        found = self._arithmetic.get(loop)
+        if found is None or found[0] is not inner or found[1] is not outer:
+            found = self._arithmetic[loop] = (inner, outer, _arithmetic_part(loop, written, inner, outer))
+        return found[2]
 
     def _box(self, interior):
         """``interior``'s box map; on one process made on first use, with its values."""
@@ -99,3 +156,19 @@ class GridLowering:
                 found = ColumnsMap(iterset, iterset, None, [0] * len(offsets), f"{iterset.name}.{name}")
             self.columns[key] = found
         return found
+
+
+def _arithmetic_part(lowered, written, inner, outer) -> Arithmetic | None:
+    """:meth:`GridLowering.arithmetic` of ``lowered`` (``written`` as the program wrote it)
+    from the interior's and the grid's layouts."""
+    interior = written.iterset
+    grid, width = interior.grid, interior.width
+    boxes = middle_box(outer, grid.shape), middle_box(inner, interior.shape, width)
+    if boxes[0] is None or boxes[1] is None:
+        return None
+    (glo, ghi, _), (ilo, ihi, count) = boxes
+    if np.any(ilo - width < glo) or np.any(ihi + width > ghi):
+        return None
+    geometry = (tuple(int(n) for n in ghi - glo), tuple(int(c) for c in ilo - glo), tuple(int(n) for n in ihi - ilo))
+    loop = make_loop(written.kernel, interior, written.args, written.name, geometry=geometry)
+    return Arithmetic(dataclasses.replace(loop, origin=lowered), count)

@@ -249,8 +249,7 @@ class Session:
             )
         loop = make_loop(kernel, iterset, args, name, exclusive=self._check_exclusive)
         if is_grid_set(iterset) and (self.distributed or not self.backend.grid_arithmetic):  # run through maps
-            loop = make_loop(kernel, iterset, self.grid_lowering.lowered_args(iterset, args), loop.name,
-                             exclusive=self._check_exclusive)
+            loop = self.grid_lowering.lowered(loop, exclusive=self._check_exclusive)
         for obj in loop.data:
             self.storage(obj)  # declared in this session
         return loop

@@ -31,7 +31,7 @@ from ..types import Arg, Grid, GridInterior, Set
 from ..types.maps import ColumnsMap
 from ..types.args import DIRECT, GLOBAL, STENCIL
 
-__all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error"]
+__all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error", "argument_rows"]
 
 
 class ArgSpec(NamedTuple):
@@ -49,7 +49,10 @@ class ArgSpec(NamedTuple):
     slot: int
     map_slot: int
     offsets: tuple = ()  # a stencil argument's offsets, as differences of row numbers
-    grid: tuple = ()  # loops over grid.interior(w): (grid shape, w, interior shape) to find the row
+    grid: tuple = ()  # loops over grid.interior(w): (grid shape, corner, interior shape) to find the row:
+    # element e is the point ``corner + unravel(e, interior shape)`` of a row-major array of the grid shape
+    # (on one process the whole grid, corner (w, ..., w); on a rank the block's arithmetic part, see
+    # meshchain.engine.grids)
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +66,12 @@ class ParLoop:
     specs: tuple
     data: tuple  # distinct Dat/Global objects, in slot order
     maps: tuple  # distinct Map objects, in map_slot order
+    origin: object = None  # the recorded loop this one runs a part of (a grid loop's arithmetic part)
+
+    @property
+    def recorded(self) -> "ParLoop":
+        """The loop as the program recorded it: :attr:`origin`, or this one."""
+        return self if self.origin is None else self.origin
 
     @functools.cached_property
     def indirect_writes(self) -> tuple:
@@ -107,11 +116,14 @@ def as_kernel(kernel) -> Kernel:
     raise LoopError(f"par_loop: the first argument must be a kernel (decorate it with @mc.kernel), got {type(kernel).__name__}.")
 
 
-def make_loop(kernel, iterset, args, name=None, *, exclusive=None) -> ParLoop:
+def make_loop(kernel, iterset, args, name=None, *, exclusive=None, geometry=None) -> ParLoop:
     """Validate a ``par_loop`` call and build its record.
 
     ``exclusive(arg, name)`` checks an indirect ``RW`` argument's path (see
     :func:`exclusivity_error`); the session passes one that agrees over ranks.
+    ``geometry`` ``(shape, corner, inner)``: for a loop over a grid's interior, where its
+    elements lie in the grid dats' rows (see :attr:`ArgSpec.grid`); by default the whole
+    grid's, ``(grid.shape, (w, ..., w), interior.shape)``.
     """
     kernel = as_kernel(kernel)
     name = name or kernel.name
@@ -132,7 +144,9 @@ def make_loop(kernel, iterset, args, name=None, *, exclusive=None) -> ParLoop:
                 exclusive(arg, name)
     data_slots = _slots(a.data for a in args)
     map_slots = _slots(a.map for a in args if a.map is not None)
-    specs = tuple(_spec(a, data_slots, map_slots, iterset) for a in args)
+    if geometry is None and isinstance(iterset, GridInterior):
+        geometry = (iterset.grid.shape, (iterset.width,) * len(iterset.shape), iterset.shape)
+    specs = tuple(_spec(a, data_slots, map_slots, geometry) for a in args)
     return ParLoop(kernel, iterset, tuple(args), name, specs, _objects(data_slots), _objects(map_slots))
 
 
@@ -266,7 +280,7 @@ def _objects(slots: dict) -> tuple:
     return tuple(obj for _, obj in slots.values())
 
 
-def _spec(arg: Arg, data_slots: dict, map_slots: dict, iterset=None) -> ArgSpec:
+def _spec(arg: Arg, data_slots: dict, map_slots: dict, geometry=None) -> ArgSpec:
     slot = data_slots[id(arg.data)][0]
     map_slot = -1 if arg.map is None else map_slots[id(arg.map)][0]
     arity = 0 if arg.map is None else arg.map.arity
@@ -274,10 +288,28 @@ def _spec(arg: Arg, data_slots: dict, map_slots: dict, iterset=None) -> ArgSpec:
     kind = GLOBAL if arg.data.is_global else arg.kind
     offsets, grid = (), ()
     if kind == STENCIL:
-        offsets = tuple(linear_offset(point, arg.data.dataset.shape) for point in arg.stencil.offsets)
-    if isinstance(iterset, GridInterior) and kind in (DIRECT, STENCIL):
-        grid = (iterset.grid.shape, iterset.width, iterset.shape)
+        shape = arg.data.dataset.shape if geometry is None else geometry[0]
+        offsets = tuple(linear_offset(point, shape) for point in arg.stencil.offsets)
+    if geometry is not None and kind in (DIRECT, STENCIL):
+        grid = geometry
     return ArgSpec(kind, arg.access, arg.data.dim, arg.data.dtype.str, arity, index, slot, map_slot, offsets, grid)
+
+
+def argument_rows(spec: ArgSpec, elements) -> np.ndarray:
+    """The rows a direct or stencil argument reaches for each of ``elements`` (one column per
+    stencil point): the elements themselves, or their grid points by the spec's geometry.
+
+    >>> spec = ArgSpec(STENCIL, Access.READ, 1, "<f8", 0, -1, 0, -1, (0, -5, 5), ((4, 5), (1, 1), (2, 3)))
+    >>> argument_rows(spec, [0, 4]).tolist()
+    [[6, 1, 11], [12, 7, 17]]
+    """
+    elements = np.asarray(elements, dtype=np.int64)
+    rows = elements
+    if spec.grid:
+        shape, corner, inner = spec.grid
+        index = np.unravel_index(elements, inner)
+        rows = np.ravel_multi_index(tuple(i + c for i, c in zip(index, corner)), shape).astype(np.int64)
+    return rows[:, None] + np.asarray(spec.offsets or (0,), dtype=np.int64)[None, :]
 
 
 def linear_offset(point, shape) -> int:

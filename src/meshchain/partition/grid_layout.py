@@ -30,9 +30,9 @@ import numpy as np
 
 from ..comm.blocks import block_offsets
 from .grids import box_targets
-from .layout import layouts_of_regions, order_region, to_local
+from .layout import MAX_LEVEL, layouts_of_regions, order_region, to_local
 
-__all__ = ["GridParts", "grid_layouts", "grid_regions"]
+__all__ = ["GridParts", "grid_layouts", "grid_regions", "level_cap"]
 
 
 def _block_bounds(shape: tuple, blocks: tuple, rank: int):
@@ -56,6 +56,20 @@ def _distance(points: np.ndarray, lo, hi) -> np.ndarray:
     below = np.maximum(np.asarray(lo)[None, :] - points, 0)
     above = np.maximum(points - (np.asarray(hi)[None, :] - 1), 0)
     return np.maximum(below, above).max(axis=1)
+
+
+def level_cap(grid, interiors, blocks: tuple, rank: int) -> int:
+    """The level from which ``grid``'s owned points on ``rank`` are told apart no further
+    (its interiors': one more). They then form the block's middle, a box, row-major, and an
+    interior's points at its cap have every stencil point there: the part of a loop that runs
+    by index arithmetic on several ranks (:mod:`meshchain.engine.grids`). A level is about two
+    stencil widths deep, so the cap is a sixteenth of the block's narrowest extent in stencil
+    widths (the middle keeps some 7/8 of it along each cut axis), between 2 and
+    ``MAX_LEVEL - 1``: deeper levels serve only a chain's loops far down (thresholds above the
+    cap get no core)."""
+    unit = max([i.width for i in interiors] + [1])
+    lo, hi, _ = _block_bounds(grid.shape, blocks, rank)
+    return int(min(MAX_LEVEL - 1, max(2, min(b - a for a, b in zip(lo, hi)) // (16 * unit))))
 
 
 def grid_regions(comm, grid, interiors: dict, blocks: tuple, depth: int):
@@ -96,11 +110,14 @@ class GridParts(NamedTuple):
 def grid_layouts(comm, grids: dict, boxes: dict, depth: int):
     """:class:`~.layout.SetLayout` of every grid in ``grids`` (grid -> block counts) and of its
     interiors (``boxes``: interior -> box map), and the box maps' local values (collective)."""
-    provisional, local_maps = {}, {}
+    provisional, local_maps, caps = {}, {}, {}
     if not grids:
         return {}, {}
     for grid, blocks in grids.items():
-        regions, maps = grid_regions(comm, grid, {i: m for i, m in boxes.items() if i.grid is grid}, blocks, depth)
+        interiors = {i: m for i, m in boxes.items() if i.grid is grid}
+        regions, maps = grid_regions(comm, grid, interiors, blocks, depth)
         provisional.update(regions)
         local_maps.update(maps)
-    return layouts_of_regions(comm, list(provisional), list(local_maps), provisional, local_maps, depth)
+        caps[grid] = level_cap(grid, interiors, blocks, comm.rank)
+        caps.update({i: caps[grid] + 1 for i in interiors})
+    return layouts_of_regions(comm, list(provisional), list(local_maps), provisional, local_maps, depth, caps=caps)

@@ -317,12 +317,19 @@ def _finish(comm, sets, maps, map_blocks, offsets, data, execs, depth):
     return layouts_of_regions(comm, sets, maps, provisional, local_maps, depth)
 
 
-def layouts_of_regions(comm, sets, maps, provisional, local_maps, depth):
+def layouts_of_regions(comm, sets, maps, provisional, local_maps, depth, *, caps=None):
     """Every set's :class:`SetLayout` and every map's local values from each set's region
     on this rank (``provisional[s]``: global ids, data layers, exec layers, owners in
     :func:`order_region`'s order, and the number owned) and the maps' rows in that numbering:
-    levels, the final numbering, exchange lists and the agreed covered depths (collective)."""
+    levels, the final numbering, exchange lists and the agreed covered depths (collective).
+
+    ``caps`` (set -> level): that set's owned elements at or above the level are told apart
+    no further: they come first, by global id, and form its core for thresholds below the cap
+    (deeper thresholds get no core); structured grids use it to keep a block's middle row-major.
+    """
     levels = _levels(sets, maps, provisional, local_maps, depth)
+    for s, cap in (caps or {}).items():
+        levels[s] = np.minimum(levels[s], cap).astype(np.int32)
     layouts, permutations = {}, {}
     for s in sets:
         gids, data_layers, exec_layers, owners, n_owned = provisional[s]
