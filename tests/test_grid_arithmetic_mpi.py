@@ -63,6 +63,20 @@ def test_the_reference_backend_runs_the_arithmetic_part_too(comm):
         np.testing.assert_array_equal(got, oracle(shape, offsets, 2, chains=1, seed=7))
 
 
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_the_arithmetic_part_under_every_transport_progress_and_interior_mode(comm):
+    """Dynamic interiors chunk the arithmetic part on threads; progress modes and transports
+    move the ghosts the rest reads; each equals NumPy."""
+    shape, offsets, steps = (48, 40), STAR, 3
+    want = oracle(shape, offsets, steps, chains=2, seed=3) if comm.rank == 0 else None
+    for options in ({"interior": "dynamic"}, {"progress": "poll", "transport": "p2p"},
+                    {"progress": "none"}, {"transport": "neighbour"}, {"transport": "rma"}):
+        got = sweeps(comm, shape, offsets, steps, ca=True, chains=2, seed=3, **options)
+        assert min(arithmetic_shares(comm)) > 0.25
+        if comm.rank == 0:
+            np.testing.assert_array_equal(got, want, err_msg=str(options))
+
+
 @st.composite
 def grid_cases(draw):
     """A 2-D grid of 12-48 points per axis, a stencil of 1-6 points reaching at most 2 lines,
