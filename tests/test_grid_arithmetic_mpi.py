@@ -14,7 +14,6 @@ import meshchain as mc
 from meshchain.engine.grids import middle_box
 from meshchain.partition.grids import box_offsets
 from meshchain.partition.layout import SetLayout
-from meshchain.types import GridInterior
 from test_grids_mpi import STAR, oracle, sweeps
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
@@ -28,15 +27,11 @@ CASES = [  # shape, offsets, steps, blocks
 
 
 def arithmetic_shares(comm) -> list[float]:
-    """Per lowered loop over a grid's interior in the current session: the share of its owned
-    iterations over all ranks that run by index arithmetic (loops over a whole grid are direct)."""
-    runtime = mc.get_runtime()
-    lowering, shares = runtime.grid_lowering, []
-    for loop in (lp for lp in lowering.written if isinstance(lp.iterset, GridInterior)):
-        part = lowering.arithmetic(loop, runtime.layout)
-        counts = comm.allreduce(np.array([0 if part is None else part.count, runtime.layout.of(loop.iterset).n_owned]))
-        shares.append(counts[0] / counts[1])
-    return shares
+    """``[share]``: of the sweep loop's owned iterations over all ranks, the share that found
+    its grid points by index arithmetic (``mc.stats``; the copy loop over the whole grid is
+    direct)."""
+    record = mc.stats(all_ranks=True).loops["apply"]
+    return [record.arithmetic_iterations / (record.iterations - record.halo_iterations)]
 
 
 @pytest.mark.mpi(nprocs=(2, 4), timeout=600)

@@ -117,6 +117,26 @@ def test_jacobi_chain_equals_sweep_by_sweep_and_numpy():
     np.testing.assert_array_equal(a.data_ro.reshape(start.shape), expected)
 
 
+@pytest.mark.parametrize("backend, arithmetic", [("numba", True), ("reference", True), ("cuda-emulation", False)])
+def test_statistics_count_the_iterations_run_by_index_arithmetic(backend, arithmetic):
+    """On one process every grid-loop iteration finds its points by arithmetic, except on the
+    cupy backends (through derived maps); mesh loops never do."""
+    mc.reset_runtime(backend=backend)
+    g, cells = mc.Grid((6, 7), "g"), mc.Set(4, "cells")
+    u, v, q = mc.Dat(g, 1, np.arange(42.0), "u"), mc.Dat(g, 1, None, "v"), mc.Dat(cells, 1, None, "q")
+    star = mc.Stencil([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)], "star")
+    ones = mc.Kernel.from_source("def ones(a):\n    a[0] = 1.0\n")
+    mean = mc.Kernel.from_source("def mean(s, out):\n"
+                                 "    out[0] = 0.2 * (s[0, 0] + s[1, 0] + s[2, 0] + s[3, 0] + s[4, 0])\n")
+    for _ in range(3):
+        mc.par_loop(mean, g.interior(1), u(mc.READ, star), v(mc.WRITE))
+    mc.par_loop(ones, cells, q(mc.WRITE))
+    loops = mc.stats().loops
+    assert loops["mean"].iterations == 3 * 4 * 5
+    assert loops["mean"].arithmetic_iterations == (3 * 4 * 5 if arithmetic else 0)
+    assert loops["ones"].arithmetic_iterations == 0
+
+
 def test_grid_dats_take_grid_shaped_data_and_refuse_other_shapes():
     mc.reset_runtime()
     g = mc.Grid((3, 4), "g")

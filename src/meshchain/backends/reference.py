@@ -25,8 +25,8 @@ import numpy as np
 
 from ..core.access import Access
 from ..core.errors import AccessModeError, KernelRuntimeError
-from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL
 from ..ir.loop import argument_rows
+from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL
 from .base import Backend, readonly
 
 __all__ = ["ReferenceBackend"]
@@ -77,8 +77,10 @@ def _accessor(run, position: int, target=None):
     if arg.kind == GLOBAL:
         return (lambda e: source), None
     if arg.kind in (DIRECT, STENCIL):
+        if arg.kind == DIRECT and not spec.grid:
+            return (lambda e: source[e]), None
         if arg.kind == DIRECT:
-            return (lambda e: source[e] if not spec.grid else source[argument_rows(spec, [e])[0, 0]]), None
+            return (lambda e: source[argument_rows(spec, [e])[0, 0]]), None
         return (lambda e: source[argument_rows(spec, [e])[0]]), None  # a copy, like the compiled backends' buffer
     values = run.maps[spec.map_slot]
     if arg.kind == INDIRECT:

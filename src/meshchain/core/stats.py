@@ -28,6 +28,7 @@ class LoopStats:
     core_iterations: int = 0
     halo_iterations: int = 0
     halo_iterations_by_layer: list = field(default_factory=list)
+    arithmetic_iterations: int = 0  # of a grid loop, those that found their points by index arithmetic
     exchanges: int = 0
     neighbours: int = 0
     messages: int = 0

@@ -35,7 +35,8 @@ __all__ = ["PlanAccount", "account_for"]
 # _LOOP_SUMS are added per run and those in _LOOP_MAXIMA kept at their largest; of a
 # chain's, _CHAIN_SUMS are added, _CHAIN_MAXIMA kept largest, and mode, profile and
 # tile_size set.
-_LOOP_SUMS = ("calls", "iterations", "core_iterations", "halo_iterations", "exchanges", "messages", "bytes_sent")
+_LOOP_SUMS = ("calls", "iterations", "core_iterations", "halo_iterations", "arithmetic_iterations", "exchanges",
+              "messages", "bytes_sent")
 _LOOP_MAXIMA = ("neighbours", "colours")
 _CHAIN_SUMS = ("loops", "segments", "exchanges", "messages", "bytes_sent", "per_loop_exchanges", "per_loop_messages",
                "per_loop_bytes", "core_iterations", "iterations", "per_loop_core_iterations", "per_loop_iterations",
@@ -153,16 +154,19 @@ class PlanAccount:
 
 
 def account_for(schedule, names, *, layouts, chain: str | None, colours: dict | None = None,
-                profile=None, tiling=None) -> PlanAccount:
+                profile=None, tiling=None, arithmetic: dict | None = None) -> PlanAccount:
     """The account of a plan that runs ``schedule`` on the unit whose loops are ``names``.
 
     ``layouts[p]`` is the :class:`~meshchain.partition.layout.SetLayout` of loop ``p``'s set
     (None on one process); ``chain`` the chain's name (None for a lone loop); ``colours``
     the most colours each loop position ran in; ``profile`` the chain's model terms (its
     per-loop side fills the ``per_loop_*`` fields); ``tiling`` ``(tile_size, groups, most
-    tiles, most colours)`` when phases run tiled.
+    tiles, most colours)`` when phases run tiled; ``arithmetic`` per loop name the iterations
+    of a run that find their grid points by index arithmetic.
     """
     loops = {name: LoopStats(name) for name in names}
+    for name, count in (arithmetic or {}).items():
+        loops[name].arithmetic_iterations += count
     for segment in schedule.segments:
         for position, depth, iterations, core in zip(segment.loops, segment.depths, segment.iterations,
                                                      _actual_cores(segment)):

@@ -81,7 +81,7 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
             close()
         raise
     counted = account_for(schedule, unit.names, layouts=layouts, chain=unit.chain, colours=builder.colours,
-                          profile=profile, tiling=builder.tiling_stats(tiling))
+                          profile=profile, tiling=builder.tiling_stats(tiling), arithmetic=builder.arithmetic)
     account.loops, account.chain = counted.loops, counted.chain
     return Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
                 closers=builder.closers, chain=unit.options is not None,
@@ -96,6 +96,7 @@ class _Builder:
         self.session, self.unit, self.tiling, self.account = session, unit, tiling, account
         self.backend = session.backend
         self.colours: dict = {}
+        self.arithmetic: dict = {}  # loop name -> iterations per run by index arithmetic
         self.closers: list = []
         self.tile_plans: list = []
         self.groups = 0
@@ -132,6 +133,8 @@ class _Builder:
             return None
         bound = self._bound(runs, reductions)
         tasks, why_not = boundary_task_calls(self.session, self.unit, segment, bound, exchanges, self._report)
+        if tasks is not None:
+            self._count_arithmetic(bound)
         if why_not is not None:
             warnings.warn(MeshchainWarning(f"[boundary-bulk] loops {list(self.unit.names)} run their boundary in "
                                            f"bulk, not as tasks: {why_not}."), stacklevel=2)
@@ -183,6 +186,7 @@ class _Builder:
         bound = self._bound(runs, reductions)
         if not bound:
             return None, -1
+        self._count_arithmetic(bound)
         call = None
         if interior and self.tiling is None and self.session.config.interior == "dynamic":
             call = self.backend.chunked(bound, self._report, workers=self.backend.chunk_workers())
@@ -217,7 +221,7 @@ class _Builder:
     def _bind(self, run, reductions) -> list:
         """``run`` as :class:`PhaseRun` pieces: one, or for a lowered grid loop the iterations
         in its block's middle by index arithmetic and the others through maps (see
-        :mod:`.grids`; not when tiled: tiles cover mesh loops only)."""
+        :mod:`.grids`; not in a plan with sparse tiles, which run lowered grid loops as mesh loops)."""
         unit = self.unit
         loop = unit.loops[run.loop]
         keys = {}
@@ -231,25 +235,35 @@ class _Builder:
             for i, reduction in reductions.get(run.loop, {}).items():
                 targets[i] = reduction.owned if run.targets == "owned" else reduction.scratch
         timer = self.account.timer(loop.name) if self.backend.times_itself else None
-        pieces, start = [], run.start
+        whole = PhaseRun(loop, run.start, run.end, data, maps, targets, None, timer)
         arithmetic = self._arithmetic(loop)
-        if arithmetic is not None and start < arithmetic.count:
-            end = min(run.end, arithmetic.count)
-            pieces.append(self._piece(arithmetic.loop, start, end, data, (), targets, timer))
-            start = end
-        if start < run.end:
-            pieces.append(self._piece(loop, start, run.end, data, maps, targets, timer))
-        return pieces
+        if arithmetic is None or run.start >= arithmetic.count:
+            pieces = [whole]
+        else:
+            middle = min(run.end, arithmetic.count)
+            pieces = [whole._replace(loop=arithmetic.loop, end=middle, maps=()), whole._replace(start=middle)]
+        return [self._coloured(piece) for piece in pieces if piece.end > piece.start]
+
+    def _count_arithmetic(self, bound) -> None:
+        """Add the iterations of ``bound``'s pieces that run by index arithmetic to the account."""
+        for piece in bound:
+            if any(spec.grid for spec in piece.loop.specs):
+                name = piece.loop.name
+                self.arithmetic[name] = self.arithmetic.get(name, 0) + piece.end - piece.start
 
     def _arithmetic(self, loop):
+        """``loop``'s part by index arithmetic on this rank (a lowered grid loop's), or None."""
         if self.tiling is not None or not self.backend.grid_arithmetic or not self.session.distributed:
             return None
         return self.session.grid_lowering.arithmetic(loop, self.session.layout)
 
-    def _piece(self, loop, start, end, data, maps, targets, timer) -> PhaseRun:
-        block_size = self.backend.colouring_block_size(loop)
-        colouring = None if block_size is None else self.session.colouring(loop, start, end, block_size=block_size)
-        return PhaseRun(loop, start, end, data, maps, targets, colouring, timer)
+    def _coloured(self, piece) -> PhaseRun:
+        """``piece`` with the block colouring of its range, when the backend asks for one."""
+        block_size = self.backend.colouring_block_size(piece.loop)
+        if block_size is None:
+            return piece
+        return piece._replace(colouring=self.session.colouring(piece.loop, piece.start, piece.end,
+                                                               block_size=block_size))
 
     def _prepare(self, loop, data) -> None:
         for spec, record in zip(loop.specs, (data[s.slot] for s in loop.specs)):

@@ -4,8 +4,8 @@ On one process a grid loop runs as written (generated code finds every point by 
 arithmetic) on backends that can (``Backend.grid_arithmetic``); the others (cupy) get it
 lowered as below, on one process too. On several ranks each grid is cut into blocks and
 laid out with ghost layers by index arithmetic (:mod:`meshchain.partition.grid_layout`),
-and each interior gets a box map to its grid (every point to the grid points at most its width away). A loop over a
-grid's interior is then *lowered* (:meth:`GridLowering.lowered_args`): a direct grid dat is
+and each interior gets a box map to its grid (every point to the grid points at most its width
+away). A loop over a grid's interior is then *lowered* (:meth:`GridLowering.lowered`): a direct grid dat is
 reached through the box map's first column (the point itself) and a stencil through the
 columns of its offsets, so chains, communication-avoiding execution, the inspector, the
 exchanges, the model and every backend treat it as a loop over a mesh. The lowered loop
@@ -59,7 +59,7 @@ class Arithmetic(NamedTuple):
     count: int
 
 
-def middle_box(layout, shape, shift: int = 0):
+def middle_box(layout, shape, *, shift: int = 0):
     """``(lo, hi, count)``: the box (grid coordinates, ``hi`` excluded) of a set's first owned
     elements on this rank, those at its top level, when they fill it in row-major order;
     None otherwise. ``shape`` is the set's shape, ``shift`` its distance from the grid's side."""
@@ -75,32 +75,32 @@ def middle_box(layout, shape, shift: int = 0):
 
 
 class GridLowering:
-    """The maps one session made for its grids: box maps and the stencils' column maps."""
+    """How one session runs its grid loops through maps: the box maps and the stencils'
+    column maps it made, and on several ranks each lowered loop's arithmetic part
+    (``arithmetic_parts``: a cache of the session's registry, cleared when the layout changes)."""
 
-    def __init__(self, declarations):
+    def __init__(self, declarations, arithmetic_parts):
         self.declarations = declarations  # its map_rows are the layout's values on one process
         self.boxes: dict = {}  # interior -> its box map
         self.columns: dict = {}  # (iteration set uid, offsets) -> ColumnsMap
-        self.written: dict = {}  # lowered loop -> the loop as written
-        self._arithmetic: dict = {}  # lowered loop -> (interior layout, grid layout, Arithmetic or None)
+        self.arithmetic_parts = arithmetic_parts  # lowered loop -> (interior layout, grid layout, Arithmetic or None)
 
-    def lowered(self, loop, exclusive=None):
-        """``loop`` (over a grid or its interior, checked) with its grid dats reached through maps."""
+    def lowered(self, loop, *, exclusive=None):
+        """``loop`` (over a grid or its interior, checked) with its grid dats reached through
+        maps; ``exclusive`` as in :func:`~meshchain.ir.loop.make_loop`."""
         lowered = make_loop(loop.kernel, loop.iterset, self.lowered_args(loop.iterset, loop.args), loop.name,
                             exclusive=exclusive)
-        self.written[lowered] = loop
-        return lowered
+        return dataclasses.replace(lowered, written=loop)
 
     def arithmetic(self, loop, layout) -> Arithmetic | None:
         """The part of lowered ``loop`` that runs by index arithmetic with ``layout`` (the
         session's :class:`~meshchain.partition.layout.MeshLayout`), or None."""
-        written = self.written.get(loop)
-        if written is None or not isinstance(loop.iterset, GridInterior):
+        if loop.written is None or not isinstance(loop.iterset, GridInterior):
             return None
         inner, outer = layout.of(loop.iterset), layout.of(loop.iterset.grid)
-        found = self._arithmetic.get(loop)
+        found = self.arithmetic_parts.get(loop)
         if found is None or found[0] is not inner or found[1] is not outer:
-            found = self._arithmetic[loop] = (inner, outer, _arithmetic_part(loop, written, inner, outer))
+            found = self.arithmetic_parts[loop] = (inner, outer, _arithmetic_part(loop, inner, outer))
         return found[2]
 
     def _box(self, interior):
@@ -158,12 +158,12 @@ class GridLowering:
         return found
 
 
-def _arithmetic_part(lowered, written, inner, outer) -> Arithmetic | None:
-    """:meth:`GridLowering.arithmetic` of ``lowered`` (``written`` as the program wrote it)
-    from the interior's and the grid's layouts."""
+def _arithmetic_part(lowered, inner, outer) -> Arithmetic | None:
+    """:meth:`GridLowering.arithmetic` of ``lowered`` from the interior's and the grid's layouts."""
+    written = lowered.written
     interior = written.iterset
     grid, width = interior.grid, interior.width
-    boxes = middle_box(outer, grid.shape), middle_box(inner, interior.shape, width)
+    boxes = middle_box(outer, grid.shape), middle_box(inner, interior.shape, shift=width)
     if boxes[0] is None or boxes[1] is None:
         return None
     (glo, ghi, _), (ilo, ihi, count) = boxes

@@ -75,7 +75,8 @@ class Session:
         self.recorder = StatsRecorder()
         self.store = DataStore()
         self.declarations = Declarations(self)
-        self.grid_lowering = GridLowering(self.declarations)
+        self.grid_lowering = GridLowering(self.declarations, self.caches.cache(
+            "grid arithmetic parts", limit=4096, events=("configure", "partition", "repartition")))
         if inherit is not None and not self.distributed and not inherit.distributed:
             self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
             self.declarations.adopt(inherit.declarations)

@@ -67,6 +67,7 @@ class ParLoop:
     data: tuple  # distinct Dat/Global objects, in slot order
     maps: tuple  # distinct Map objects, in map_slot order
     origin: object = None  # the recorded loop this one runs a part of (a grid loop's arithmetic part)
+    written: object = None  # a grid loop lowered to maps: the loop as the program wrote it
 
     @property
     def recorded(self) -> "ParLoop":

@@ -64,9 +64,11 @@ def level_cap(grid, interiors, blocks: tuple, rank: int) -> int:
     interior's points at its cap have every stencil point there: the part of a loop that runs
     by index arithmetic on several ranks (:mod:`meshchain.engine.grids`). A level is about two
     stencil widths deep, so the cap is a sixteenth of the block's narrowest extent in stencil
-    widths (the middle keeps some 7/8 of it along each cut axis), between 2 and
-    ``MAX_LEVEL - 1``: deeper levels serve only a chain's loops far down (thresholds above the
-    cap get no core)."""
+    widths, between 2 and ``MAX_LEVEL - 1``: about an eighth of that extent stays out of the
+    middle along each side the block shares with another rank. Deeper levels serve only a
+    chain's loops far down: thresholds at or above the cap get no core (on every backend,
+    also those that run grid loops wholly through maps).
+    """
     unit = max([i.width for i in interiors] + [1])
     lo, hi, _ = _block_bounds(grid.shape, blocks, rank)
     return int(min(MAX_LEVEL - 1, max(2, min(b - a for a, b in zip(lo, hi)) // (16 * unit))))

@@ -40,6 +40,7 @@ __all__ = ["SetLayout", "MeshLayout", "build_layouts", "layouts_of_regions", "or
 
 INTERIOR = np.iinfo(np.int32).max  # level of owned elements far from any partition boundary
 MAX_LEVEL = 50  # levels are told apart up to here (core ranges for halo depths up to 48); deeper is INTERIOR
+# (structured grids cap their levels lower: see layouts_of_regions and grid_layout.level_cap)
 
 
 @dataclass
@@ -57,7 +58,8 @@ class SetLayout:
     data_layers, exec_layers : ndarray of int64
         Per local element: data layer and exec layer (``depth + 1``: never run).
     levels : ndarray of int32
-        Distance of each owned element from the partition boundary (non-increasing).
+        Distance of each owned element from the partition boundary (non-increasing), up
+        to the set's cap (see :func:`layouts_of_regions`).
     owners : ndarray of int32
         Owner rank of each local element.
     imports, exports : dict
