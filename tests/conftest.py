@@ -49,21 +49,30 @@ def meshchain_cache_dir():
     return os.environ[CACHE_VARIABLE]
 
 
-@pytest.fixture
-def discard_saved_calibration(meshchain_cache_dir):
-    """For a test that runs the demo or the notebook in the session's cache (to reuse what is
-    compiled there): remove the calibration they save afterwards, so that ``"auto"`` choices
-    in later tests do not depend on which tests ran before them."""
-    yield
-    shutil.rmtree(os.path.join(meshchain_cache_dir, "model"), ignore_errors=True)
-
-
 @pytest.fixture(autouse=True)
 def reset_meshchain(meshchain_cache_dir):
-    """Start every test from a fresh runtime; configuration never leaks between tests."""
+    """Start every test from a fresh runtime and no saved calibration; configuration never
+    leaks between tests."""
+    forget_saved_calibrations(meshchain_cache_dir)
     mc.reset_runtime(cache_dir=meshchain_cache_dir)
     yield
     mc.reset_runtime(cache_dir=meshchain_cache_dir)
+
+
+def forget_saved_calibrations(cache_dir):
+    """Remove the calibrations saved in the session's cache: ``ca="auto"`` measures the
+    network and saves what it measured when there is none, and a calibration left by an
+    earlier test would choose the transport and progress mode of every later test with its
+    rank count, as that test's timings happened to fall (in an MPI child, rank 0 removes
+    them while the others wait)."""
+    if not harness.is_child():
+        shutil.rmtree(os.path.join(cache_dir, "model"), ignore_errors=True)
+        return
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 0:
+        shutil.rmtree(os.path.join(cache_dir, "model"), ignore_errors=True)
+    MPI.COMM_WORLD.Barrier()
 
 
 @pytest.fixture(params=BACKENDS)

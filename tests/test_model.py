@@ -232,7 +232,7 @@ def test_report_refuses_bad_options():
         run_report("synthetic", ranks=[2], per_rank=[100], loops=[2], network="infiniband")
 
 
-def test_demo_prints_the_profitability_table(tmp_path, discard_saved_calibration):
+def test_demo_prints_the_profitability_table(tmp_path):
     import os
     import subprocess
     import sys

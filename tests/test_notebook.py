@@ -25,7 +25,7 @@ print("PROBE" + json.dumps([{k: r[k] for k in ("workload", "per_loop", "ca", "me
 
 
 @pytest.mark.timeout(900)
-def test_chain_profitability_notebook_executes_with_plausible_gains(monkeypatch, tmp_path, discard_saved_calibration):
+def test_chain_profitability_notebook_executes_with_plausible_gains(monkeypatch, tmp_path):
     import nbformat
     from nbclient import NotebookClient
 

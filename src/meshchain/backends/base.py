@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..comm.exchange import HaloExchange, HaloItem
+from ..comm.progress import PROGRESS_MODES
 from ..comm.transports import TRANSPORTS
 from ..core.access import Access
 from ..core.errors import ConfigurationError
@@ -65,6 +66,7 @@ class Backend(ABC):
 
     name = "abstract"
     transports = TRANSPORTS  # how its halo exchanges may move messages (see meshchain.comm.transports)
+    progress_modes = PROGRESS_MODES  # how its exchanges may progress during computation (meshchain.comm.progress)
     can_tile = False
     grid_arithmetic = True  # runs structured-grid loops by index arithmetic (else they come lowered to maps)
     can_chunk = False  # True: chunked() schedules a phase's blocks dynamically on threads

@@ -76,7 +76,9 @@ class Config:
         runs without the GIL), ``"thread"`` (MPICH's asynchronous progress thread; it must
         be switched on before MPI starts: ``MESHCHAIN_PROGRESS=thread`` in the environment)
         or ``"auto"`` (default: what ``mc.model.calibrate()`` measured fastest, else
-        ``"none"``). ``mc.stats().progress`` says which one runs.
+        ``"none"``). ``mc.stats().progress`` says which one runs. The GPU backends take
+        ``"none"`` and ``"thread"`` (their kernels run while the host drives the messages);
+        ``"auto"`` chooses among those.
     interior : str
         How the iterations that overlap messages are run: ``"static"`` (one compiled call,
         blocks of a colour on Numba's threads; default) or ``"dynamic"`` (blocks handed out

@@ -377,7 +377,7 @@ class Session:
     @property
     def progress(self) -> str:
         """The progress mode in use: ``config.progress``, with ``"auto"`` resolved to the
-        calibration's fastest (else ``"none"``) and agreed by every rank (rank 0's choice;
+        calibration's fastest among the backend's modes (else ``"none"``) and agreed by every rank (rank 0's choice;
         called where every rank builds a plan, so the broadcast is collective)."""
         if self._progress is None:
             chosen = self.config.progress
@@ -388,6 +388,8 @@ class Session:
                 chosen = getattr(calibration, "progress", "") or "none"
                 if chosen == "thread" and not async_progress_enabled():
                     chosen = "none"  # measured with MPICH's progress thread, which this run did not start
+                if chosen not in self.backend.progress_modes:
+                    chosen = "none"  # measured with host exchanges; this backend's exchanges cannot use it
                 if self.distributed:
                     chosen = self.comm.bcast(chosen, root=0)
             self._progress = chosen

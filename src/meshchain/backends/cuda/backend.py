@@ -52,6 +52,9 @@ class CudaBackend(Backend):
     can_tile = True
     grid_arithmetic = False  # structured-grid loops come lowered to maps (meshchain.engine.grids)
     transports = ("p2p",)
+    # no "poll": kernels are launched asynchronously, so the host thread is free to drive the
+    # messages while the device computes the core; a polling thread would add nothing
+    progress_modes = ("none", "thread")
     times_itself = True  # kernel times come from the device (CUDA events), not the host's clock
 
     def __init__(self, config, caches, *, distributed: bool = False, device):
@@ -68,12 +71,17 @@ class CudaBackend(Backend):
     def validate(self) -> None:
         """On several ranks, ``gpu_halos="direct"`` needs a CUDA-aware MPI; device exchanges
         post point-to-point messages (host or device buffers), so ``transport`` must be
-        ``"p2p"`` or ``"auto"``."""
+        ``"p2p"`` or ``"auto"``; ``progress`` must be one of :attr:`progress_modes` or ``"auto"``."""
         if self.config.transport not in ("auto",) + self.transports:
             raise ConfigurationError(
                 f"transport {self.config.transport!r} is not available with the {self.name} backend: its halo "
                 f"exchanges pack on the device and post point-to-point messages from device or pinned host "
                 f"buffers; use transport='p2p' or 'auto'.")
+        if self.config.progress not in ("auto",) + self.progress_modes:
+            raise ConfigurationError(
+                f"progress mode {self.config.progress!r} is not available with the {self.name} backend: its "
+                f"kernels run asynchronously while this thread drives the messages, so there is nothing for a "
+                f"polling thread to do; use progress='none', 'thread' or 'auto'.")
         if self.distributed:
             halo_mode(self.config.gpu_halos, self.device)
 
