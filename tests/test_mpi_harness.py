@@ -8,6 +8,7 @@ subprocess on small test files, in the parent mode a developer would see.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,8 +41,8 @@ def test_world_size_is_the_requested_nprocs(comm, mpi_nprocs, request):
     assert comm is MPI.COMM_WORLD
     assert comm.size == mpi_nprocs == int(os.environ["MESHCHAIN_MPI_NPROCS"])
     assert request.node.name == f"test_world_size_is_the_requested_nprocs[np{comm.size}]"
-    # Unset only in a child started by hand (see mpi_harness).
-    assert os.environ.get("MESHCHAIN_MPI_NODEID", request.node.nodeid) == request.node.nodeid
+    # The node ids of the child run, one per line; unset only in a child started by hand (see mpi_harness).
+    assert request.node.nodeid in os.environ.get("MESHCHAIN_MPI_NODEID", request.node.nodeid).split("\n")
 
 
 @pytest.mark.mpi(nprocs=3, timeout=60)
@@ -144,6 +145,15 @@ SCENARIOS = """
         comm.Barrier()
 
 
+    @pytest.mark.mpi(nprocs=3, timeout=60)
+    def test_meshchain_aborts_the_job_from_rank2(comm):
+        from meshchain.comm.agree import abort_all
+
+        if comm.rank == 2:
+            abort_all(comm, "a step on purpose", RuntimeError("rank 2 gives up"))
+        comm.Barrier()
+
+
     @pytest.mark.mpi(nprocs=2, timeout=5)
     def test_hangs_on_every_rank(comm):
         time.sleep(300)
@@ -173,6 +183,37 @@ SCENARIOS = """
     def test_xfail_failing_on_rank1(comm):
         assert comm.rank == 0
         comm.Barrier()
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=30)
+    def test_passes_after_failures_in_its_group(comm):
+        comm.Barrier()
+"""
+
+#: Three tests on 2 ranks and one on 3 record the process ids of their ranks.
+PROCESS_IDS = """
+    import json
+    import os
+    from pathlib import Path
+
+    import pytest
+
+
+    def record(comm, name):
+        pids = comm.allgather(os.getpid())
+        if comm.rank == 0:
+            Path(name + ".json").write_text(json.dumps(pids))
+
+
+    @pytest.mark.mpi(nprocs=(2, 3), timeout=30)
+    def test_first(comm):
+        record(comm, f"first{comm.size}")
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=30)
+    @pytest.mark.parametrize("which", ["a", "b"])
+    def test_second(comm, which):
+        record(comm, f"second{which}")
 """
 
 HANGS_WHILE_COLLECTING = """
@@ -191,8 +232,9 @@ HANGS_WHILE_COLLECTING = """
 """
 
 
-def run_parent_pytest(directory: Path, source: str, **env: str) -> dict[str, dict]:
-    """Run a parent pytest on ``source`` in ``directory``; return its test cases by name.
+def run_parent_pytest(directory: Path, source: str, *flags: str, expect: int = 1, **env: str) -> dict[str, dict]:
+    """Run a parent pytest on ``source`` in ``directory`` (with ``flags``, expecting exit code
+    ``expect``); return its test cases by name.
 
     Each test case is a dict with ``time`` (seconds), ``outcome`` (``passed``,
     ``failure``, ``error`` or ``skipped``), ``type`` and ``message`` (failure
@@ -205,10 +247,10 @@ def run_parent_pytest(directory: Path, source: str, **env: str) -> dict[str, dic
     environ.update(env)
     mpi_harness.redirect_bytecode(environ)
     command = [sys.executable, "-m", "pytest", "test_cases.py", "-p", "meshchain.testing.plugin",
-               "-p", "no:cacheprovider", "--junitxml=junit.xml", "--timeout=300"]
+               "-p", "no:cacheprovider", "--junitxml=junit.xml", "--timeout=300", *flags]
     run = subprocess.run(command, cwd=directory, env=environ, capture_output=True,
                          text=True, timeout=300)
-    assert run.returncode == 1, run.stdout + run.stderr  # some tests fail, none crash
+    assert run.returncode == expect, run.stdout + run.stderr  # 1: some tests fail, none crash
     return parse_junit(directory / "junit.xml")
 
 
@@ -245,12 +287,47 @@ def test_failure_on_one_rank_aborts_all_ranks_promptly(scenarios):
 
 
 @needs_mpiexec
+def test_an_abort_by_meshchain_itself_reaches_the_parent_with_its_report(scenarios):
+    # abort_all also leaves its report in the results directory: mpiexec may drop it
+    case = scenarios["test_meshchain_aborts_the_job_from_rank2[np3]"]
+    assert case["outcome"] == "failure"
+    assert "exited with code 1" in case["message"]
+    assert "meshchain: rank 2: a step on purpose failed; aborting all ranks." in case["message"]
+    assert "RuntimeError: rank 2 gives up" in case["message"]
+    assert case["time"] < 30  # the marker's timeout is 60 s
+
+
+@needs_mpiexec
 def test_parallel_assert_with_disagreeing_ranks_fails_every_rank_promptly(scenarios):
     case = scenarios["test_ranks_disagree_in_parallel_assert[nprocs=3]"]
     assert case["outcome"] == "failure"
     assert "parallel assertion failed on rank(s) [1]: rank 1 disagrees" in case["message"]
     assert "wall-clock" not in case["message"] and "exceeded" not in case["message"]
     assert case["time"] < 30  # the marker's timeout is 60 s
+
+
+@needs_mpiexec
+def test_the_items_after_a_failure_in_a_child_run_go_to_a_new_run(scenarios):
+    # the 2-rank items of SCENARIOS form one group: failures, a hang, a skip and an xfail first
+    assert scenarios["test_passes_after_failures_in_its_group[np2]"]["outcome"] == "passed"
+    assert scenarios["test_skipped_on_every_rank[np2]"]["outcome"] == "skipped"
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("isolate", [False, True])
+def test_the_items_of_a_file_and_process_count_share_one_launch_unless_isolated(tmp_path, isolate):
+    directory = tmp_path / "pids"
+    flags = ("--mpi-isolate",) if isolate else ()
+    cases = run_parent_pytest(directory, PROCESS_IDS, *flags, expect=0)
+    assert [case["outcome"] for case in cases.values()] == ["passed"] * 4
+    pids = {name: json.loads((directory / f"{name}.json").read_text())
+            for name in ("first2", "first3", "seconda", "secondb")}
+    assert len(pids["first2"]) == len(pids["seconda"]) == 2 and len(pids["first3"]) == 3
+    assert set(pids["first3"]).isdisjoint(pids["first2"])
+    if isolate:
+        assert set(pids["first2"]).isdisjoint(pids["seconda"]) and set(pids["seconda"]).isdisjoint(pids["secondb"])
+    else:
+        assert pids["first2"] == pids["seconda"] == pids["secondb"]
 
 
 @needs_mpiexec
@@ -265,7 +342,7 @@ def test_hang_on_every_rank_fails_at_the_timeout(scenarios):
 def test_child_collecting_no_test_fails(scenarios):
     case = scenarios["test_child_collects_nothing[np1-parent]"]
     assert case["outcome"] == "failure"
-    assert "exited with code 5" in case["message"]
+    assert "was not collected by the child (node id mismatch?)" in case["message"]
 
 
 @needs_mpiexec

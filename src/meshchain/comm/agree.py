@@ -18,6 +18,13 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
 import numpy as np
 
 from ..core.errors import DataShapeError, MeshchainError
@@ -91,13 +98,36 @@ def alive_everywhere(comm, objects) -> list:
     return [o for o, keep in zip(objects, everywhere) if keep]
 
 
+#: Environment variable naming a directory where a rank that aborts the job also writes its
+#: report, as ``rank<r>.failure.txt`` (``r``: its rank in ``COMM_WORLD``): ``mpiexec`` drops
+#: output still in flight when a job is aborted. meshchain's MPI test harness sets it.
+ABORT_REPORTS_VARIABLE = "MESHCHAIN_ABORT_REPORTS"
+#: Seconds an aborting rank waits after printing its report, so that ``mpiexec`` forwards it.
+ABORT_GRACE_SECONDS = 0.5
+
+
 def abort_all(comm, what: str, exc: BaseException) -> None:
     """Print ``exc`` with this rank's number and abort every rank of ``comm``: for failures the
-    ranks cannot agree on (the others would wait in a collective or for a message forever)."""
-    import sys
-    import traceback
+    ranks cannot agree on (the others would wait in a collective or for a message forever).
 
-    sys.stderr.write(f"meshchain: rank {comm.rank}: {what} failed; aborting all ranks.\n"
-                     + "".join(traceback.format_exception(exc)))
+    The report also goes to ``$MESHCHAIN_ABORT_REPORTS/rank<r>.failure.txt`` when that
+    variable names a directory, and the rank waits :data:`ABORT_GRACE_SECONDS` before
+    aborting, so that the report is not lost with the job."""
+    report = (f"meshchain: rank {comm.rank}: {what} failed; aborting all ranks.\n"
+              + "".join(traceback.format_exception(exc)))
+    sys.stderr.write(report)
     sys.stderr.flush()
+    _keep_report(report)
+    time.sleep(ABORT_GRACE_SECONDS)
     comm.Abort(1)
+
+
+def _keep_report(report: str) -> None:
+    """Write ``report`` under ``$MESHCHAIN_ABORT_REPORTS``, if set (best effort: the job is ending)."""
+    directory = os.environ.get(ABORT_REPORTS_VARIABLE)
+    if not directory:
+        return
+    from mpi4py import MPI
+
+    with contextlib.suppress(OSError):
+        (Path(directory) / f"rank{MPI.COMM_WORLD.rank}.failure.txt").write_text(report)

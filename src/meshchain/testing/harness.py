@@ -20,26 +20,34 @@ How it works
 item per process count, with ids such as ``test_halo_exchange[np2]``.  The
 parameter belongs to a hidden autouse fixture, so it never appears in the test
 signature.  After collection each such item is replaced by a launcher item with
-the same node id and markers.  Running it executes, in a fresh session (process
-group) and with the rootdir as working directory::
+the same node id and markers, and the launchers of each file are grouped by
+process count (they run after the file's other tests, ordered by count).  The
+first item of a group executes, in a fresh session (process group) and with
+the rootdir as working directory::
 
-    mpiexec -n N python -m pytest <file>::<function> -q -p no:cacheprovider -x \
+    mpiexec -n N python -m pytest <file> -q -p no:cacheprovider -x \
         -p meshchain.testing.plugin --runxfail --timeout=<timeout> --timeout-method=thread ...
 
 with ``MESHCHAIN_MPI_CHILD=1``, ``MESHCHAIN_MPI_NPROCS=N`` and
-``MESHCHAIN_MPI_NODEID=<node id>`` in the environment.  The parent never sets
-up the test's fixtures and never imports ``mpi4py``.  It fails when the child
-exits non-zero (showing the tail of its output; exit code 5, "no tests
-collected", is a failure too), when the child did not report the very item on
-all ``N`` ranks, or when the wall-clock limit ``timeout + 30 s`` expires, in
-which case ``mpiexec`` and every process it started are killed.  If every rank
-skipped the test, the parent item is skipped.  ``skip``/``skipif``/``xfail``
-markers are judged by the parent (the child runs with ``--runxfail``).
+``MESHCHAIN_MPI_NODEID=<node ids of the group, one per line>`` in the
+environment: one child run for the whole group, which saves starting Python,
+MPI, numba and the test module for every item (see :mod:`.launch`).  Each
+item then waits for its own outcome.  The parent never sets up the test's
+fixtures and never imports ``mpi4py``.  An item fails when the run ends before
+every rank finished it (showing the output written since the previous item;
+a failing rank aborts the run), when the child did not collect it, or when
+its wall-clock limit ``timeout + 30 s`` expires, in which case ``mpiexec`` and
+every process it started are killed.  The items after a failure go to a new
+run.  If every rank skipped the test, the parent item is skipped.
+``skip``/``skipif``/``xfail`` markers are judged by the parent (the child runs
+with ``--runxfail``).  ``pytest --mpi-isolate`` gives every item a run of its own.
 
 *Child* (``MESHCHAIN_MPI_CHILD=1``, one pytest per rank).  Collection is
-narrowed to the item whose node id equals ``MESHCHAIN_MPI_NODEID``; the test
-body runs on every rank, and the harness checks that ``COMM_WORLD.size`` is
-the requested ``N``.  When any phase (setup, call, teardown) or the
+narrowed to the items whose node ids ``MESHCHAIN_MPI_NODEID`` lists, in that
+order, each with its marker's timeout; the test bodies run on every rank, and
+the harness checks that ``COMM_WORLD.size`` is the requested ``N``.  Items of
+one run share the process: module- and session-scoped fixtures, imported
+modules and MPI itself.  When any phase (setup, call, teardown) or the
 collection fails on a rank, that rank writes the failure report to stderr (and
 to a file, which the parent shows when ``mpiexec`` dropped the output in flight
 at the abort; ``PYTHONFAULTHANDLER`` makes a crashing rank print its stack) and
@@ -102,24 +110,26 @@ Notes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
+import itertools
 import json
 import os
 import shlex
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from .launch import EXIT_GRACE, MISSING_FILE, TERMINATE_GRACE, ChildResult, ChildRun
 
 #: Markers, with their default process counts and the ids of their parameters.
 MARKERS = {"parallel": ((3,), "nprocs={}"), "mpi": ((2,), "np{}")}
@@ -133,8 +143,6 @@ PLUGIN = "meshchain.testing.plugin"
 
 #: Seconds the parent allows on top of the marker's timeout (startup, collection).
 WALL_CLOCK_SLACK = 30.0
-#: Seconds ``mpiexec`` gets to clean up after SIGTERM before everything is SIGKILLed.
-TERMINATE_GRACE = 5.0
 #: How much of the child's output a failure message shows.
 TAIL_CHARS = 12_000
 
@@ -142,6 +150,9 @@ ENV_CHILD = "MESHCHAIN_MPI_CHILD"
 ENV_NPROCS = "MESHCHAIN_MPI_NPROCS"
 ENV_NODEID = "MESHCHAIN_MPI_NODEID"
 ENV_RESULTS = "MESHCHAIN_MPI_RESULTS"
+#: Where a rank that aborts the job from meshchain's own code (``meshchain.comm.agree.abort_all``,
+#: whose ``ABORT_REPORTS_VARIABLE`` this is) also writes its report; set to the results directory.
+ENV_ABORT_REPORTS = "MESHCHAIN_ABORT_REPORTS"
 #: Overrides :data:`WALL_CLOCK_SLACK` (seconds); used by the harness' own tests.
 ENV_WALL_SLACK = "MESHCHAIN_MPI_WALL_SLACK"
 
@@ -150,6 +161,8 @@ _SCRUBBED_PREFIXES = ("MESHCHAIN_MPI_", "PMI_")
 
 NPROCS_FIXTURE = "_meshchain_mpi_nprocs"
 HYPOTHESIS_PROFILE = "meshchain-mpi"
+#: Where ``--mpi-isolate`` is stored on the config.
+ISOLATE_DEST = "meshchain_mpi_isolate"
 ABORT_GRACE_SECONDS = 0.5  # time for mpiexec to forward a failing rank's report before the abort
 
 
@@ -337,15 +350,81 @@ def mpi_nprocs() -> int | None:
 
 
 class _ParentSession:
-    """Hooks of the parent pytest: replace ``mpi`` items by launcher items."""
+    """Hooks of the parent pytest: replace ``mpi`` items by launcher items, group them, and
+    keep the one child run that is going on."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.run: ChildRun | None = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Swap each ``mpi`` item for an :class:`MpiLauncherItem` (after selection by -k/-m)."""
-        items[:] = [_launcher_for(item) for item in items]
+        """Swap each ``mpi`` item for an :class:`MpiLauncherItem` (after selection by -k/-m)
+        and group the launchers of each file by process count (see :func:`grouped`)."""
+        launchers = [_launcher_for(item, self) for item in items]
+        items[:] = grouped(launchers, isolate=bool(self.config.getoption(ISOLATE_DEST, False)))
+
+    def run_for(self, item: MpiLauncherItem) -> ChildRun:
+        """The child run that runs ``item``: the current one if it covers the item, else a new
+        run of the item and those after it in its group (the current run is closed)."""
+        if self.run is not None and self.run.covers(item.nodeid):
+            return self.run
+        self.close()
+        group = item.group[item.group.index(item):]
+        mpiexec = find_mpiexec()
+        directory = Path(tempfile.mkdtemp(prefix="meshchain-mpi-"))
+        nodeids = [member.nodeid for member in group]
+        command = child_command(mpiexec, item.nprocs, child_pytest_args(
+            self.config, item.nodeid.split("::")[0], max(member.spec.timeout for member in group)))
+        self.run = ChildRun(command, env=child_environment(item.nprocs, nodeids, directory),
+                            cwd=self.config.rootpath, nodeids=nodeids, nprocs=item.nprocs, directory=directory)
+        return self.run
+
+    def close(self) -> None:
+        """End the current child run, if any."""
+        if self.run is not None:
+            run, self.run = self.run, None
+            run.close()
+
+    def pytest_sessionfinish(self) -> None:
+        """A run still going on (``-x``, an interrupt) ends with the session."""
+        self.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--mpi-isolate``: one ``mpiexec`` launch per MPI test item."""
+    parser.getgroup("meshchain").addoption(
+        "--mpi-isolate", action="store_true", dest=ISOLATE_DEST, default=False,
+        help="launch mpiexec once per MPI test item instead of once per test file and process count",
+    )
+
+
+def grouped(items: list[pytest.Item], *, isolate: bool = False) -> list[pytest.Item]:
+    """``items`` with each file's launcher items after its other items, ordered by process count
+    (otherwise in their order); consecutive launchers of one file and count form a group,
+    which one child run executes. With ``isolate``, each launcher is a group of its own.
+
+    Parameters
+    ----------
+    items : list of pytest.Item
+    isolate : bool
+
+    Returns
+    -------
+    list of pytest.Item
+        The same items; each :class:`MpiLauncherItem` has its ``group`` set.
+    """
+    ordered = []
+    for _, in_file in itertools.groupby(items, key=lambda item: item.path):
+        in_file = list(in_file)
+        launchers = sorted((i for i in in_file if isinstance(i, MpiLauncherItem)), key=lambda i: i.nprocs)
+        ordered += [i for i in in_file if not isinstance(i, MpiLauncherItem)]
+        for _, group in itertools.groupby(launchers, key=lambda i: i.nprocs):
+            group = list(group)
+            for launcher in group:
+                launcher.group = [launcher] if isolate else group
+            ordered += group
+    return ordered
 
 
 def _mpi_nprocs_of(item: pytest.Item) -> int | None:
@@ -354,14 +433,14 @@ def _mpi_nprocs_of(item: pytest.Item) -> int | None:
     return None if callspec is None else callspec.params.get(NPROCS_FIXTURE)
 
 
-def _launcher_for(item: pytest.Item) -> pytest.Item:
+def _launcher_for(item: pytest.Item, session: _ParentSession) -> pytest.Item:
     """Return the launcher item for an ``mpi`` item, any other item unchanged."""
     nprocs = _mpi_nprocs_of(item)
     if nprocs is None:
         return item
     spec = MpiSpec.from_marker(marker_of(item))
     return MpiLauncherItem.from_parent(
-        item.parent, name=item.name, original=item, spec=spec, nprocs=nprocs
+        item.parent, name=item.name, original=item, spec=spec, nprocs=nprocs, session_hooks=session
     )
 
 
@@ -376,14 +455,19 @@ class MpiLauncherItem(pytest.Item):
         The test's ``mpi`` marker.
     nprocs : int
         The number of processes of this item.
+    session_hooks : _ParentSession
+        Starts and keeps the child runs.
     **kwargs
         Passed on to :class:`pytest.Item`.
     """
 
-    def __init__(self, *, original: pytest.Item, spec: MpiSpec, nprocs: int, **kwargs) -> None:
+    def __init__(self, *, original: pytest.Item, spec: MpiSpec, nprocs: int, session_hooks: _ParentSession,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.nprocs = nprocs
+        self.session_hooks = session_hooks
+        self.group: list[MpiLauncherItem] = [self]
         self.originalname = getattr(original, "originalname", original.name)
         self._reportinfo = original.reportinfo()
         self.own_markers.extend(original.own_markers)
@@ -391,7 +475,7 @@ class MpiLauncherItem(pytest.Item):
         self.extra_keyword_matches.update(original.extra_keyword_matches)
         if self.config.pluginmanager.has_plugin("timeout"):
             # The parent's own pytest-timeout must not fire before our wall clock does.
-            parent_timeout = wall_clock_limit(spec) + TERMINATE_GRACE + 30
+            parent_timeout = wall_clock_limit(spec) + TERMINATE_GRACE + EXIT_GRACE + 30
             self.add_marker(pytest.mark.timeout(parent_timeout), append=False)
 
     def reportinfo(self):
@@ -399,41 +483,23 @@ class MpiLauncherItem(pytest.Item):
         return self._reportinfo
 
     def runtest(self) -> None:
-        """Run the test under ``mpiexec -n nprocs`` and judge the result."""
-        mpiexec = find_mpiexec()
-        if mpiexec is None:
+        """Run the test under ``mpiexec -n nprocs`` (in its group's child run) and judge the result."""
+        if find_mpiexec() is None:
             pytest.skip("no mpiexec next to sys.executable or on PATH")
         if importlib.util.find_spec("mpi4py") is None:
             pytest.skip("mpi4py is not installed")
-        with tempfile.TemporaryDirectory(prefix="meshchain-mpi-") as tmp:
-            results_dir = Path(tmp)
-            command = child_command(mpiexec, self.nprocs, self._child_pytest_args())
-            env = child_environment(self.nprocs, self.nodeid, results_dir)
-            result = run_with_wall_clock(
-                command, env, self.config.rootpath, results_dir / "output.log",
-                wall_clock_limit(self.spec),
-            )
-            result = with_rank_reports(result, results_dir)
-            judge(self, result, command, read_rank_results(results_dir))
+        run = self.session_hooks.run_for(self)
+        result = run.wait(self.nodeid, limit=wall_clock_limit(self.spec))
+        if len(result.records) < self.nprocs:
+            result = with_rank_reports(result, run.directory)
+            self.session_hooks.close()  # the items after this one go to a new run
+        judge(self, result, run.command)
 
     def repr_failure(self, excinfo, style=None):
         """Show the message only: the traceback would be the harness'."""
         if isinstance(excinfo.value, pytest.fail.Exception):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
-
-    def _child_pytest_args(self) -> list[str]:
-        """The pytest arguments of the child."""
-        return child_pytest_args(self.config, self.child_target(), self.spec)
-
-    def child_target(self) -> str:
-        """``<file>::<function>``: the original node id without its parameter ids.
-
-        Selecting the function (all its parametrizations) and then keeping the
-        item whose node id matches exactly avoids parsing ids on the command
-        line, which breaks for ids containing ``::`` or ``/``.
-        """
-        return self.nodeid[: len(self.nodeid) - len(self.name)] + self.originalname
 
 
 @functools.cache
@@ -495,7 +561,7 @@ def child_command(mpiexec: str, nprocs: int, pytest_args: Sequence[str]) -> list
     ]
 
 
-def child_pytest_args(config: pytest.Config, target: str, spec: MpiSpec) -> list[str]:
+def child_pytest_args(config: pytest.Config, target: str, timeout: float) -> list[str]:
     """The pytest arguments of a child run.
 
     Parameters
@@ -503,8 +569,9 @@ def child_pytest_args(config: pytest.Config, target: str, spec: MpiSpec) -> list
     config : pytest.Config
         The parent's; rootdir, inifile and import mode are passed on.
     target : str
-        ``<file>::<function>``, relative to the rootdir.
-    spec : MpiSpec
+        The test file, relative to the rootdir.
+    timeout : float
+        pytest-timeout's default (each item gets its marker's timeout in the child).
 
     Returns
     -------
@@ -515,18 +582,18 @@ def child_pytest_args(config: pytest.Config, target: str, spec: MpiSpec) -> list
     if config.inipath is not None:
         args += ["-c", str(config.inipath)]
     if config.pluginmanager.has_plugin("timeout"):
-        args += [f"--timeout={spec.timeout:g}", "--timeout-method=thread"]
+        args += [f"--timeout={timeout:g}", "--timeout-method=thread"]
     return args
 
 
-def child_environment(nprocs: int, nodeid: str, results_dir: Path) -> dict[str, str]:
+def child_environment(nprocs: int, nodeids: Sequence[str], results_dir: Path) -> dict[str, str]:
     """The environment of a child run.
 
     Parameters
     ----------
     nprocs : int
-    nodeid : str
-        The exact node id the child must run.
+    nodeids : sequence of str
+        The exact node ids the child must run, in this order.
     results_dir : Path
         Where each rank records its outcome.
 
@@ -542,8 +609,9 @@ def child_environment(nprocs: int, nodeid: str, results_dir: Path) -> dict[str, 
         {
             ENV_CHILD: "1",
             ENV_NPROCS: str(nprocs),
-            ENV_NODEID: nodeid,
+            ENV_NODEID: "\n".join(nodeids),
             ENV_RESULTS: str(results_dir),
+            ENV_ABORT_REPORTS: str(results_dir),
             "PYTHONPATH": os.pathsep.join(pythonpath),
             "PYTHONUNBUFFERED": "1",
             "PYTHONFAULTHANDLER": "1",  # a rank that crashes leaves its Python stack
@@ -606,135 +674,6 @@ def _import_root() -> Path:
     return root
 
 
-@dataclass(frozen=True)
-class ChildResult:
-    """How a child run ended.
-
-    Attributes
-    ----------
-    returncode : int or None
-        ``mpiexec``'s exit status; None when it was killed at the wall clock.
-    elapsed : float
-        Seconds.
-    output : str
-        Everything the ranks and ``mpiexec`` wrote to stdout and stderr.
-    """
-
-    returncode: int | None
-    elapsed: float
-    output: str
-
-    @property
-    def timed_out(self) -> bool:
-        """Whether the run was killed at the wall-clock limit."""
-        return self.returncode is None
-
-
-def run_with_wall_clock(
-    command: Sequence[str], env: dict[str, str], cwd: Path, log: Path, limit: float
-) -> ChildResult:
-    """Run ``command`` in its own session, killing it after ``limit`` seconds.
-
-    Output goes to a file, not a pipe, so that no stray process holding the
-    pipe can block the parent.
-
-    Parameters
-    ----------
-    command : sequence of str
-    env : dict
-    cwd : Path
-    log : Path
-        Receives stdout and stderr.
-    limit : float
-        Wall-clock seconds.
-
-    Returns
-    -------
-    ChildResult
-    """
-    start = time.monotonic()
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        try:
-            returncode = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            returncode = None
-        finally:
-            # Also reached when the parent is interrupted (Ctrl-C, its own timeout).
-            if proc.poll() is None:
-                terminate_process_tree(proc)
-    output = log.read_text(errors="replace")
-    return ChildResult(returncode, time.monotonic() - start, output)
-
-
-def terminate_process_tree(proc: subprocess.Popen) -> None:
-    """End ``mpiexec`` and everything it started.
-
-    MPICH's hydra starts its proxy and every rank in sessions of their own,
-    so killing ``mpiexec``'s process group is not enough.  ``mpiexec`` is
-    asked first (SIGTERM: it then kills its ranks); after
-    :data:`TERMINATE_GRACE` seconds whatever is left of the process tree,
-    as found before signalling, is SIGKILLed.
-
-    Parameters
-    ----------
-    proc : subprocess.Popen
-        Started with ``start_new_session=True``.
-    """
-    descendants = _descendant_pids(proc.pid)
-    _signal_group(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=TERMINATE_GRACE)
-    _signal_group(proc.pid, signal.SIGKILL)
-    for pid in descendants:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    """Send ``signum`` to a process group that may already be gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _descendant_pids(root: int) -> list[int]:
-    """Process ids of all descendants of ``root`` (Linux ``/proc``; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat_file.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
-    found, frontier = [], [root]
-    while frontier:
-        kids = children.get(frontier.pop(), [])
-        found += kids
-        frontier += kids
-    return found
-
-
-def read_rank_results(results_dir: Path) -> list[dict]:
-    """The outcomes the child's ranks recorded, ordered by rank.
-
-    Parameters
-    ----------
-    results_dir : Path
-
-    Returns
-    -------
-    list of dict
-        One per rank that finished the item: ``nodeid``, ``rank``, ``size``,
-        ``outcome`` (``"passed"`` or ``"skipped"``) and ``reason``.
-    """
-    records = [json.loads(p.read_text()) for p in results_dir.glob("rank*.json")]
-    return sorted(records, key=lambda record: record["rank"])
-
-
 def with_rank_reports(result: ChildResult, results_dir: Path) -> ChildResult:
     """``result`` with the failure reports the ranks wrote to files appended to its output
     when ``mpiexec`` did not forward them (it drops output in flight when a job aborts).
@@ -760,22 +699,20 @@ def with_rank_reports(result: ChildResult, results_dir: Path) -> ChildResult:
     return dataclasses.replace(result, output=result.output + "".join(missing))
 
 
-def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str],
-          ranks: list[dict]) -> None:
-    """Turn a child run into the parent item's outcome.
+def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str]) -> None:
+    """Turn what the child run did with ``item`` into the parent item's outcome.
 
     Parameters
     ----------
     item : MpiLauncherItem
     result : ChildResult
     command : sequence of str
-    ranks : list of dict
-        From :func:`read_rank_results`.
+        The run's command line, shown on failure.
 
     Raises
     ------
     pytest.fail.Exception
-        Timeout, non-zero exit, or the item not run on every rank.
+        Timeout, the run ending before every rank finished the item, or the item not collected.
     pytest.skip.Exception
         The item was skipped on every rank.
     """
@@ -783,14 +720,17 @@ def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str],
         _fail(item, result, command,
               f"killed after the wall-clock limit of {wall_clock_limit(item.spec):g} s "
               f"(mpi timeout={item.spec.timeout:g} s)")
-    if result.returncode != 0:
+    done = result.records
+    if len(done) == item.nprocs:
+        if all(r["outcome"] == "skipped" for r in done):
+            pytest.skip(f"on all {item.nprocs} ranks: {done[0]['reason']}")
+        return
+    if result.missing:
+        _fail(item, result, command, "was not collected by the child (node id mismatch?)")
+    if result.returncode not in (0, None):
         _fail(item, result, command, _exit_reason(result, item.spec))
-    done = [r for r in ranks if r["nodeid"] == item.nodeid]
-    if len(done) != item.nprocs:
-        _fail(item, result, command,
-              f"the child exited 0 but {len(done)} of {item.nprocs} ranks ran {item.nodeid!r}")
-    if all(r["outcome"] == "skipped" for r in done):
-        pytest.skip(f"on all {item.nprocs} ranks: {done[0]['reason']}")
+    _fail(item, result, command,
+          f"ended: the child exited 0 but {len(done)} of {item.nprocs} ranks ran {item.nodeid!r}")
 
 
 def _exit_reason(result: ChildResult, spec: MpiSpec) -> str:
@@ -799,6 +739,9 @@ def _exit_reason(result: ChildResult, spec: MpiSpec) -> str:
         return "exited with code 5: the child collected no test (node id mismatch?)"
     if "+ Timeout +" in result.output:
         return f"exceeded the mpi timeout of {spec.timeout:g} s (code {result.returncode})"
+    if not result.output.strip():
+        return (f"exited with code {result.returncode}; no rank printed anything or left a report "
+                "(an MPI_Abort or a crash whose output mpiexec dropped)")
     return f"exited with code {result.returncode}"
 
 
@@ -859,7 +802,8 @@ class _ChildSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.nodeid = os.environ.get(ENV_NODEID)
+        nodeids = os.environ.get(ENV_NODEID)
+        self.nodeids = None if nodeids is None else nodeids.split("\n")
         self.results_dir = os.environ.get(ENV_RESULTS)
         self.skip_reason: str | None = None
 
@@ -870,20 +814,35 @@ class _ChildSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Keep only the item whose node id the parent asked for.
+        """Keep only the items whose node ids the parent asked for, in its order, each with its
+        marker's timeout; tell the parent which of them were not collected.
 
         Without ``MESHCHAIN_MPI_NODEID`` (a child started by hand), keep the
         ``mpi`` items for the size of ``COMM_WORLD``.
         """
-        if self.nodeid is not None:
-            wanted = [item.nodeid == self.nodeid for item in items]
+        if self.nodeids is not None:
+            collected = {item.nodeid: item for item in items}
+            kept = [collected[nodeid] for nodeid in self.nodeids if nodeid in collected]
+            self._tell_missing([nodeid for nodeid in self.nodeids if nodeid not in collected])
         else:
-            wanted = [_mpi_nprocs_of(item) == _world().size for item in items]
-        kept = [item for item, keep in zip(items, wanted, strict=True) if keep]
-        dropped = [item for item, keep in zip(items, wanted, strict=True) if not keep]
+            kept = [item for item in items if _mpi_nprocs_of(item) == _world().size]
+        if self.config.pluginmanager.has_plugin("timeout"):
+            for item in kept:
+                if item.get_closest_marker("timeout") is None:
+                    item.add_marker(pytest.mark.timeout(MpiSpec.from_marker(marker_of(item)).timeout))
+        chosen = set(map(id, kept))
+        dropped = [item for item in items if id(item) not in chosen]
         if dropped:
             self.config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+    def _tell_missing(self, nodeids: list[str]) -> None:
+        """Rank 0 writes the node ids it was given but did not collect (see :mod:`.launch`)."""
+        if self.results_dir is not None and _world().rank == 0:
+            path = Path(self.results_dir) / MISSING_FILE
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(nodeids))
+            os.replace(temporary, path)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Abort the world when collection fails on this rank."""
@@ -909,8 +868,9 @@ class _ChildSession:
             "outcome": "passed" if self.skip_reason is None else "skipped",
             "reason": self.skip_reason,
         }
-        path = Path(self.results_dir) / f"rank{world.rank}.json"
-        path.write_text(json.dumps(record))
+        self.skip_reason = None
+        with open(Path(self.results_dir) / f"rank{world.rank}.jsonl", "a") as records:
+            records.write(json.dumps(record) + "\n")  # one write: the parent reads whole lines
 
     def _report_and_abort(
         self, what: str, report: pytest.TestReport | pytest.CollectReport
