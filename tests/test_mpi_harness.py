@@ -41,8 +41,9 @@ def test_world_size_is_the_requested_nprocs(comm, mpi_nprocs, request):
     assert comm is MPI.COMM_WORLD
     assert comm.size == mpi_nprocs == int(os.environ["MESHCHAIN_MPI_NPROCS"])
     assert request.node.name == f"test_world_size_is_the_requested_nprocs[np{comm.size}]"
-    # The node ids of the child run, one per line; unset only in a child started by hand (see mpi_harness).
-    assert request.node.nodeid in os.environ.get("MESHCHAIN_MPI_NODEID", request.node.nodeid).split("\n")
+    # A file with the node ids of the child run, one per line; unset only in a child started by hand.
+    listed = os.environ.get("MESHCHAIN_MPI_NODEIDS")
+    assert listed is None or request.node.nodeid in Path(listed).read_text().splitlines()
 
 
 @pytest.mark.mpi(nprocs=3, timeout=60)
@@ -186,8 +187,22 @@ SCENARIOS = """
 
 
     @pytest.mark.mpi(nprocs=2, timeout=30)
+    @pytest.mark.xfail(run=False, reason="the parent does not run it")
+    def test_not_run_by_the_parent(comm):
+        assert comm.rank == 0, "a child that ran it fails here"
+        comm.Barrier()
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=30)
     def test_passes_after_failures_in_its_group(comm):
         comm.Barrier()
+
+
+    @pytest.mark.mpi(nprocs=1, timeout=30)
+    def test_exits_non_zero_after_the_last_item(comm):
+        import atexit
+
+        atexit.register(os._exit, 3)
 """
 
 #: Three tests on 2 ranks and one on 3 record the process ids of their ranks.
@@ -308,9 +323,20 @@ def test_parallel_assert_with_disagreeing_ranks_fails_every_rank_promptly(scenar
 
 @needs_mpiexec
 def test_the_items_after_a_failure_in_a_child_run_go_to_a_new_run(scenarios):
-    # the 2-rank items of SCENARIOS form one group: failures, a hang, a skip and an xfail first
+    # the 2-rank items of SCENARIOS form one group: failures, a hang, a skip, an xfail and
+    # an item the parent does not run (which a child would fail) come first
     assert scenarios["test_passes_after_failures_in_its_group[np2]"]["outcome"] == "passed"
     assert scenarios["test_skipped_on_every_rank[np2]"]["outcome"] == "skipped"
+    not_run = scenarios["test_not_run_by_the_parent[np2]"]
+    assert not_run["outcome"] == "skipped" and "NOTRUN" in not_run["message"]
+
+
+@needs_mpiexec
+def test_a_run_that_exits_non_zero_after_its_last_item_fails_that_item(scenarios):
+    case = scenarios["test_exits_non_zero_after_the_last_item[np1]"]
+    assert case["outcome"] == "failure"
+    assert "finished on every rank, but then the child run (this was its last item) exited with code" in case[
+        "message"]
 
 
 @needs_mpiexec

@@ -120,6 +120,7 @@ def abort_all(comm, what: str, exc: BaseException) -> None:
     _keep_report(report)
     time.sleep(ABORT_GRACE_SECONDS)
     comm.Abort(1)
+    os._exit(1)  # MPICH's MPI_Abort may return before the job is torn down: never go on
 
 
 def _keep_report(report: str) -> None:

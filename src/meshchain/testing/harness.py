@@ -19,34 +19,39 @@ How it works
 *Parent* (the ``pytest`` you run).  Every marked test is parametrized into one
 item per process count, with ids such as ``test_halo_exchange[np2]``.  The
 parameter belongs to a hidden autouse fixture, so it never appears in the test
-signature.  After collection each such item is replaced by a launcher item with
-the same node id and markers, and the launchers of each file are grouped by
-process count (they run after the file's other tests, ordered by count).  The
-first item of a group executes, in a fresh session (process group) and with
-the rootdir as working directory::
+signature.  The marked items of each file run after its other tests, ordered
+by process count; after collection each is replaced by a launcher item with
+the same node id and markers, and consecutive launchers of one file and count
+form a group.  A launcher with no child run to join executes, in a fresh
+session (process group) and with the rootdir as working directory::
 
     mpiexec -n N python -m pytest <file> -q -p no:cacheprovider -x \
         -p meshchain.testing.plugin --runxfail --timeout=<timeout> --timeout-method=thread ...
 
 with ``MESHCHAIN_MPI_CHILD=1``, ``MESHCHAIN_MPI_NPROCS=N`` and
-``MESHCHAIN_MPI_NODEID=<node ids of the group, one per line>`` in the
-environment: one child run for the whole group, which saves starting Python,
-MPI, numba and the test module for every item (see :mod:`.launch`).  Each
-item then waits for its own outcome.  The parent never sets up the test's
+``MESHCHAIN_MPI_NODEIDS=<a file listing its node id and those after it in its
+group>`` in the environment: one child run for the rest of the group, which
+saves starting Python, MPI, numba and the test module for every item (see
+:mod:`.launch`).  The next launchers of the group join that run, each waiting
+for its own outcome, in order; a launcher the parent skips ends the run's use
+(the next one starts a new run).  The parent never sets up the test's
 fixtures and never imports ``mpi4py``.  An item fails when the run ends before
 every rank finished it (showing the output written since the previous item;
-a failing rank aborts the run), when the child did not collect it, or when
-its wall-clock limit ``timeout + 30 s`` expires, in which case ``mpiexec`` and
-every process it started are killed.  The items after a failure go to a new
-run.  If every rank skipped the test, the parent item is skipped.
-``skip``/``skipif``/``xfail`` markers are judged by the parent (the child runs
-with ``--runxfail``).  ``pytest --mpi-isolate`` gives every item a run of its own.
+a failing rank aborts the run), when the run exits non-zero after its last
+item, when the child did not collect it, or when its wall-clock limit
+``timeout + 30 s`` expires, in which case ``mpiexec`` and every process it
+started are killed.  The items after a failure go to a new run; a failed item
+is never run again.  If every rank skipped the test, the parent item is
+skipped.  ``skip``/``skipif``/``xfail`` markers are judged by the parent (the
+child runs with ``--runxfail``).  ``pytest --mpi-isolate`` gives every item a
+run of its own.
 
 *Child* (``MESHCHAIN_MPI_CHILD=1``, one pytest per rank).  Collection is
-narrowed to the items whose node ids ``MESHCHAIN_MPI_NODEID`` lists, in that
+narrowed to the items whose node ids ``MESHCHAIN_MPI_NODEIDS`` lists, in that
 order, each with its marker's timeout; the test bodies run on every rank, and
-the harness checks that ``COMM_WORLD.size`` is the requested ``N``.  Items of
-one run share the process: module- and session-scoped fixtures, imported
+the harness checks that ``COMM_WORLD.size`` is the requested ``N``.  No rank
+starts an item before every rank has recorded the one before.  Items of one
+run share the process: module- and session-scoped fixtures, imported
 modules and MPI itself.  When any phase (setup, call, teardown) or the
 collection fails on a rank, that rank writes the failure report to stderr (and
 to a file, which the parent shows when ``mpiexec`` dropped the output in flight
@@ -129,13 +134,13 @@ from pathlib import Path
 
 import pytest
 
-from .launch import EXIT_GRACE, MISSING_FILE, TERMINATE_GRACE, ChildResult, ChildRun
+from .launch import MISSING_FILE, NODEIDS_FILE, TERMINATE_GRACE, ChildResult, ChildRun
 
 #: Markers, with their default process counts and the ids of their parameters.
 MARKERS = {"parallel": ((3,), "nprocs={}"), "mpi": ((2,), "np{}")}
 MARKER_HELP = (
     "{}(nprocs={}, timeout=120): run the test under `mpiexec -n N` for each N in "
-    "nprocs (an int or a sequence); timeout in seconds bounds each run on every rank"
+    "nprocs (an int or a sequence); timeout in seconds bounds the test on every rank"
 )
 DEFAULT_TIMEOUT = 120.0
 #: The plugin module (also the name of its pytest11 entry point).
@@ -148,7 +153,7 @@ TAIL_CHARS = 12_000
 
 ENV_CHILD = "MESHCHAIN_MPI_CHILD"
 ENV_NPROCS = "MESHCHAIN_MPI_NPROCS"
-ENV_NODEID = "MESHCHAIN_MPI_NODEID"
+ENV_NODEIDS = "MESHCHAIN_MPI_NODEIDS"  # a file: the node ids to run, one per line
 ENV_RESULTS = "MESHCHAIN_MPI_RESULTS"
 #: Where a rank that aborts the job from meshchain's own code (``meshchain.comm.agree.abort_all``,
 #: whose ``ABORT_REPORTS_VARIABLE`` this is) also writes its report; set to the results directory.
@@ -258,7 +263,8 @@ def is_child() -> bool:
 
 
 def wall_clock_limit(spec: MpiSpec) -> float:
-    """Seconds the parent waits for a child run before killing it.
+    """Seconds the parent waits for an item (from the end of the one before it in its child
+    run, or the run's start) before killing the run.
 
     Parameters
     ----------
@@ -296,8 +302,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the ``mpi`` marker and the parent's or the child's hooks."""
     for name, (nprocs, _) in MARKERS.items():
         config.addinivalue_line("markers", MARKER_HELP.format(name, nprocs[0]))
-    role = _ChildSession(config) if is_child() else _ParentSession(config)
-    config.pluginmanager.register(role, f"{__name__}-{type(role).__name__}")
+    roles = [_ChildSession(config)] if is_child() else [_ParentSession(config), _LaunchOrder()]
+    for role in roles:
+        config.pluginmanager.register(role, f"{__name__}-{type(role).__name__}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -349,6 +356,18 @@ def mpi_nprocs() -> int | None:
 # --------------------------------------------------------------------------
 
 
+class _LaunchOrder:
+    """The parent's first hook on the collected items (a plugin of its own: pytest takes one
+    implementation of a hook per plugin)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Put each file's ``mpi`` items after its other items, ordered by process count (see
+        :func:`in_launch_order`); first, so that plugins that select by position (stepwise)
+        see the order the items run in."""
+        items[:] = in_launch_order(items)
+
+
 class _ParentSession:
     """Hooks of the parent pytest: replace ``mpi`` items by launcher items, group them, and
     keep the one child run that is going on."""
@@ -359,25 +378,31 @@ class _ParentSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Swap each ``mpi`` item for an :class:`MpiLauncherItem` (after selection by -k/-m)
-        and group the launchers of each file by process count (see :func:`grouped`)."""
-        launchers = [_launcher_for(item, self) for item in items]
-        items[:] = grouped(launchers, isolate=bool(self.config.getoption(ISOLATE_DEST, False)))
+        """Swap each ``mpi`` item for an :class:`MpiLauncherItem` (after selection by -k/-m)."""
+        items[:] = [_launcher_for(item, self) for item in items]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Group the launchers in the final list of items (after ``--lf``, ``--ff`` and the like)."""
+        assign_groups(session.items, isolate=bool(self.config.getoption(ISOLATE_DEST, False)))
 
     def run_for(self, item: MpiLauncherItem) -> ChildRun:
-        """The child run that runs ``item``: the current one if it covers the item, else a new
+        """The child run that runs ``item``: the current one if the item is its next, else a new
         run of the item and those after it in its group (the current run is closed)."""
         if self.run is not None and self.run.covers(item.nodeid):
             return self.run
         self.close()
         group = item.group[item.group.index(item):]
-        mpiexec = find_mpiexec()
-        directory = Path(tempfile.mkdtemp(prefix="meshchain-mpi-"))
         nodeids = [member.nodeid for member in group]
-        command = child_command(mpiexec, item.nprocs, child_pytest_args(
+        command = child_command(find_mpiexec(), item.nprocs, child_pytest_args(
             self.config, item.nodeid.split("::")[0], max(member.spec.timeout for member in group)))
-        self.run = ChildRun(command, env=child_environment(item.nprocs, nodeids, directory),
-                            cwd=self.config.rootpath, nodeids=nodeids, nprocs=item.nprocs, directory=directory)
+        directory = Path(tempfile.mkdtemp(prefix="meshchain-mpi-"))
+        try:
+            (directory / NODEIDS_FILE).write_text("".join(f"{nodeid}\n" for nodeid in nodeids))
+            self.run = ChildRun(command, env=child_environment(item.nprocs, directory), cwd=self.config.rootpath,
+                                nodeids=nodeids, nprocs=item.nprocs, directory=directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         return self.run
 
     def close(self) -> None:
@@ -399,32 +424,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def grouped(items: list[pytest.Item], *, isolate: bool = False) -> list[pytest.Item]:
-    """``items`` with each file's launcher items after its other items, ordered by process count
-    (otherwise in their order); consecutive launchers of one file and count form a group,
-    which one child run executes. With ``isolate``, each launcher is a group of its own.
+def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with each file's ``mpi`` items after its other items, ordered by process
+    count (otherwise in their order), so that those of one file and count are consecutive.
 
     Parameters
     ----------
     items : list of pytest.Item
-    isolate : bool
 
     Returns
     -------
     list of pytest.Item
-        The same items; each :class:`MpiLauncherItem` has its ``group`` set.
     """
     ordered = []
     for _, in_file in itertools.groupby(items, key=lambda item: item.path):
         in_file = list(in_file)
-        launchers = sorted((i for i in in_file if isinstance(i, MpiLauncherItem)), key=lambda i: i.nprocs)
-        ordered += [i for i in in_file if not isinstance(i, MpiLauncherItem)]
-        for _, group in itertools.groupby(launchers, key=lambda i: i.nprocs):
-            group = list(group)
-            for launcher in group:
-                launcher.group = [launcher] if isolate else group
-            ordered += group
+        ordered += [item for item in in_file if _mpi_nprocs_of(item) is None]
+        ordered += sorted((item for item in in_file if _mpi_nprocs_of(item) is not None), key=_mpi_nprocs_of)
     return ordered
+
+
+def assign_groups(items: list[pytest.Item], *, isolate: bool = False) -> None:
+    """Set the ``group`` of each launcher: the run of consecutive launchers of its file and
+    process count that one child run executes (with ``isolate``, the launcher alone).
+
+    Parameters
+    ----------
+    items : list of pytest.Item
+        The session's items, in the order they run.
+    isolate : bool
+    """
+    launchers = [item for item in items if isinstance(item, MpiLauncherItem)]
+    positions = {id(item): n for n, item in enumerate(items)}
+    group: list[MpiLauncherItem] = []
+    for launcher in launchers:
+        previous = group[-1] if group else None
+        if isolate or previous is None or positions[id(previous)] + 1 != positions[id(launcher)] \
+                or previous.path != launcher.path or previous.nprocs != launcher.nprocs:
+            group = []
+        group.append(launcher)
+        launcher.group = group
 
 
 def _mpi_nprocs_of(item: pytest.Item) -> int | None:
@@ -475,7 +514,7 @@ class MpiLauncherItem(pytest.Item):
         self.extra_keyword_matches.update(original.extra_keyword_matches)
         if self.config.pluginmanager.has_plugin("timeout"):
             # The parent's own pytest-timeout must not fire before our wall clock does.
-            parent_timeout = wall_clock_limit(spec) + TERMINATE_GRACE + EXIT_GRACE + 30
+            parent_timeout = wall_clock_limit(spec) + TERMINATE_GRACE + 30
             self.add_marker(pytest.mark.timeout(parent_timeout), append=False)
 
     def reportinfo(self):
@@ -489,8 +528,13 @@ class MpiLauncherItem(pytest.Item):
         if importlib.util.find_spec("mpi4py") is None:
             pytest.skip("mpi4py is not installed")
         run = self.session_hooks.run_for(self)
-        result = run.wait(self.nodeid, limit=wall_clock_limit(self.spec))
-        if len(result.records) < self.nprocs:
+        try:
+            result = run.wait(self.nodeid, limit=wall_clock_limit(self.spec))
+        except BaseException:  # interrupted: the items after this one go to a new run
+            self.session_hooks.close()
+            raise
+        unfinished = len(result.records) < self.nprocs or any(r["outcome"] == "failed" for r in result.records)
+        if unfinished and not result.missing:
             result = with_rank_reports(result, run.directory)
             self.session_hooks.close()  # the items after this one go to a new run
         judge(self, result, run.command)
@@ -586,16 +630,15 @@ def child_pytest_args(config: pytest.Config, target: str, timeout: float) -> lis
     return args
 
 
-def child_environment(nprocs: int, nodeids: Sequence[str], results_dir: Path) -> dict[str, str]:
+def child_environment(nprocs: int, results_dir: Path) -> dict[str, str]:
     """The environment of a child run.
 
     Parameters
     ----------
     nprocs : int
-    nodeids : sequence of str
-        The exact node ids the child must run, in this order.
     results_dir : Path
-        Where each rank records its outcome.
+        Where each rank records its outcomes, and where :data:`~.launch.NODEIDS_FILE` lists
+        the exact node ids the child must run, in this order.
 
     Returns
     -------
@@ -609,7 +652,7 @@ def child_environment(nprocs: int, nodeids: Sequence[str], results_dir: Path) ->
         {
             ENV_CHILD: "1",
             ENV_NPROCS: str(nprocs),
-            ENV_NODEID: "\n".join(nodeids),
+            ENV_NODEIDS: str(results_dir / NODEIDS_FILE),
             ENV_RESULTS: str(results_dir),
             ENV_ABORT_REPORTS: str(results_dir),
             "PYTHONPATH": os.pathsep.join(pythonpath),
@@ -712,16 +755,24 @@ def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str]) ->
     Raises
     ------
     pytest.fail.Exception
-        Timeout, the run ending before every rank finished the item, or the item not collected.
+        Timeout, the run ending before every rank finished the item (or, after its last
+        item, exiting non-zero), or the item not collected.
     pytest.skip.Exception
         The item was skipped on every rank.
     """
-    if result.timed_out:
-        _fail(item, result, command,
-              f"killed after the wall-clock limit of {wall_clock_limit(item.spec):g} s "
-              f"(mpi timeout={item.spec.timeout:g} s)")
     done = result.records
+    if result.timed_out:
+        after = ", after every rank had finished it (the run's last)," if len(done) == item.nprocs else ""
+        _fail(item, result, command,
+              f"killed{after} after the wall-clock limit of {wall_clock_limit(item.spec):g} s "
+              f"(mpi timeout={item.spec.timeout:g} s)")
+    failed = [r["rank"] for r in done if r["outcome"] == "failed"]
+    if failed:
+        _fail(item, result, command, f"failed on rank(s) {failed}")
     if len(done) == item.nprocs:
+        if result.last and result.returncode != 0:
+            _fail(item, result, command, f"finished on every rank, but then the child run (this was its last "
+                                         f"item) {_exit_reason(result, item.spec)}")
         if all(r["outcome"] == "skipped" for r in done):
             pytest.skip(f"on all {item.nprocs} ranks: {done[0]['reason']}")
         return
@@ -802,10 +853,11 @@ class _ChildSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        nodeids = os.environ.get(ENV_NODEID)
-        self.nodeids = None if nodeids is None else nodeids.split("\n")
+        listed = os.environ.get(ENV_NODEIDS)
+        self.nodeids = None if listed is None else Path(listed).read_text().splitlines()
         self.results_dir = os.environ.get(ENV_RESULTS)
         self.skip_reason: str | None = None
+        self.failed = False
 
     def pytest_sessionstart(self) -> None:
         """Initialize MPI and load the hypothesis profile before test modules are imported."""
@@ -817,7 +869,7 @@ class _ChildSession:
         """Keep only the items whose node ids the parent asked for, in its order, each with its
         marker's timeout; tell the parent which of them were not collected.
 
-        Without ``MESHCHAIN_MPI_NODEID`` (a child started by hand), keep the
+        Without ``MESHCHAIN_MPI_NODEIDS`` (a child started by hand), keep the
         ``mpi`` items for the size of ``COMM_WORLD``.
         """
         if self.nodeids is not None:
@@ -852,6 +904,7 @@ class _ChildSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Abort the world on a failure; remember a skip."""
         if report.failed:
+            self.failed = True  # should the abort return, the record says so
             self._report_and_abort(f"{report.nodeid} ({report.when})", report)
         if report.skipped and self.skip_reason is None:
             self.skip_reason = _skip_reason(report)
@@ -865,12 +918,15 @@ class _ChildSession:
             "nodeid": nodeid,
             "rank": world.rank,
             "size": world.size,
-            "outcome": "passed" if self.skip_reason is None else "skipped",
+            "outcome": "failed" if self.failed else "passed" if self.skip_reason is None else "skipped",
             "reason": self.skip_reason,
         }
-        self.skip_reason = None
+        self.skip_reason, self.failed = None, False
         with open(Path(self.results_dir) / f"rank{world.rank}.jsonl", "a") as records:
             records.write(json.dumps(record) + "\n")  # one write: the parent reads whole lines
+        # no rank starts the next item before every rank has recorded this one: a failure
+        # there then never leaves this item unfinished on some rank (and blamed for it)
+        world.Barrier()
 
     def _report_and_abort(
         self, what: str, report: pytest.TestReport | pytest.CollectReport
@@ -896,6 +952,7 @@ class _ChildSession:
         # when the job is aborted: give it a moment, so the report reaches the parent.
         time.sleep(ABORT_GRACE_SECONDS)
         world.Abort(1)
+        os._exit(1)  # MPICH's MPI_Abort may return before the job is torn down: never go on
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

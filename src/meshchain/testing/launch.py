@@ -34,16 +34,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ChildResult", "ChildRun", "terminate_process_tree", "TERMINATE_GRACE", "MISSING_FILE"]
+__all__ = ["ChildResult", "ChildRun", "terminate_process_tree", "TERMINATE_GRACE", "MISSING_FILE", "NODEIDS_FILE"]
 
 #: Seconds ``mpiexec`` gets to clean up after SIGTERM before everything is SIGKILLed.
 TERMINATE_GRACE = 5.0
-#: Seconds a run that has done all its items gets to exit by itself when it is closed.
-EXIT_GRACE = 10.0
 #: Seconds between two looks at a run's records.
 POLL_SECONDS = 0.02
 #: The file in which rank 0 of a child lists the node ids it was given but did not collect.
 MISSING_FILE = "missing.json"
+#: The file that gives a child the node ids to run, one per line.
+NODEIDS_FILE = "nodeids.txt"
 
 
 @dataclass(frozen=True)
@@ -53,20 +53,24 @@ class ChildResult:
     Attributes
     ----------
     returncode : int or None
-        ``mpiexec``'s exit status; None while the run goes on (after the item was done)
-        or when it was killed at the wall clock.
+        ``mpiexec``'s exit status once the run has ended; None while it goes on (after the
+        item was done) or when it was killed at the wall clock.
     elapsed : float
         Seconds the parent waited for the item.
     output : str
-        What the ranks and ``mpiexec`` wrote to stdout and stderr while the item ran
-        (from the end of the previous item of the run).
+        What the ranks and ``mpiexec`` wrote to stdout and stderr since the parent finished
+        waiting for the run's previous item.
     timed_out : bool
         Whether the run was killed at the wall-clock limit while the item ran.
     records : list of dict
         The item's record from each rank that finished it, ordered by rank: ``nodeid``,
-        ``rank``, ``size``, ``outcome`` (``"passed"`` or ``"skipped"``) and ``reason``.
+        ``rank``, ``size``, ``outcome`` (``"passed"``, ``"skipped"``, or ``"failed"``: a
+        rank whose abort did not end it) and ``reason``.
     missing : bool
         Whether the child did not collect the item at all.
+    last : bool
+        Whether the item was the run's last: the parent then also waited for the run to
+        exit, and ``returncode`` is its exit status (None: killed at the wall clock).
     """
 
     returncode: int | None
@@ -75,6 +79,7 @@ class ChildResult:
     timed_out: bool = False
     records: list = field(default_factory=list)
     missing: bool = False
+    last: bool = False
 
 
 class ChildRun:
@@ -102,8 +107,8 @@ class ChildRun:
         self.nprocs = nprocs
         self.directory = directory
         self.log = directory / "output.log"
+        self._next = 0  # the index of the item the parent waits for next
         self._offset = 0  # where the output of the item now running begins in the log
-        self._done: set[str] = set()
         self._missing: set[str] | None = None
         with open(self.log, "wb") as sink:
             self.proc = subprocess.Popen(
@@ -112,18 +117,15 @@ class ChildRun:
             )
 
     def covers(self, nodeid: str) -> bool:
-        """Whether this run has run or will run ``nodeid``: it is one of the run's items, the
-        child collected it, and the run is alive or ended no earlier than at ``nodeid`` (a run
-        that ended at ``nodeid`` reports its failure there; it is not run again)."""
-        if nodeid not in self.nodeids or nodeid in self._read_missing():
-            return False
-        if self.proc.poll() is None:
-            return True
-        return all(len(self._records(other)) == self.nprocs for other in self.nodeids[:self.nodeids.index(nodeid)])
+        """Whether ``nodeid`` is the item this run does next, in the parent's order: every item
+        before it has been waited for (a run that ended while doing it reports that there;
+        an item the parent did not wait for, one it skipped, ends the run's use)."""
+        return self._next < len(self.nodeids) and self.nodeids[self._next] == nodeid
 
     def wait(self, nodeid: str, *, limit: float) -> ChildResult:
-        """Wait until every rank has finished ``nodeid``, the run has ended, or ``limit``
-        seconds have passed (then the run is killed).
+        """Wait until every rank has finished ``nodeid`` (the run's next item, see :meth:`covers`),
+        the run has ended, or ``limit`` seconds have passed (then the run is killed). After the
+        run's last item, also wait for the run to exit: its exit status is the item's too.
 
         Parameters
         ----------
@@ -135,14 +137,19 @@ class ChildRun:
         -------
         ChildResult
         """
+        if not self.covers(nodeid):
+            raise ValueError(f"{nodeid!r} is not the next item of this run")
+        self._next += 1
         start = time.monotonic()
+        deadline = start + limit
+        last = self._next == len(self.nodeids)
         timed_out = False
         records = self._records(nodeid)
-        while len(records) < self.nprocs and nodeid not in self._read_missing():
+        while not (len(records) == self.nprocs and not last) and nodeid not in self._read_missing():
             if self.proc.poll() is not None:
                 records = self._records(nodeid)  # written just before the end
                 break
-            remaining = start + limit - time.monotonic()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 terminate_process_tree(self.proc)
                 timed_out = True
@@ -150,18 +157,12 @@ class ChildRun:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=min(POLL_SECONDS, remaining))
             records = self._records(nodeid)
-        output = self._output()
-        if len(records) == self.nprocs:
-            self._done.add(nodeid)
-        return ChildResult(returncode=None if timed_out else self.proc.poll(), elapsed=time.monotonic() - start,
-                           output=output, timed_out=timed_out, records=records,
-                           missing=nodeid in self._read_missing())
+        return ChildResult(returncode=None if timed_out else self.proc.poll(),
+                           elapsed=time.monotonic() - start, output=self._output(),
+                           timed_out=timed_out, records=records, missing=nodeid in self._read_missing(), last=last)
 
     def close(self) -> None:
-        """End the run (waiting a little if it has done all its items) and remove its directory."""
-        if self.proc.poll() is None and self._done.issuperset(self.nodeids):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=EXIT_GRACE)
+        """End the run (if it is still going) and remove its directory."""
         if self.proc.poll() is None:
             terminate_process_tree(self.proc)
         shutil.rmtree(self.directory, ignore_errors=True)
