@@ -113,14 +113,16 @@ def abort_all(comm, what: str, exc: BaseException) -> None:
     The report also goes to ``$MESHCHAIN_ABORT_REPORTS/rank<r>.failure.txt`` when that
     variable names a directory, and the rank waits :data:`ABORT_GRACE_SECONDS` before
     aborting, so that the report is not lost with the job."""
-    report = (f"meshchain: rank {comm.rank}: {what} failed; aborting all ranks.\n"
-              + "".join(traceback.format_exception(exc)))
-    sys.stderr.write(report)
-    sys.stderr.flush()
-    _keep_report(report)
-    time.sleep(ABORT_GRACE_SECONDS)
-    comm.Abort(1)
-    os._exit(1)  # MPICH's MPI_Abort may return before the job is torn down: never go on
+    try:
+        report = (f"meshchain: rank {comm.rank}: {what} failed; aborting all ranks.\n"
+                  + "".join(traceback.format_exception(exc)))
+        sys.stderr.write(report)
+        sys.stderr.flush()
+        _keep_report(report)
+        time.sleep(ABORT_GRACE_SECONDS)
+    finally:
+        comm.Abort(1)
+        os._exit(1)  # MPICH's MPI_Abort may return before the job is torn down: never go on
 
 
 def _keep_report(report: str) -> None:

@@ -50,7 +50,8 @@ run of its own.
 narrowed to the items whose node ids ``MESHCHAIN_MPI_NODEIDS`` lists, in that
 order, each with its marker's timeout; the test bodies run on every rank, and
 the harness checks that ``COMM_WORLD.size`` is the requested ``N``.  No rank
-starts an item before every rank has recorded the one before.  Items of one
+starts an item before every rank has recorded the one before (and the ranks
+check that it was the same item).  Items of one
 run share the process: module- and session-scoped fixtures, imported
 modules and MPI itself.  When any phase (setup, call, teardown) or the
 collection fails on a rank, that rank writes the failure report to stderr (and
@@ -411,6 +412,13 @@ class _ParentSession:
             run, self.run = self.run, None
             run.close()
 
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """The parent finished the run's next item without waiting for it (it skipped it, or
+        the item is ``xfail(run=False)``, which the child runs under ``--runxfail``): end the
+        run now rather than let it run that item beside the tests that follow."""
+        if self.run is not None and self.run.covers(nodeid):
+            self.close()
+
     def pytest_sessionfinish(self) -> None:
         """A run still going on (``-x``, an interrupt) ends with the session."""
         self.close()
@@ -537,6 +545,8 @@ class MpiLauncherItem(pytest.Item):
         if unfinished and not result.missing:
             result = with_rank_reports(result, run.directory)
             self.session_hooks.close()  # the items after this one go to a new run
+        elif result.last:
+            self.session_hooks.close()
         judge(self, result, run.command)
 
     def repr_failure(self, excinfo, style=None):
@@ -924,9 +934,15 @@ class _ChildSession:
         self.skip_reason, self.failed = None, False
         with open(Path(self.results_dir) / f"rank{world.rank}.jsonl", "a") as records:
             records.write(json.dumps(record) + "\n")  # one write: the parent reads whole lines
-        # no rank starts the next item before every rank has recorded this one: a failure
-        # there then never leaves this item unfinished on some rank (and blamed for it)
-        world.Barrier()
+        # no rank starts the next item before every rank has recorded this one (a failure
+        # there then never leaves this item unfinished on some rank, and blamed for it), and
+        # every rank has finished the same item
+        finished = world.allgather(nodeid)
+        if len(set(finished)) != 1:
+            sys.stderr.write(f"\n==== meshchain MPI: the ranks finished different items: {finished} ====\n")
+            sys.stderr.flush()
+            world.Abort(1)
+            os._exit(1)
 
     def _report_and_abort(
         self, what: str, report: pytest.TestReport | pytest.CollectReport
@@ -943,16 +959,18 @@ class _ChildSession:
         if self.results_dir is not None:  # in case mpiexec drops the output below
             with contextlib.suppress(OSError):
                 (Path(self.results_dir) / f"rank{world.rank}.failure.txt").write_text("".join(text))
-        capman = self.config.pluginmanager.getplugin("capturemanager")
-        guard = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-        with guard:
-            sys.stderr.write("".join(text))
-            sys.stderr.flush()
-        # mpiexec forwards the ranks' output asynchronously and drops what is still in flight
-        # when the job is aborted: give it a moment, so the report reaches the parent.
-        time.sleep(ABORT_GRACE_SECONDS)
-        world.Abort(1)
-        os._exit(1)  # MPICH's MPI_Abort may return before the job is torn down: never go on
+        try:
+            capman = self.config.pluginmanager.getplugin("capturemanager")
+            guard = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+            with guard:
+                sys.stderr.write("".join(text))
+                sys.stderr.flush()
+            # mpiexec forwards the ranks' output asynchronously and drops what is still in flight
+            # when the job is aborted: give it a moment, so the report reaches the parent.
+            time.sleep(ABORT_GRACE_SECONDS)
+        finally:
+            world.Abort(1)
+            os._exit(1)  # MPICH's MPI_Abort may return before the job is torn down: never go on
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
