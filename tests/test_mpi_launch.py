@@ -14,7 +14,8 @@ from meshchain.testing.launch import MISSING_FILE, ChildRun
 
 
 def start(tmp_path: Path, script: str, nodeids, nprocs: int = 2) -> ChildRun:
-    """A run of ``script`` (given ``record(nodeid, rank, outcome="passed")`` and ``os``)."""
+    """A run of ``script`` (given ``record(nodeid, rank, outcome="passed")``, ``everywhere(nodeid,
+    outcome="passed")`` for both ranks, and ``os``)."""
     directory = tmp_path / "run"
     directory.mkdir()
     prelude = textwrap.dedent(f"""
@@ -26,6 +27,9 @@ def start(tmp_path: Path, script: str, nodeids, nprocs: int = 2) -> ChildRun:
                                 "reason": "why" if outcome == "skipped" else None}})
             with open(DIRECTORY / f"rank{{rank}}.jsonl", "a") as records:
                 records.write(line + "\\n")
+        def everywhere(nodeid, outcome="passed"):
+            for rank in (0, 1):
+                record(nodeid, rank, outcome)
     """)
     command = [sys.executable, "-c", prelude + textwrap.dedent(script)]
     return ChildRun(command, env=None, cwd=tmp_path, nodeids=nodeids, nprocs=nprocs, directory=directory)
@@ -33,8 +37,7 @@ def start(tmp_path: Path, script: str, nodeids, nprocs: int = 2) -> ChildRun:
 
 def test_items_done_on_every_rank_pass_and_the_item_where_the_run_ended_gets_its_output(tmp_path):
     run = start(tmp_path, """
-        for rank in (0, 1):
-            record("a", rank)
+        everywhere("a")
         while not (DIRECTORY / "go").exists():  # the parent has seen that a is done
             time.sleep(0.01)
         print("output of b")
@@ -56,9 +59,8 @@ def test_items_done_on_every_rank_pass_and_the_item_where_the_run_ended_gets_its
 
 def test_a_run_that_finished_its_items_before_the_parent_asked_still_gives_them(tmp_path):
     run = start(tmp_path, """
-        for nodeid in ("a", "b"):
-            for rank in (0, 1):
-                record(nodeid, rank, "skipped" if nodeid == "b" else "passed")
+        everywhere("a")
+        everywhere("b", "skipped")
     """, ["a", "b"])
     run.proc.wait(timeout=60)
     assert len(run.wait("a", limit=60).records) == 2
@@ -72,8 +74,7 @@ def test_an_item_the_parent_does_not_wait_for_ends_the_use_of_the_run(tmp_path):
     # the parent skipped b (a skip marker, xfail(run=False)): c must not be blamed for what
     # the child did in b, so c is not this run's to give
     run = start(tmp_path, """
-        for rank in (0, 1):
-            record("a", rank)
+        everywhere("a")
         time.sleep(300)
     """, ["a", "b", "c"])
     assert len(run.wait("a", limit=60).records) == 2
@@ -85,8 +86,7 @@ def test_an_item_the_parent_does_not_wait_for_ends_the_use_of_the_run(tmp_path):
 
 def test_the_last_item_waits_for_the_run_to_exit_and_carries_its_exit_status(tmp_path):
     run = start(tmp_path, """
-        for rank in (0, 1):
-            record("a", rank)
+        everywhere("a")
         time.sleep(0.3)  # finalizing
         os._exit(7)
     """, ["a"])
@@ -97,8 +97,7 @@ def test_the_last_item_waits_for_the_run_to_exit_and_carries_its_exit_status(tmp
 
 def test_the_wall_clock_kills_the_run_and_fails_only_the_item_that_ran_over(tmp_path):
     run = start(tmp_path, """
-        for rank in (0, 1):
-            record("a", rank)
+        everywhere("a")
         time.sleep(300)
     """, ["a", "b", "c"])
     assert len(run.wait("a", limit=60).records) == 2
@@ -113,8 +112,7 @@ def test_the_wall_clock_kills_the_run_and_fails_only_the_item_that_ran_over(tmp_
 def test_an_item_the_child_did_not_collect_is_reported_at_once(tmp_path):
     run = start(tmp_path, f"""
         (DIRECTORY / {MISSING_FILE!r}).write_text(json.dumps(["b"]))
-        for rank in (0, 1):
-            record("a", rank)
+        everywhere("a")
         time.sleep(300)
     """, ["a", "b"])
     assert len(run.wait("a", limit=60).records) == 2

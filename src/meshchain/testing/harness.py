@@ -541,8 +541,7 @@ class MpiLauncherItem(pytest.Item):
         except BaseException:  # interrupted: the items after this one go to a new run
             self.session_hooks.close()
             raise
-        unfinished = len(result.records) < self.nprocs or any(r["outcome"] == "failed" for r in result.records)
-        if unfinished and not result.missing:
+        if len(result.records) < self.nprocs and not result.missing:
             result = with_rank_reports(result, run.directory)
             self.session_hooks.close()  # the items after this one go to a new run
         elif result.last:
@@ -776,9 +775,6 @@ def judge(item: MpiLauncherItem, result: ChildResult, command: Sequence[str]) ->
         _fail(item, result, command,
               f"killed{after} after the wall-clock limit of {wall_clock_limit(item.spec):g} s "
               f"(mpi timeout={item.spec.timeout:g} s)")
-    failed = [r["rank"] for r in done if r["outcome"] == "failed"]
-    if failed:
-        _fail(item, result, command, f"failed on rank(s) {failed}")
     if len(done) == item.nprocs:
         if result.last and result.returncode != 0:
             _fail(item, result, command, f"finished on every rank, but then the child run (this was its last "
@@ -867,7 +863,6 @@ class _ChildSession:
         self.nodeids = None if listed is None else Path(listed).read_text().splitlines()
         self.results_dir = os.environ.get(ENV_RESULTS)
         self.skip_reason: str | None = None
-        self.failed = False
 
     def pytest_sessionstart(self) -> None:
         """Initialize MPI and load the hypothesis profile before test modules are imported."""
@@ -914,7 +909,6 @@ class _ChildSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Abort the world on a failure; remember a skip."""
         if report.failed:
-            self.failed = True  # should the abort return, the record says so
             self._report_and_abort(f"{report.nodeid} ({report.when})", report)
         if report.skipped and self.skip_reason is None:
             self.skip_reason = _skip_reason(report)
@@ -928,10 +922,10 @@ class _ChildSession:
             "nodeid": nodeid,
             "rank": world.rank,
             "size": world.size,
-            "outcome": "failed" if self.failed else "passed" if self.skip_reason is None else "skipped",
+            "outcome": "passed" if self.skip_reason is None else "skipped",
             "reason": self.skip_reason,
         }
-        self.skip_reason, self.failed = None, False
+        self.skip_reason = None
         with open(Path(self.results_dir) / f"rank{world.rank}.jsonl", "a") as records:
             records.write(json.dumps(record) + "\n")  # one write: the parent reads whole lines
         # no rank starts the next item before every rank has recorded this one (a failure
@@ -939,10 +933,8 @@ class _ChildSession:
         # every rank has finished the same item
         finished = world.allgather(nodeid)
         if len(set(finished)) != 1:
-            sys.stderr.write(f"\n==== meshchain MPI: the ranks finished different items: {finished} ====\n")
-            sys.stderr.flush()
-            world.Abort(1)
-            os._exit(1)
+            self._abort([f"\n==== meshchain MPI: rank {world.rank}/{world.size}: the ranks finished different "
+                         f"items: {finished} ====\n"])
 
     def _report_and_abort(
         self, what: str, report: pytest.TestReport | pytest.CollectReport
@@ -953,9 +945,14 @@ class _ChildSession:
                 report.longreprtext, "\n"]
         for title, content in report.sections:
             text += [f"---- {title} ----\n", content, "\n"]
+        self._abort(text)
+
+    def _abort(self, text: list[str]) -> None:
+        """Write ``text`` to stderr and to this rank's report file, then abort ``COMM_WORLD``."""
+        world = _world()
         # MPICH's own "application called MPI_Abort" line is printed as the rank dies and
         # mpiexec sometimes drops it; say it here, where the grace period below covers it.
-        text.append(f"==== meshchain MPI: rank {world.rank} calls MPI_Abort(COMM_WORLD, 1) ====\n")
+        text = [*text, f"==== meshchain MPI: rank {world.rank} calls MPI_Abort(COMM_WORLD, 1) ====\n"]
         if self.results_dir is not None:  # in case mpiexec drops the output below
             with contextlib.suppress(OSError):
                 (Path(self.results_dir) / f"rank{world.rank}.failure.txt").write_text("".join(text))

@@ -64,8 +64,7 @@ class ChildResult:
         Whether the run was killed at the wall-clock limit while the item ran.
     records : list of dict
         The item's record from each rank that finished it, ordered by rank: ``nodeid``,
-        ``rank``, ``size``, ``outcome`` (``"passed"``, ``"skipped"``, or ``"failed"``: a
-        rank whose abort did not end it) and ``reason``.
+        ``rank``, ``size``, ``outcome`` (``"passed"`` or ``"skipped"``) and ``reason``.
     missing : bool
         Whether the child did not collect the item at all.
     last : bool

@@ -81,7 +81,7 @@ class CudaBackend(Backend):
             raise ConfigurationError(
                 f"progress mode {self.config.progress!r} is not available with the {self.name} backend: its "
                 f"kernels run asynchronously while this thread drives the messages, so there is nothing for a "
-                f"polling thread to do; use progress='none', 'thread' or 'auto'.")
+                f"polling thread to do; use progress={' or '.join(map(repr, ('auto',) + self.progress_modes))}.")
         if self.distributed:
             halo_mode(self.config.gpu_halos, self.device)
 
