@@ -413,6 +413,62 @@ def test_meshchain_progress_thread_prepares_mpi_before_it_starts(monkeypatch):
     assert mpi4py.rc.thread_level == "serialized"
 
 
+def wait_until(condition, seconds: float = 10) -> None:
+    """Sleep until ``condition()`` (a generous deadline, only so that a bug cannot hang)."""
+    deadline = time.perf_counter() + seconds
+    while not condition() and time.perf_counter() < deadline:
+        time.sleep(1e-3)
+    assert condition()
+
+
+class OwingExchange:
+    """A stand-in for a halo exchange whose own run is complete at once while the rank still
+    owes its neighbours MPI progress: counts the poller's ``progress()`` calls."""
+
+    idle, running, owes_progress = False, "forward", True
+
+    def __init__(self):
+        self.tests = self.turns = 0
+
+    def test(self) -> bool:
+        self.tests += 1
+        return True
+
+    def progress(self) -> None:
+        self.turns += 1
+
+
+def test_a_poller_keeps_mpi_progressing_after_its_exchanges_are_complete_until_release():
+    owing = OwingExchange()
+    with Poller(interval=0) as poller:
+        poller.watch([owing])
+        wait_until(lambda: owing.turns >= 3)  # the "computation" goes on after completion
+        done = poller.release()
+        assert done is not None and owing.tests == 1
+        turned = owing.turns
+        time.sleep(0.05)
+        assert owing.turns == turned  # released: no MPI call from the thread any more
+
+
+def test_progress_of_a_halo_exchange():
+    from mpi4py import MPI
+
+    values = np.arange(4.0)[:, None]
+    for transport in TRANSPORTS:
+        exchange = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {0: [0]}, {0: [3]})], tag=3, transport=transport)
+        assert exchange.owes_progress == (transport == "rma")
+        exchange.progress()  # between runs too: it never starts, tests or ends one
+        assert exchange.running is None
+        exchange.begin()
+        exchange.progress()
+        assert exchange.running == "forward"
+        exchange.end()
+        exchange.close()
+        with pytest.raises(MeshchainError, match="closed"):
+            exchange.progress()
+    assert values[3, 0] == 0.0
+
+
 def test_poller_on_one_process():
     from mpi4py import MPI
 
@@ -435,9 +491,7 @@ def test_poller_on_one_process():
         poller.watch([exchange, idle])
         with pytest.raises(MeshchainError, match="already watches"):
             poller.watch([exchange])
-        deadline = time.perf_counter() + 10
-        while poller._done_at is None and time.perf_counter() < deadline:
-            time.sleep(1e-3)
+        wait_until(lambda: poller._done_at is not None)
         done = poller.release()
         assert done is not None and done <= time.perf_counter()
         exchange.end()
@@ -446,7 +500,7 @@ def test_poller_on_one_process():
     exchange.begin_reverse("max")  # a reverse run: the poller tests it with test_reverse()
     assert exchange.running == "reverse"
     poller.watch([exchange])
-    assert poller._out.wait(10)
+    wait_until(lambda: poller._done_at is not None)
     assert poller.release() is not None
     exchange.end_reverse()
     assert values[0, 0] == 7.0

@@ -230,6 +230,20 @@ class HaloExchange:
         return self._transport.idle
 
     @property
+    def owes_progress(self) -> bool:
+        """Whether this rank, its run complete, can still hold its neighbours' runs until it
+        calls MPI again (the ``"rma"`` transport; see :meth:`progress`)."""
+        return self._transport.owes_progress and not self._transport.idle
+
+    def progress(self) -> None:
+        """Let MPI move what this rank owes its neighbours, without testing or ending a run
+        (see :class:`~meshchain.comm.progress.Poller`); nothing when the exchange is idle."""
+        if self._state == "closed":
+            raise MeshchainError("this halo exchange is closed; build a new one")
+        if not self._transport.idle:
+            self._transport.progress()
+
+    @property
     def running(self) -> str | None:
         """``"forward"`` or ``"reverse"`` while a run begun is in flight, else None."""
         return "forward" if self._state == "forward" else "reverse" if self._state in OPS else None

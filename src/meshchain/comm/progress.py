@@ -54,7 +54,7 @@ from .exchange import HaloExchange, HaloItem
 from .transports import intracomm
 from .world import async_progress_at_init, async_progress_requested
 
-__all__ = ["PROGRESS_MODES", "check_progress", "async_progress_enabled", "Poller", "measure_progress"]
+__all__ = ["PROGRESS_MODES", "check_progress", "async_progress_enabled", "Poller", "TURNING_PAUSE", "measure_progress"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
 """The progress modes (see the module docstring)."""
@@ -187,17 +187,27 @@ def _read_cvar(name: str) -> int | None:
 # --- the communication thread of mode "poll" ----------------------------------------------------------
 
 
+TURNING_PAUSE = 1e-3
+"""Seconds between two progress calls of a :class:`Poller` whose exchanges are complete (the
+first comes at once): each call wakes the thread, which slows a computation that holds the
+GIL between kernels, so it is long against the poller's ``interval``."""
+
+
 class Poller:
     """A communication thread that keeps testing halo exchanges in flight.
 
     Between :meth:`watch` and :meth:`release`, the thread calls
     :meth:`~meshchain.comm.exchange.HaloExchange.test` (or
     :meth:`~meshchain.comm.exchange.HaloExchange.test_reverse`, for a reverse run) on the
-    exchanges still in flight,
-    every ``interval`` seconds, until all are complete. The calling thread must make no MPI
-    call between the two (it computes, releasing the GIL); after :meth:`release` the poller
-    makes none until the next :meth:`watch`. One thread per poller, daemon, made at the
-    first :meth:`watch` that has something to watch.
+    exchanges still in flight, every ``interval`` seconds, until all are complete. Then,
+    until :meth:`release`, it calls :meth:`~meshchain.comm.exchange.HaloExchange.progress`
+    every :data:`TURNING_PAUSE` on those that
+    :attr:`~meshchain.comm.exchange.HaloExchange.owes_progress`: MPI promises only weak
+    progress, and a rank whose own run is complete can still hold its neighbours' (with
+    MPICH, the ``"rma"`` transport's completion notices leave an origin only when it calls
+    MPI). The calling thread must make no MPI call between the two (it computes, releasing
+    the GIL); after :meth:`release` the poller makes none until the next :meth:`watch`. One
+    thread per poller, daemon, made at the first :meth:`watch` that has something to watch.
 
     Parameters
     ----------
@@ -227,6 +237,9 @@ class Poller:
         self._wake, self._stop, self._out = threading.Event(), threading.Event(), threading.Event()
         self._out.set()
         self._work: tuple = ()
+        self._turns: tuple = ()  # the watched exchanges' progress calls
+        self._turning = threading.Lock()  # held around each round of progress calls
+        self._round = 0  # counts releases: a thread turning for an earlier round stops
         self._watching = self._closed = False
         self._done_at = self._error = None
 
@@ -237,9 +250,10 @@ class Poller:
             raise MeshchainError("this Poller is closed; make a new one")
         if self._watching:
             raise MeshchainError("this Poller already watches exchanges: release() them first")
-        work = tuple(exchange.test_reverse if exchange.running == "reverse" else exchange.test
-                     for exchange in exchanges if not exchange.idle)
-        self._watching, self._work = True, work
+        busy = [exchange for exchange in exchanges if not exchange.idle]
+        work = tuple(exchange.test_reverse if exchange.running == "reverse" else exchange.test for exchange in busy)
+        turns = tuple(exchange.progress for exchange in busy if exchange.owes_progress)
+        self._watching, self._work, self._turns = True, work, turns
         self._done_at = None if work else time.perf_counter()
         if work:
             if self._thread is None:
@@ -259,8 +273,10 @@ class Poller:
         self._watching = False
         if self._work:
             self._stop.set()
-            self._out.wait()
-            self._work = ()
+            self._out.wait()  # the thread is done testing
+            with self._turning:  # and is not in a progress call, nor will it make another
+                self._round += 1
+            self._work = self._turns = ()
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -291,12 +307,15 @@ class Poller:
             self._wake.clear()
             if self._closed:
                 return
+            round_, turns = self._round, self._turns
             try:
                 self._poll(self._work)
             except BaseException as error:  # noqa: BLE001 - handed to release()
                 self._error = error
             finally:
                 self._out.set()
+            if self._done_at is not None and turns:
+                self._keep_turning(turns, round_)
 
     def _poll(self, pending) -> None:
         while not self._stop.is_set():
@@ -305,6 +324,22 @@ class Poller:
                 self._done_at = time.perf_counter()
                 return
             self._stop.wait(self.interval)
+
+    def _keep_turning(self, turns, round_: int) -> None:
+        """Call ``turns`` until :meth:`release` ends ``round_``; release never waits for a pause
+        here (only for a round of calls in progress), and a new watch ends the pause at once."""
+        pause = max(self.interval, TURNING_PAUSE)
+        while True:
+            with self._turning:
+                if self._round != round_:
+                    return
+                try:
+                    for turn in turns:
+                        turn()
+                except BaseException as error:  # noqa: BLE001 - handed to release()
+                    self._error = error
+                    return
+            self._wake.wait(pause)
 
 
 # --- timing the modes ----------------------------------------------------------------------------------

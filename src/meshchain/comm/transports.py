@@ -192,9 +192,13 @@ class Transport:
     name = ""
     collective = False
     """Whether runs take part in collectives (then every rank runs them, neighbours or not)."""
+    owes_progress = False
+    """Whether a rank whose run is complete can still hold its neighbours' runs until it
+    calls MPI again (see :meth:`progress`)."""
 
     def __init__(self, comm, wire: Wire, *, tag: int, start):
         self.comm, self.wire, self.tag, self._start = comm, wire, tag, start
+        self._probe = None  # the mpi4py communicator progress() probes, made at its first call
         # nothing to do in either direction: the exchange may skip ``start`` and ``wait``
         self.idle = not self.collective and not (wire.send_ranges or wire.receive_ranges)
         self.directions = (
@@ -224,6 +228,15 @@ class Transport:
         """``[(neighbour, request)]`` of the forward run in flight, one receive per neighbour,
         for waiting on them one by one; None when this transport completes a run as a whole."""
         return None
+
+    def progress(self) -> None:
+        """Let MPI move what this rank owes others (one nonblocking probe on the
+        communicator; it receives nothing). MPI promises only weak progress: with MPICH, the
+        ``"rma"`` transport's completion notices leave an origin, whose own run is complete,
+        only when it calls MPI again."""
+        if self._probe is None:
+            self._probe = intracomm(self.comm)
+        self._probe.Iprobe()
 
 
 class P2P(Transport):
@@ -397,6 +410,7 @@ class RMA(Transport):
 
     name = "rma"
     collective = True
+    owes_progress = True  # MPI_Win_complete can return before its targets may end their epoch
 
     def __init__(self, comm, wire, *, tag, start):
         super().__init__(comm, wire, tag=tag, start=start)
