@@ -295,6 +295,26 @@ def test_the_driver_is_polled_while_workers_compute(monkeypatch):
     assert driver.count[0] > 0
 
 
+def test_the_calling_thread_turns_progress_between_its_chunks_once_the_driver_is_done():
+    """``turn`` (an exchange's MPI progress that the neighbours may need) runs only after the
+    driver is done: at once, then between this thread's chunks, at most every ``turn_every``."""
+    log = []
+    chunks = [[(log.append, ("chunk",))] * 6]
+    pool = WorkerPool(0)  # one chunk between polls: the order is fixed
+    try:
+        for every, expected in ((0.0, ["chunk"] * 2 + ["turn", "chunk"] * 4 + ["turn"]),
+                                (3600.0, ["chunk"] * 2 + ["turn"] + ["chunk"] * 4)):
+            log.clear()
+            driver = make_driver("after", 2)
+            completed = ChunkedCall(chunks, pool=pool).run(driver, turn=lambda: log.append("turn"), turn_every=every)
+            assert completed is not None and log == expected
+        log.clear()
+        assert ChunkedCall(chunks, pool=pool).run(make_driver("never", 0), turn=lambda: log.append("turn")) is None
+        assert log == ["chunk"] * 6  # the messages were never complete: nothing to turn for
+    finally:
+        pool.close()
+
+
 def test_the_reference_backend_cannot_chunk():
     mc.configure(backend="reference")
     backend = mc.get_runtime().backend

@@ -251,14 +251,15 @@ class ChunkedCall:
         """Run every chunk (the pool's threads and this one), then the finishing calls."""
         self.run()
 
-    def run(self, driver=None, *, interval: float = 2e-5) -> float | None:
+    def run(self, driver=None, *, interval: float = 2e-5, turn=None, turn_every: float = 1e-3) -> float | None:
         """Run the call while this thread drives communication.
 
         The pool's threads start taking chunks at once. This thread calls ``driver()`` (True
         once its messages are complete; called at least once) until it returns True or the
         work is done: every ``interval`` seconds while the pool's threads compute, or, with a
         pool of no threads, alternating with one chunk at a time. Then it takes chunks too
-        until none is left, waits for the pool's threads, and runs the finishing calls.
+        until none is left (calling ``turn`` between them, if given, once the driver is done),
+        waits for the pool's threads, and runs the finishing calls.
 
         Parameters
         ----------
@@ -266,6 +267,12 @@ class ChunkedCall:
             Progresses communication; returns True once it is complete.
         interval : float, keyword-only
             Seconds between calls of ``driver`` while the pool's threads compute.
+        turn : callable, optional, keyword-only
+            Once ``driver`` returned True: called at once, then between the chunks this
+            thread runs, at most every ``turn_every`` seconds (to keep MPI's progress engine
+            turning for the neighbours, :meth:`~meshchain.comm.exchange.HaloExchange.progress`).
+        turn_every : float, keyword-only
+            Seconds between two calls of ``turn``.
 
         Returns
         -------
@@ -284,7 +291,10 @@ class ChunkedCall:
         try:
             if driver is not None:
                 completed = self._drive(driver, progress, interval)
-            progress.work()
+            if turn is not None and completed is not None:
+                self._work_turning(progress, turn, turn_every)
+            else:
+                progress.work()
         except BaseException as exc:
             progress.fail(exc)  # the workers stop taking chunks
             raise
@@ -314,6 +324,18 @@ class ChunkedCall:
             if progress.finished():
                 return None
             pause(interval)
+
+    @staticmethod
+    def _work_turning(progress: _Progress, turn, every: float) -> None:
+        """Take chunks until none is left, calling ``turn`` first and then between chunks at
+        most every ``every`` seconds."""
+        due = time.perf_counter()
+        while True:
+            if time.perf_counter() >= due:
+                turn()
+                due = time.perf_counter() + every
+            if not progress.work_one():
+                return
 
     def _reraise(self, exc: BaseException):
         raised = exc if self._failure is None else self._failure(exc)
