@@ -315,6 +315,39 @@ def test_the_calling_thread_turns_progress_between_its_chunks_once_the_driver_is
         pool.close()
 
 
+class DrivenExchange:
+    """A stand-in for a halo exchange, complete at the first test, that logs its calls."""
+
+    idle, running = False, "forward"
+
+    def __init__(self, log: list, owes_progress: bool):
+        self.log, self.owes_progress = log, owes_progress
+
+    def test(self) -> bool:
+        self.log.append("test")
+        return True
+
+    def progress(self) -> None:
+        self.log.append("turn")
+
+
+def test_a_polling_overlap_hands_owed_progress_to_the_thread_that_drove_the_messages():
+    from meshchain.engine.plans import Overlap
+
+    log = []
+    pool = WorkerPool(0)
+    try:
+        for owes in (True, False):
+            log.clear()
+            call = ChunkedCall([[(log.append, ("chunk",))] * 3], pool=pool)
+            failure, completed = Overlap("poll").run(call, [DrivenExchange(log, owes)])
+            assert failure is None and completed is not None and log.count("chunk") == 3
+            assert log[:3] == (["test", "turn", "chunk"] if owes else ["test", "chunk", "chunk"])
+            assert ("turn" in log) == owes
+    finally:
+        pool.close()
+
+
 def test_the_reference_backend_cannot_chunk():
     mc.configure(backend="reference")
     backend = mc.get_runtime().backend

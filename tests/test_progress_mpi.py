@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -427,8 +428,9 @@ class OwingExchange:
 
     idle, running, owes_progress = False, "forward", True
 
-    def __init__(self):
+    def __init__(self, *, failing: bool = False):
         self.tests = self.turns = 0
+        self.failing = failing
 
     def test(self) -> bool:
         self.tests += 1
@@ -436,6 +438,18 @@ class OwingExchange:
 
     def progress(self) -> None:
         self.turns += 1
+        if self.failing:
+            raise RuntimeError("probe failed")
+
+
+def returns_promptly(call, seconds: float = 10):
+    """``call()``'s result, failing the test (instead of hanging) when it blocks ``seconds``."""
+    result = []
+    helper = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    helper.start()
+    helper.join(seconds)
+    assert result, f"{call} did not return"
+    return result[0]
 
 
 def test_a_poller_keeps_mpi_progressing_after_its_exchanges_are_complete_until_release():
@@ -450,11 +464,39 @@ def test_a_poller_keeps_mpi_progressing_after_its_exchanges_are_complete_until_r
         assert owing.turns == turned  # released: no MPI call from the thread any more
 
 
+def test_release_never_waits_for_a_turning_pause_and_a_new_watch_is_tested_at_once(monkeypatch):
+    monkeypatch.setattr(progress, "TURNING_PAUSE", 3600.0)  # the second progress call would come in an hour
+    first, second = OwingExchange(), OwingExchange()
+    poller = Poller(interval=0)
+    poller.watch([first])
+    wait_until(lambda: first.turns == 1)  # the first call comes at once
+    assert returns_promptly(poller.release) is not None
+    poller.watch([second])
+    wait_until(lambda: second.turns == 1)  # tested and turned without waiting out the pause
+    assert (first.tests, first.turns) == (1, 1)  # the earlier watch's exchange is left alone
+    assert returns_promptly(poller.release) is not None
+    poller.watch([first])
+    returns_promptly(poller.close)  # closing in a pause ends the thread at once
+    assert poller._thread is None
+
+
+def test_an_error_in_a_progress_call_comes_back_from_release_and_the_poller_goes_on():
+    failing, fine = OwingExchange(failing=True), OwingExchange()
+    with Poller(interval=0) as poller:
+        poller.watch([failing])
+        wait_until(lambda: failing.turns == 1)
+        with pytest.raises(RuntimeError, match="probe failed"):
+            poller.release()
+        poller.watch([fine])
+        wait_until(lambda: fine.turns >= 1)
+        assert poller.release() is not None and failing.turns == 1
+
+
 def test_progress_of_a_halo_exchange():
     from mpi4py import MPI
 
-    values = np.arange(4.0)[:, None]
     for transport in TRANSPORTS:
+        values = np.arange(4.0)[:, None]
         exchange = HaloExchange(MPI.COMM_SELF, [HaloItem(values, {0: [0]}, {0: [3]})], tag=3, transport=transport)
         assert exchange.owes_progress == (transport == "rma")
         exchange.progress()  # between runs too: it never starts, tests or ends one
@@ -463,10 +505,10 @@ def test_progress_of_a_halo_exchange():
         exchange.progress()
         assert exchange.running == "forward"
         exchange.end()
+        assert values[:, 0].tolist() == [0.0, 1.0, 2.0, 0.0]
         exchange.close()
         with pytest.raises(MeshchainError, match="closed"):
             exchange.progress()
-    assert values[3, 0] == 0.0
 
 
 def test_poller_on_one_process():

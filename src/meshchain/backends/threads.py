@@ -32,6 +32,7 @@ import threading
 import time
 import weakref
 
+from ..comm.progress import TURNING_PAUSE
 from ..core.errors import ConfigurationError
 
 __all__ = ["WorkerPool", "ChunkedCall"]
@@ -251,7 +252,7 @@ class ChunkedCall:
         """Run every chunk (the pool's threads and this one), then the finishing calls."""
         self.run()
 
-    def run(self, driver=None, *, interval: float = 2e-5, turn=None, turn_every: float = 1e-3) -> float | None:
+    def run(self, driver=None, *, interval: float = 2e-5, turn=None, turn_every: float = TURNING_PAUSE) -> float | None:
         """Run the call while this thread drives communication.
 
         The pool's threads start taking chunks at once. This thread calls ``driver()`` (True
@@ -272,7 +273,8 @@ class ChunkedCall:
             thread runs, at most every ``turn_every`` seconds (to keep MPI's progress engine
             turning for the neighbours, :meth:`~meshchain.comm.exchange.HaloExchange.progress`).
         turn_every : float, keyword-only
-            Seconds between two calls of ``turn``.
+            Seconds between two calls of ``turn`` (default: the poller's
+            :data:`~meshchain.comm.progress.TURNING_PAUSE`).
 
         Returns
         -------
@@ -283,7 +285,8 @@ class ChunkedCall:
         Raises
         ------
         Exception
-            The first exception of a chunk (through ``failure``), once every thread is idle.
+            The first exception of a chunk (through ``failure``), once every thread is idle;
+            an exception of ``driver`` or ``turn`` as it is, once every thread is idle.
         """
         progress = _Progress(self._chunks, self._group_of, self._sizes)
         self.pool.start(progress.work)

@@ -201,7 +201,7 @@ class Poller:
     :meth:`~meshchain.comm.exchange.HaloExchange.test_reverse`, for a reverse run) on the
     exchanges still in flight, every ``interval`` seconds, until all are complete. Then,
     until :meth:`release`, it calls :meth:`~meshchain.comm.exchange.HaloExchange.progress`
-    every :data:`TURNING_PAUSE` on those that
+    at once and then every :data:`TURNING_PAUSE` (or ``interval``, if longer) on those that
     :attr:`~meshchain.comm.exchange.HaloExchange.owes_progress`: MPI promises only weak
     progress, and a rank whose own run is complete can still hold its neighbours' (with
     MPICH, the ``"rma"`` transport's completion notices leave an origin only when it calls
@@ -273,10 +273,12 @@ class Poller:
         self._watching = False
         if self._work:
             self._stop.set()
-            self._out.wait()  # the thread is done testing
-            with self._turning:  # and is not in a progress call, nor will it make another
-                self._round += 1
-            self._work = self._turns = ()
+            try:
+                self._out.wait()  # the thread is done testing
+            finally:  # even if interrupted: no turning for these exchanges any more
+                with self._turning:  # the thread is not in a progress call, nor will it make another
+                    self._round += 1
+                self._work = self._turns = ()
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -307,23 +309,25 @@ class Poller:
             self._wake.clear()
             if self._closed:
                 return
-            round_, turns = self._round, self._turns
+            round_, turns, complete = self._round, self._turns, False
             try:
-                self._poll(self._work)
+                complete = self._poll(self._work)
             except BaseException as error:  # noqa: BLE001 - handed to release()
                 self._error = error
             finally:
                 self._out.set()
-            if self._done_at is not None and turns:
+            if complete and turns:
                 self._keep_turning(turns, round_)
 
-    def _poll(self, pending) -> None:
+    def _poll(self, pending) -> bool:
+        """Test until every run is complete (True) or :meth:`release` stops it (False)."""
         while not self._stop.is_set():
             pending = [test for test in pending if not test()]
             if not pending:
                 self._done_at = time.perf_counter()
-                return
+                return True
             self._stop.wait(self.interval)
+        return False
 
     def _keep_turning(self, turns, round_: int) -> None:
         """Call ``turns`` until :meth:`release` ends ``round_``; release never waits for a pause
@@ -331,7 +335,7 @@ class Poller:
         pause = max(self.interval, TURNING_PAUSE)
         while True:
             with self._turning:
-                if self._round != round_:
+                if self._round != round_ or self._closed:
                     return
                 try:
                     for turn in turns:

@@ -57,7 +57,6 @@ import numpy as np
 from ..backends.threads import ChunkedCall
 from ..comm.agree import abort_all, agree_on_failure
 from ..comm.exchange import arrivals
-from ..comm.progress import TURNING_PAUSE
 
 __all__ = ["Plan", "Step", "Reduction", "Overlap", "guarded"]
 
@@ -149,14 +148,17 @@ class Overlap:
         if isinstance(call, ChunkedCall):  # interior="dynamic": this thread drives the messages, then joins
             driver, turn = (_driver(exchanges), _turner(exchanges)) if polling else (None, None)
             try:
-                return None, call.run(driver, turn=turn, turn_every=TURNING_PAUSE)
+                return None, call.run(driver, turn=turn)
             except Exception as exc:  # noqa: BLE001 - handed to the agreement, raised after it
                 return exc, None
         if not polling:
             return guarded(call), None
         self.poller.watch(exchanges)
-        failure = guarded(call)
-        return failure, self.poller.release()
+        try:
+            failure = guarded(call)
+        finally:  # even on an interrupt: the thread then makes no more MPI calls
+            completed = self.poller.release()
+        return failure, completed
 
 
 def _driver(exchanges):
