@@ -54,7 +54,8 @@ from .exchange import HaloExchange, HaloItem
 from .transports import intracomm
 from .world import async_progress_at_init, async_progress_requested
 
-__all__ = ["PROGRESS_MODES", "check_progress", "async_progress_enabled", "Poller", "TURNING_PAUSE", "measure_progress"]
+__all__ = ["PROGRESS_MODES", "check_progress", "async_progress_enabled", "Poller", "TURNING_PAUSE", "owed_progress",
+           "measure_progress"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
 """The progress modes (see the module docstring)."""
@@ -193,6 +194,22 @@ first comes at once): each call wakes the thread, which slows a computation that
 GIL between kernels, so it is long against the poller's ``interval``."""
 
 
+def owed_progress(exchanges):
+    """One callable that makes the progress calls of those ``exchanges`` that
+    :attr:`~meshchain.comm.exchange.HaloExchange.owes_progress` once their runs are complete,
+    or None when none does: a :class:`Poller` calls it after completion, and so does the
+    thread that drives the messages of an ``interior="dynamic"`` computation."""
+    owing = tuple(exchange.progress for exchange in exchanges if exchange.owes_progress)
+    if not owing:
+        return None
+
+    def turn() -> None:
+        for progress in owing:
+            progress()
+
+    return turn
+
+
 class Poller:
     """A communication thread that keeps testing halo exchanges in flight.
 
@@ -237,7 +254,7 @@ class Poller:
         self._wake, self._stop, self._out = threading.Event(), threading.Event(), threading.Event()
         self._out.set()
         self._work: tuple = ()
-        self._turns: tuple = ()  # the watched exchanges' progress calls
+        self._turn = None  # owed_progress() of the watched exchanges
         self._turning = threading.Lock()  # held around each round of progress calls
         self._round = 0  # counts releases: a thread turning for an earlier round stops
         self._watching = self._closed = False
@@ -252,8 +269,7 @@ class Poller:
             raise MeshchainError("this Poller already watches exchanges: release() them first")
         busy = [exchange for exchange in exchanges if not exchange.idle]
         work = tuple(exchange.test_reverse if exchange.running == "reverse" else exchange.test for exchange in busy)
-        turns = tuple(exchange.progress for exchange in busy if exchange.owes_progress)
-        self._watching, self._work, self._turns = True, work, turns
+        self._watching, self._work, self._turn = True, work, owed_progress(busy)
         self._done_at = None if work else time.perf_counter()
         if work:
             if self._thread is None:
@@ -278,7 +294,7 @@ class Poller:
             finally:  # even if interrupted: no turning for these exchanges any more
                 with self._turning:  # the thread is not in a progress call, nor will it make another
                     self._round += 1
-                self._work = self._turns = ()
+                self._work, self._turn = (), None
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -309,15 +325,15 @@ class Poller:
             self._wake.clear()
             if self._closed:
                 return
-            round_, turns, complete = self._round, self._turns, False
+            round_, turn, complete = self._round, self._turn, False
             try:
                 complete = self._poll(self._work)
             except BaseException as error:  # noqa: BLE001 - handed to release()
                 self._error = error
             finally:
                 self._out.set()
-            if complete and turns:
-                self._keep_turning(turns, round_)
+            if complete and turn is not None:
+                self._keep_turning(turn, round_)
 
     def _poll(self, pending) -> bool:
         """Test until every run is complete (True) or :meth:`release` stops it (False)."""
@@ -329,8 +345,8 @@ class Poller:
             self._stop.wait(self.interval)
         return False
 
-    def _keep_turning(self, turns, round_: int) -> None:
-        """Call ``turns`` until :meth:`release` ends ``round_``; release never waits for a pause
+    def _keep_turning(self, turn, round_: int) -> None:
+        """Call ``turn`` until :meth:`release` ends ``round_``; release never waits for a pause
         here (only for a round of calls in progress), and a new watch ends the pause at once."""
         pause = max(self.interval, TURNING_PAUSE)
         while True:
@@ -338,8 +354,7 @@ class Poller:
                 if self._round != round_ or self._closed:
                     return
                 try:
-                    for turn in turns:
-                        turn()
+                    turn()
                 except BaseException as error:  # noqa: BLE001 - handed to release()
                     self._error = error
                     return

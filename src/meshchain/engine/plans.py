@@ -57,6 +57,7 @@ import numpy as np
 from ..backends.threads import ChunkedCall
 from ..comm.agree import abort_all, agree_on_failure
 from ..comm.exchange import arrivals
+from ..comm.progress import owed_progress
 
 __all__ = ["Plan", "Step", "Reduction", "Overlap", "guarded"]
 
@@ -146,7 +147,7 @@ class Overlap:
     def run(self, call, exchanges):
         polling = self.progress == "poll" and exchanges
         if isinstance(call, ChunkedCall):  # interior="dynamic": this thread drives the messages, then joins
-            driver, turn = (_driver(exchanges), _turner(exchanges)) if polling else (None, None)
+            driver, turn = (_driver(exchanges), owed_progress(exchanges)) if polling else (None, None)
             try:
                 return None, call.run(driver, turn=turn)
             except Exception as exc:  # noqa: BLE001 - handed to the agreement, raised after it
@@ -169,20 +170,6 @@ def _driver(exchanges):
         return True
 
     return complete
-
-
-def _turner(exchanges):
-    """The progress calls of the exchanges that owe it after completion (see
-    :class:`~meshchain.comm.progress.Poller`), as one callable; None when none does."""
-    owing = tuple(exchange.progress for exchange in exchanges if exchange.owes_progress)
-    if not owing:
-        return None
-
-    def turn() -> None:
-        for progress in owing:
-            progress()
-
-    return turn
 
 
 class Plan:
