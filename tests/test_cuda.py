@@ -1,10 +1,13 @@
-"""The CUDA backend without a GPU: its generated source runs in the host emulation
-(``backend="cuda-emulation"``) and must match the reference backend; the same source
-must compile with nvcc; kernels outside the translatable subset are refused clearly."""
+"""The CUDA backend: its generated source runs in the host emulation
+(``backend="cuda-emulation"``), and on a GPU through CuPy where one is present
+(``backend="cupy"``, the tests parametrised over :data:`devices.DEVICE_BACKENDS`), and must
+match the reference backend; the same source must compile with nvcc; kernels outside the
+translatable subset are refused clearly."""
 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -22,50 +25,53 @@ from meshchain.ir.loop import make_loop
 from meshchain.meshes import naca0012
 
 from chain_programs import Program, programs
+from devices import DEVICE_BACKENDS, EMULATION, GPU, device_class, needs_a_device, needs_gxx
 from test_airfoil import final_state
 from test_backends_property import build, kernel_source, loop_specs, run_on
 
 ROOT = Path(__file__).resolve().parents[1]
-EMULATION = "cuda-emulation"
 THREADS = st.sampled_from([1, 2, 32, 128])
 INCREMENTS = st.sampled_from(["atomic", "colour"])
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++")
+pytestmark = needs_a_device
 
 
 # --- the emulation against the reference --------------------------------------------------------
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=loop_specs(), threads=THREADS, increments=INCREMENTS)
-def test_emulation_matches_reference_on_random_loops(spec, threads, increments):
+def test_device_matches_reference_on_random_loops(backend, spec, threads, increments):
     """Every argument kind, access mode, dtype and dim; small integer data, so bit-exact."""
     mc.configure(gpu_threads=threads, gpu_increments=increments)
     expected = run_on("reference", spec)
-    actual = run_on(EMULATION, spec)
+    actual = run_on(backend, spec)
     for want, got in zip(expected, actual):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("increments", ["atomic", "colour"])
-def test_emulation_runs_airfoil_like_the_reference(increments):
+def test_device_runs_airfoil_like_the_reference(backend, increments):
     mesh = naca0012(8, 12)
     rms_ref, q_ref = final_state("reference", mesh, 10)
     mc.configure(gpu_threads=32, gpu_increments=increments)
-    rms, q = final_state(EMULATION, mesh, 10)
+    rms, q = final_state(backend, mesh, 10)
     np.testing.assert_allclose(rms, rms_ref, rtol=1e-12, atol=0)
     np.testing.assert_allclose(q, q_ref, rtol=1e-12, atol=1e-15)
     assert not np.allclose(q, q[0]), "the flow must have changed"
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=programs(max_loops=5), tile_size=st.sampled_from([None, 7]), threads=THREADS)
-def test_emulated_chains_and_tiles_match_the_reference(spec, tile_size, threads):
+def test_device_chains_and_tiles_match_the_reference(backend, spec, tile_size, threads):
     mc.configure(backend="reference")
     reference = Program(spec)
     reference.run(None)
     expected = reference.results()
-    mc.configure(backend=EMULATION, gpu_threads=threads)
+    mc.configure(backend=backend, gpu_threads=threads)
     program = Program(spec)
     program.run(True, tile_size=tile_size)
     for want, got in zip(expected, program.results()):
@@ -78,9 +84,9 @@ def test_emulated_chains_and_tiles_match_the_reference(spec, tile_size, threads)
 class Transfers:
     """Counts whole-array copies between host and device."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, device=EmulatedDevice):
         self.up = self.down = 0
-        upload, download, refresh = EmulatedDevice.upload, EmulatedDevice.download, EmulatedDevice.refresh
+        upload, download, refresh = device.upload, device.download, device.refresh
 
         def counted(method, field):
             def wrapper(device, *args):
@@ -88,9 +94,9 @@ class Transfers:
                 return method(device, *args)
             return wrapper
 
-        monkeypatch.setattr(EmulatedDevice, "upload", counted(upload, "up"))
-        monkeypatch.setattr(EmulatedDevice, "refresh", counted(refresh, "up"))
-        monkeypatch.setattr(EmulatedDevice, "download", counted(download, "down"))
+        monkeypatch.setattr(device, "upload", counted(upload, "up"))
+        monkeypatch.setattr(device, "refresh", counted(refresh, "up"))
+        monkeypatch.setattr(device, "download", counted(download, "down"))
 
 
 @mc.kernel
@@ -98,12 +104,13 @@ def scale_into(a, b):
     b[0] = 2.0 * a[0] + b[0]
 
 
-def test_dats_stay_on_the_device_until_the_host_reads_them(monkeypatch):
-    mc.configure(backend=EMULATION, gpu_threads=32)
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_dats_stay_on_the_device_until_the_host_reads_them(backend, monkeypatch):
+    mc.configure(backend=backend, gpu_threads=32)
     cells = mc.Set(10, "cells")
     a = mc.Dat(cells, 1, np.arange(10.0), "a")
     b = mc.Dat(cells, 1, None, "b")
-    transfers = Transfers(monkeypatch)
+    transfers = Transfers(monkeypatch, device_class(backend))
     for _ in range(5):
         mc.par_loop(scale_into, cells, a(mc.READ), b(mc.RW))
     mc.flush()
@@ -122,8 +129,9 @@ def test_dats_stay_on_the_device_until_the_host_reads_them(monkeypatch):
     assert transfers.up == uploads + 1
 
 
-def test_switching_back_to_numba_sees_the_device_results():
-    mc.configure(backend=EMULATION, gpu_threads=32)
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_switching_back_to_numba_sees_the_device_results(backend):
+    mc.configure(backend=backend, gpu_threads=32)
     cells = mc.Set(6, "cells")
     a, b = mc.Dat(cells, 1, np.ones(6), "a"), mc.Dat(cells, 1, None, "b")
     mc.par_loop(scale_into, cells, a(mc.READ), b(mc.RW))
@@ -181,10 +189,11 @@ def everything(x, cell, total, low):
     low[0] = min(low[0], value)
 
 
-def test_translated_constructs_compute_what_python_computes():
+@pytest.mark.parametrize("device", DEVICE_BACKENDS)
+def test_translated_constructs_compute_what_python_computes(device):
     rng = np.random.default_rng(3)
     results = {}
-    for backend in ("reference", EMULATION):
+    for backend in ("reference", device):
         mc.reset_runtime(backend=backend, gpu_threads=32, cache_dir=mc.get_runtime().config.cache_dir)
         nodes, cells = mc.Set(9, "nodes"), mc.Set(7, "cells")
         c2n = mc.Map(cells, nodes, 2, np.random.default_rng(1).integers(0, 9, (7, 2)), "c2n")
@@ -194,7 +203,7 @@ def test_translated_constructs_compute_what_python_computes():
         mc.par_loop(everything, cells, x(mc.READ, c2n), cell(mc.RW), total(mc.INC), low(mc.MIN))
         results.setdefault("x", x.data.copy())
         results[backend] = (cell.data.copy(), total.value, low.value)
-    for want, got in zip(results["reference"], results[EMULATION]):
+    for want, got in zip(results["reference"], results[device]):
         np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
@@ -216,6 +225,7 @@ UNSUPPORTED = {
 }
 
 
+@needs_gxx
 @pytest.mark.parametrize("body", sorted(UNSUPPORTED))
 def test_constructs_outside_the_subset_are_refused_with_kernel_line_and_construct(body):
     source = f"def odd(a, b):\n    {body}\n"
@@ -231,6 +241,7 @@ def test_constructs_outside_the_subset_are_refused_with_kernel_line_and_construc
     assert "'odd'" in message and f":{line}:" in message and UNSUPPORTED[body] in message, message
 
 
+@needs_gxx
 def test_writing_a_read_argument_through_a_helper_is_an_access_mode_error():
     kernel = mc.Kernel.from_source("def bad(a, b):\n    helper_store(a, 1.0)\n    b[0] = 2.0\n",
                                    namespace={"helper_store": helper_store})
@@ -296,16 +307,7 @@ def test_gpu_options_are_validated():
         mc.configure(gpu_increments="locks")
 
 
-def _gpu_present() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001
-        return False
-
-
-@pytest.mark.skipif(_gpu_present(), reason="a GPU is present")
+@pytest.mark.skipif(GPU, reason="a GPU is present")
 def test_cupy_without_a_gpu_is_a_clear_error_and_keeps_the_old_backend():
     mc.configure(backend="numba")
     with pytest.raises(mc.BackendUnavailableError, match="backend='numba'"):
@@ -313,12 +315,15 @@ def test_cupy_without_a_gpu_is_a_clear_error_and_keeps_the_old_backend():
     assert mc.get_runtime().config.backend == "numba"
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("script, arguments", [
     ("airfoil.py", ["--size", "6", "8", "--iters", "2"]),
     ("synthetic_chain.py", ["--size", "6", "6", "--iters", "2", "--nchains", "2"]),
 ])
-def test_examples_run_on_the_emulated_gpu(script, arguments, meshchain_cache_dir):
+def test_examples_run_on_the_device(backend, script, arguments, meshchain_cache_dir):
     env = {"MESHCHAIN_CACHE_DIR": meshchain_cache_dir, "MESHCHAIN_GPU_THREADS": "32", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *arguments, "--backend", EMULATION],
+    if backend == "cupy":  # CuPy finds the CUDA toolkit through the environment
+        env = {**os.environ, **env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *arguments, "--backend", backend],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,11 +1,11 @@
-"""Halo packing on the device (:mod:`meshchain.backends.cuda.halo`) without a GPU: the
-pack/unpack kernel in the host emulation against NumPy, the emulated copy stream, the
-choice between staged and direct halos, and the kernel compiled by nvcc. The exchanges
-themselves run on several ranks in ``test_cuda_mpi.py``."""
+"""Halo packing on the device (:mod:`meshchain.backends.cuda.halo`): the pack/unpack kernel
+against NumPy and the copy stream, in the host emulation and, where a GPU is present, on
+it; the emulated copy stream's ordering, the choice between staged and direct halos, and
+the kernel compiled by nvcc. The exchanges themselves run on several ranks in
+``test_cuda_mpi.py``."""
 
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
@@ -13,13 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
-from meshchain.backends.cuda.device import EmulatedDevice
+from meshchain.backends.cuda.device import CupyDevice, EmulatedDevice
 from meshchain.backends.cuda.halo import HALO_SOURCE, HALO_THREADS, halo_mode, mpi_is_cuda_aware
 from meshchain.core.config import Config
 
+from devices import DEVICE_BACKENDS, needs_a_device, needs_gxx
 from test_cuda import _nvcc, needs_nvcc
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++")
+pytestmark = needs_a_device
 
 DTYPES = st.sampled_from([np.float64, np.float32, np.int64, np.int32, np.int16, np.int8])
 
@@ -48,49 +49,73 @@ def describe(arrays, picks) -> tuple[np.ndarray, int]:
     return np.array(rows, dtype=np.int64).reshape(-1, 4), offset
 
 
-@pytest.fixture(scope="module")
-def emulated(tmp_path_factory):
-    device = EmulatedDevice(tmp_path_factory.mktemp("halo"))
-    return device, device.compile(HALO_SOURCE, "the halo packing kernel")
+DEVICES = {"cuda-emulation": EmulatedDevice, "cupy": CupyDevice}
+
+
+@pytest.fixture(scope="module", params=DEVICE_BACKENDS)
+def device(request, tmp_path_factory):
+    """A device of each kind present, and the halo kernel compiled for it."""
+    made = DEVICES[request.param](tmp_path_factory.mktemp("halo"))
+    return made, made.compile(HALO_SOURCE, "the halo packing kernel")
 
 
 def launch(device, kernel, rows, arrays, buffer, *, pack: bool):
-    bases = np.array([device.address(a) for a in arrays], dtype=np.uint64)
+    """Run the kernel on device copies of ``arrays`` and ``buffer``; return both, on the host."""
+    on_device = [device.upload(a) for a in arrays]
+    packed = device.upload(buffer)
+    bases = device.upload(np.array([device.address(a) for a in on_device], dtype=np.uint64))
     grid = max((len(rows) + HALO_THREADS - 1) // HALO_THREADS, 1)
-    device.launch(kernel, grid, HALO_THREADS, [len(rows), bases, rows, buffer, np.int32(1 if pack else 0)])
+    device.launch(kernel, grid, HALO_THREADS,
+                  [len(rows), bases, device.upload(rows), packed, np.int32(1 if pack else 0)])
+    return [device.to_host(a) for a in on_device], device.to_host(packed)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
 @given(case=dats_and_rows())
-def test_halo_kernel_packs_and_unpacks_rows_like_numpy(emulated, case):
-    device, kernel = emulated
+def test_halo_kernel_packs_and_unpacks_rows_like_numpy(device, case):
+    device, kernel = device
     arrays, picks = case
     rows, nbytes = describe(arrays, picks)
-    buffer = np.zeros(nbytes, dtype=np.uint8)
-    launch(device, kernel, rows, arrays, buffer, pack=True)
+    _, buffer = launch(device, kernel, rows, arrays, np.zeros(nbytes, dtype=np.uint8), pack=True)
     expected = b"".join(a[p].tobytes() for a, p in zip(arrays, picks))
     assert buffer.tobytes() == expected
 
-    targets = [np.full_like(a, -7) for a in arrays]
-    launch(device, kernel, rows, targets, buffer, pack=False)
+    targets, _ = launch(device, kernel, rows, [np.full_like(a, -7) for a in arrays], buffer, pack=False)
     for array, target, picked in zip(arrays, targets, picks):
         untouched = np.setdiff1d(np.arange(len(array)), picked)
         np.testing.assert_array_equal(target[picked], array[picked])
         assert (target[untouched] == -7).all()
 
 
-def test_the_halo_kernel_copies_misaligned_rows_byte_by_byte(emulated):
-    device, kernel = emulated
+def test_the_halo_kernel_copies_misaligned_rows_byte_by_byte(device):
+    device, kernel = device
     bytes3 = np.arange(30, dtype=np.int8).reshape(10, 3)  # 3-byte rows: offsets 0, 3, 6, ...
     words = np.arange(20, dtype=np.int32).reshape(10, 2)  # 8-byte rows, placed at odd offsets
     picks = [np.array([9, 0, 4]), np.array([1, 7])]
     rows, nbytes = describe([bytes3, words], picks)
     assert rows[3, 3] % 2 == 1  # the int32 rows start at an odd byte offset
-    buffer = np.zeros(nbytes, dtype=np.uint8)
-    launch(device, kernel, rows, [bytes3, words], buffer, pack=True)
+    _, buffer = launch(device, kernel, rows, [bytes3, words], np.zeros(nbytes, dtype=np.uint8), pack=True)
     assert buffer.tobytes() == bytes3[picks[0]].tobytes() + words[picks[1]].tobytes()
 
 
+def test_the_copy_stream_moves_bytes_both_ways_in_order(device):
+    """A staged copy out waits for the compute work before it; a copy in comes before the
+    compute work after it: the round trip through pinned host buffers keeps every byte."""
+    device, _ = device
+    source = np.arange(1 << 16, dtype=np.uint8) * np.uint8(7)
+    on_device = device.upload(source)
+    staged = device.pinned(source.nbytes)
+    device.wait(device.copy_out(device.mark(), on_device, staged))
+    assert staged.tobytes() == source.tobytes()
+    back = device.empty(source.shape, np.uint8)
+    staged[:] = source[::-1]
+    device.copy_in(staged, back)
+    device.settle()
+    assert device.to_host(back).tobytes() == source[::-1].tobytes()
+
+
+@needs_gxx
 def test_the_emulated_copy_stream_holds_copies_until_the_host_waits(tmp_path):
     device = EmulatedDevice(tmp_path)
     source, target = np.arange(8, dtype=np.uint8), np.zeros(8, dtype=np.uint8)
@@ -113,6 +138,7 @@ class FakeGpu:
         self.aware_mpi = aware
 
 
+@needs_gxx
 def test_halo_mode_follows_the_setting_and_what_mpi_supports(tmp_path):
     assert halo_mode("staged", FakeGpu(True)) is True
     assert halo_mode("auto", FakeGpu(True)) is False

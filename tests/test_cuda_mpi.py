@@ -1,11 +1,12 @@
-"""The CUDA backend on several ranks, in the host emulation: halos are packed and unpacked
-on the "device" and cross to the host as one staged copy each way per exchange (never a
-whole-dat copy), loop by loop and in communication-avoiding chains, with the same results
-as the reference on one rank; or are handed to MPI on the device (``gpu_halos="direct"``)."""
+"""The CUDA backend on several ranks, in the host emulation and, where a GPU is present, on
+it (the ranks share it): halos are packed and unpacked on the device and cross to the
+host as one staged copy each way per exchange (never a whole-dat copy), loop by loop and
+in communication-avoiding chains, with the same results as the reference on one rank; or
+are handed to MPI on the device (``gpu_halos="direct"``, where the MPI library is
+CUDA-aware or the device is the emulation)."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import numpy as np
@@ -14,12 +15,13 @@ from hypothesis import HealthCheck, given, settings
 
 import meshchain as mc
 from meshchain.backends.cuda.device import EmulatedDevice
-from meshchain.backends.cuda.halo import DeviceExchange
+from meshchain.backends.cuda.halo import DeviceExchange, halo_mode
 from meshchain.meshes import naca0012
 
 from chain_programs import Program, programs
+from devices import DEVICE_BACKENDS, device_class, needs_a_device, needs_gxx
 
-pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++"),
+pytestmark = [needs_a_device,
               pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")]
 
 
@@ -33,11 +35,11 @@ class Staging:
     """Counts, on this rank, whole-dat downloads, staged copies each way, and the runs of
     device exchanges with the number of dats in each."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, device=EmulatedDevice):
         self.downloads = self.copies_out = self.copies_in = 0
         self.exchanged = []  # dats per exchange
         for name, field in (("download", "downloads"), ("copy_out", "copies_out"), ("copy_in", "copies_in")):
-            monkeypatch.setattr(EmulatedDevice, name, self._counted(getattr(EmulatedDevice, name), field))
+            monkeypatch.setattr(device, name, self._counted(getattr(device, name), field))
         begin = DeviceExchange.begin  # exchanges are planned once and run again: count the runs
 
         def counted_exchange(exchange, *args, **kwargs):
@@ -69,25 +71,35 @@ def sent_bytes(stats) -> int:
     return sum(s.bytes_sent for s in stats.loops.values()) + sum(c.bytes_sent for c in stats.chains.values())
 
 
+def halo_settings(backend) -> tuple:
+    """``gpu_halos`` settings to run: "direct" too where MPI takes the device's buffers (the
+    emulated device's are host memory)."""
+    from meshchain.backends.cuda.halo import mpi_is_cuda_aware
+
+    return ("auto", "direct") if backend == "cuda-emulation" or mpi_is_cuda_aware() else ("auto", "staged")
+
+
 @pytest.mark.mpi(nprocs=(2, 3), timeout=600)
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @settings(max_examples=6, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs(max_loops=5))
-def test_emulated_gpu_chains_on_ranks_equal_the_serial_reference(comm, spec, meshchain_cache_dir, monkeypatch):
+def test_device_chains_on_ranks_equal_the_serial_reference(comm, backend, spec, meshchain_cache_dir, monkeypatch):
     reference = run_program(spec, self_comm(), None, meshchain_cache_dir, "reference")
     reference.run(None)  # as often as the runs below
     serial = reference.results()
     outcomes = []
-    for mode, halos in ((None, "auto"), (True, "auto"), (True, "direct")):
-        program = run_program(spec, comm, mode, meshchain_cache_dir, "cuda-emulation", gpu_halos=halos)
+    first, second = halo_settings(backend)
+    for mode, halos in ((None, first), (True, first), (True, second)):
+        program = run_program(spec, comm, mode, meshchain_cache_dir, backend, gpu_halos=halos)
+        staged = halo_mode(halos, mc.get_runtime().backend.device)
         mc.stats(reset=True)
-        staging = Staging(monkeypatch)
+        staging = Staging(monkeypatch, device_class(backend))
         program.run(mode)  # a second time, counted: data already on the device
         sent = sent_bytes(mc.stats())
         downloads = staging.downloads  # before results(), which downloads
         got = program.results()
         equal = all(g is None or np.array_equal(g, w) for g, w in zip(got, serial))
-        staged = halos == "auto"  # the emulated device reports no CUDA-aware MPI
         # one copy out and one copy in at most per exchange, whatever its dats; none when direct
         copies_fit = (staging.copies_out <= len(staging.exchanged) and staging.copies_in <= len(staging.exchanged)
                       and (staging.copies_out > 0) == (staged and sent > 0))
@@ -99,16 +111,17 @@ def test_emulated_gpu_chains_on_ranks_equal_the_serial_reference(comm, spec, mes
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
+@pytest.mark.parametrize("device", DEVICE_BACKENDS)
 @pytest.mark.parametrize("increments", ["atomic", "colour"])
-def test_emulated_gpu_airfoil_chained_stages_on_two_ranks(comm, meshchain_cache_dir, increments, monkeypatch):
+def test_device_airfoil_chained_stages_on_two_ranks(comm, meshchain_cache_dir, device, increments, monkeypatch):
     from test_airfoil import airfoil
 
     histories = []
-    for communicator, backend, ca in ((self_comm(), "reference", None), (comm, "cuda-emulation", True)):
+    for communicator, backend, ca in ((self_comm(), "reference", None), (comm, device, True)):
         mc.reset_runtime(comm=communicator, backend=backend, gpu_threads=32, cache_dir=meshchain_cache_dir,
-                         gpu_increments=increments)
+                         gpu_halos="staged", gpu_increments=increments)
         problem = airfoil.declare(naca0012(8, 12))
-        staging = Staging(monkeypatch)
+        staging = Staging(monkeypatch, device_class(device))
         histories.append(np.array([rms for _, rms in airfoil.run(problem, 6, report_every=2, out=None, ca=ca)]))
     np.testing.assert_allclose(histories[1], histories[0], rtol=1e-12, atol=0)
     assert mc.stats().chains["stage"].mode == "ca"
@@ -120,6 +133,7 @@ def test_emulated_gpu_airfoil_chained_stages_on_two_ranks(comm, meshchain_cache_
     assert everywhere(comm, max(staging.exchanged) >= 2), staging.exchanged
 
 
+@needs_gxx
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
 def test_a_host_backend_after_the_emulated_gpu_sees_current_values_and_keeps_device_copies_current(
         comm, meshchain_cache_dir, monkeypatch):
@@ -151,6 +165,7 @@ def test_a_host_backend_after_the_emulated_gpu_sees_current_values_and_keeps_dev
     assert everywhere(comm, counts["download"] == first["download"]), counts
 
 
+@needs_gxx
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
 def test_the_emulation_catches_messages_posted_before_their_staged_copy(comm, meshchain_cache_dir):
     # a mutation of DeviceExchange.post that forgets to wait for the copy to the host: the
@@ -175,6 +190,7 @@ def test_the_emulation_catches_messages_posted_before_their_staged_copy(comm, me
     assert not everywhere(comm, same(wrong)), "a missing wait went unnoticed"
 
 
+@needs_gxx
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
 def test_a_calibration_that_chose_polling_runs_device_exchanges_without_a_poller(comm, meshchain_cache_dir,
                                                                               tmp_path_factory):

@@ -4,7 +4,6 @@ input is refused naming the objects."""
 
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
+
+from devices import DEVICE_BACKENDS
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
 
@@ -80,16 +81,16 @@ def test_stencil_loops_equal_numpy_slicing_and_the_reference(problem):
     np.testing.assert_array_equal(reference, expected)
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation needs g++")
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems())
-def test_the_gpu_backend_runs_stencil_loops_through_derived_maps(problem):
-    """The cupy backend (here its host emulation) has no index-arithmetic path: grid loops
+def test_the_gpu_backend_runs_stencil_loops_through_derived_maps(backend, problem):
+    """The cupy backend (and its host emulation) has no index-arithmetic path: grid loops
     reach it lowered to maps, with the same results."""
     shape, width, offsets, weights, dim, dtype, _ = problem  # local tuples are not CUDA: constant indices
-    values, emulated = run("cuda-emulation", shape, width, offsets, weights, dim, dtype, True)
-    np.testing.assert_array_equal(emulated, oracle(values.astype(dtype), shape, width, offsets, weights))
+    values, computed = run(backend, shape, width, offsets, weights, dim, dtype, True)
+    np.testing.assert_array_equal(computed, oracle(values.astype(dtype), shape, width, offsets, weights))
 
 
 def test_jacobi_chain_equals_sweep_by_sweep_and_numpy():

@@ -4,7 +4,9 @@ The wrapper ``mc_loop`` gives each thread one iteration: iteration ``mc_start + 
 or ``mc_list[t]`` when ``mc_listed`` is set (the iterations of one colour, or of one
 sparse tile). Per argument kind:
 
-- direct: a pointer to the element's row;
+- direct: a pointer to the element's row; or, for a row of a few values that no other
+  argument touches, a local copy loaded before the kernel and stored after it (all of a
+  row's accesses together, which doubles Airfoil's ``update`` bandwidth on a GPU);
 - per-index through a map: a pointer to row ``map[e, i]``; ``INC`` accumulates in a
   zeroed local row that is added with ``atomicAdd`` after the kernel (or with a plain
   ``+=`` when the launch runs one colour of a colouring, ``increments="colour"``);
@@ -92,21 +94,24 @@ class LoopSource:
     reductions: tuple
 
 
-def loop_source(loop, *, threads: int, colour: bool) -> LoopSource:
+def loop_source(loop, *, threads: int, colour: bool, stage_rows: bool = True) -> LoopSource:
     """The CUDA source of ``loop``: blocks of ``threads`` threads (a power of two); with
-    ``colour`` the indirect increments are plain adds (each launch runs one colour)."""
+    ``colour`` the indirect increments are plain adds (each launch runs one colour);
+    ``stage_rows=False`` passes direct rows as pointers instead of staging them (see
+    :func:`_staged_rows`; for ``benchmarks/gpu_kernels.py``, which measures the difference)."""
     specs = loop.specs
     views = [_kernel_view(s) for s in specs]
     unit = translate(loop.kernel, views, name="mc_kernel")
     params, arguments = _parameters(loop)
     reductions = tuple(i for i, s in enumerate(specs) if s.kind == GLOBAL and s.access is not Access.READ)
+    staged = _staged_rows(specs) if stage_rows else set()
     body = [f"    const long long mc_t = (long long)blockIdx.x * blockDim.x + threadIdx.x;"]
     body += [line for i, s in enumerate(specs) for line in _reduction_local(i, s)]
     body += ["    if (mc_t < mc_n) {",
              "        const long long mc_e = mc_listed ? mc_list[mc_t] : mc_start + mc_t;"]
-    body += ["        " + line for i, s in enumerate(specs) for line in _before(i, s)]
-    body.append(f"        mc_kernel({', '.join(_argument(i, s) for i, s in enumerate(specs))});")
-    body += ["        " + line for i, s in enumerate(specs) for line in _after(i, s, colour)]
+    body += ["        " + line for i, s in enumerate(specs) for line in _before(i, s, i in staged)]
+    body.append(f"        mc_kernel({', '.join(_argument(i, s, i in staged) for i, s in enumerate(specs))});")
+    body += ["        " + line for i, s in enumerate(specs) for line in _after(i, s, colour, i in staged)]
     body.append("    }")
     body += [line for i in reductions for line in _block_reduction(i, specs[i])]
     signature = ("long long mc_start, long long mc_n, const long long* mc_list, int mc_listed"
@@ -174,8 +179,31 @@ def _reduction_local(i, s) -> list:
     return [f"    {t} mc_r{i}[{s.dim}];", f"    for (int k = 0; k < {s.dim}; ++k) mc_r{i}[k] = d{s.slot}[k];"]
 
 
-def _before(i, s) -> list:
+#: Direct rows of at most this many values are staged in registers (see :func:`_staged_rows`).
+STAGED_ROW_LIMIT = 16
+
+
+def _staged_rows(specs) -> set:
+    """The direct arguments whose row is copied into a local array before the kernel and
+    (unless read-only) back after it: all the row's loads, then all its stores, issued
+    together, so that a warp's strided accesses to rows of several values meet in the
+    cache instead of being fetched again between the kernel's statements (Airfoil's
+    ``update`` on an H200: 68.5 -> 36.3 us at 720 000 cells, ``benchmarks/gpu_kernels.py``). Not for ``WRITE``
+    (its stores go straight to memory: a kernel may write only part of the row, and loading
+    the rest would cost a read), nor for a dat that another argument of the loop uses (two
+    copies of one row would not see each other's writes), nor rows too long for registers."""
+    uses = {}
+    for s in specs:
+        uses[s.slot] = uses.get(s.slot, 0) + 1
+    return {i for i, s in enumerate(specs)
+            if s.kind == DIRECT and s.access is not Access.WRITE and uses[s.slot] == 1 and s.dim <= STAGED_ROW_LIMIT}
+
+
+def _before(i, s, staged: bool = False) -> list:
     t = _ctype(s)
+    if staged:
+        return [f"{t} mc_v{i}[{s.dim}];",
+                f"for (int k = 0; k < {s.dim}; ++k) mc_v{i}[k] = d{s.slot}[mc_e * {s.dim} + k];"]
     if s.kind == INDIRECT and s.access is Access.INC:
         return [f"{t} mc_l{i}[{s.dim}];", f"for (int k = 0; k < {s.dim}; ++k) mc_l{i}[k] = ({t})0;"]
     if s.kind != WHOLE_MAP:
@@ -190,7 +218,9 @@ def _before(i, s) -> list:
             "}"]
 
 
-def _argument(i, s) -> str:
+def _argument(i, s, staged: bool = False) -> str:
+    if staged:
+        return f"mc_v{i}"
     if s.kind == GLOBAL:
         return f"d{s.slot}" if s.access is Access.READ else f"mc_r{i}"
     if s.kind == WHOLE_MAP:
@@ -200,9 +230,14 @@ def _argument(i, s) -> str:
     return f"d{s.slot} + {_row(s)} * {s.dim}"
 
 
-def _after(i, s, colour: bool) -> list:
+def _after(i, s, colour: bool, staged: bool = False) -> list:
     def add(target, value):
         return f"{target} += {value};" if colour else f"mc_atomic_add(&{target}, {value});"
+
+    if staged:
+        if s.access is Access.READ:
+            return []
+        return [f"for (int k = 0; k < {s.dim}; ++k) d{s.slot}[mc_e * {s.dim} + k] = mc_v{i}[k];"]
 
     if s.kind == INDIRECT and s.access is Access.INC:
         return [f"{{ const long long row = {_row(s)};",
