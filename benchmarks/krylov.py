@@ -25,7 +25,11 @@ Per job (``mpiexec -n R``, ``--network shm|tcp``; ranks beyond the 2 cores overs
 Usage::
 
     .venv/bin/python benchmarks/krylov.py                       # shm and tcp, 1 2 4 ranks
+    .venv/bin/python benchmarks/krylov.py --environment user pinned   # and rows with threads pinned to 1
     .venv/bin/python benchmarks/krylov.py --quick               # seconds
+
+Jobs run in the environment a user has: no thread variables set. ``--environment pinned``
+adds rows, labelled "threads pinned", with every library's threads set to one.
 
 Writes ``benchmarks/results/krylov.json`` and prints the tables for ``benchmarks/README.md``.
 """
@@ -53,7 +57,9 @@ METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 PETSC = {"cg": ("cg", {}), "cg1": ("cg", {"ksp_cg_single_reduction": None}), "pipecg": ("pipecg", {}),
          "groppcg": ("groppcg", {}), "pipecr": ("pipecr", {}), "pipecgrr": ("pipecgrr", {})}
 BLOCKING = {"pipecg": "cg1", "pipecr": "cg1", "groppcg": "cg"}
-FULL = dict(per_rank=[2000, 20000], repeats=5, rtol=1e-8)
+FULL = dict(per_rank=[700, 2000, 20000], repeats=5, rtol=1e-8)
+#: Thread variables a user does not set: only the labelled ``--environment pinned`` rows set them.
+PINNED = dict(MESHCHAIN_THREADS="1", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
 
 
@@ -201,10 +207,15 @@ def worker(config: dict) -> dict:
 # --- the driver ----------------------------------------------------------------------------------
 
 
-def run_job(network: str, ranks: int, config: dict, cache_dir: str, timeout: float) -> dict:
-    env = dict(os.environ, MESHCHAIN_THREADS="1", NUMBA_NUM_THREADS="1", MESHCHAIN_CACHE_DIR=cache_dir,
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+def run_job(network: str, ranks: int, config: dict, cache_dir: str, timeout: float, *, pinned: bool = False) -> dict:
+    """One ``mpiexec`` job in the user's environment (no thread variables set), or with the
+    threads of every library pinned to one (``pinned``: a labelled extra row)."""
+    env = dict(os.environ, MESHCHAIN_CACHE_DIR=cache_dir, **(PINNED if pinned else {}))
     return launch(__file__, [], ranks, network, env, config, timeout, "krylov job")
+
+
+def label(result: dict) -> str:
+    return result["network"] + (", threads pinned" if result.get("pinned") else "")
 
 
 def table(results: list) -> str:
@@ -221,7 +232,7 @@ def table(results: list) -> str:
                 if counterpart and result["ranks"] > 1 and mine[counterpart]["wait_per_iteration"] > 0:
                     hidden = f"{100 * (1 - m['wait_per_iteration'] / mine[counterpart]['wait_per_iteration']):.0f} %"
                 lines.append(
-                    f"| {result['network']} | {result['ranks']}{' (over)' if result['ranks'] > 2 else ''} | "
+                    f"| {label(result)} | {result['ranks']}{' (over)' if result['ranks'] > 2 else ''} | "
                     f"{row['unknowns']} | {method} | {m['iterations']} ({p['iterations']}) | "
                     f"{m['true_residual']:.1e} ({p['true_residual']:.1e}) | {1e3 * m['time_per_iteration']:.3f} | "
                     f"{m['time_per_iteration'] / p['time_per_iteration']:.2f}x | "
@@ -238,7 +249,7 @@ def accuracy_table(results: list) -> str:
             a, p = row["accuracy"], row["petsc_accuracy"]
             cells = [f"{a[n]['true_residual']:.1e} ({a[n]['iterations']})" for n in names]
             cells += [f"{p[n]['true_residual']:.1e} ({p[n]['iterations']})" for n in ("cg", "pipecg", "pipecgrr")]
-            lines.append(f"| {result['network']} | {result['ranks']} | {row['unknowns']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label(result)} | {result['ranks']} | {row['unknowns']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -247,7 +258,7 @@ def spmv_table(results: list) -> str:
     for result in results:
         for row in result["rows"]:
             m, p = row["spmv"]["meshchain"], row["spmv"]["petsc"]
-            lines.append(f"| {result['network']} | {result['ranks']} | {row['unknowns']} | {1e3 * m:.3f} | "
+            lines.append(f"| {label(result)} | {result['ranks']} | {row['unknowns']} | {1e3 * m:.3f} | "
                          f"{1e3 * p:.3f} | {m / p:.2f}x |")
     return "\n".join(lines)
 
@@ -257,7 +268,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny run: smaller defaults")
     parser.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
-    parser.add_argument("--per-rank", nargs="+", type=int, help="unknowns per rank (default 2000 20000)")
+    parser.add_argument("--per-rank", nargs="+", type=int, help="unknowns per rank (default 700 2000 20000)")
+    parser.add_argument("--environment", nargs="+", choices=("user", "pinned"), default=["user"],
+                        help="user: no thread variables set (default); pinned: also rows with every library's "
+                             "threads set to 1 (MESHCHAIN_THREADS, NUMBA_NUM_THREADS, OMP_NUM_THREADS, "
+                             "OPENBLAS_NUM_THREADS), labelled 'threads pinned'")
     parser.add_argument("--repeats", type=int, help="solves per method; the median counts (default 5)")
     parser.add_argument("--rtol", type=float, help="relative tolerance (default 1e-8)")
     parser.add_argument("--out", default=str(HERE / "results" / "krylov.json"))
@@ -273,19 +288,22 @@ def main(argv=None) -> int:
     info = machine()
     results = []
     began = time.perf_counter()
-    for network in args.network:
-        for ranks in args.ranks:
-            if ranks == 1 and network == "tcp":
-                continue  # one rank sends nothing
-            start = time.perf_counter()
-            print(f"[krylov] {ranks} ranks, {network} ...", end="", file=sys.stderr, flush=True)
-            result = run_job(network, ranks, config, args.cache_dir, args.timeout)
-            print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-            results.append(dict(result, network=network, ranks=ranks, cores=info["cores"]))
+    for environment in args.environment:
+        for network in args.network:
+            for ranks in args.ranks:
+                if ranks == 1 and network == "tcp":
+                    continue  # one rank sends nothing
+                start = time.perf_counter()
+                print(f"[krylov] {ranks} ranks, {network}, {environment} ...", end="", file=sys.stderr, flush=True)
+                result = run_job(network, ranks, config, args.cache_dir, args.timeout, pinned=environment == "pinned")
+                print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+                results.append(dict(result, network=network, ranks=ranks, cores=info["cores"],
+                                    pinned=environment == "pinned"))
     total = time.perf_counter() - began
     print(f"{info['cpu']}, {info['cores']} cores; {info['mpi']}; Python {info['python']}, numba {info['numba']}. "
           f"Poisson P1 on structured_tets, Jacobi, rtol {config['rtol']}, median of {config['repeats']} solves "
-          f"(slowest rank); whole run {total:.0f} s. '(over)': more ranks than cores.\n")
+          f"(slowest rank); whole run {total:.0f} s. '(over)': more ranks than cores. No thread variables set, "
+          f"except in rows labelled 'threads pinned' ({', '.join(f'{k}={v}' for k, v in PINNED.items())}).\n")
     print(table(results))
     print("\nAttainable accuracy: true relative residual (iterations) when asked for 1e-14, at most 4x cg's "
           "iterations:\n")

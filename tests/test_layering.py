@@ -172,3 +172,34 @@ def test_the_sender_check_sees_a_call_on_any_object(tmp_path):
     module.write_text('"""comm.Isend(x) in a docstring is no call."""\n\n'
                       "def f(link, data):\n    return link.Irecv(data, source=1)\n")
     assert _names(module) & POINT_TO_POINT == {"Irecv"}
+
+
+# NumPy calls that go to the BLAS library: its threads compete with Numba's for the cores
+# (issue 32: a CG iteration 9-26x slower), so the packages that run loops and solvers compute
+# their dot products in compiled passes instead (``meshchain.linalg.fused``)
+BLAS_CALLS = frozenset({"dot", "vdot", "inner", "matmul", "tensordot", "einsum", "linalg"})
+HOT_PACKAGES = ("meshchain.linalg", "meshchain.engine", "meshchain.backends", "meshchain.comm", "meshchain.inspector")
+
+
+def blas_calls(path: Path) -> list:
+    """``x.dot``, ``np.linalg`` and the like, and ``a @ b``, in the code of ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in BLAS_CALLS:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
+            found.append(f"line {node.lineno}: @")
+    return found
+
+
+def test_the_packages_that_run_loops_and_solvers_call_no_blas():
+    found = {name: blas_calls(path) for name, path in modules().items()
+             if name.startswith(HOT_PACKAGES) and blas_calls(path)}
+    assert not found, f"BLAS calls in the packages that run loops and solvers: {found}"
+
+
+def test_the_blas_check_sees_methods_functions_and_operators(tmp_path):
+    module = tmp_path / "blas.py"
+    module.write_text('"""np.dot(a, b) in a docstring is no call."""\n\n'
+                      "def f(np, a, b):\n    return a.dot(b) + np.linalg.norm(a) + (a @ b)\n")
+    assert sorted(entry.split(": ")[1] for entry in blas_calls(module)) == [".dot", ".linalg", "@"]

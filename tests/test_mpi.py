@@ -314,9 +314,13 @@ def test_exchange_statistics(comm):
     layout = layout_of(d.facets)
     assert flux.halo_iterations_by_layer == [layout.exec_ends[1] - layout.exec_ends[0]]
     assert mc.stats().loops["bump_cells"].exchanges == 0
-    total = mc.stats(all_ranks=True).loops["facet_flux"]
+    combined = mc.stats(all_ranks=True)
+    total = combined.loops["facet_flux"]
     assert total.messages == sum(comm.allgather(flux.messages))
     assert total.halo_iterations_by_layer == [sum(comm.allgather(flux.halo_iterations_by_layer[0]))]
+    mine = mc.stats().caches["plans"]
+    assert combined.caches["plans"].misses == sum(comm.allgather(mine.misses)) > 0
+    assert combined.caches["plans"].hits == sum(comm.allgather(mine.hits))
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)

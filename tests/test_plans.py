@@ -92,6 +92,8 @@ def test_configure_drops_plans_and_a_changed_constant_rebuilds_them():
     finally:
         OFFSET = 1.0
     assert next(iter(plans().values())) is not first
+    counted = mc.stats().caches["plans"]
+    assert (counted.misses, counted.hits) == (2, 1), "rebuilt under its key: counted as built, not reused"
     mc.configure(block_size=16)
     assert len(plans()) == 0, "configure drops every plan"
     assert mc.stats().loops["shifted"].calls == 3, "statistics of dropped plans are kept"
@@ -160,3 +162,44 @@ def test_a_failure_discards_only_the_loops_that_depend_on_it():
     assert [entry.loop.name for entry in mc.get_runtime().trace] == ["independent"]
     assert host_rows(c)[:, 0].tolist() == [0.0, 0.0, 0.0], "the dependent loop did not run"
     assert e.data[:, 0].tolist() == [2.0, 4.0, 6.0], "the independent loop runs when forced"
+
+
+def test_statistics_count_plans_built_and_reused_and_kernels_compiled():
+    """A loop written with a new Global per step builds a plan per step, and mc.stats() shows
+    it; objects reused build one plan, replayed after. ``reset`` starts the counters again."""
+    nodes = mc.Set(8, "nodes")
+    x = mc.Dat(nodes, 1, np.arange(8.0), "x")
+    total = mc.Kernel.from_source("def total(a, s):\n    s[0] += a[0]\n")
+    kept = mc.Global(1, 0.0, "kept")
+    for _ in range(5):
+        mc.par_loop(total, nodes, x(mc.READ), kept(mc.INC))
+        mc.flush()
+    reused = mc.stats(reset=True)
+    plans, schedules = reused.caches["plans"], reused.caches["schedules"]
+    assert (plans.misses, plans.hits, schedules.misses) == (1, 4, 1)
+    assert reused.compiled[0] >= 1 and reused.compiled[1] <= reused.compiled[0]
+    assert "plans" in str(reused) and "kernels compiled:" in str(reused)
+    for _ in range(5):
+        fresh = mc.Global(1, 0.0, "fresh")
+        mc.par_loop(total, nodes, x(mc.READ), fresh(mc.INC))
+        assert fresh.value[0] == 28.0
+    replanned = mc.stats().caches
+    assert (replanned["plans"].misses, replanned["plans"].hits) == (5, 0)
+    assert replanned["validated loops"].misses == 5 and replanned["validated loops"].hits is None
+
+
+def test_cache_counters_survive_a_backend_made_anew_and_reset():
+    registry = CacheRegistry()
+    first = registry.cache("modules", limit=4, counts_hits=True)
+    first["a"] = 1
+    first.hits += 2
+    again = registry.cache("modules", limit=4, counts_hits=True)
+    assert registry.counts()["modules"] == ("modules", 2, 1, 0)
+    again["b"] = 2
+    again["b"] = 3  # the same key: stored again, not built
+    plain = registry.cache("plain", limit=1)
+    plain["x"] = 1
+    plain["y"] = 2  # evicts x; a second build
+    assert registry.counts()["modules"].misses == 2 and registry.counts()["plain"] == ("plain", None, 2, 1)
+    registry.reset_counts()
+    assert registry.counts()["modules"] == ("modules", 0, 0, 1)

@@ -16,11 +16,18 @@ with :meth:`CacheRegistry.notify` and every cache that named it is emptied at on
 A cache may also run ``on_drop(value)`` for every entry it lets go (plans hand their
 statistics to the recorder that way, so nothing counted is lost on eviction).
 
+Each cache counts what it was given (``misses``: every entry stored under a new key, that
+is, built because a look-up found nothing) and, where its user counts them, what was found
+(``hits``: the plans and schedules the pipeline reused; ``None`` for a cache whose look-ups
+are not counted, such as those on the per-``par_loop`` path, to keep it cheap).
+``mc.stats()`` reports them (:meth:`CacheRegistry.counts`), as PyOP2's instrumented
+caches do, so a loop that builds a new plan at every step shows at a glance.
+
 Examples
 --------
 >>> from meshchain.core.cache import CacheRegistry
 >>> caches = CacheRegistry()
->>> plans = caches.cache("plans", limit=2, events=("configure",))
+>>> plans = caches.cache("plans", limit=2, events=("configure",), counts_hits=True)
 >>> plans["a"] = 1; plans["b"] = 2; plans["c"] = 3      # the oldest goes first
 >>> sorted(plans.keys()), plans.get("a")
 (['b', 'c'], None)
@@ -28,24 +35,41 @@ Examples
 2
 >>> caches.notify("configure"); len(plans)
 0
+>>> plans.hits += 1                                      # counted by the cache's user
+>>> caches.counts()["plans"]
+CacheCounts(name='plans', hits=1, misses=3, entries=0)
 """
 
 from __future__ import annotations
 
-__all__ = ["Cache", "CacheRegistry", "EVENTS"]
+from typing import NamedTuple
+
+__all__ = ["Cache", "CacheRegistry", "CacheCounts", "EVENTS"]
 
 EVENTS = frozenset({"configure", "partition", "repartition"})
+
+
+class CacheCounts(NamedTuple):
+    """One cache's counters: ``hits`` (None: not counted), ``misses`` (entries built) and the
+    ``entries`` it holds now."""
+
+    name: str
+    hits: int | None
+    misses: int
+    entries: int
 
 
 class Cache:
     """A bounded mapping emptied by the events it names (see the module docstring).
 
-    ``get`` is the underlying dict's own ``get``: a hit costs one dict look-up.
+    ``get`` is the underlying dict's own ``get``: a hit costs one dict look-up (the caller
+    adds it to ``hits`` if the cache was made with ``counts_hits``); storing under a new key
+    adds one to ``misses``.
     """
 
-    __slots__ = ("name", "limit", "events", "on_drop", "_entries", "get")
+    __slots__ = ("name", "limit", "events", "on_drop", "_entries", "get", "hits", "misses")
 
-    def __init__(self, name: str, *, limit: int, events=(), on_drop=None):
+    def __init__(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False):
         unknown = set(events) - EVENTS
         if unknown:
             raise ValueError(f"cache {name!r}: unknown invalidation event(s) {sorted(unknown)}; known: {sorted(EVENTS)}")
@@ -54,12 +78,16 @@ class Cache:
         self.name, self.limit, self.events, self.on_drop = name, limit, frozenset(events), on_drop
         self._entries: dict = {}
         self.get = self._entries.get
+        self.hits = 0 if counts_hits else None
+        self.misses = 0
 
     def __setitem__(self, key, value) -> None:
         entries = self._entries
-        if key not in entries and len(entries) >= self.limit:
-            oldest = next(iter(entries))
-            self._drop(entries.pop(oldest))
+        if key not in entries:
+            self.misses += 1
+            if len(entries) >= self.limit:
+                oldest = next(iter(entries))
+                self._drop(entries.pop(oldest))
         entries[key] = value
 
     def __getitem__(self, key):
@@ -104,13 +132,16 @@ class CacheRegistry:
     def __init__(self):
         self._caches: dict[str, Cache] = {}
 
-    def cache(self, name: str, *, limit: int, events=(), on_drop=None) -> Cache:
+    def cache(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False) -> Cache:
         """A new cache registered under ``name``; one registered earlier under that name (by a
-        backend made anew) is emptied and replaced."""
+        backend made anew) is emptied and replaced (its counters carry over)."""
         earlier = self._caches.pop(name, None)
+        made = self._caches[name] = Cache(name, limit=limit, events=events, on_drop=on_drop, counts_hits=counts_hits)
         if earlier is not None:
             earlier.clear()
-        made = self._caches[name] = Cache(name, limit=limit, events=events, on_drop=on_drop)
+            made.misses = earlier.misses
+            if made.hits is not None and earlier.hits is not None:
+                made.hits = earlier.hits
         return made
 
     def notify(self, event: str) -> None:
@@ -124,6 +155,17 @@ class CacheRegistry:
     def sizes(self) -> dict:
         """Entries held by each cache, by name (for diagnostics)."""
         return {name: len(cache) for name, cache in self._caches.items()}
+
+    def counts(self) -> dict:
+        """Each cache's :class:`CacheCounts`, by name."""
+        return {name: CacheCounts(name, cache.hits, cache.misses, len(cache)) for name, cache in self._caches.items()}
+
+    def reset_counts(self) -> None:
+        """Start every cache's counters again from zero (``mc.stats(reset=True)``)."""
+        for cache in self._caches.values():
+            cache.misses = 0
+            if cache.hits is not None:
+                cache.hits = 0
 
     def __getitem__(self, name: str) -> Cache:
         return self._caches[name]

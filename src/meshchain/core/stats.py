@@ -192,7 +192,12 @@ class Stats:
     ``chains`` chain names to :class:`ChainStats`; ``transport``, ``progress`` and
     ``interior`` say how halo exchanges ran; ``imbalance`` (``mc.stats(all_ranks=True)``
     only) maps loop names and ``"chain <name>"`` to each rank's compute and waiting
-    seconds (:class:`Imbalance`, with max/mean ratios)."""
+    seconds (:class:`Imbalance`, with max/mean ratios); ``caches`` maps the session's cache
+    names to their :class:`~meshchain.core.cache.CacheCounts` (``hits``: found and reused,
+    ``None`` where not counted; ``misses``: built), e.g. ``caches["plans"]``: plans built and
+    reused. A loop that builds a plan at every call (a new ``mc.Dat`` or ``mc.Global`` per
+    step) shows as plan misses growing with the calls; :attr:`compiled` says how many
+    kernels were compiled and how many of those came from the disk cache."""
 
     loops: dict = field(default_factory=dict)
     backend: str = ""
@@ -201,19 +206,26 @@ class Stats:
     progress: str = ""
     interior: str = ""
     imbalance: dict = field(default_factory=dict)
+    caches: dict = field(default_factory=dict)
+
+    @property
+    def compiled(self) -> tuple:
+        """``(compilations, of them loaded from the disk cache)``, over every loop."""
+        return (sum(s.compilations for s in self.loops.values()), sum(s.cache_hits for s in self.loops.values()))
 
     def as_dict(self) -> dict:
         return {"backend": self.backend, "transport": self.transport, "progress": self.progress,
                 "interior": self.interior, "loops": {k: v.as_dict() for k, v in self.loops.items()},
                 "chains": {k: v.as_dict() for k, v in self.chains.items()},
-                "imbalance": {k: v._asdict() for k, v in self.imbalance.items()}}
+                "imbalance": {k: v._asdict() for k, v in self.imbalance.items()},
+                "caches": {k: v._asdict() for k, v in self.caches.items()}}
 
     def combined(self, per_rank) -> "Stats":
         """The statistics of all ranks summed (``neighbours``, ``colours``, ``depth`` and the
         largest messages: the maximum; diagnostics: every rank's), with :attr:`imbalance`:
         per loop and chain, each rank's compute and waiting seconds (:class:`Imbalance`)."""
         return Stats(_combine(per_rank, "loops", LoopStats), self.backend, _combine(per_rank, "chains", ChainStats),
-                     self.transport, self.progress, self.interior, imbalance_of(per_rank))
+                     self.transport, self.progress, self.interior, imbalance_of(per_rank), _combine_caches(per_rank))
 
     def __str__(self) -> str:
         header = (f"{'loop':<20}{'calls':>8}{'iterations':>14}{'colours':>8}{'compute s':>12}{'compile s':>11}"
@@ -243,11 +255,41 @@ class Stats:
             rows += [f"  {kind} {s.name}: {100 * s.hidden:.0f} % of {s.time_flight:.4f} s in flight hidden by compute"
                      for kind, records in (("loop", self.loops), ("chain", self.chains))
                      for s in records.values() if s.time_flight > 0]
+        rows += _cache_rows(self)
         if self.imbalance:
             rows += ["", f"{'imbalance (max/mean)':<24}{'compute':>9}{'wait':>9}{'compute s per rank':>40}"]
             rows += [f"{name:<24}{x.compute_ratio:>9.2f}{x.wait_ratio:>9.2f}    "
                      f"{' '.join(f'{t:.4f}' for t in x.compute)}" for name, x in self.imbalance.items()]
         return "\n".join(rows)
+
+
+#: The caches ``str(mc.stats())`` shows (all are in :attr:`Stats.caches`).
+SHOWN_CACHES = ("validated loops", "units", "schedules", "plans")
+
+
+def _cache_rows(stats: Stats) -> list:
+    shown = [stats.caches[name] for name in SHOWN_CACHES if name in stats.caches]
+    if not shown:
+        return []
+    compiled, loaded = stats.compiled
+    rows = ["", f"{'cache':<20}{'built':>8}{'reused':>10}{'held':>8}"]
+    rows += [f"{c.name:<20}{c.misses:>8}{'-' if c.hits is None else c.hits:>10}{c.entries:>8}" for c in shown]
+    rows.append(f"kernels compiled: {compiled} ({loaded} loaded from the disk cache)")
+    return rows
+
+
+def _combine_caches(per_rank) -> dict:
+    """Every rank's cache counters summed (entries too: what all ranks hold)."""
+    totals = {}
+    for snapshot in per_rank:
+        for name, c in snapshot.caches.items():
+            had = totals.get(name)
+            if had is None:
+                totals[name] = c
+            else:
+                hits = None if had.hits is None or c.hits is None else had.hits + c.hits
+                totals[name] = had._replace(hits=hits, misses=had.misses + c.misses, entries=had.entries + c.entries)
+    return totals
 
 
 def _model_row(c: ChainStats) -> str:

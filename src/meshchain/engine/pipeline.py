@@ -48,29 +48,38 @@ class Pipeline:
     def __init__(self, session):
         self.session = session
         caches = session.caches
-        self.units = caches.cache("units", limit=2048)
+        self.units = caches.cache("units", limit=2048, counts_hits=True)
         self.plans = caches.cache("plans", limit=1024, events=("configure", "partition", "repartition"),
-                                  on_drop=self._dropped)
-        self.schedules = caches.cache("schedules", limit=2048, events=("configure", "partition", "repartition"))
+                                  on_drop=self._dropped, counts_hits=True)
+        self.schedules = caches.cache("schedules", limit=2048, events=("configure", "partition", "repartition"),
+                                      counts_hits=True)
         self.sequence = 0
 
     def execute(self, run, loops) -> None:
         """Run ``loops``, recorded in chain ``run`` (None: one loop on its own)."""
         options = None if run is None else run.options
         key = loops[0] if options is None else (options, *loops)
-        unit = self.units.get(key)
+        units = self.units
+        unit = units.get(key)
         if unit is None:
-            unit = self.units[key] = Unit(loops, options, self.session.store)
+            unit = units[key] = Unit(loops, options, self.session.store)
+        else:
+            units.hits += 1
         session = self.session
         distributed = session.distributed
         state = unit.state() if distributed else None
         mode = learner = None
         if distributed and options is not None and options.ca == "auto":
             mode, learner = self._auto(unit)
-        plan = self.plans.get((unit, state, mode))
+        plans = self.plans
+        plan = plans.get((unit, state, mode))
         first = plan is None or bool(plan.kernels and not plan.current())
         if first:
+            if plan is not None:
+                plans.misses += 1  # rebuilt under its key: a kernel's module globals changed
             plan = self._build(unit, (unit, state, mode), mode)
+        else:
+            plans.hits += 1
         if distributed and options is not None:
             self.sequence += 1
             account = plan.account
@@ -115,6 +124,8 @@ class Pipeline:
             schedule = collectively(self.session, f"planning {_what(unit)}",
                                     lambda: schedule_for(self.session, unit, strategy))
             self.schedules[key] = schedule
+        else:
+            self.schedules.hits += 1
         return schedule
 
     def _build(self, unit, key, mode):

@@ -25,6 +25,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -559,8 +560,10 @@ class Session:
         snapshot = self.recorder.snapshot(self.config.backend, self.transport_chosen() if distributed else "",
                                           self.progress_chosen() if distributed else "",
                                           self.config.interior if distributed else "")
+        snapshot = dataclasses.replace(snapshot, caches=self.caches.counts())
         if reset:
             self.recorder.reset()
+            self.caches.reset_counts()
         if all_ranks and self.comm is not None:
             snapshot = snapshot.combined(self.comm.allgather(snapshot))
         return snapshot

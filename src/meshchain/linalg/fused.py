@@ -3,6 +3,11 @@ owned values (every vector read once) that does an iteration's AXPYs, applies a 
 preconditioner (``dinv``: the inverse diagonal, or ones) and sums the iteration's dot
 products into ``out`` (combined over ranks in one reduction by the caller).
 
+Every dot product of a solve is computed here, never by NumPy's ``np.dot``: that calls the
+BLAS library, whose own threads (OpenBLAS starts one per core) then compete with Numba's for
+the cores, and a CG iteration on a machine with no thread variables set ran 9-26x slower
+than with them (``tests/test_layering.py`` keeps BLAS calls out of the solver's packages).
+
 Examples
 --------
 >>> import numpy as np
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import numba
 
-__all__ = ["residual", "scale", "aypx", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
+__all__ = ["residual", "scale", "aypx", "dot", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
            "gropp_update", "gropp_direction", "pipecr_update"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -42,6 +47,15 @@ def aypx(beta, z, p):
     """``p = z + beta * p``."""
     for i in range(len(p)):
         p[i] = z[i] + beta * p[i]
+
+
+@_jit
+def dot(a, b):
+    """``(a, b)``: this rank's part of a dot product."""
+    s = 0.0
+    for i in range(len(a)):
+        s += a[i] * b[i]
+    return s
 
 
 @_jit

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .fused import aypx, cg1_update, cg_update, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
+from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
 
@@ -66,7 +66,7 @@ def cg(run):
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     while reason is None:
         run.A("p", "w")
-        pw = run.reduce(np.array([np.dot(v["p"], v["w"])]))[0]
+        pw = run.reduce(np.array([dot(v["p"], v["w"])]))[0]
         reason = _indefinite("(p, A p)", pw)
         if reason is not None:
             break
@@ -124,7 +124,7 @@ def _pipecg_restart(run, out):
     run.B("s", "q", fused_done=False)
     run.A("q", "z")
     pipecg_start(v["r"], v["u"], v["w"], v["x"], run.pc.dinv, v["m"], out)
-    out[5:] = [np.dot(v[k], v[k]) for k in ("s", "z", "p", "q")] + [mm]
+    out[5:] = [dot(v[k], v[k]) for k in ("s", "z", "p", "q")] + [mm]
 
 
 def pipecg(run):

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat
+from .fused import dot, residual
 from .krylov import METHODS, VECTORS
 from .operators import as_operator
 from .precond import PRECONDITIONERS, make_preconditioner
@@ -148,7 +149,7 @@ class Run:
             return None
         operator = self.operator
         b = self.v["b"]
-        b_norm = math.sqrt(self.sum(float(np.dot(b, b))))
+        b_norm = math.sqrt(self.sum(dot(b, b)))
         size = operator.row_set.size * operator.dim
         return ReplacementBounds(norm_inf=operator.norm_inf(), nonzeros=operator.nonzeros_per_row(), size=size,
                                  b_norm=b_norm)
@@ -159,9 +160,9 @@ class Run:
     def true_residual(self, r: str, z: str) -> tuple[float, float]:
         """``||b - A x||`` and ``||B (b - A x)||`` (``r`` and ``z`` are spare vectors)."""
         self.A("x", r)
-        self.v[r][:] = self.v["b"] - self.v[r]
+        residual(self.v["b"], self.v[r], self.v[r])
         self.B(r, z, fused_done=False)
-        sums = self.reduce(np.array([np.dot(self.v[r], self.v[r]), np.dot(self.v[z], self.v[z])]))
+        sums = self.reduce(np.array([dot(self.v[r], self.v[r]), dot(self.v[z], self.v[z])]))
         return math.sqrt(sums[0]), math.sqrt(sums[1])
 
 
