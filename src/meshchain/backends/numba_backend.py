@@ -58,6 +58,7 @@ class NumbaBackend(Backend):
         self._directory = Path(config.cache_dir) / "numba"
         self._executors = caches.cache("numba loop modules", limit=4096)
         self._fused = caches.cache("numba fused modules", limit=1024)
+        self._entries = caches.cache("numba entry points", limit=8192, counts_hits=True)
         self._pools: dict[int, WorkerPool] = {}
 
     def restore(self) -> None:
@@ -219,7 +220,21 @@ class NumbaBackend(Backend):
 
     def _compile(self, function, arguments, loop, report, *, path=None, what=None):
         """``function``'s entry point for ``arguments``' types (compiled, or loaded from the disk
-        cache, unless it already was); errors name the loop (or ``what``) and the source."""
+        cache, unless it already was); errors name the loop (or ``what``) and the source.
+
+        Entry points are remembered by :func:`_type_key` of the arguments, which tells apart
+        what Numba's types tell apart, at a fraction of the cost of ``numba.typeof`` (which
+        took a third of a plan's build: a loop with a new Dat or Global builds one)."""
+        key = (function, tuple(map(_type_key, arguments)))
+        entries = self._entries
+        found = entries.get(key)
+        if found is not None:
+            entries.hits += 1
+            return found
+        entry = entries[key] = self._entry_point(function, arguments, loop, report, path=path, what=what)
+        return entry
+
+    def _entry_point(self, function, arguments, loop, report, *, path=None, what=None):
         signature = tuple(self._numba.typeof(a) for a in arguments)
         overload = function.overloads.get(signature)
         if overload is not None:
@@ -313,6 +328,29 @@ def _concatenated(groups):
     offsets = np.concatenate(([0], np.cumsum([len(p) for p in parts]))).astype(np.int64)
     joined = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     return np.ascontiguousarray(joined), offsets
+
+
+def _type_key(value):
+    """What Numba's type of ``value`` depends on: an array's dtype, dimensions, layout,
+    writeability and alignment; a scalar's Python type (and, for an int, whether it fits
+    int64, past which Numba types it differently). Equal keys mean equal Numba types.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = np.zeros((3, 2))
+    >>> _type_key(a) == _type_key(np.ones((5, 7))), _type_key(a) == _type_key(a[:, 0])
+    (True, False)
+    >>> _type_key(True) == _type_key(1), _type_key(1) == _type_key(2**70)
+    (False, False)
+    """
+    if isinstance(value, np.ndarray):
+        flags = value.flags
+        layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+        return (type(value), value.dtype, value.ndim, layout, flags.writeable, flags.aligned)
+    if type(value) is int:
+        return (int, -2**63 <= value < 2**63)
+    return type(value)
 
 
 def _unsigned(values):

@@ -1,0 +1,299 @@
+"""Speed as users write code: a new Global or Dat per step, against objects reused.
+
+OP2's C applications pass reductions and scalars through stack variables (``op_arg_gbl``),
+and PyOP2/Firedrake users create temporaries per step; meshchain keys a plan by the dats
+and globals its loops use, so each new object costs a plan build. Per job (``mpiexec -n R``,
+``--network shm|tcp``, the user's environment: no thread variables set):
+
+* **steps**: two loops per step on ``structured_quads(n, n)`` (about ``--nodes`` nodes):
+  ``gather`` (cells, reads ``x`` through the cell-to-node map, writes a cell dat) and
+  ``total`` (cells, sums that dat into a global), the dat and the global reused (the floor
+  of this table), a new Global per step, a new Dat per step, both; time per step (median
+  of ``--rounds`` rounds of ``--steps`` steps, slowest rank), its ratio to the reused one,
+  and the plans built per step (``mc.stats().caches["plans"]``);
+* **cg**: a matrix-free CG written with par_loops the way OP2's C apps write it (P1
+  stiffness plus a small mass term on ``structured_tris(n, n)``, at least ``--cells``
+  cells, element matrices in a cell dat; every reduction and every scalar a new Global),
+  against the same code with its globals made once (hoisted); time per iteration;
+* **memory** (1 rank): the growth of the peak RSS over ``--memory-steps`` steps that each
+  create a temporary Dat and Global.
+
+Usage::
+
+    .venv/bin/python benchmarks/plans.py                 # shm and tcp, 1 and 2 ranks
+    .venv/bin/python benchmarks/plans.py --quick         # seconds
+
+Writes ``benchmarks/results/plans.json`` and prints the tables for ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from comm import launch, machine, serve  # noqa: E402
+
+VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global")
+FULL = dict(nodes=20000, steps=100, rounds=5, cells=40000, cg_iterations=60, memory_steps=5000)
+QUICK = dict(nodes=2000, steps=20, rounds=2, cells=2000, cg_iterations=10, memory_steps=200)
+
+GATHER = "def gather(x, c):\n    c[0] = 0.25 * (x[0, 0] + x[1, 0] + x[2, 0] + x[3, 0])\n"
+TOTAL = "def total(c, s):\n    s[0] += c[0]\n"
+
+
+# --- the worker ----------------------------------------------------------------------------------
+
+
+def slowest_median(comm, rounds: list) -> float:
+    return max(comm.allgather(statistics.median(rounds)))
+
+
+def steps_worker(config: dict) -> dict:
+    import meshchain as mc
+    from meshchain.meshes import structured_quads
+
+    side = max(2, round(math.sqrt(config["nodes"])) - 1)
+    d = structured_quads(side, side).declare()
+    x = mc.Dat(d.nodes, 1, np.arange(d.nodes.size, dtype=np.float64), "x")
+    kept_c, kept_s = mc.Dat(d.cells, 1, None, "c"), mc.Global(1, 0.0, "s")
+    mc.partition("rib", coords=d.coords)
+    comm = mc.get_runtime().comm
+    gather, total = mc.Kernel.from_source(GATHER), mc.Kernel.from_source(TOTAL)
+
+    def step(variant: str) -> float:
+        c = mc.Dat(d.cells, 1, None, "c") if "Dat" in variant else kept_c
+        s = mc.Global(1, 0.0, "s") if "Global" in variant else kept_s
+        if s is kept_s:
+            s.value = 0.0  # reused: set to zero, as a user does before summing again
+        mc.par_loop(gather, d.cells, x(mc.READ, d.cell2node), c(mc.WRITE))
+        mc.par_loop(total, d.cells, c(mc.READ), s(mc.INC))
+        return float(s.value[0])
+
+    rows = {}
+    expected = None
+    for variant in VARIANTS:
+        for _ in range(5):
+            step(variant)  # compiled, planned once
+        mc.stats(reset=True)
+        rounds = []
+        for _ in range(config["rounds"]):
+            comm.Barrier()
+            began = time.perf_counter()
+            for _ in range(config["steps"]):
+                value = step(variant)
+            rounds.append((time.perf_counter() - began) / config["steps"])
+        expected = value if expected is None else expected
+        assert value == expected, (variant, value, expected)  # the same sum whatever the objects
+        plans = mc.stats().caches["plans"]
+        rows[variant] = {"seconds_per_step": slowest_median(comm, rounds),
+                         "plans_built_per_step": plans.misses / (config["rounds"] * config["steps"])}
+    return {"nodes": d.nodes.size, "cells": d.cells.size, "rows": rows}
+
+
+SPMV = ("def spmv(k, p, y):\n"
+        "    for i in range(3):\n"
+        "        for j in range(3):\n"
+        "            y[i, 0] += k[3 * i + j] * p[j, 0]\n")
+DOT = "def dot(a, b, s):\n    s[0] += a[0] * b[0]\n"
+ZERO = "def zero(y):\n    y[0] = 0.0\n"
+AXPY2 = ("def axpy2(alpha, p, ap, x, r):\n"
+         "    x[0] += alpha[0] * p[0]\n"
+         "    r[0] -= alpha[0] * ap[0]\n")
+XPAY = "def xpay(beta, r, p):\n    p[0] = r[0] + beta[0] * p[0]\n"
+
+
+def element_matrices(coords: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """P1 stiffness plus a lumped mass term (so the operator is SPD without boundary rows)."""
+    xy = coords[cells]  # (ncell, 3, 2)
+    d = np.stack([xy[:, 1] - xy[:, 2], xy[:, 2] - xy[:, 0], xy[:, 0] - xy[:, 1]], axis=1)  # edge vectors
+    area = 0.5 * np.abs(d[:, 0, 0] * d[:, 1, 1] - d[:, 0, 1] * d[:, 1, 0])
+    k = np.einsum("eik,ejk->eij", d, d) / (4.0 * area)[:, None, None]
+    k += (area / 3.0)[:, None, None] * np.eye(3)[None]
+    return k.reshape(len(cells), 9)
+
+
+def cg_worker(config: dict) -> dict:
+    import meshchain as mc
+    from meshchain.meshes import structured_tris
+
+    side = max(2, math.ceil(math.sqrt(config["cells"] / 2)))
+    mesh = structured_tris(side, side)
+    d = mesh.declare()
+    k = mc.Dat(d.cells, 9, element_matrices(mesh.coords, mesh.cells), "k")
+    vectors = {name: mc.Dat(d.nodes, 1, None, name) for name in ("x", "r", "p", "ap")}
+    rhs = mc.Dat(d.nodes, 1, np.random.default_rng(0).uniform(0.5, 1.5, mesh.nnode), "rhs")
+    mc.partition("rib", coords=d.coords)
+    comm = mc.get_runtime().comm
+    kernels = {name: mc.Kernel.from_source(source) for name, source in
+               (("spmv", SPMV), ("dot", DOT), ("zero", ZERO), ("axpy2", AXPY2), ("xpay", XPAY))}
+    x, r, p, ap = (vectors[n] for n in ("x", "r", "p", "ap"))
+    hoisted = {name: mc.Global(1, 0.0, name) for name in ("pap", "rr", "alpha", "beta")}
+
+    def scalar(name: str, value: float, fresh: bool):
+        if fresh:
+            return mc.Global(1, value, name)
+        hoisted[name].value = value
+        return hoisted[name]
+
+    def reduce(a, c, name: str, fresh: bool) -> float:
+        s = mc.Global(1, 0.0, name) if fresh else hoisted[name]
+        if not fresh:
+            s.value = 0.0
+        mc.par_loop(kernels["dot"], d.nodes, a(mc.READ), c(mc.READ), s(mc.INC))
+        return float(s.value[0])
+
+    def iterate(rr: float, fresh: bool) -> float:
+        mc.par_loop(kernels["zero"], d.nodes, ap(mc.WRITE))
+        mc.par_loop(kernels["spmv"], d.cells, k(mc.READ), p(mc.READ, d.cell2node), ap(mc.INC, d.cell2node))
+        alpha = rr / reduce(p, ap, "pap", fresh)
+        mc.par_loop(kernels["axpy2"], d.nodes, scalar("alpha", alpha, fresh)(mc.READ), p(mc.READ), ap(mc.READ),
+                    x(mc.RW), r(mc.RW))
+        rr_new = reduce(r, r, "rr", fresh)
+        mc.par_loop(kernels["xpay"], d.nodes, scalar("beta", rr_new / rr, fresh)(mc.READ), r(mc.READ), p(mc.RW))
+        return rr_new
+
+    def solve(fresh: bool) -> tuple:
+        x.data[:, 0] = 0.0
+        r.data[:, 0] = rhs.data_ro[:, 0]
+        p.data[:, 0] = rhs.data_ro[:, 0]
+        rr = reduce(r, r, "rr", fresh)
+        first = rr
+        comm.Barrier()
+        began = time.perf_counter()
+        for _ in range(config["cg_iterations"]):
+            rr = iterate(rr, fresh)
+        seconds = (time.perf_counter() - began) / config["cg_iterations"]
+        return seconds, math.sqrt(rr / first)
+
+    rows = {}
+    for fresh, name in ((False, "globals hoisted"), (True, "a new Global per reduction and scalar")):
+        solve(fresh)  # compiled, planned
+        mc.stats(reset=True)
+        timings, reduction = [], None
+        for _ in range(config["rounds"]):
+            seconds, reduction = solve(fresh)
+            timings.append(seconds)
+        plans = mc.stats().caches["plans"]
+        rows[name] = {"seconds_per_iteration": slowest_median(comm, timings), "residual_reduction": reduction,
+                      "plans_built_per_iteration": plans.misses / (config["rounds"] * (config["cg_iterations"] + 1))}
+    return {"cells": d.cells.size, "nodes": d.nodes.size, "rows": rows}
+
+
+def memory_worker(config: dict) -> dict:
+    import meshchain as mc
+    from meshchain.meshes import structured_quads
+
+    side = max(2, round(math.sqrt(config["nodes"])) - 1)
+    d = structured_quads(side, side).declare()
+    x = mc.Dat(d.nodes, 1, np.arange(d.nodes.size, dtype=np.float64), "x")
+    gather, total = mc.Kernel.from_source(GATHER), mc.Kernel.from_source(TOTAL)
+    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # noqa: E731 - bytes (Linux: KiB)
+    samples = []
+    for i in range(config["memory_steps"]):
+        c, s = mc.Dat(d.cells, 1, None, "c"), mc.Global(1, 0.0, "s")
+        mc.par_loop(gather, d.cells, x(mc.READ, d.cell2node), c(mc.WRITE))
+        mc.par_loop(total, d.cells, c(mc.READ), s(mc.INC))
+        s.value
+        if i in (9, config["memory_steps"] // 2 - 1, config["memory_steps"] - 1):
+            samples.append((i + 1, peak()))
+    return {"cells": d.cells.size, "bytes_per_dat": d.cells.size * 8, "samples": samples,
+            "growth_bytes": samples[-1][1] - samples[0][1], "caches": mc.get_runtime().caches.sizes()}
+
+
+WORKERS = {"steps": steps_worker, "cg": cg_worker, "memory": memory_worker}
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+def table_steps(results: list) -> str:
+    lines = ["| network | ranks | nodes | variant | µs per step | × reused | plans built per step |",
+             "|---|---|---|---|---|---|---|"]
+    for result in results:
+        rows = result["rows"]
+        floor = rows["reused"]["seconds_per_step"]
+        for variant in VARIANTS:
+            row = rows[variant]
+            lines.append(f"| {result['network']} | {result['ranks']} | {result['nodes']} | {variant} | "
+                         f"{row['seconds_per_step'] * 1e6:.1f} | {row['seconds_per_step'] / floor:.2f} | "
+                         f"{row['plans_built_per_step']:.1f} |")
+    return "\n".join(lines)
+
+
+def table_cg(results: list) -> str:
+    lines = ["| network | ranks | cells | variant | ms per iteration | × hoisted | × 1 rank | plans built per iteration |",
+             "|---|---|---|---|---|---|---|---|"]
+    one = {name: row["seconds_per_iteration"] for result in results if result["ranks"] == 1
+           for name, row in result["rows"].items()}
+    for result in results:
+        hoisted = result["rows"]["globals hoisted"]["seconds_per_iteration"]
+        for name, row in result["rows"].items():
+            seconds = row["seconds_per_iteration"]
+            lines.append(f"| {result['network']} | {result['ranks']} | {result['cells']} | {name} | {seconds * 1e3:.3f} | "
+                         f"{seconds / hoisted:.2f} | {seconds / one[name]:.2f} | "
+                         f"{row['plans_built_per_iteration']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a tiny run: smaller defaults")
+    parser.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
+    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
+    for name, value in FULL.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"default {value}")
+    parser.add_argument("--out", default=str(HERE / "results" / "plans.json"))
+    parser.add_argument("--cache-dir", default=str(HERE / "build" / "plans-cache"))
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return serve(WORKERS[args.worker], json.loads(args.config))
+    defaults = QUICK if args.quick else FULL
+    config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
+    env = dict(os.environ, MESHCHAIN_CACHE_DIR=args.cache_dir)  # the user's environment: no thread variables
+    info, began = machine(), time.perf_counter()
+    results = {"steps": [], "cg": []}
+    for network in args.network:
+        for ranks in args.ranks:
+            if ranks == 1 and network == "tcp":
+                continue  # one rank sends nothing
+            for part in ("steps", "cg"):
+                print(f"[plans] {part}, {ranks} ranks, {network} ...", file=sys.stderr, flush=True)
+                result = launch(__file__, [part], ranks, network, env, config, args.timeout, f"plans {part}")
+                results[part].append(dict(result, network=network, ranks=ranks))
+    memory = launch(__file__, ["memory"], 1, "shm", env, config, args.timeout, "plans memory")
+    total = time.perf_counter() - began
+    print(f"{info['cpu']}, {info['cores']} cores; {info['mpi']}; Python {info['python']}, numba {info['numba']}. "
+          f"No thread variables set. Median of {config['rounds']} rounds, slowest rank; whole run {total:.0f} s.\n")
+    print(table_steps(results["steps"]))
+    print(f"\nMatrix-free CG ({config['cg_iterations']} iterations per solve):\n")
+    print(table_cg(results["cg"]))
+    growth = memory["growth_bytes"] / 2**20
+    print(f"\nMemory: {config['memory_steps']} steps each creating a Dat of {memory['cells']} cells "
+          f"({memory['bytes_per_dat'] / 2**10:.0f} KiB) and a Global: peak RSS grew {growth:.0f} MiB "
+          f"({', '.join(f'{n} steps: {b / 2**20:.0f} MiB' for n, b in memory['samples'])}); caches held "
+          f"{memory['caches']}")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
+                                "results": results, "memory": memory}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
