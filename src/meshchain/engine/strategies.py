@@ -11,7 +11,8 @@ A strategy turns a :class:`~.units.Unit` and the session's layout into a
     Alg. 2: one grouped exchange per segment, redundant work in the halo (building
     deeper halo layers first when the chain needs them).
 
-:func:`choose` picks one; ``ca="auto"`` asks :mod:`.auto`. Sparse tiling is not a
+The pipeline picks one (:meth:`~.pipeline.Pipeline._strategy`; ``ca="auto"`` asks
+:mod:`.auto`). Sparse tiling is not a
 strategy of its own: it cuts the phases of a ``"serial"`` or ``"ca"`` schedule into tiles
 when the plan is assembled (:mod:`.tiling`).
 
@@ -28,7 +29,7 @@ import numpy as np
 from ..inspector.schedule import MoreLayers, ca_schedule, per_loop_schedule, serial_schedule
 from ..partition.distribute import MAX_DEPTH
 
-__all__ = ["STRATEGIES", "strategy", "choose", "schedule_for"]
+__all__ = ["STRATEGIES", "strategy", "schedule_for"]
 
 STRATEGIES: dict = {}
 
@@ -40,18 +41,6 @@ def strategy(name: str):
         return function
 
     return register
-
-
-def choose(session, unit, auto) -> str:
-    """The strategy for ``unit`` now (``auto`` answers ``ca="auto"``; collective there)."""
-    if not session.distributed:
-        return "serial"
-    options = unit.options
-    if options is None or options.ca is False:
-        return "per-loop"
-    if options.ca is True:
-        return "ca"
-    return "ca" if auto.use_ca(unit) else "per-loop"
 
 
 def schedule_for(session, unit, name: str):
