@@ -105,7 +105,10 @@ class Declarations:
         if not session.partitioned:
             return chosen, DatStorage(block, n_owned=len(block), tag=tag)
         layout = session.layout.of(d.dataset)
-        local = fetch_rows(comm, offsets, block, layout.global_ids)
+        if rows is None:  # no rank passed data (agreed): every row is zero, nothing to fetch
+            _, local = d.rows(None, chosen, len(layout.global_ids))
+        else:
+            local = fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=session.layout.depth, tag=tag)
 
     def adopt(self, other: "Declarations") -> None:
