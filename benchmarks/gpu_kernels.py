@@ -1,8 +1,9 @@
 """Airfoil's generated GPU kernels timed alone: launched back to back between two CUDA
 events (no Python between launches), beside the floors that say what limits them.
 
-* ``update`` (direct, 4 doubles per cell in q, qold and res): as generated (each row staged
-  in registers, see ``meshchain.backends.cuda.codegen``), with rows passed as pointers
+* ``update`` (direct, 4 doubles per cell in q, qold and res): as generated (the rows of qold,
+  res and adt staged in registers; q, written only, is stored through its pointer; see
+  ``meshchain.backends.cuda.codegen``), with rows passed as pointers
   (``stage_rows=False``, the code before staging), and a hand-written kernel on the same
   data laid out as structure of arrays (the layout's floor);
 * ``res_calc`` (indirect increments of res through pecell): with ``atomicAdd`` (as run with

@@ -210,7 +210,8 @@ def worker(config: dict) -> dict:
 def run_job(network: str, ranks: int, config: dict, cache_dir: str, timeout: float, *, pinned: bool = False) -> dict:
     """One ``mpiexec`` job in the user's environment (no thread variables set), or with the
     threads of every library pinned to one (``pinned``: a labelled extra row)."""
-    env = dict(os.environ, MESHCHAIN_CACHE_DIR=cache_dir, **(PINNED if pinned else {}))
+    user = {k: v for k, v in os.environ.items() if k not in PINNED}  # whatever the calling shell set
+    env = dict(user, MESHCHAIN_CACHE_DIR=cache_dir, **(PINNED if pinned else {}))
     return launch(__file__, [], ranks, network, env, config, timeout, "krylov job")
 
 

@@ -265,7 +265,9 @@ def main(argv=None) -> int:
         return serve(WORKERS[args.worker], json.loads(args.config))
     defaults = QUICK if args.quick else FULL
     config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
-    env = dict(os.environ, MESHCHAIN_CACHE_DIR=args.cache_dir)  # the user's environment: no thread variables
+    pinned = ("MESHCHAIN_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in pinned}  # the user's environment: no thread variables
+    env["MESHCHAIN_CACHE_DIR"] = args.cache_dir
     info, began = machine(), time.perf_counter()
     results = {"steps": [], "cg": []}
     for network in args.network:

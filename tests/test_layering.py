@@ -181,14 +181,24 @@ BLAS_CALLS = frozenset({"dot", "vdot", "inner", "matmul", "tensordot", "einsum",
 HOT_PACKAGES = ("meshchain.linalg", "meshchain.engine", "meshchain.backends", "meshchain.comm", "meshchain.inspector")
 
 
+BLAS_MODULES = ("numpy", "numpy.linalg", "scipy.linalg")
+
+
 def blas_calls(path: Path) -> list:
-    """``x.dot``, ``np.linalg`` and the like, and ``a @ b``, in the code of ``path``."""
+    """``x.dot``, ``np.linalg`` and the like, ``a @ b``, and BLAS functions or modules
+    imported by name (``from numpy import dot``, ``import scipy.linalg``), in the code of ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Attribute) and node.attr in BLAS_CALLS:
             found.append(f"line {node.lineno}: .{node.attr}")
         elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
             found.append(f"line {node.lineno}: @")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(BLAS_MODULES):
+            names = [a.name for a in node.names if a.name in BLAS_CALLS or a.name == "*"
+                     or (node.module or "").endswith("linalg")]
+            found += [f"line {node.lineno}: from {node.module} import {name}" for name in names]
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.endswith(".linalg")]
     return found
 
 
@@ -201,5 +211,7 @@ def test_the_packages_that_run_loops_and_solvers_call_no_blas():
 def test_the_blas_check_sees_methods_functions_and_operators(tmp_path):
     module = tmp_path / "blas.py"
     module.write_text('"""np.dot(a, b) in a docstring is no call."""\n\n'
-                      "def f(np, a, b):\n    return a.dot(b) + np.linalg.norm(a) + (a @ b)\n")
-    assert sorted(entry.split(": ")[1] for entry in blas_calls(module)) == [".dot", ".linalg", "@"]
+                      "from numpy import dot, zeros\nfrom scipy.linalg import norm\nimport numpy.linalg\n\n"
+                      "def f(np, a, b):\n    return a.dot(b) + np.linalg.norm(a) + (a @ b) + dot(a, b)\n")
+    assert sorted(entry.split(": ")[1] for entry in blas_calls(module)) == [
+        ".dot", ".linalg", "@", "from numpy import dot", "from scipy.linalg import norm", "import numpy.linalg"]

@@ -225,7 +225,10 @@ class NumbaBackend(Backend):
         Entry points are remembered by :func:`_type_key` of the arguments, which tells apart
         what Numba's types tell apart, at a fraction of the cost of ``numba.typeof`` (which
         took a third of a plan's build: a loop with a new Dat or Global builds one)."""
-        key = (function, tuple(map(_type_key, arguments)))
+        types = tuple(map(_type_key, arguments))
+        if None in types:  # an argument the key does not describe: ask Numba every time
+            return self._entry_point(function, arguments, loop, report, path=path, what=what)
+        key = (function, types)
         entries = self._entries
         found = entries.get(key)
         if found is not None:
@@ -332,8 +335,9 @@ def _concatenated(groups):
 
 def _type_key(value):
     """What Numba's type of ``value`` depends on: an array's dtype, dimensions, layout,
-    writeability and alignment; a scalar's Python type (and, for an int, whether it fits
-    int64, past which Numba types it differently). Equal keys mean equal Numba types.
+    writeability and alignment; a bool's, float's or NumPy scalar's type; an int's type if it
+    fits int64. None for anything else (a tuple, a larger int): no key, Numba types it.
+    Equal keys mean equal Numba types.
 
     Examples
     --------
@@ -341,16 +345,18 @@ def _type_key(value):
     >>> a = np.zeros((3, 2))
     >>> _type_key(a) == _type_key(np.ones((5, 7))), _type_key(a) == _type_key(a[:, 0])
     (True, False)
-    >>> _type_key(True) == _type_key(1), _type_key(1) == _type_key(2**70)
-    (False, False)
+    >>> _type_key(True) == _type_key(1), _type_key(2**70), _type_key((1, 2))
+    (False, None, None)
     """
     if isinstance(value, np.ndarray):
         flags = value.flags
         layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
         return (type(value), value.dtype, value.ndim, layout, flags.writeable, flags.aligned)
     if type(value) is int:
-        return (int, -2**63 <= value < 2**63)
-    return type(value)
+        return int if -2**63 <= value < 2**63 else None
+    if type(value) in (bool, float) or isinstance(value, np.generic):
+        return type(value)
+    return None
 
 
 def _unsigned(values):
