@@ -75,7 +75,7 @@ def test_chains_replay_one_plan_and_count_like_separate_runs():
     np.testing.assert_array_equal(y.data[:, 0], 2 * r.data_ro[:, 0])
 
 
-def test_configure_drops_plans_and_a_changed_constant_rebuilds_them():
+def test_configure_drops_plans_and_a_changed_constant_rebuilds_them(monkeypatch):
     global OFFSET
     cells = mc.Set(3, "cells")
     q = mc.Dat(cells, 1, None, "q")
@@ -85,6 +85,9 @@ def test_configure_drops_plans_and_a_changed_constant_rebuilds_them():
     mc.par_loop(shifted, cells, q(mc.RW))
     mc.flush()
     assert next(iter(plans().values())) is first, "the same state runs the same plan"
+    closed = []
+    close = type(first).close
+    monkeypatch.setattr(type(first), "close", lambda plan: (closed.append(plan), close(plan)))
     OFFSET = 10.0
     try:
         mc.par_loop(shifted, cells, q(mc.RW))
@@ -92,6 +95,7 @@ def test_configure_drops_plans_and_a_changed_constant_rebuilds_them():
     finally:
         OFFSET = 1.0
     assert next(iter(plans().values())) is not first
+    assert closed == [first], "the stale plan is dropped and closed, as an evicted one"
     counted = mc.stats().caches["plans"]
     assert (counted.misses, counted.hits) == (2, 1), "rebuilt under its key: counted as built, not reused"
     mc.configure(block_size=16)
