@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from comm import mpiexec  # noqa: E402
 EXAMPLES = HERE.parent / "examples"
 NUMBER = r"[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 
@@ -63,11 +67,6 @@ def small_arguments(script: str, arguments: list) -> list:
     """The case's arguments with the mesh and iteration options of ``SMALL`` instead."""
     extra = [a for a in arguments if a in ("--chain", "ca", "--gpu-increments", "colour")]
     return SMALL[script] + extra
-
-
-def mpiexec() -> str:
-    candidate = Path(sys.executable).parent / "mpiexec"
-    return str(candidate) if candidate.exists() else "mpiexec"
 
 
 def run(script: str, arguments: list, ranks: int, backend: str, timeout: float) -> dict:

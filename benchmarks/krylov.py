@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -50,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import launch, machine, serve, slowest  # noqa: E402
+from comm import THREAD_VARIABLES, launch, machine, serve, slowest, user_environment  # noqa: E402
 
 METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 # meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
@@ -59,7 +58,7 @@ PETSC = {"cg": ("cg", {}), "cg1": ("cg", {"ksp_cg_single_reduction": None}), "pi
 BLOCKING = {"pipecg": "cg1", "pipecr": "cg1", "groppcg": "cg"}
 FULL = dict(per_rank=[700, 2000, 20000], repeats=5, rtol=1e-8)
 #: Thread variables a user does not set: only the labelled ``--environment pinned`` rows set them.
-PINNED = dict(MESHCHAIN_THREADS="1", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+PINNED = dict.fromkeys(THREAD_VARIABLES, "1")
 QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
 
 
@@ -210,8 +209,7 @@ def worker(config: dict) -> dict:
 def run_job(network: str, ranks: int, config: dict, cache_dir: str, timeout: float, *, pinned: bool = False) -> dict:
     """One ``mpiexec`` job in the user's environment (no thread variables set), or with the
     threads of every library pinned to one (``pinned``: a labelled extra row)."""
-    user = {k: v for k, v in os.environ.items() if k not in PINNED}  # whatever the calling shell set
-    env = dict(user, MESHCHAIN_CACHE_DIR=cache_dir, **(PINNED if pinned else {}))
+    env = user_environment(MESHCHAIN_CACHE_DIR=cache_dir, **(PINNED if pinned else {}))
     return launch(__file__, [], ranks, network, env, config, timeout, "krylov job")
 
 

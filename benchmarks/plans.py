@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import resource
 import statistics
 import sys
@@ -44,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import launch, machine, serve  # noqa: E402
+from comm import launch, machine, serve, user_environment  # noqa: E402
 
 VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global")
 FULL = dict(nodes=20000, steps=100, rounds=5, cells=40000, cg_iterations=60, memory_steps=5000)
@@ -265,9 +264,7 @@ def main(argv=None) -> int:
         return serve(WORKERS[args.worker], json.loads(args.config))
     defaults = QUICK if args.quick else FULL
     config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
-    pinned = ("MESHCHAIN_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-    env = {k: v for k, v in os.environ.items() if k not in pinned}  # the user's environment: no thread variables
-    env["MESHCHAIN_CACHE_DIR"] = args.cache_dir
+    env = user_environment(MESHCHAIN_CACHE_DIR=args.cache_dir)  # no thread variables, as a user runs it
     info, began = machine(), time.perf_counter()
     results = {"steps": [], "cg": []}
     for network in args.network:

@@ -175,7 +175,7 @@ def test_the_sender_check_sees_a_call_on_any_object(tmp_path):
 
 
 # NumPy calls that go to the BLAS library: its threads compete with Numba's for the cores
-# (issue 32: a CG iteration 9-26x slower), so the packages that run loops and solvers compute
+# (issue 32: a CG iteration 40x slower), so the packages that run loops and solvers compute
 # their dot products in compiled passes instead (``meshchain.linalg.fused``)
 BLAS_CALLS = frozenset({"dot", "vdot", "inner", "matmul", "tensordot", "einsum", "linalg"})
 HOT_PACKAGES = ("meshchain.linalg", "meshchain.engine", "meshchain.backends", "meshchain.comm", "meshchain.inspector")

@@ -207,3 +207,24 @@ def test_cache_counters_survive_a_backend_made_anew_and_reset():
     assert registry.counts()["modules"].misses == 2 and registry.counts()["plain"] == ("plain", None, 2, 1)
     registry.reset_counts()
     assert registry.counts()["modules"] == ("modules", 0, 0, 1)
+
+
+def test_entry_point_keys_tell_apart_what_numba_types_tell_apart():
+    """The numba backend finds compiled entry points by ``_type_key`` instead of
+    ``numba.typeof``: equal keys must mean equal Numba types, for every kind of argument a
+    plan passes (arrays of each layout and flag, read-only views, scalars)."""
+    import numba
+
+    from meshchain.backends.base import readonly
+    from meshchain.backends.numba_backend import _type_key
+
+    matrix = np.zeros((4, 3))
+    values = [matrix, np.ones((2, 5)), matrix[:, 0], matrix.T, matrix[::2], readonly(matrix), np.zeros((4, 1)),
+              np.zeros(0), np.zeros(3, dtype=np.int32), np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.uint64),
+              True, False, np.bool_(True), 0, 7, -2**63, 2**63 - 1, np.int64(3), np.int32(3), 1.5, np.float64(1.5)]
+    for a in values:
+        for b in values:
+            if _type_key(a) == _type_key(b):
+                assert numba.typeof(a) == numba.typeof(b), (a, b)
+    assert all(_type_key(v) is not None for v in values)
+    assert _type_key(2**63) is None and _type_key((1, 2)) is None  # left to numba.typeof

@@ -216,7 +216,7 @@ BLAS_ENTRY_POINTS = ("dot", "vdot", "inner", "matmul", "tensordot", "einsum")
 
 def test_a_solve_calls_no_blas(monkeypatch):
     """NumPy's dot products call the BLAS library, whose threads (OpenBLAS starts one per
-    core) fight Numba's pool for the cores: a CG iteration ran 9-26x slower with no thread
+    core) fight Numba's pool for the cores: a CG iteration ran 40x slower with no thread
     variables set. Every method and preconditioner, with residual replacement (its bounds and
     restarts) and the true residual at exit, runs with NumPy's BLAS entry points refused."""
     problem = Problem(structured_quads(6, 6), seed=2)

@@ -72,13 +72,13 @@ class Pipeline:
         if distributed and options is not None and options.ca == "auto":
             mode, learner = self._auto(unit)
         plans = self.plans
-        key = (unit, state, mode)
-        plan = plans.get(key)
+        plan_key = (unit, state, mode)
+        plan = plans.get(plan_key)
         first = plan is None or bool(plan.kernels and not plan.current())
         if first:
             if plan is not None:  # stale: a kernel's module globals changed. Dropped like an evicted
-                plans.pop(key)    # plan (closed, its statistics kept), then built again (a miss)
-            plan = self._build(unit, key, mode)
+                plans.pop(plan_key)  # plan (closed, its statistics kept), then built again (a miss)
+            plan = self._build(unit, plan_key, mode)
         else:
             plans.hits += 1
         if distributed and options is not None:

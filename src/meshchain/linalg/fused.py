@@ -5,8 +5,9 @@ products into ``out`` (combined over ranks in one reduction by the caller).
 
 Every dot product of a solve is computed here, never by NumPy's ``np.dot``: that calls the
 BLAS library, whose own threads (OpenBLAS starts one per core) then compete with Numba's for
-the cores, and a CG iteration on a machine with no thread variables set ran 9-26x slower
-than with them (``tests/test_layering.py`` keeps BLAS calls out of the solver's packages).
+the cores: with no thread variables set, a CG iteration on 2 ranks of 20 000 unknowns took
+25.3 ms against 0.60 ms with compiled dot products (``benchmarks/krylov.py``;
+``tests/test_layering.py`` keeps BLAS calls out of the solver's packages).
 
 Examples
 --------

@@ -188,10 +188,11 @@ def _staged_rows(specs) -> set:
     (unless read-only) back after it: all the row's loads, then all its stores, issued
     together, so that a warp's strided accesses to rows of several values meet in the
     cache instead of being fetched again between the kernel's statements (Airfoil's
-    ``update`` on an H200: 68.5 -> 36.3 us at 720 000 cells, ``benchmarks/gpu_kernels.py``). Not for ``WRITE``
-    (its stores go straight to memory: a kernel may write only part of the row, and loading
-    the rest would cost a read), nor for a dat that another argument of the loop uses (two
-    copies of one row would not see each other's writes), nor rows too long for registers."""
+    ``update`` on an H200: 69.0 -> 36.0 us at 720 000 cells, ``benchmarks/gpu_kernels.py``).
+    Not for ``WRITE`` (its stores go straight to memory: a kernel may write only part of the
+    row, and loading the rest would cost a read), nor for a dat that another argument of the
+    loop uses (two copies of one row would not see each other's writes), nor rows too long
+    for registers."""
     uses = {}
     for s in specs:
         uses[s.slot] = uses.get(s.slot, 0) + 1
