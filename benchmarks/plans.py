@@ -1,9 +1,10 @@
 """Speed as users write code: a new Global or Dat per step, against objects reused.
 
 OP2's C applications pass reductions and scalars through stack variables (``op_arg_gbl``),
-and PyOP2/Firedrake users create temporaries per step; meshchain keys a plan by the dats
-and globals its loops use, so each new object costs a plan build. Per job (``mpiexec -n R``,
-``--network shm|tcp``, the user's environment: no thread variables set):
+and PyOP2/Firedrake users create temporaries per step; meshchain keeps plans by structure
+and binds a new object declared alike to the plan already built (``engine/rebind.py``).
+Per job (``mpiexec -n R``, ``--network shm|tcp``, the user's environment: no thread
+variables set):
 
 * **steps**: two loops per step on ``structured_quads(n, n)`` (about ``--nodes`` nodes):
   ``gather`` (cells, reads ``x`` through the cell-to-node map, writes a cell dat) and
@@ -46,7 +47,7 @@ if str(HERE) not in sys.path:
 from comm import launch, machine, serve, user_environment  # noqa: E402
 
 VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global")
-FULL = dict(nodes=20000, steps=100, rounds=5, cells=40000, cg_iterations=60, memory_steps=5000)
+FULL = dict(nodes=20000, steps=100, rounds=5, cells=40000, cg_iterations=60, memory_steps=100000)
 QUICK = dict(nodes=2000, steps=20, rounds=2, cells=2000, cg_iterations=10, memory_steps=200)
 
 GATHER = "def gather(x, c):\n    c[0] = 0.25 * (x[0, 0] + x[1, 0] + x[2, 0] + x[3, 0])\n"

@@ -129,10 +129,21 @@ class Program:
         for position, (iterset, _) in enumerate(self.loop_specs):
             mc.par_loop(self.kernels[position], self.sets[iterset], *self._args(position), name=f"loop{position}")
 
-    def run(self, mode, *, executions=2, tile_size=None):
+    def renew(self):
+        """Replace every dat and global with a new one declared alike, holding its values (as a
+        user who makes new objects per step does; plans are bound to the new objects)."""
+        for name, old in self.dats.items():
+            self.dats[name] = mc.Dat(old.dataset, old.dim, old.gather(), name, dtype=old.dtype)
+        for name, old in self.globals.items():
+            self.globals[name] = mc.Global(1, old.value, name, dtype=old.dtype)
+
+    def run(self, mode, *, executions=2, tile_size=None, renew=False):
         """``mode``: None (no chain), or the chain's ``ca`` (True, False, "auto");
-        ``tile_size``: the chain's sparse tiling."""
+        ``tile_size``: the chain's sparse tiling; ``renew``: new objects before every execution
+        (:meth:`renew`)."""
         for _ in range(executions):
+            if renew:
+                self.renew()
             if mode is None:
                 self.record()
                 mc.flush()

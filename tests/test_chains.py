@@ -177,6 +177,25 @@ def test_random_chains_equal_loop_by_loop_on_one_process(spec):
             np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=programs(max_loops=5), mode=st.sampled_from([None, True, False, "auto"]))
+def test_new_objects_each_execution_reuse_the_plans_bit_for_bit(spec, mode):
+    """Plans are kept by structure: executions with new dats and globals declared alike give
+    the bits of executions with the objects reused, and build no plan after the first."""
+    results = []
+    for renew in (False, True):
+        mc.reset_runtime()
+        program = Program(spec)
+        program.run(mode, executions=1)
+        mc.stats(reset=True)
+        program.run(mode, executions=3, renew=renew)
+        plans = mc.stats().caches["plans"]
+        assert plans.misses == 0 and plans.hits > 0, (renew, plans)
+        results.append(program.results())
+    for want, got in zip(*results):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_loop_chain_runs_when_the_block_ends():
     s, a, b, _ = small_world()
     with mc.loop_chain("pair"):

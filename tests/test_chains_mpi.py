@@ -113,6 +113,54 @@ def test_random_chains_auto_and_off_equal_serial(comm, spec):
                 np.testing.assert_array_equal(value, want)
 
 
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
+@settings(max_examples=5, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=programs(max_loops=5), mode=st.sampled_from([None, True, False]), tiled=st.booleans())
+def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, spec, mode, tiled):
+    """New dats and globals declared alike before every execution: the bits of the objects
+    reused; no plan is built again (a tiled chain's plan cannot take other objects: it is)."""
+    tile_size = 8 if tiled and mode is True else None
+    results = []
+    for renew in (False, True):
+        mc.reset_runtime(comm=comm)
+        program = Program(spec)
+        program.run(mode, executions=3, renew=renew, tile_size=tile_size)  # every state of the halos seen
+        mc.stats(reset=True)
+        program.run(mode, executions=3, renew=renew, tile_size=tile_size)
+        plans = mc.stats().caches["plans"]
+        if tile_size is None or not renew:
+            assert plans.misses == 0 and plans.hits > 0, (renew, plans)
+        results.append(program.results())
+    for want, got in zip(*results):
+        if got is not None:
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_globals_made_per_step_and_read_later_keep_their_own_reductions(comm):
+    """A plan bound to a new global while the last one's reduction over ranks is in flight
+    (its value not read yet) finishes that reduction first: each global keeps its own sum."""
+    mc.reset_runtime(comm=comm)
+    d = structured_tris(6, 6).declare()
+    x = mc.Dat(d.nodes, 1, np.arange(d.nodes.size, dtype=np.float64), "x")
+    mc.partition("kway", seed_set=d.cells)
+    total = mc.Kernel.from_source("def total(a, s):\n    s[0] += a[0]\n")
+    double = mc.Kernel.from_source("def double(a):\n    a[0] = 2.0 * a[0]\n")
+    sums = []
+    for step in range(6):
+        if step == 2:  # every state of x's halo seen
+            mc.stats(reset=True)
+        s = mc.Global(1, 0.0, "s")
+        mc.par_loop(total, d.nodes, x(mc.READ), s(mc.INC))
+        mc.par_loop(double, d.nodes, x(mc.RW))
+        mc.flush()
+        sums.append(s)
+    n = d.nodes.size
+    assert mc.stats().caches["plans"].misses == 0  # the plans bound to each new global
+    assert [g.value[0] for g in sums] == [n * (n - 1) / 2 * 2**k for k in range(6)]
+
+
 def synthetic(comm, nchains, *, ca=True, executions=3, size=(12, 12), tile_size=None):
     mc.reset_runtime(comm=comm, transport=COUNTED_TRANSPORT)
     problem = synthetic_chain.declare(structured_tris(*size), dtype=np.int64)

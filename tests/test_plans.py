@@ -169,8 +169,9 @@ def test_a_failure_discards_only_the_loops_that_depend_on_it():
 
 
 def test_statistics_count_plans_built_and_reused_and_kernels_compiled():
-    """A loop written with a new Global per step builds a plan per step, and mc.stats() shows
-    it; objects reused build one plan, replayed after. ``reset`` starts the counters again."""
+    """Objects reused build one plan, replayed after; a new Global per step declared alike
+    reuses it too (bound to the new global), and mc.stats() shows both. ``reset`` starts the
+    counters again."""
     nodes = mc.Set(8, "nodes")
     x = mc.Dat(nodes, 1, np.arange(8.0), "x")
     total = mc.Kernel.from_source("def total(a, s):\n    s[0] += a[0]\n")
@@ -187,9 +188,61 @@ def test_statistics_count_plans_built_and_reused_and_kernels_compiled():
         fresh = mc.Global(1, 0.0, "fresh")
         mc.par_loop(total, nodes, x(mc.READ), fresh(mc.INC))
         assert fresh.value[0] == 28.0
+    rebound = mc.stats(reset=True).caches
+    assert (rebound["plans"].misses, rebound["plans"].hits) == (0, 5)
+    assert rebound["loop structures"].misses == 0 and rebound["loop structures"].hits is None
+    for _ in range(3):
+        other = mc.Global(1, 0.0, "other", dtype=np.float32)  # another dtype: another structure, once
+        mc.par_loop(total, nodes, x(mc.READ), other(mc.INC))
+        assert other.value[0] == 28.0
     replanned = mc.stats().caches
-    assert (replanned["plans"].misses, replanned["plans"].hits) == (5, 0)
-    assert replanned["validated loops"].misses == 5 and replanned["validated loops"].hits is None
+    assert (replanned["plans"].misses, replanned["plans"].hits) == (1, 2)
+    assert replanned["loop structures"].misses == 1
+
+
+def test_temporaries_go_when_dropped_without_waiting_for_the_garbage_collector():
+    """No cache holds a temporary dat or global, and an object and its arguments form no
+    reference cycle: once the next step's objects are bound, the last step's are freed by
+    reference counting alone (the unit holds only its latest execution's objects)."""
+    import gc
+    import weakref
+
+    cells = mc.Set(50, "cells")
+    x = mc.Dat(cells, 1, np.arange(50.0), "x")
+    copy = mc.Kernel.from_source("def copy(a, c):\n    c[0] = a[0]\n")
+    total = mc.Kernel.from_source("def total(c, s):\n    s[0] += c[0]\n")
+    gone = []
+    gc.disable()
+    store = mc.get_runtime().store
+    before = len(store)
+    try:
+        for _ in range(4):
+            c, s = mc.Dat(cells, 1, None, "c"), mc.Global(1, 0.0, "s")
+            mc.par_loop(copy, cells, x(mc.READ), c(mc.WRITE))
+            mc.par_loop(total, cells, c(mc.READ), s(mc.INC))
+            assert s.value[0] == 1225.0
+            gone.append((weakref.ref(c), weakref.ref(s)))
+            del c, s
+        assert all(c() is None and s() is None for c, s in gone[:-1]), "freed without a collection"
+        assert len(store) == before + 2  # the records of the last step's two objects only
+    finally:
+        gc.enable()
+
+
+def test_a_plan_that_cannot_take_new_objects_is_built_for_them():
+    """The reference backend's calls cannot be rebound: a new Global per step builds its plan
+    again (counted), with the right value each time; the numba backend's are rebound."""
+    nodes = mc.Set(8, "nodes")
+    x = mc.Dat(nodes, 1, np.arange(8.0), "x")
+    total = mc.Kernel.from_source("def total(a, s):\n    s[0] += a[0]\n")
+    for backend, built in (("reference", 4), ("numba", 1)):
+        mc.configure(backend=backend)
+        mc.stats(reset=True)
+        for step in range(4):
+            fresh = mc.Global(1, float(step), "fresh")
+            mc.par_loop(total, nodes, x(mc.READ), fresh(mc.INC))
+            assert fresh.value[0] == 28.0 + step
+        assert mc.stats().caches["plans"].misses == built, backend
 
 
 def test_cache_counters_survive_a_backend_made_anew_and_reset():

@@ -257,12 +257,18 @@ class NumbaBackend(Backend):
 
 
 class _Call:
-    """A prepared call of a compiled function: runs a phase with arguments bound once."""
+    """A prepared call of a compiled function: runs a phase with arguments bound once. It
+    keeps the loops' names (and of one loop, its kernel's name and argument view shapes, for
+    error messages), not the loops: a plan holds no user object beyond its bound arrays."""
 
-    __slots__ = ("entry", "arguments", "names", "path", "runs")
+    __slots__ = ("entry", "arguments", "names", "path", "_single")
 
     def __init__(self, entry, arguments, names, path, runs):
-        self.entry, self.arguments, self.names, self.path, self.runs = entry, arguments, names, path, runs
+        self.entry, self.arguments, self.names, self.path = entry, arguments, names, path
+        self._single = None
+        if len(runs) == 1:
+            loop = runs[0].loop
+            self._single = (loop.kernel.name, loop.name, [a.view_shape for a in loop.args])
 
     def __call__(self) -> None:
         try:
@@ -270,16 +276,24 @@ class _Call:
         except (IndexError, SystemError) as exc:  # an IndexError inside a prange region surfaces as SystemError
             raise self._failure(exc) from exc
 
+    def rebind(self, substitutions) -> None:
+        """Put the arrays of ``substitutions`` (``(position, array)``, each alike the one it
+        replaces: see :mod:`meshchain.engine.rebind`) in place of the bound arguments."""
+        arguments = list(self.arguments)
+        for position, array in substitutions:
+            arguments[position] = array
+        self.arguments = tuple(arguments)
+
     def wrapped(self, exc: BaseException) -> BaseException:
         """The exception to raise for ``exc`` raised by these runs' compiled code."""
         return self._failure(exc) if isinstance(exc, (IndexError, SystemError)) else exc
 
     def _failure(self, exc) -> KernelRuntimeError:
-        if len(self.runs) == 1:
-            loop = self.runs[0].loop
+        if self._single is not None:
+            kernel, name, shapes = self._single
             return KernelRuntimeError(
-                f"kernel {loop.kernel.name!r} in loop {loop.name!r}: {exc}; an index fell outside an argument view "
-                f"(view shapes {[a.view_shape for a in loop.args]}); generated source: {self.path}")
+                f"kernel {kernel!r} in loop {name!r}: {exc}; an index fell outside an argument view "
+                f"(view shapes {shapes}); generated source: {self.path}")
         return KernelRuntimeError(f"a kernel of the chain phase of loops {self.names} failed: {exc}; an index fell "
                                   f"outside an argument view")
 

@@ -224,6 +224,24 @@ class HaloExchange:
         return self._transport.requests
 
     @property
+    def rebindable(self) -> bool:
+        """Whether :meth:`rebind` can swap the dats' arrays (no rows are staged through a device)."""
+        return not self._staged
+
+    def rebind(self, arrays) -> None:
+        """Exchange the rows of ``arrays`` instead of the items' arrays (one each, of the same
+        shape and dtype: other dats of the same layout); only between runs."""
+        if self._staged or self._state is not None:
+            raise MeshchainError("a halo exchange can be rebound only between runs and without staged rows")
+        arrays = list(arrays)
+        if len(arrays) != len(self.items) or any(a.shape != item.array.shape or a.dtype != item.array.dtype
+                                                 for a, item in zip(arrays, self.items)):
+            raise MeshchainError("a halo exchange can be rebound only to arrays of its items' shapes and dtypes")
+        self.items = tuple(item._replace(array=array) for item, array in zip(self.items, arrays))
+        self.views = tuple(word_view(array) for array in arrays)
+        self._combines = None
+
+    @property
     def idle(self) -> bool:
         """Whether runs of this exchange make no MPI call on this rank (nothing to send or
         receive, and a transport that takes no part in collectives)."""

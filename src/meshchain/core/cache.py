@@ -1,6 +1,6 @@
 """The one cache utility: bounded mappings that name the events which make them stale.
 
-Every cache meshchain keeps (validated loops, colourings, chain schedules, executable
+Every cache meshchain keeps (loop structures, colourings, chain schedules, executable
 plans, compiled executors, tile plans, model decisions) is a :class:`Cache` obtained
 from the session's :class:`CacheRegistry`. A cache holds at most ``limit`` entries (the
 oldest goes first) and names its *invalidation events*; the session announces an event

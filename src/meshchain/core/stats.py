@@ -264,7 +264,7 @@ class Stats:
 
 
 #: The caches ``str(mc.stats())`` shows (all are in :attr:`Stats.caches`).
-SHOWN_CACHES = ("validated loops", "units", "schedules", "plans")
+SHOWN_CACHES = ("loop structures", "units", "schedules", "plans")
 
 
 def _cache_rows(stats: Stats) -> list:

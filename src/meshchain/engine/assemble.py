@@ -42,6 +42,7 @@ from .accounting import PlanAccount, account_for
 from .boundary import boundary_task_calls, layer_rows
 from .eager import eager_splits
 from .plans import Plan, Reduction, Step
+from .rebind import Binding
 from .tiling import Tiling, tiled_phase
 
 __all__ = ["assemble"]
@@ -58,11 +59,20 @@ def assemble(session, unit, schedule, *, profile=None, tiling: Tiling | None = N
         failure = exc
     try:
         agree_on_failure(session.comm, failure)
+        _agree_on_rebinding(session.comm, plan.binding)
     except BaseException:
         if plan is not None:
             plan.close()
         raise
     return plan
+
+
+def _agree_on_rebinding(comm, binding) -> None:
+    """Every rank rebinds the plan, or none does (a rank building it again alone would wait
+    in the build's collectives for the others forever)."""
+    from mpi4py import MPI
+
+    binding.supported = bool(comm.allreduce(int(binding.supported), op=MPI.MIN))
 
 
 def _assembled(session, unit, schedule, profile, tiling) -> Plan:
@@ -83,10 +93,13 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
     counted = account_for(schedule, unit.names, layouts=layouts, chain=unit.chain, colours=builder.colours,
                           profile=profile, tiling=builder.tiling_stats(tiling), arithmetic=builder.arithmetic)
     account.loops, account.chain = counted.loops, counted.chain
-    return Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
+    plan = Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
                 closers=builder.closers, chain=unit.options is not None,
                 agree=any(session.backend.may_fail(loop) for loop in unit.loops),
                 overlap=session.overlap() if distributed else None)
+    plan.binding = Binding(unit.records, steps=plan.steps, exchanges=builder.exchanges,
+                           prepared=builder.prepared, prepare=session.backend.prepare_data)
+    return plan
 
 
 class _Builder:
@@ -100,7 +113,8 @@ class _Builder:
         self.closers: list = []
         self.tile_plans: list = []
         self.groups = 0
-        self._prepared: set = set()
+        self.exchanges: list = []  # (exchange, the object keys of its items)
+        self.prepared: dict = {}  # (object key, write) -> None: storage handed to the backend's prepare_data
 
     # --- one segment ------------------------------------------------------------------------------
 
@@ -175,6 +189,7 @@ class _Builder:
         tag = GROUPED_TAG if spec.grouped else items[0][0].tag
         exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag, transport=self.session.transport)
         self.closers.append(exchange.close)
+        self.exchanges.append((exchange, tuple(key for key, _, _ in spec.items)))
         return exchange
 
     # --- phases -----------------------------------------------------------------------------------
@@ -228,7 +243,7 @@ class _Builder:
         for i, spec in enumerate(loop.specs):
             keys.setdefault(spec.slot, unit.signature[run.loop].args[i].obj)
         data = tuple(unit.storage[keys[slot]] for slot in range(len(keys)))
-        self._prepare(loop, data)
+        self._prepare(loop, keys)
         maps = tuple(self.session.layout.values(m) for m in loop.maps)
         targets = {}
         if run.targets != "global":
@@ -265,11 +280,13 @@ class _Builder:
         return piece._replace(colouring=self.session.colouring(piece.loop, piece.start, piece.end,
                                                                block_size=block_size))
 
-    def _prepare(self, loop, data) -> None:
-        for spec, record in zip(loop.specs, (data[s.slot] for s in loop.specs)):
-            if spec.kind != "global" and (id(record), spec.access.writes) not in self._prepared:
-                self._prepared.add((id(record), spec.access.writes))
-                self.backend.prepare_data(record, write=spec.access.writes)
+    def _prepare(self, loop, keys) -> None:
+        """Hand the loop's dats to the backend's ``prepare_data`` (``keys``: slot -> object key)."""
+        for spec in loop.specs:
+            prepared = (keys[spec.slot], spec.access.writes)
+            if spec.kind != "global" and prepared not in self.prepared:
+                self.prepared[prepared] = None
+                self.backend.prepare_data(self.unit.storage[prepared[0]], write=prepared[1])
 
     def _colour(self, loop, count: int) -> None:
         position = self.unit.loops.index(loop.recorded)

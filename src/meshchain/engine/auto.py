@@ -172,7 +172,7 @@ class ModelState:
         decided, until measurements overrule it), or a probe of the other variant; checks
         it first when a check is due (collective; the same on every rank). ``learner`` (None
         while the model is measuring) is to be given the execution's timing (:meth:`observe`)."""
-        key = (unit.options, unit.loops)
+        key = unit
         learner = self.decisions.get(key)
         record = self.session.recorder.chain(unit.chain)
         if learner is None:

@@ -22,7 +22,7 @@ Examples
 ...     mc.par_loop(bump, cells, q(mc.RW))
 ...     mc.flush()
 >>> plans = mc.get_runtime().pipeline.plans
->>> [(plan.account.runs, [run.loop.name for run in plan.steps[0].core.runs]) for plan in plans.values()]
+>>> [(plan.account.runs, plan.steps[0].core.names) for plan in plans.values()]
 [(3, ['bump'])]
 """
 
@@ -35,7 +35,7 @@ from ..model.estimate import chain_profile
 from .assemble import assemble
 from .strategies import schedule_for
 from .tiling import Tiling, refuse_tiling
-from .units import Unit
+from .units import Unit, unit_key
 
 __all__ = ["Pipeline"]
 
@@ -58,13 +58,14 @@ class Pipeline:
     def execute(self, run, loops) -> None:
         """Run ``loops``, recorded in chain ``run`` (None: one loop on its own)."""
         options = None if run is None else run.options
-        key = loops[0] if options is None else (options, *loops)
+        key = unit_key(loops, options)
         units = self.units
         unit = units.get(key)
         if unit is None:
             unit = units[key] = Unit(loops, options, self.session.store)
         else:
             units.hits += 1
+            unit.bind(loops)
         session = self.session
         distributed = session.distributed
         state = unit.state() if distributed else None
@@ -75,9 +76,11 @@ class Pipeline:
         plan_key = (unit, state, mode)
         plan = plans.get(plan_key)
         first = plan is None or bool(plan.kernels and not plan.current())
+        if not first and plan.binding.records != unit.records and not self._rebound(plan, unit):
+            first = True  # a part of the plan cannot take other objects (see .rebind): built for these
         if first:
-            if plan is not None:  # stale: a kernel's module globals changed. Dropped like an evicted
-                plans.pop(plan_key)  # plan (closed, its statistics kept), then built again (a miss)
+            if plan is not None:  # stale (a kernel's module globals changed), or bound to other objects: dropped
+                plans.pop(plan_key)  # like an evicted plan (closed, its statistics kept), then built again (a miss)
             plan = self._build(unit, plan_key, mode)
         else:
             plans.hits += 1
@@ -102,6 +105,17 @@ class Pipeline:
 
     # --- building ---------------------------------------------------------------------------------
 
+    def _rebound(self, plan, unit) -> bool:
+        """Bind ``plan`` to ``unit``'s objects of this execution (see :mod:`.rebind`); False: it
+        is to be built again. On several ranks every rank can rebind it or none can (agreed
+        when it was built): a rank that could not alone aborts the job rather than build alone."""
+        binding = plan.binding
+        if binding.rebind(plan, unit.records):
+            return True
+        if self.session.distributed and binding.supported:
+            collectively(self.session, f"binding the plan of {_what(unit)} to new objects", lambda: _refuse_unlike(unit))
+        return False
+
     def _auto(self, unit):
         """``(mode, learner)`` of this ``ca="auto"`` execution (see :meth:`~meshchain.engine.auto.ModelState.auto`)."""
         use_ca, learner = self.session.model.auto(unit, self.profile(unit))
@@ -119,7 +133,7 @@ class Pipeline:
         return "ca"
 
     def _schedule(self, unit, strategy: str):
-        key = (unit.options, unit.loops, unit.state() if self.session.distributed else None, strategy)
+        key = (unit, unit.state() if self.session.distributed else None, strategy)
         schedule = self.schedules.get(key)
         if schedule is None:
             schedule = collectively(self.session, f"planning {_what(unit)}",
@@ -171,6 +185,13 @@ def collectively(session, what: str, action):
     except Exception as exc:  # noqa: BLE001 - reported, then the job ends
         abort_all(session.comm, what, exc)
         raise  # pragma: no cover - Abort does not return
+
+
+def _refuse_unlike(unit):
+    from ..core.errors import MeshchainError
+
+    raise MeshchainError(f"the objects of {_what(unit)} are declared alike those its plan was built for, but their "
+                         f"storage differs in shape on this rank (an internal error; please report it)")
 
 
 def _what(unit) -> str:

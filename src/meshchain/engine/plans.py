@@ -176,7 +176,8 @@ class Plan:
     """A unit's executable plan: its steps, the account its runs add to, the kernels whose
     globals it froze, and what to release when it is dropped."""
 
-    __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap")
+    __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap",
+                 "binding")
 
     def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
                  agree: bool = True, overlap: Overlap | None = None):
@@ -184,6 +185,7 @@ class Plan:
         loops, the same on every rank), so the ranks agree on failures after every run;
         ``overlap``: how computation runs beside messages (default: one call, no progress)."""
         self.overlap = overlap if overlap is not None else Overlap("none")
+        self.binding = None  # the objects bound, and how to bind others (:class:`~.rebind.Binding`)
         self.steps, self.account, self.kernels = tuple(steps), account, tuple(kernels)
         self.comm, self.closers, self.chain = comm, tuple(closers), chain
         self._flag = np.zeros(2, dtype=np.int32)

@@ -50,6 +50,7 @@ from ..types.mat import MatArg
 from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
+from .loops import LoopRecords
 from .grids import GridLowering, is_grid_set, refuse_grids
 from .matrices import Matrices
 from .pipeline import Pipeline
@@ -87,8 +88,7 @@ class Session:
         self.colourings = self.caches.cache("colourings", limit=4096, events=("configure", "partition", "repartition"))
         self.tile_plans = self.caches.cache("tile plans", limit=256, events=("configure", "partition", "repartition"))
         # grid loops are lowered to maps for some backends: a new backend checks them again
-        self._loops = self.caches.cache("validated loops", limit=4096, events=("configure",))
-        self._last_loop = self.caches.cache("loops by arguments", limit=4096, events=("configure",))
+        self.loop_records = LoopRecords(self.caches, self._checked_loop, self.storage)
         self._exclusive = self.caches.cache("exclusive paths", limit=4096, events=("partition", "repartition"))
         self.pipeline = Pipeline(self)
         self.matrices = Matrices(self)
@@ -194,19 +194,12 @@ class Session:
     # --- recording ----------------------------------------------------------------------------------
 
     def record(self, kernel, iterset, args, name) -> None:
-        """Record ``par_loop(kernel, iterset, *args, name=name)`` (checked once per kernel, set,
-        arguments and name; later calls look the checked loop up)."""
-        try:
-            found = self._last_loop.get(args)
-        except TypeError:  # something unhashable: not loop arguments; make_loop says what is wrong
-            found = None
-        if found is not None and found[0] is kernel and found[1] is iterset and found[2] == name:
-            loop = found[3]
-        elif any(type(a) is MatArg for a in args):
+        """Record ``par_loop(kernel, iterset, *args, name=name)`` (checked once per structure:
+        see :mod:`.loops`)."""
+        if any(type(a) is MatArg for a in args):
             self.matrices.record_assembly(kernel, iterset, args, name)
             return
-        else:
-            loop = self._loop_for(kernel, iterset, args, name)
+        loop = self.loop_records.loop(kernel, iterset, args, name)
         run = self.open_run
         if run is None and self.matcher.specs:
             self._record_matched(loop)
@@ -215,23 +208,6 @@ class Session:
         entries.append((loop, run))
         if len(entries) >= self._trace_length:
             self.flush()
-
-    def _loop_for(self, kernel, iterset, args, name):
-        """The checked loop of a ``par_loop`` call: looked up, or checked now. The entries keep
-        the objects alive, so their ids are not reused meanwhile."""
-        key = (kernel, iterset, args, name)
-        try:
-            loop = self._loops.get(key)
-        except TypeError:
-            loop = None
-        if loop is None:
-            loop = self._checked_loop(kernel, iterset, args, name)
-            try:
-                self._loops[key] = loop
-            except TypeError:
-                return loop
-        self._last_loop[args] = (kernel, iterset, name, loop)  # the next call with these arguments
-        return loop
 
     def _record_matched(self, loop) -> None:
         """Record ``loop`` where chains are named in the chain configuration."""

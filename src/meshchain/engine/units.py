@@ -1,10 +1,14 @@
 """Units: what the pipeline runs at once, a single loop or the loops of one chain.
 
-A :class:`Unit` is made once per distinct sequence of recorded loops (and chain options)
-and cached: its loops' signature over small integer keys (what the inspectors see), the
-objects behind the keys, the storage records of its dats and globals, and the kernels
-whose globals a plan freezes. Its *state* is the valid halo depth of each of its dats:
-plans are cached by unit and state.
+A :class:`Unit` is made once per distinct *structure* of recorded loops (and chain
+options): its loops' kernels, sets, maps and per argument the kind, dim, dtype and mode
+(:attr:`~meshchain.ir.loop.ParLoop.shape`), and which arguments share an object
+(:func:`unit_key`). It holds the loops' signature over small integer keys (what the
+inspectors see) and the kernels whose globals a plan freezes. Its *binding* is the
+objects of its latest execution and their storage records: a unit executed with new
+objects declared alike (a new Global per reduction, a temporary Dat per step) is bound
+to them (:meth:`Unit.bind`) and its plans rebound, never made again. Its *state* is the
+valid halo depth of each of its dats: plans are cached by unit and state.
 
 Examples
 --------
@@ -26,21 +30,34 @@ from ..inspector.chain import ArgSig, LoopSig
 __all__ = ["Unit"]
 
 
+def unit_key(loops, options):
+    """The cache key of the unit running ``loops`` (with chain ``options``, or None): equal
+    for loops of equal structure whose objects are shared between arguments alike."""
+    if options is None:
+        return loops[0].shape
+    keys: dict = {}
+    sharing = tuple(keys.setdefault(id(obj), len(keys)) for loop in loops for obj in loop.data)
+    return (options, tuple(loop.shape for loop in loops), sharing)
+
+
 class Unit:
     """A loop or a chain of loops, prepared for planning (see the module docstring).
 
     Attributes
     ----------
     loops : tuple of ParLoop
+        The loops of the latest execution (:meth:`bind`).
     options : ChainOptions or None
         The chain's options (None: a single loop).
     signature : tuple of LoopSig
     objects : dict
-        Object key -> the dat or global.
+        Object key -> the dat or global (of the latest execution).
     sets : dict
         Set key -> the set.
     storage : dict
-        Object key -> its storage record.
+        Object key -> its storage record (of the latest execution).
+    records : tuple
+        The storage records in object-key order (plans compare theirs with it).
     names : tuple of str
         The loops' names.
     kernels : tuple of Kernel
@@ -48,12 +65,12 @@ class Unit:
     """
 
     __slots__ = ("loops", "options", "signature", "objects", "sets", "storage", "names", "kernels", "_dats",
-                 "reads", "writes")
+                 "records", "store", "_is_dat")
 
     def __init__(self, loops, options, store):
-        self.loops, self.options = tuple(loops), options
+        self.options, self.store = options, store
         objects, sets, signature = {}, {}, []
-        for loop in self.loops:
+        for loop in loops:
             args = []
             for arg in loop.args:
                 key = objects.setdefault(id(arg.data), (len(objects), arg.data))[0]
@@ -63,15 +80,30 @@ class Unit:
             iterset = sets.setdefault(id(loop.iterset), (len(sets), loop.iterset))[0]
             signature.append(LoopSig(loop.name, iterset, tuple(args)))
         self.signature = tuple(signature)
-        self.objects = {key: obj for key, obj in objects.values()}
         self.sets = {key: s for key, s in sets.values()}
-        self.storage = {key: store.get(obj) for key, obj in self.objects.items()}
-        self.names = tuple(loop.name for loop in self.loops)
-        kernels = {id(loop.kernel): loop.kernel for loop in self.loops}
+        self.names = tuple(loop.name for loop in loops)
+        kernels = {id(loop.kernel): loop.kernel for loop in loops}
         self.kernels = tuple(k for k in kernels.values() if k.free_names)
-        self._dats = tuple(self.storage[key] for key, obj in self.objects.items() if not obj.is_global)
-        self.reads = {id(o) for loop in self.loops for o in loop.reads}
-        self.writes = {id(o) for loop in self.loops for o in loop.writes}
+        self._is_dat = tuple(not obj.is_global for _, obj in objects.values())
+        self.loops = None
+        self.bind(loops)
+
+    def bind(self, loops) -> None:
+        """Make ``loops`` (of this unit's structure) the latest execution's: its objects and
+        their storage records (nothing is done for the loops already bound)."""
+        loops = tuple(loops)
+        if loops == self.loops:
+            return
+        objects = {}
+        for loop in loops:
+            for obj in loop.data:
+                objects.setdefault(id(obj), obj)
+        self.loops = loops
+        self.objects = dict(enumerate(objects.values()))
+        store = self.store
+        self.records = tuple(store.get(obj) for obj in objects.values())
+        self.storage = dict(enumerate(self.records))
+        self._dats = tuple(record for record, is_dat in zip(self.records, self._is_dat) if is_dat)
 
     def state(self) -> tuple:
         """The valid halo depth of each of the unit's dats."""

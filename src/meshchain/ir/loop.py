@@ -29,7 +29,7 @@ from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMis
 from .kernel import Kernel
 from ..types import Arg, Grid, GridInterior, Set
 from ..types.maps import ColumnsMap
-from ..types.args import DIRECT, GLOBAL, STENCIL
+from ..types.args import DIRECT, GLOBAL, STENCIL, ShapeKey
 
 __all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error", "argument_rows"]
 
@@ -73,6 +73,15 @@ class ParLoop:
     def recorded(self) -> "ParLoop":
         """The loop as the program recorded it: :attr:`origin`, or this one."""
         return self if self.origin is None else self.origin
+
+    @functools.cached_property
+    def shape(self) -> ShapeKey:
+        """What plans for this loop depend on besides its objects: the kernel, set, name, the
+        arguments' specs and maps, the objects' sets (and for a grid loop lowered to maps,
+        the loop as written). Equal for a loop over new objects declared alike."""
+        datasets = tuple(None if obj.is_global else obj.dataset for obj in self.data)
+        related = tuple(None if other is None else other.shape for other in (self.origin, self.written))
+        return ShapeKey((self.kernel, self.iterset, self.name, self.specs, self.maps, datasets, related))
 
     @functools.cached_property
     def indirect_writes(self) -> tuple:

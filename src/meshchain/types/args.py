@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..core.access import Access
 from .maps import Map
 
-__all__ = ["Arg", "DIRECT", "INDIRECT", "WHOLE_MAP", "GLOBAL", "STENCIL"]
+__all__ = ["Arg", "ShapeKey", "DIRECT", "INDIRECT", "WHOLE_MAP", "GLOBAL", "STENCIL"]
 
 DIRECT = "direct"        # view (dim,) of the loop element's own row
 INDIRECT = "indirect"    # view (dim,) of the row map[e, index]
@@ -16,9 +15,30 @@ GLOBAL = "global"        # view (dim,) of a global
 STENCIL = "stencil"      # view (len(offsets), dim) of grid points around the loop's point
 
 
-@dataclass(frozen=True, eq=False)
+class ShapeKey:
+    """A structure (a tuple) as a dictionary key whose hash is computed once."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: tuple):
+        self.key, self._hash = key, hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (type(other) is ShapeKey and self._hash == other._hash and self.key == other.key)
+
+    def __repr__(self) -> str:
+        return f"ShapeKey({self.key!r})"
+
+
 class Arg:
     """One argument of a parallel loop, built by ``dat(mode, path)`` or ``glob(mode)``.
+
+    An object keeps its arguments weakly (``dat(mode)`` hands out the same one again while it
+    lives), so an object and its arguments form no reference cycle: a temporary dat goes as
+    soon as nothing holds it, not at the next garbage collection.
 
     Attributes
     ----------
@@ -30,13 +50,19 @@ class Arg:
         The map column for a per-index argument, ``None`` for a whole-map argument.
     stencil : Stencil or None
         The stencil of a grid dat read around the loop's point.
+    shape : ShapeKey
+        What a loop's checks and plans depend on besides the object itself: its kind, set,
+        dim, dtype, the path and the mode (equal for a new object declared alike).
     """
 
-    data: object
-    access: Access
-    map: Map | None = None
-    index: int | None = None
-    stencil: object = None
+    __slots__ = ("data", "access", "map", "index", "stencil", "shape", "__weakref__")
+
+    def __init__(self, data, access: Access, map: Map | None = None, index: int | None = None,  # noqa: A002
+                 stencil=None):
+        self.data = data
+        self.access, self.map, self.index, self.stencil = access, map, index, stencil
+        dataset = None if data.is_global else data.dataset
+        self.shape = ShapeKey((data.is_global, dataset, data.dim, data.dtype, map, index, access, stencil))
 
     @property
     def kind(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..core import context
@@ -93,11 +95,13 @@ class Dat:
     def __call__(self, access, path=None) -> Arg:
         """Make a loop argument: ``dat(mode)`` (direct), ``dat(mode, map[i])`` or ``dat(mode, map)``."""
         try:
-            return self._args[path][access]  # checked once: the same argument is handed out again
+            arg = self._args[path][access]()  # checked once: the same argument is handed out again while it lives
         except (KeyError, TypeError):
+            arg = None
+        if arg is None:
             arg = self._make_arg(access, path)
-            self._args.setdefault(path, {})[access] = arg
-            return arg
+            self._args.setdefault(path, {})[access] = weakref.ref(arg)  # weakly: the argument holds this dat
+        return arg
 
     def _make_arg(self, access, path) -> Arg:
         owner = f"Dat {self.name!r}"
@@ -211,11 +215,13 @@ class Global:
         """Make a loop argument: ``glob(mc.READ)`` or a reduction ``INC``/``MIN``/``MAX``."""
         try:
             if path is None:
-                return self._args[access]
+                arg = self._args[access]()  # weakly held: the argument holds this global
+                if arg is not None:
+                    return arg
         except (KeyError, TypeError):
             pass
         arg = self._make_arg(access, path)
-        self._args[access] = arg
+        self._args[access] = weakref.ref(arg)
         return arg
 
     def _make_arg(self, access, path) -> Arg:

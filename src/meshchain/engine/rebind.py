@@ -1,0 +1,131 @@
+"""Binding a plan to new objects: plans are made per structure, objects are bound at run time.
+
+A plan is built for its unit's objects of that moment (:mod:`.assemble`): its compiled
+calls take their storage arrays as arguments, its exchanges pack and unpack their rows,
+its reductions and validity marks name their storage records. When the unit runs again
+with other objects declared alike (a new Global per reduction, a temporary Dat per step:
+the same set, dim, dtype, path and mode, :mod:`.units`), :meth:`Binding.rebind` swaps the
+new storage in at those places, nothing else: no schedule, colouring, compilation or
+message set-up is made again.
+
+A global whose reduction over ranks this plan started and nobody finished yet (its value
+not read) has it finished before the plan takes another global: the plan's reduction
+buffers are then free to be used again.
+
+A plan can be rebound when every part of it can: a backend call says so by having a
+``rebind(substitutions)`` method (the numba backend's prepared calls do), an exchange by
+its ``rebindable`` property (host exchanges; not those staging rows through a device).
+Boundary tasks, sparse tiles and chunked interiors cannot: a plan with them is built again
+for the new objects (counted as a plan built, as before structural reuse).
+
+Rebinding checks that every new array has the shape, strides and dtype of the one it
+replaces (the compiled calls were specialised to them) and refuses otherwise (the plan
+is built again).
+
+Examples
+--------
+>>> import numpy as np
+>>> from meshchain.core.storage import GlobalStorage
+>>> from meshchain.engine.plans import Plan, Step
+>>> old, new = GlobalStorage(np.zeros(1)), GlobalStorage(np.ones(1))
+>>> class Call:
+...     arguments = (old.value,)
+...     def __call__(self): print(self.arguments[0])
+...     def rebind(self, substitutions):
+...         self.arguments = tuple(array for _, array in substitutions)
+>>> plan = Plan([Step(core=Call(), core_share=-1)], None)
+>>> plan.binding = Binding((old,), steps=plan.steps)
+>>> plan.binding.rebind(plan, (new,)), plan.steps[0].core.arguments[0] is new.value
+(True, True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.base import readonly
+from ..core.storage import GlobalStorage
+
+__all__ = ["Binding", "argument_recipe"]
+
+
+def _array(record) -> np.ndarray:
+    return record.value if isinstance(record, GlobalStorage) else record.host
+
+
+class Binding:
+    """What a plan bound of its unit's objects (``records``, in object-key order) and how to
+    bind others (see the module docstring). ``supported``: whether it can (on several ranks
+    the plan's builder makes every rank agree on it).
+
+    ``exchanges``: ``[(exchange, object keys of its items)]``; ``prepared``: ``[(object key,
+    write)]`` given to ``prepare(record, write=...)`` (the backend's ``prepare_data``) for
+    new records, as the build did."""
+
+    __slots__ = ("records", "_exchanges", "_prepared", "_prepare", "_calls", "_recipes", "supported")
+
+    def __init__(self, records, *, steps, exchanges=(), prepared=(), prepare=None):
+        self.records = tuple(records)
+        self._exchanges, self._prepared, self._prepare = tuple(exchanges), tuple(prepared), prepare
+        self._calls = [call for step in steps for call in (step.core, step.rest, step.tail) if call is not None]
+        self.supported = (all(step.tasks is None for step in steps)
+                          and all(callable(getattr(call, "rebind", None)) for call in self._calls)
+                          and all(getattr(exchange, "rebindable", False) for exchange, _ in self._exchanges))
+        self._recipes = [argument_recipe(call.arguments, self.records) for call in self._calls] if self.supported else ()
+        if any(recipe is None for recipe in self._recipes):
+            self.supported = False
+
+    def rebind(self, plan, records) -> bool:
+        """Bind ``plan`` to ``records`` (the unit's, in object-key order); False (and nothing
+        changed) when it cannot be: the plan is then built again."""
+        old = self.records
+        if not self.supported or len(records) != len(old) or not _alike(old, records):
+            return False
+        for key, write in self._prepared:
+            self._prepare(records[key], write=write)
+        index = {id(record): key for key, record in enumerate(old)}
+        for step in plan.steps:
+            step.settle = tuple(records[index[id(r)]] for r in step.settle)
+            step.validity = tuple((records[index[id(r)]], depth) for r, depth in step.validity)
+            for reduction in step.reductions:
+                new = records[index[id(reduction.storage)]]
+                if new is not reduction.storage:
+                    reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
+                    reduction.storage = new
+        for exchange, keys in self._exchanges:
+            exchange.rebind([_array(records[key]) for key in keys])
+        for call, recipe in zip(self._calls, self._recipes):
+            call.rebind([(position, readonly(_array(records[key])) if ro else _array(records[key]))
+                         for position, key, ro in recipe])
+        self.records = tuple(records)
+        return True
+
+
+def _alike(old, new) -> bool:
+    """Whether each new record's array has the shape, strides and dtype of the old one's."""
+    for a, b in zip(old, new):
+        if a is not b:
+            x, y = _array(a), _array(b)
+            if type(a) is not type(b) or x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
+                return False
+    return True
+
+
+def argument_recipe(arguments, records):
+    """``[(position, record key, read-only)]``: the arguments that are a record's array or a
+    read-only view of all of it; None if some argument shares memory with a record's array
+    otherwise (it could not be rebound)."""
+    whole = {}
+    for key, record in enumerate(records):
+        array = _array(record)
+        whole[(array.ctypes.data, array.shape, array.strides, array.dtype.str)] = key
+    recipe = []
+    for position, value in enumerate(arguments):
+        if not isinstance(value, np.ndarray):
+            continue
+        key = whole.get((value.ctypes.data, value.shape, value.strides, value.dtype.str))
+        if key is not None:
+            recipe.append((position, key, not value.flags.writeable))
+        elif any(np.may_share_memory(value, _array(record)) for record in records):
+            return None
+    return recipe
