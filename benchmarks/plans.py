@@ -47,7 +47,7 @@ if str(HERE) not in sys.path:
 from comm import launch, machine, serve, user_environment  # noqa: E402
 
 VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global")
-FULL = dict(nodes=20000, steps=100, rounds=5, cells=40000, cg_iterations=60, memory_steps=100000)
+FULL = dict(nodes=20000, steps=500, rounds=5, cells=40000, cg_iterations=60, memory_steps=100000)
 QUICK = dict(nodes=2000, steps=20, rounds=2, cells=2000, cg_iterations=10, memory_steps=200)
 
 GATHER = "def gather(x, c):\n    c[0] = 0.25 * (x[0, 0] + x[1, 0] + x[2, 0] + x[3, 0])\n"

@@ -102,10 +102,16 @@ class DataStore:
 
     def __init__(self):
         self._records: dict[int, object] = {}
+        self._watched: dict[int, weakref.ref] = {}  # uid -> a weak reference whose callback drops the entry
 
     def add(self, obj, record) -> None:
-        self._records[obj.uid] = record
-        weakref.finalize(obj, self._records.pop, obj.uid, None)
+        uid = obj.uid
+        self._records[uid] = record
+        self._watched[uid] = weakref.ref(obj, lambda _, uid=uid: self._drop(uid))  # cheaper than weakref.finalize
+
+    def _drop(self, uid: int) -> None:
+        self._records.pop(uid, None)
+        self._watched.pop(uid, None)
 
     def get(self, obj):
         """The record of ``obj``, or None if this session does not know it."""

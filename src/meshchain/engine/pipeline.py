@@ -15,6 +15,7 @@ agreeing on ``ca="auto"``) aborts the job if it fails on some ranks only; the re
 Examples
 --------
 >>> import meshchain as mc
+>>> session = mc.reset_runtime()  # a session of its own: no plans of other examples
 >>> cells = mc.Set(4, "cells")
 >>> q = mc.Dat(cells, 1, None, "q")
 >>> bump = mc.Kernel.from_source("def bump(a):\\n    a[0] += 1.0\\n")

@@ -60,54 +60,77 @@ class Binding:
 
     ``exchanges``: ``[(exchange, object keys of its items)]``; ``prepared``: ``[(object key,
     write)]`` given to ``prepare(record, write=...)`` (the backend's ``prepare_data``) for
-    new records, as the build did."""
+    new records, as the build did. Only what changed is bound again."""
 
-    __slots__ = ("records", "_exchanges", "_prepared", "_prepare", "_calls", "_recipes", "supported")
+    __slots__ = ("records", "_exchanges", "_prepared", "_steps", "_calls", "_uses", "supported")
 
     def __init__(self, records, *, steps, exchanges=(), prepared=(), prepare=None):
         self.records = tuple(records)
-        self._exchanges, self._prepared, self._prepare = tuple(exchanges), tuple(prepared), prepare
+        key_of = {id(record): key for key, record in enumerate(self.records)}
+        self._exchanges = tuple(exchanges)
+        self._prepared: dict = {}  # object key -> calls of prepare for a new record, as the build made
+        for key, write in prepared:
+            self._prepared.setdefault(key, []).append(lambda record, write=write: prepare(record, write=write))
+        self._steps = [(step, tuple(key_of[id(r)] for r in step.settle),
+                        tuple((key_of[id(r)], depth) for r, depth in step.validity),
+                        tuple((reduction, key_of[id(reduction.storage)]) for reduction in step.reductions))
+                       for step in steps if step.settle or step.validity or step.reductions]
         self._calls = [call for step in steps for call in (step.core, step.rest, step.tail) if call is not None]
         self.supported = (all(step.tasks is None for step in steps)
                           and all(callable(getattr(call, "rebind", None)) for call in self._calls)
                           and all(getattr(exchange, "rebindable", False) for exchange, _ in self._exchanges))
-        self._recipes = [argument_recipe(call.arguments, self.records) for call in self._calls] if self.supported else ()
-        if any(recipe is None for recipe in self._recipes):
-            self.supported = False
+        self._uses: dict = {}  # object key -> [(call number, argument position, read-only)]
+        if self.supported:
+            for number, call in enumerate(self._calls):
+                recipe = argument_recipe(call.arguments, self.records)
+                if recipe is None:
+                    self.supported = False
+                    break
+                for position, key, ro in recipe:
+                    self._uses.setdefault(key, []).append((number, position, ro))
 
     def rebind(self, plan, records) -> bool:
         """Bind ``plan`` to ``records`` (the unit's, in object-key order); False (and nothing
         changed) when it cannot be: the plan is then built again."""
         old = self.records
-        if not self.supported or len(records) != len(old) or not _alike(old, records):
+        if not self.supported or len(records) != len(old):
             return False
-        for key, write in self._prepared:
-            self._prepare(records[key], write=write)
-        index = {id(record): key for key, record in enumerate(old)}
-        for step in plan.steps:
-            step.settle = tuple(records[index[id(r)]] for r in step.settle)
-            step.validity = tuple((records[index[id(r)]], depth) for r, depth in step.validity)
-            for reduction in step.reductions:
-                new = records[index[id(reduction.storage)]]
-                if new is not reduction.storage:
+        changed = [key for key, (a, b) in enumerate(zip(old, records)) if a is not b]
+        if not _alike(old, records, changed):
+            return False
+        for key in changed:
+            for prepare in self._prepared.get(key, ()):
+                prepare(records[key])
+        for step, settle, validity, reductions in self._steps:
+            step.settle = tuple([records[key] for key in settle])
+            step.validity = tuple([(records[key], depth) for key, depth in validity])
+            for reduction, key in reductions:
+                if records[key] is not reduction.storage:
                     reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
-                    reduction.storage = new
+                    reduction.storage = records[key]
+        moved = set(changed)
         for exchange, keys in self._exchanges:
-            exchange.rebind([_array(records[key]) for key in keys])
-        for call, recipe in zip(self._calls, self._recipes):
-            call.rebind([(position, readonly(_array(records[key])) if ro else _array(records[key]))
-                         for position, key, ro in recipe])
+            if moved.intersection(keys):
+                exchange.rebind([_array(records[key]) for key in keys])
+        substitutions: dict = {}
+        for key in changed:
+            array = _array(records[key])
+            for number, position, ro in self._uses.get(key, ()):
+                substitutions.setdefault(number, []).append((position, readonly(array) if ro else array))
+        calls = self._calls
+        for number, pairs in substitutions.items():
+            calls[number].rebind(pairs)
         self.records = tuple(records)
         return True
 
 
-def _alike(old, new) -> bool:
-    """Whether each new record's array has the shape, strides and dtype of the old one's."""
-    for a, b in zip(old, new):
-        if a is not b:
-            x, y = _array(a), _array(b)
-            if type(a) is not type(b) or x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
-                return False
+def _alike(old, new, changed) -> bool:
+    """Whether each ``changed`` new record's array has the shape, strides and dtype of the old one's."""
+    for key in changed:
+        a, b = old[key], new[key]
+        x, y = _array(a), _array(b)
+        if type(a) is not type(b) or x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
+            return False
     return True
 
 

@@ -94,16 +94,20 @@ class Unit:
         loops = tuple(loops)
         if loops == self.loops:
             return
-        objects = {}
-        for loop in loops:
-            for obj in loop.data:
-                objects.setdefault(id(obj), obj)
+        if len(loops) == 1:  # one loop: its distinct objects, in order, are the unit's
+            objects = loops[0].data
+        else:
+            distinct = {}
+            for loop in loops:
+                for obj in loop.data:
+                    distinct.setdefault(id(obj), obj)
+            objects = tuple(distinct.values())
         self.loops = loops
-        self.objects = dict(enumerate(objects.values()))
-        store = self.store
-        self.records = tuple(store.get(obj) for obj in objects.values())
-        self.storage = dict(enumerate(self.records))
-        self._dats = tuple(record for record, is_dat in zip(self.records, self._is_dat) if is_dat)
+        self.objects = dict(enumerate(objects))
+        get = self.store.get
+        self.records = records = tuple([get(obj) for obj in objects])
+        self.storage = dict(enumerate(records))
+        self._dats = tuple([record for record, is_dat in zip(records, self._is_dat) if is_dat])
 
     def state(self) -> tuple:
         """The valid halo depth of each of the unit's dats."""

@@ -205,6 +205,8 @@ class Global:
 
     def coerce(self, value) -> np.ndarray:
         """``value`` (a scalar or ``dim`` values) as a fresh array of this global's dtype."""
+        if type(value) is float and self.dtype.kind == "f":  # the common case (the checks below allow it)
+            return np.full(self.dim, value, dtype=self.dtype)
         what = f"Global {self.name!r}"
         array = np.asarray(value)
         if array.ndim == 0:
