@@ -215,3 +215,65 @@ def test_the_blas_check_sees_methods_functions_and_operators(tmp_path):
                       "def f(np, a, b):\n    return a.dot(b) + np.linalg.norm(a) + (a @ b) + dot(a, b)\n")
     assert sorted(entry.split(": ")[1] for entry in blas_calls(module)) == [
         ".dot", ".linalg", "@", "from numpy import dot", "from scipy.linalg import norm", "import numpy.linalg"]
+
+
+ABOVE_THE_API = ("meshchain.linalg", "meshchain.io")
+
+
+def session_reaches(tree) -> list:
+    """Where ``tree`` reaches into a session other than through its surface: an attribute of
+    a name or attribute called ``session`` (``session.x``, ``self.session.x``), or
+    ``get_runtime`` (the session itself)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            base = node.value
+            if (isinstance(base, ast.Name) and base.id == "session") or (isinstance(base, ast.Attribute)
+                                                                          and base.attr == "session"):
+                found.append(f"line {node.lineno}: session.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id == "get_runtime":
+            found.append(f"line {node.lineno}: get_runtime")
+        elif isinstance(node, ast.alias) and node.name == "get_runtime":
+            found.append("import of get_runtime")
+    return found
+
+
+def test_session_reaches_are_found():
+    tree = ast.parse("from meshchain.api import get_runtime\nsession.storage(x).valid_depth = 0\nself.session.flush()\n")
+    assert sorted(session_reaches(tree)) == ["import of get_runtime", "line 2: session.storage", "line 3: session.flush"]
+
+
+def test_linalg_and_io_use_the_engine_surface_only():
+    """Solvers and I/O sit above the API: they use :class:`meshchain.engine.surface.Surface`
+    (``meshchain.api.engine_surface()``), never the session's attributes."""
+    offences = [f"{name}: {where}" for name, path in modules().items() if name.startswith(ABOVE_THE_API)
+                for where in session_reaches(ast.parse(path.read_text(), str(path)))]
+    assert not offences, "\n".join(offences)
+
+
+# built-in exceptions library code must not raise (a MeshchainError subclass says what went wrong);
+# NotImplementedError marks abstract methods, and the pytest plugin in meshchain.testing answers pytest
+FOREIGN_ERRORS = {"Exception", "ValueError", "TypeError", "RuntimeError", "KeyError", "IndexError", "AssertionError",
+                  "AttributeError", "LookupError", "ArithmeticError", "OSError"}
+
+
+def foreign_raises(tree) -> list:
+    """Lines of ``tree`` that raise a built-in exception class (or an instance made from one)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(target, ast.Name) and target.id in FOREIGN_ERRORS:
+                found.append(f"line {node.lineno}: raise {target.id}")
+    return found
+
+
+def test_foreign_raises_are_found():
+    tree = ast.parse("raise ValueError('x')\nraise mc.LoopError('y')\nraise\nraise RuntimeError\n")
+    assert foreign_raises(tree) == ["line 1: raise ValueError", "line 4: raise RuntimeError"]
+
+
+def test_library_code_raises_meshchain_errors_only():
+    offences = [f"{name}: {where}" for name, path in modules().items() if not name.startswith("meshchain.testing")
+                for where in foreign_raises(ast.parse(path.read_text(), str(path)))]
+    assert not offences, "\n".join(offences)

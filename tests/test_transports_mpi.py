@@ -57,6 +57,26 @@ def test_auto_takes_the_transport_calibration_measured_fastest(comm, tmp_path_fa
     assert comm.allgather(mc.stats().transport) == [calibration.transport] * comm.size
 
 
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_transport_and_progress_are_agreed_at_partition_and_read_without_mpi(comm, monkeypatch):
+    """One broadcast at mc.partition agrees on both; reading them afterwards calls no MPI
+    (before, the first plan's build broadcast each, from a property getter)."""
+    mc.reset_runtime(comm=comm, transport="auto", progress="auto")
+    session = mc.get_runtime()
+    assert session.communication.reported("transport") == "auto (chosen when the mesh is partitioned)"
+    Program((("quads", 4, 4), (("cells", (("ca", mc.RW, None, None),)),)))  # declares and partitions
+    chosen = (session.transport, session.progress)
+    assert chosen[0] in TRANSPORTS and comm.allgather(chosen) == [chosen] * comm.size
+
+    class NoMPI:
+        def __getattr__(self, name):
+            raise AssertionError(f"an MPI call ({name}) while reading the communication settings")
+
+    monkeypatch.setattr(session, "comm", NoMPI())
+    assert (session.transport, session.progress) == chosen
+    assert session.communication.reported("progress") == chosen[1]
+
+
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=120)
 def test_unknown_transport_is_refused_on_every_rank_and_nothing_changes(comm):
     mc.reset_runtime(comm=comm)

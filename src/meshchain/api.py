@@ -30,6 +30,12 @@ def get_runtime() -> Session:
     return _session
 
 
+def engine_surface():
+    """What ``meshchain.linalg`` and ``meshchain.io`` use of the current session
+    (:class:`~meshchain.engine.surface.Surface`)."""
+    return get_runtime().surface
+
+
 def _watched(session: Session) -> Session:
     """``session``, closed at exit before MPI is finalized (its plans hold persistent requests)."""
     global _closing_at_exit

@@ -36,7 +36,7 @@ class PhaseRun(NamedTuple):
     ``maps`` its maps' values in local numbering in map-slot order, ``targets`` the arrays
     that receive the reductions of globals by argument position (empty: the globals
     themselves), ``colouring`` the block colouring of the range (a
-    :class:`~meshchain.inspector.colouring.Plan`) when :meth:`Backend.colouring_block_size`
+    :class:`~meshchain.inspector.colouring.BlockColouring`) when :meth:`Backend.colouring_block_size`
     asked for one, ``timer(seconds)`` where a backend that times its work itself (a GPU's
     events) reports the run's compute time.
     """
@@ -142,7 +142,7 @@ class Backend(ABC):
         """A prepared call ``f(elements, targets)`` running ``run``'s loop on the listed
         iterations (ascending), reducing into ``targets``; backends that tile by the
         generic path of :meth:`tiled` implement it."""
-        raise NotImplementedError(f"the {self.name} backend cannot run listed iterations")
+        raise ConfigurationError(f"the {self.name} backend cannot run listed iterations")
 
     def halo_exchange(self, comm, items, *, tag: int, transport: str = "persistent"):
         """An exchange of ``items`` (``(storage, exports, imports)``: a dat's storage and, per

@@ -42,6 +42,8 @@ CacheCounts(name='plans', hits=1, misses=3, entries=0)
 
 from __future__ import annotations
 
+from .errors import InternalError
+
 from typing import NamedTuple
 
 __all__ = ["Cache", "CacheRegistry", "CacheCounts", "EVENTS"]
@@ -72,9 +74,9 @@ class Cache:
     def __init__(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False):
         unknown = set(events) - EVENTS
         if unknown:
-            raise ValueError(f"cache {name!r}: unknown invalidation event(s) {sorted(unknown)}; known: {sorted(EVENTS)}")
+            raise InternalError(f"cache {name!r}: unknown invalidation event(s) {sorted(unknown)}; known: {sorted(EVENTS)}")
         if limit < 1:
-            raise ValueError(f"cache {name!r}: limit must be >= 1, got {limit}")
+            raise InternalError(f"cache {name!r}: limit must be >= 1, got {limit}")
         self.name, self.limit, self.events, self.on_drop = name, limit, frozenset(events), on_drop
         self._entries: dict = {}
         self.get = self._entries.get
@@ -147,7 +149,7 @@ class CacheRegistry:
     def notify(self, event: str) -> None:
         """Empty every cache that names ``event``."""
         if event not in EVENTS:
-            raise ValueError(f"unknown invalidation event {event!r}; known: {sorted(EVENTS)}")
+            raise InternalError(f"unknown invalidation event {event!r}; known: {sorted(EVENTS)}")
         for cache in self._caches.values():
             if event in cache.events:
                 cache.clear()

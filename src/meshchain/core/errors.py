@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "MeshchainError",
+    "InternalError",
     "DeclarationError",
     "MapError",
     "DataShapeError",
@@ -112,6 +113,10 @@ class CheckpointError(MeshchainError):
 class OutputError(MeshchainError):
     """Output for ParaView could not be written (bad fields, an unwritable directory); the
     files already complete are unchanged."""
+
+
+class InternalError(MeshchainError, RuntimeError):
+    """Meshchain found itself in a state it should never reach (a bug: please report it)."""
 
 
 class MeshchainWarning(UserWarning):

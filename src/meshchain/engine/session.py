@@ -34,7 +34,7 @@ from ..backends import make_backend
 from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows, gather_rows
-from ..comm.progress import Poller, async_progress_enabled, check_progress
+from ..comm.progress import Poller, check_progress
 from ..comm.transports import check_transport
 from ..comm.world import world_communicator
 from ..core.cache import CacheRegistry
@@ -50,6 +50,8 @@ from ..types.mat import MatArg
 from .auto import ModelState
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
+from .communication import CommunicationSettings
+from .surface import Surface
 from .loops import LoopRecords
 from .grids import GridLowering, is_grid_set, refuse_grids
 from .matrices import Matrices
@@ -96,8 +98,8 @@ class Session:
         self.open_run: ChainRun | None = None
         self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
         self._backend = None
-        self._transport = None  # the halo-exchange transport, once chosen (see `transport`)
-        self._progress = None  # the progress mode, once chosen (see `progress`)
+        self.surface = Surface(self)  # what linalg and io use of the session
+        self.communication = CommunicationSettings(self)  # the transport and progress mode, agreed at partition
         self._poller = None  # the communication thread of progress="poll", made at first use
         self._trace_length = self.config.trace_length
 
@@ -336,41 +338,13 @@ class Session:
 
     @property
     def transport(self) -> str:
-        """The halo-exchange transport in use: ``config.transport``, with ``"auto"`` resolved to
-        the calibration's fastest (else ``"persistent"``) and agreed by every rank (rank 0's
-        choice; called where every rank builds a plan, so the broadcast is collective)."""
-        if self._transport is None:
-            chosen, allowed = self.config.transport, self.backend.transports
-            if chosen == "auto":
-                calibration = self.model.current_calibration() if self.distributed else None
-                chosen = getattr(calibration, "transport", "")
-                if chosen not in allowed:
-                    chosen = "persistent" if "persistent" in allowed else allowed[0]
-                if self.distributed:
-                    chosen = self.comm.bcast(chosen, root=0)
-            self._transport = chosen
-        return self._transport
+        """The halo-exchange transport in use (see :mod:`.communication`; no MPI call)."""
+        return self.communication.transport
 
     @property
     def progress(self) -> str:
-        """The progress mode in use: ``config.progress``, with ``"auto"`` resolved to the
-        calibration's fastest among the backend's modes (else ``"none"``) and agreed by every rank (rank 0's choice;
-        called where every rank builds a plan, so the broadcast is collective)."""
-        if self._progress is None:
-            chosen = self.config.progress
-            if chosen != "auto" and self.distributed:
-                check_progress(chosen, self.comm)
-            if chosen == "auto":
-                calibration = self.model.current_calibration() if self.distributed else None
-                chosen = getattr(calibration, "progress", "") or "none"
-                if chosen == "thread" and not async_progress_enabled():
-                    chosen = "none"  # measured with MPICH's progress thread, which this run did not start
-                if chosen not in self.backend.progress_modes:
-                    chosen = "none"  # measured with host exchanges; this backend's exchanges cannot use it
-                if self.distributed:
-                    chosen = self.comm.bcast(chosen, root=0)
-            self._progress = chosen
-        return self._progress
+        """The progress mode in use (see :mod:`.communication`; no MPI call)."""
+        return self.communication.progress
 
     def overlap(self):
         """How plans run computation beside messages (:class:`~meshchain.engine.plans.Overlap`)."""
@@ -380,18 +354,6 @@ class Session:
         if progress == "poll" and self._poller is None:
             self._poller = Poller()
         return Overlap(progress, self._poller if progress == "poll" else None)
-
-    def progress_chosen(self) -> str:
-        """What ``mc.stats()`` reports as the progress mode (local, no MPI call)."""
-        if self._progress is not None:
-            return self._progress
-        return self.config.progress if self.config.progress != "auto" else "auto (chosen at the first exchange)"
-
-    def transport_chosen(self) -> str:
-        """What ``mc.stats()`` reports: the transport in use, or what will be chosen (local, no MPI call)."""
-        if self._transport is not None:
-            return self._transport
-        return self.config.transport if self.config.transport != "auto" else "auto (chosen at the first exchange)"
 
     def reconfigure(self, **options) -> None:
         """Apply new options; if they are refused, the session keeps its old configuration."""
@@ -421,7 +383,8 @@ class Session:
             raise
         self._trace_length = new.trace_length
         if new != old_config:
-            self._transport = self._progress = None
+            self.communication.forget()
+            self.communication.agree()  # collective, like configure itself
             self.caches.notify("configure")
         if new.chains != old_config.chains:
             self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
@@ -455,6 +418,7 @@ class Session:
             rows_here = fetch_rows(self.comm, block_offsets(d.dataset.size, self.size), storage.host, local.global_ids)
             storage.replace(rows_here, n_owned=local.n_owned, valid_depth=depth)
         self.layout, self.partitioned = layout, True
+        self.communication.agree()
         self.caches.notify("partition")
 
     def repartition(self, method: str, *, coords=None, weights=None, seed: int = 0) -> None:
@@ -533,8 +497,8 @@ class Session:
             self._backend.settle()  # GPU launches are timed by events, read once they are done
         self.model.predict(self.recorder.accounts)
         distributed = self.distributed
-        snapshot = self.recorder.snapshot(self.config.backend, self.transport_chosen() if distributed else "",
-                                          self.progress_chosen() if distributed else "",
+        snapshot = self.recorder.snapshot(self.config.backend, self.communication.reported("transport") if distributed else "",
+                                          self.communication.reported("progress") if distributed else "",
                                           self.config.interior if distributed else "")
         snapshot = dataclasses.replace(snapshot, caches=self.caches.counts())
         if reset:
@@ -548,9 +512,11 @@ class Session:
         """``mc.model.calibrate()`` on this session (collective): pending loops run first."""
         self.flush()
         calibration = self.model.calibrate(save=save, repeats=repeats, sizes=sizes)
-        if self.config.transport == "auto" and self._transport not in (None, calibration.transport):
-            self._transport = None  # the next plans use the transport measured fastest now
-            self.caches.notify("configure")
+        chosen = (self.communication.reported("transport"), self.communication.reported("progress"))
+        self.communication.forget()
+        self.communication.agree()  # collective, like calibrate itself
+        if (self.communication.reported("transport"), self.communication.reported("progress")) != chosen:
+            self.caches.notify("configure")  # the next plans use what was measured fastest now
         return calibration
 
     @property

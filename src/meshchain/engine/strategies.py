@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.errors import InternalError
 from ..inspector.schedule import MoreLayers, ca_schedule, per_loop_schedule, serial_schedule
 from ..partition.distribute import MAX_DEPTH
 
@@ -79,5 +80,5 @@ def _ca(session, unit):
         if not isinstance(schedule, MoreLayers):
             return schedule
         if schedule.depth <= session.layout.depth:
-            raise RuntimeError(f"meshchain: the chain inspector asked for {schedule.depth} halo layers, which exist")
+            raise InternalError(f"meshchain: the chain inspector asked for {schedule.depth} halo layers, which exist")
         session.deepen(schedule.depth)  # collective: every rank plans the same chain

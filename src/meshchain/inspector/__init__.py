@@ -7,9 +7,9 @@
 * :mod:`.tiling`: sparse tiles of a chain phase.
 """
 
-from .colouring import Plan, colour_blocks, touched_keys
+from .colouring import BlockColouring, colour_blocks, touched_keys
 from .schedule import ExchangeSpec, MoreLayers, Run, Schedule, Segment
 from .tiling import TileLoop, TilePlan, chain_footprints, check_colouring, tile_chain
 
-__all__ = ["Plan", "colour_blocks", "touched_keys", "TileLoop", "TilePlan", "tile_chain", "chain_footprints",
+__all__ = ["BlockColouring", "colour_blocks", "touched_keys", "TileLoop", "TilePlan", "tile_chain", "chain_footprints",
            "check_colouring", "Run", "ExchangeSpec", "Segment", "Schedule", "MoreLayers"]

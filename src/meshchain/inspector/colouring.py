@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-__all__ = ["Plan", "colour_blocks", "touched_keys"]
+__all__ = ["BlockColouring", "colour_blocks", "touched_keys"]
 
 
 @dataclass(frozen=True)
-class Plan:
+class BlockColouring:
     """Blocks of ``[start, end)``, their colours and the order to run them in.
 
     Attributes
@@ -81,7 +81,7 @@ def touched_keys(start: int, end: int, writes) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(np.hstack(columns)), nkeys
 
 
-def colour_blocks(start: int, end: int, *, block_size: int, touch: np.ndarray, nkeys: int) -> Plan:
+def colour_blocks(start: int, end: int, *, block_size: int, touch: np.ndarray, nkeys: int) -> BlockColouring:
     """Cut ``[start, end)`` into blocks and colour them so same-colour blocks never share a key."""
     block_starts = np.arange(start, end, block_size, dtype=np.int64)
     block_starts = np.append(block_starts, np.int64(end)) if end > start else np.array([start], dtype=np.int64)
@@ -92,7 +92,7 @@ def colour_blocks(start: int, end: int, *, block_size: int, touch: np.ndarray, n
     order = np.argsort(colours, kind="stable").astype(np.int64)
     counts = np.bincount(colours, minlength=1) if len(colours) else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    return Plan(start, end, block_starts, order, offsets, colours)
+    return BlockColouring(start, end, block_starts, order, offsets, colours)
 
 
 @njit(cache=True, nogil=True)

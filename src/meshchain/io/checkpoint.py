@@ -62,10 +62,10 @@ def _failure(message: str) -> CheckpointError:
 def checkpoint(path, objects) -> None:
     """Save dats and globals to ``path`` (collective; atomic). ``objects``: a list of them
     (matched by name on restore; names must be unique)."""
-    session, comm = context()
+    engine, comm = context()
     dats, globs = agreed(comm, lambda: _split(objects, path), CheckpointError)
-    mesh = _mesh_signature(session, comm)
-    blocks = [dat_block(session, comm, d, CheckpointError) for d in dats]
+    mesh = _mesh_signature(engine, comm)
+    blocks = [dat_block(engine, comm, d, CheckpointError) for d in dats]
     temporary = create_on_root(comm, path, lambda f: _fill(f, mesh, dats, globs), _failure)
     lows = [int(block_offsets(d.dataset.size, comm.size)[comm.rank]) for d in dats]
     write_in_turn(comm, temporary, path, [(f"dats/{d.name}", lo, b) for d, lo, b in zip(dats, lows, blocks)],
@@ -82,13 +82,13 @@ def restore(path, objects) -> None:
     """Load dats and globals saved by :func:`checkpoint` (collective; any rank count)."""
     import h5py
 
-    session, comm = context()
+    engine, comm = context()
     dats, globs = agreed(comm, lambda: _split(objects, path), CheckpointError)
     name = os.fspath(path)
     error, handle = None, None
     try:
         handle = h5py.File(name, "r")
-        _check(handle, name, _mesh_signature(session, comm), dats, globs)
+        _check(handle, name, _mesh_signature(engine, comm), dats, globs)
     except CheckpointError as exc:
         error = exc
     except (OSError, KeyError, ValueError) as exc:
@@ -101,7 +101,7 @@ def restore(path, objects) -> None:
         blocks = [read_block(handle["dats"][d.name], comm) for d in dats]
         values = [np.asarray(handle["globals"][g.name]) for g in globs]
     for d, block in zip(dats, blocks):
-        scatter_block(session, comm, d, block, CheckpointError)
+        scatter_block(engine, comm, d, block, CheckpointError)
     for g, value in zip(globs, values):
         g.value = value
 
@@ -120,14 +120,14 @@ def _split(objects, path) -> tuple[list, list]:
     return [o for o in objects if not o.is_global], [o for o in objects if o.is_global]
 
 
-def _mesh_signature(session, comm) -> dict:
+def _mesh_signature(engine, comm) -> dict:
     """Set sizes and map hashes (the same on every rank and for every rank count)."""
-    sets, maps, _ = session.declarations.declared(agreed=True)
+    sets, maps, _ = engine.declared(agreed=True)
     signature = {f"set {s.name}": s.size for s in sets}
     local = []
     for m in maps:
-        rows = map_block(session, m).astype(np.uint64)
-        start = 0 if not session.distributed else int(block_offsets(m.source.size, comm.size)[comm.rank])
+        rows = map_block(engine, m).astype(np.uint64)
+        start = 0 if not engine.distributed else int(block_offsets(m.source.size, comm.size)[comm.rank])
         local.append(_map_hash(rows, start))
     totals = comm.allreduce(np.array(local, dtype=np.uint64)) if local else []
     signature.update({f"map {m.name}": int(h) for m, h in zip(maps, totals)})

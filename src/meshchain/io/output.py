@@ -86,7 +86,7 @@ class Output:
     """
 
     def __init__(self, directory, *, coords: Dat, cells: Map, name: str = "output", keep_until=None):
-        self.session, self.comm = context()
+        self.engine, self.comm = context()
         self.directory, self.name = os.fspath(directory), name
         self.topology = agreed(self.comm, lambda: _topology(coords, cells, name), OutputError)
         self.coords, self.cells = coords, cells
@@ -109,7 +109,7 @@ class Output:
                          OutputError)
         step = f"{self.name}_{len(self.steps):06d}.h5"
         path = os.path.join(self.directory, step)
-        blocks = [dat_block(self.session, self.comm, dat, OutputError) for _, dat, _ in entries]
+        blocks = [dat_block(self.engine, self.comm, dat, OutputError) for _, dat, _ in entries]
 
         def fill(f):
             for label, dat, _ in entries:
@@ -155,8 +155,8 @@ class Output:
     def _write_mesh(self) -> None:
         path = os.path.join(self.directory, f"{self.name}_mesh.h5")
         coords, cells = self.coords, self.cells
-        points = dat_block(self.session, self.comm, coords, OutputError)
-        nodes = map_block(self.session, cells)
+        points = dat_block(self.engine, self.comm, coords, OutputError)
+        nodes = map_block(self.engine, cells)
 
         def fill(f):
             f.create_dataset("geometry", shape=(coords.dataset.size, coords.dim), dtype=coords.dtype)

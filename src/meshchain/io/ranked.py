@@ -21,8 +21,8 @@ On one process the block is the whole array:
 >>> from meshchain.io.ranked import context, dat_block
 >>> cells = mc.Set(3, "cells")
 >>> q = mc.Dat(cells, 1, np.array([[1.0], [2.0], [3.0]]), "q")
->>> session, comm = context()
->>> dat_block(session, comm, q).ravel().tolist()
+>>> engine, comm = context()
+>>> dat_block(engine, comm, q).ravel().tolist()
 [1.0, 2.0, 3.0]
 """
 
@@ -33,7 +33,7 @@ import tempfile
 
 import numpy as np
 
-from ..api import get_runtime
+from ..api import engine_surface
 from ..comm.agree import raise_together
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv
@@ -46,14 +46,14 @@ TOKEN_TAG = 32611
 
 
 def context():
-    """The session and its communicator (``COMM_SELF`` on one process)."""
-    session = get_runtime()
-    comm = session.comm
+    """The engine and its communicator (``COMM_SELF`` on one process)."""
+    engine = engine_surface()
+    comm = engine.comm
     if comm is None:
         from mpi4py import MPI
 
         comm = MPI.COMM_SELF
-    return session, comm
+    return engine, comm
 
 
 def agreed(comm, check, error_type):
@@ -74,19 +74,19 @@ def block_range(n: int, comm) -> tuple[int, int]:
     return int(offsets[comm.rank]), int(offsets[comm.rank + 1])
 
 
-def owned_ids(session, d, error) -> np.ndarray:
+def owned_ids(engine, d, error) -> np.ndarray:
     """Global ids of this rank's owned rows of dat ``d`` (``error``: the exception class to
     raise when the mesh is not laid out)."""
-    layout = session.layout_of(d.dataset)
+    layout = engine.layout_of(d.dataset)
     if layout is None:
         raise error(f"Dat {d.name!r}: writing or reading files on several ranks needs a partitioned mesh; call "
                     f"mc.partition(...) first.")
     return layout.global_ids[: layout.n_owned]
 
 
-def dat_block(session, comm, d, error=None) -> np.ndarray:
+def dat_block(engine, comm, d, error=None) -> np.ndarray:
     """This rank's block (by global id) of ``d``'s rows (collective)."""
-    ids, rows = owned_ids(session, d, error or MeshchainError), d.data_ro
+    ids, rows = owned_ids(engine, d, error or MeshchainError), d.data_ro
     if comm.size == 1:
         block = np.empty_like(rows)
         block[ids] = rows
@@ -100,9 +100,9 @@ def dat_block(session, comm, d, error=None) -> np.ndarray:
     return block
 
 
-def scatter_block(session, comm, d, block: np.ndarray, error=None) -> None:
+def scatter_block(engine, comm, d, block: np.ndarray, error=None) -> None:
     """Write this rank's owned rows of ``d`` from the ranks' blocks (collective)."""
-    ids = owned_ids(session, d, error or MeshchainError)
+    ids = owned_ids(engine, d, error or MeshchainError)
     if comm.size == 1:
         d.data[:] = block[ids]
         return
@@ -116,9 +116,9 @@ def scatter_block(session, comm, d, block: np.ndarray, error=None) -> None:
     d.data[:] = rows
 
 
-def map_block(session, m) -> np.ndarray:
+def map_block(engine, m) -> np.ndarray:
     """This rank's block (by global id) of map ``m``'s values, in global numbering."""
-    return np.asarray(session.declarations.map_rows[m.uid]).reshape(-1, m.arity)
+    return np.asarray(engine.map_rows(m)).reshape(-1, m.arity)
 
 
 def create_on_root(comm, path, fill, error) -> str:

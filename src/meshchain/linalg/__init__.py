@@ -23,7 +23,7 @@ Examples
 
 from __future__ import annotations
 
-from ..api import get_runtime
+from ..api import engine_surface
 from .krylov import METHODS
 from .operators import LinearOperator
 from .precond import PRECONDITIONERS
@@ -79,5 +79,5 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
     SetMismatchError
         When ``x`` or ``b`` live on another set than the operator's rows.
     """
-    return solve_with(get_runtime(), A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
+    return solve_with(engine_surface(), A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
                       residual_replacement=residual_replacement, monitor=monitor)

@@ -1,4 +1,4 @@
-"""The Krylov methods, each an iteration over a :class:`~meshchain.linalg.solve.Run`: its
+"""The Krylov methods, each an iteration over a :class:`~meshchain.linalg.solve.SolveRun`: its
 vectors (``run.v``: this rank's owned values), ``run.A(src, dst)`` (SpMV or the matrix-free
 loops), ``run.B(src, dst)`` (the preconditioner, skipped when it is pointwise and already
 fused), ``run.start(values)``/``run.wait(handle)`` (one non-blocking reduction of all the

@@ -67,24 +67,24 @@ class LinearOperator:
 class _Operator:
     """What both kinds of operator share."""
 
-    session = None
+    engine = None
 
     def agree(self, error) -> None:
         """Raise ``error`` (or another rank's) on every rank, or return when there is none."""
-        raise_together(self.session.comm if self.session.distributed else None, error)
+        raise_together(self.engine.comm if self.engine.distributed else None, error)
 
 
 class _Assembled(_Operator):
     """A :class:`~meshchain.Mat` as the solvers see it."""
 
-    def __init__(self, session, mat):
+    def __init__(self, engine, mat):
         if mat.row_set is not mat.col_set:
             raise SolverError(f"Mat {mat.name!r} is rectangular ({mat.row_set.name!r} x {mat.col_set.name!r}); "
                               f"the Krylov methods need a square operator.")
-        self.session, self.mat, self.matrices = session, mat, session.matrices
+        self.engine, self.mat, self.matrices = engine, mat, engine.matrices
         self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
         self.pattern = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve
-        self.overlap = session.overlap()
+        self.overlap = engine.overlap()
         self.matrices.settle(mat)
 
     def apply(self, x, y, xs, ys) -> None:
@@ -104,18 +104,18 @@ class _Assembled(_Operator):
 class _MatrixFree(_Operator):
     """A :class:`LinearOperator` as the solvers see it."""
 
-    def __init__(self, session, op: LinearOperator):
-        self.session, self.op = session, op
+    def __init__(self, engine, op: LinearOperator):
+        self.engine, self.op = engine, op
         self.row_set, self.dim, self.name = op.row_set, op.dim, op.name
 
     def apply(self, x, y, xs=None, ys=None) -> None:
         self.op.apply(x, y)
-        self.session.flush()
+        self.engine.run_pending()
 
     def diagonal(self) -> np.ndarray:
         if self.op.diagonal is None:
             raise SolverError(f"LinearOperator {self.name!r}: pc='jacobi' needs its diagonal; pass diagonal=<Dat>.")
-        return self.session.dat_values(self.op.diagonal, write=False).reshape(-1).copy()
+        return self.engine.dat_values(self.op.diagonal, write=False).reshape(-1).copy()
 
     def norm_inf(self) -> float:
         if self.op.norm_inf is None:
@@ -128,11 +128,11 @@ class _MatrixFree(_Operator):
         return int(self.op.nonzeros_per_row)
 
 
-def as_operator(session, A):
+def as_operator(engine, A):
     """The solvers' view of ``A`` (a Mat or a LinearOperator)."""
     if isinstance(A, Mat):
-        return _Assembled(session, A)
+        return _Assembled(engine, A)
     if isinstance(A, LinearOperator):
-        return _MatrixFree(session, A)
+        return _MatrixFree(engine, A)
     raise SolverError(f"solve: A must be a meshchain.Mat or a meshchain.LinearOperator, got {type(A).__name__}.")
 

@@ -75,16 +75,16 @@ class SolveInfo:
     pc: str | None
 
 
-class Run:
+class SolveRun:
     """One solve's vectors, operator, preconditioner, reductions and convergence test."""
 
-    def __init__(self, session, operator, dats: dict, pc, *, rtol, atol, maxiter, monitor, replacement: bool):
-        self.session, self.operator, self.dats, self.pc = session, operator, dats, pc
-        self.storages = {name: session.storage(d) for name, d in dats.items()}
-        n = session.n_owned(operator.row_set) * operator.dim
+    def __init__(self, engine, operator, dats: dict, pc, *, rtol, atol, maxiter, monitor, replacement: bool):
+        self.engine, self.operator, self.dats, self.pc = engine, operator, dats, pc
+        self.storages = {name: engine.storage(d) for name, d in dats.items()}
+        n = engine.n_owned(operator.row_set) * operator.dim
         self.v = {name: s.host.reshape(-1)[:n] for name, s in self.storages.items()}
         self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
-        self.comm = session.comm if session.distributed else None
+        self.comm = engine.comm
         if self.comm is not None:
             from mpi4py import MPI
 
@@ -169,14 +169,14 @@ class Run:
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _work_dats(session, A, operator, method: str) -> dict:
-    """The method's work vectors for ``A`` (declared once per operator, method and session)."""
+def _work_dats(engine, A, operator, method: str) -> dict:
+    """The method's work vectors for ``A`` (declared once per operator, method and engine)."""
     per_operator = _workspaces.setdefault(A, {})
     found = per_operator.get(method)
-    if found is None or found[0] is not session:
+    if found is None or found[0] is not engine:
         dats = {name: Dat(operator.row_set, operator.dim, None, f"{operator.name}:{method}:{name}")
                 for name in VECTORS[method]}
-        found = per_operator[method] = (session, dats)
+        found = per_operator[method] = (engine, dats)
     return found[1]
 
 
@@ -202,26 +202,26 @@ def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
         raise SolverError(f"solve: maxiter must be a non-negative integer, got {maxiter!r}.")
 
 
-def solve_with(session, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
+def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
                residual_replacement=False, monitor=None) -> SolveInfo:
-    """:func:`meshchain.solve` on ``session`` (see there)."""
-    operator = as_operator(session, A)
+    """:func:`meshchain.solve` on ``engine`` (see there)."""
+    operator = as_operator(engine, A)
     _check(A, operator, x, b, method, pc, rtol, atol, maxiter)
     if residual_replacement and method != "pipecg":
         raise SolverError(f"solve: residual_replacement is implemented for method='pipecg' (as PETSc's PIPECGRR), "
                           f"not for {method!r}.")
-    if session.config.backend in ("cupy", "cuda-emulation"):
+    if engine.backend_name in ("cupy", "cuda-emulation"):
         raise SolverError("solve: the Krylov methods run on host arrays; use the numba or reference backend.")
-    dats = dict(_work_dats(session, A, operator, method), x=x, b=b)
-    session.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
-    session.force_read(b)
-    n = session.n_owned(operator.row_set) * operator.dim
-    run = Run(session, operator, dats, make_preconditioner(pc, operator, n), rtol=rtol, atol=atol,
+    dats = dict(_work_dats(engine, A, operator, method), x=x, b=b)
+    engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
+    engine.run_pending(b)
+    n = engine.n_owned(operator.row_set) * operator.dim
+    run = SolveRun(engine, operator, dats, make_preconditioner(pc, operator, n), rtol=rtol, atol=atol,
               maxiter=int(maxiter), monitor=monitor, replacement=bool(residual_replacement))
     began = time.perf_counter()
     iterations, reason, replacements = METHODS[method](run)
     elapsed = time.perf_counter() - began
-    session.storage(x).valid_depth = 0
+    engine.halos_stale(x)
     spare = VECTORS[method]
     true, true_preconditioned = run.true_residual(spare[0], spare[1])
     converged = reason == "converged"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..comm.blocks import block_offsets, block_owner
-from ..core.errors import DeclarationError
+from ..core.errors import DeclarationError, InternalError
 from ..types.maps import ColumnsMap
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_csr, fetch_rows
 
@@ -377,7 +377,7 @@ def to_local(rows, local_gids, runnable, m):
     local = sorter[positions]
     present = local_gids[local] == rows
     if not np.all(present[runnable]):
-        raise AssertionError(f"map {m.name!r}: a target of a row that may run is not local (halo construction bug)")
+        raise InternalError(f"map {m.name!r}: a target of a row that may run is not local (halo construction bug)")
     return np.where(present, local, 0).astype(np.int64)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import fetch_rows
 from ..comm.sparse import exchange_rows
-from ..core.errors import DeclarationError
+from ..core.errors import DeclarationError, InternalError
 from . import partitioners
 from .distribute import derive_owners, laid_out, seed_adjacency
 from .layout import MeshLayout
@@ -108,7 +108,7 @@ def moves_of(comm, s, old: MeshLayout, new: MeshLayout) -> Moves:
     order = np.argsort(owned_now, kind="stable")
     positions = order[np.searchsorted(owned_now, arrived, sorter=order)] if len(arrived) else arrived
     if len(arrived) != after.n_owned or (len(arrived) and not np.array_equal(owned_now[positions], arrived)):
-        raise RuntimeError(f"set {s.name!r}: {len(arrived)} owned elements arrived for {after.n_owned} new owned "
+        raise InternalError(f"set {s.name!r}: {len(arrived)} owned elements arrived for {after.n_owned} new owned "
                            f"ones; the repartition lost or duplicated elements (a meshchain bug)")
     return Moves(destinations.astype(np.int64), positions.astype(np.int64), len(after.global_ids))
 

@@ -54,6 +54,8 @@ array([0, 1, 0, 1], dtype=int32)
 
 from __future__ import annotations
 
+from ..core.errors import InternalError
+
 import operator
 
 import numpy as np
@@ -755,5 +757,5 @@ def _metis_kway(degree: np.ndarray, adjncy: np.ndarray, n: int, nparts: int, see
     _, membership = pymetis.part_graph(nparts, graph, options=options, recursive=False, **extra)
     parts = np.asarray(membership, dtype=np.int64)
     if parts.shape != (n,) or (n and (parts.min() < 0 or parts.max() >= nparts)):
-        raise RuntimeError(f"METIS returned an invalid partition of shape {parts.shape}")
+        raise InternalError(f"METIS returned an invalid partition of shape {parts.shape}")
     return parts.astype(np.int32)

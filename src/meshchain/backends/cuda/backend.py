@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from ...core.access import Access
-from ...core.errors import ConfigurationError
+from ...core.errors import ConfigurationError, InternalError
 from ...core.storage import GlobalStorage
 from ...inspector import colour_blocks, touched_keys
 from ...types.args import GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
@@ -142,20 +142,20 @@ class CudaBackend(Backend):
 
     # --- compilation ----------------------------------------------------------------------------
 
-    def _executor(self, loop, report) -> "_Executor":
+    def _executor(self, loop, report) -> "_DeviceExecutor":
         config = self.config
         constants = tuple(c.source for c in loop.kernel.constants())
         key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments)
         executor = self._executors.get(key)
         if executor is None:
             if any(s.kind == STENCIL or s.grid for s in loop.specs):  # the session lowers them to maps
-                raise AssertionError(f"loop {loop.name!r}: a structured-grid loop reached the cupy backend unlowered")
+                raise InternalError(f"loop {loop.name!r}: a structured-grid loop reached the cupy backend unlowered")
             check_sizes(loop)
             began = time.perf_counter()
             coloured = config.gpu_increments == "colour" and _increments_through_maps(loop)
             source = loop_source(loop, threads=config.gpu_threads, colour=coloured)
             what = f"kernel {loop.kernel.name!r} (loop {loop.name!r})"
-            executor = self._executors[key] = _Executor(self.device.compile(source.text, what), source, coloured,
+            executor = self._executors[key] = _DeviceExecutor(self.device.compile(source.text, what), source, coloured,
                                                            loop.specs)
             report(loop, time.perf_counter() - began, True, 0)
         return executor
@@ -221,7 +221,7 @@ class CudaBackend(Backend):
                 for c in range(plan.ncolours)]
 
 
-class _Executor:
+class _DeviceExecutor:
     """A compiled loop; ``slots[slot]`` is, for a global, its argument position (the reduction
     target may be redirected there), for a dat whether the loop writes it."""
 

@@ -76,7 +76,7 @@ extern "C" void mc_launch(unsigned mc_grid, long long mc_n, const unsigned long 
 """
 
 
-class _Side:
+class _DeviceSide:
     """The rows of one direction (sent or received) of an exchange: descriptors on the
     device, a device buffer, a host staging buffer, and each neighbour's byte range."""
 
@@ -116,8 +116,8 @@ class DeviceExchange:
         self.comm, self.tag, self.device, self.staged = comm, tag, backend.device, staged
         self.packing = backend.halo_kernel()
         neighbours = sorted({n for _, exports, imports in self.items for n in (*exports, *imports)})
-        self.send = _Side(self.device, self.items, 1, neighbours, staged=staged)
-        self.receive = _Side(self.device, self.items, 2, neighbours, staged=staged)
+        self.send = _DeviceSide(self.device, self.items, 1, neighbours, staged=staged)
+        self.receive = _DeviceSide(self.device, self.items, 2, neighbours, staged=staged)
         self.inbound = None  # the last copy of received bytes to the device (reuses receive.on_host)
         self._bases = (None, None)
         sizes = [end - begin for _, begin, end in self.send.ranges]

@@ -34,7 +34,7 @@ import numpy as np
 from ...core.errors import AccessModeError, KernelError
 from .types import BOOL, DOUBLE, INT, View, c_type, is_float, is_int, join, literal, scalar_type
 
-__all__ = ["translate", "Unit"]
+__all__ = ["translate", "TranslationUnit"]
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
            ast.LShift: "<<", ast.RShift: ">>"}
@@ -53,7 +53,7 @@ _MATH_CONSTANTS = {"pi": np.pi, "e": np.e, "inf": np.inf, "nan": np.nan, "tau": 
 
 
 @dataclass
-class Unit:
+class TranslationUnit:
     """The device functions of one kernel: helpers first, the kernel last; ``constants``
     holds the definitions of the constant arrays they read."""
 
@@ -66,13 +66,13 @@ class Unit:
         return "\n".join([*self.constants.values(), *self.functions])
 
 
-def translate(kernel, param_types, *, name=None, unit=None) -> Unit:
+def translate(kernel, param_types, *, name=None, unit=None) -> TranslationUnit:
     """Translate ``kernel`` for arguments of ``param_types`` (:class:`View` or C scalar names).
 
-    Returns the :class:`Unit`; the kernel's function is ``unit.functions[-1]``, named
+    Returns the :class:`TranslationUnit`; the kernel's function is ``unit.functions[-1]``, named
     ``name`` (default ``mc_kernel_<kernel name>``) and returning ``void``.
     """
-    unit = Unit() if unit is None else unit
+    unit = TranslationUnit() if unit is None else unit
     _FunctionTranslator(kernel, list(param_types), unit, name or f"mc_kernel_{kernel.name}", stack=()).run()
     return unit
 
@@ -80,7 +80,7 @@ def translate(kernel, param_types, *, name=None, unit=None) -> Unit:
 class _FunctionTranslator:
     """Two passes over one function: infer the local types (until they settle), then emit."""
 
-    def __init__(self, kernel, param_types, unit: Unit, name: str, *, stack, returns=False):
+    def __init__(self, kernel, param_types, unit: TranslationUnit, name: str, *, stack, returns=False):
         self.kernel, self.unit, self.name, self.stack = kernel, unit, name, stack
         if len(param_types) != len(kernel.params):
             raise KernelError(f"kernel {kernel.name!r} takes {len(kernel.params)} arguments, got {len(param_types)}.")

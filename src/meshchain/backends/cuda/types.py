@@ -14,6 +14,8 @@ Examples
 
 from __future__ import annotations
 
+from ...core.errors import CompilationError
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +53,7 @@ def c_type(dtype) -> str:
     """The C scalar type holding values of the NumPy ``dtype`` (float64, float32, int32, int64)."""
     key = np.dtype(dtype).str[1:]
     if key not in _C_TYPES:
-        raise TypeError(f"dtype {np.dtype(dtype)} has no CUDA type in meshchain")
+        raise CompilationError(f"dtype {np.dtype(dtype)} has no CUDA type in meshchain")
     return _C_TYPES[key]
 
 
@@ -68,7 +70,7 @@ def join(a, b):
     if a is None or b is None:
         return a if b is None else b
     if isinstance(a, View) or isinstance(b, View):
-        raise TypeError("arrays do not combine with arithmetic")
+        raise CompilationError("arrays do not combine with arithmetic")
     if a == b:
         return INT if a == BOOL else a
     if is_int(a) and is_int(b):

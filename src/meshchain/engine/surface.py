@@ -1,0 +1,91 @@
+"""The engine as the packages above the API see it: what ``linalg`` and ``io`` may use.
+
+Solvers and parallel I/O need more than the user interface (a solver works on the owned
+rows of its vectors in place, an output writer on the local rows of maps), but not the
+session's internals. :class:`Surface` is that small interface, one per session
+(``meshchain.api.engine_surface()``): the communicator, the storage of an object, a set's
+owned size and local layout, a map's local rows, the live declarations, running pending
+loops, an object's values, marking halos stale, how computation overlaps messages, and the
+matrices. ``tests/test_layering.py`` rejects any other way into the session from those
+packages.
+
+Examples
+--------
+>>> import meshchain as mc
+>>> surface = mc.api.engine_surface()
+>>> cells = mc.Set(3, "cells")
+>>> surface.distributed, surface.comm, surface.n_owned(cells)
+(False, None, 3)
+"""
+
+from __future__ import annotations
+
+__all__ = ["Surface"]
+
+
+class Surface:
+    """What ``meshchain.linalg`` and ``meshchain.io`` use of a session (see the module docstring)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session):
+        self._session = session
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the session runs on several ranks."""
+        return self._session.distributed
+
+    @property
+    def comm(self):
+        """The session's communicator on several ranks, None on one process."""
+        session = self._session
+        return session.comm if session.distributed else None
+
+    @property
+    def backend_name(self) -> str:
+        return self._session.config.backend
+
+    @property
+    def matrices(self):
+        """The session's matrices (:class:`~meshchain.engine.matrices.Matrices`)."""
+        return self._session.matrices
+
+    def storage(self, obj):
+        """The storage record of a dat or global (its arrays, valid halo depth)."""
+        return self._session.storage(obj)
+
+    def n_owned(self, s) -> int:
+        """How many elements of set ``s`` this rank owns."""
+        return self._session.n_owned(s)
+
+    def layout_of(self, s):
+        """The local layout of set ``s`` (None on several ranks before partitioning)."""
+        return self._session.layout_of(s)
+
+    def map_rows(self, m):
+        """Map ``m``'s rows as declared, before partitioning (block rows on several ranks)."""
+        return self._session.declarations.map_rows[m.uid]
+
+    def declared(self, *, agreed: bool = False):
+        """The live sets, maps and dats, in declaration order (``agreed``: alive on every rank; collective)."""
+        return self._session.declarations.declared(agreed=agreed)
+
+    def dat_values(self, d, *, write: bool, halos: bool = False):
+        """``d``'s owned rows (``halos``: all rows) after the loops they depend on ran; ``write``: to change them."""
+        return self._session.dat_values(d, write=write, halos=halos)
+
+    def run_pending(self, obj=None) -> None:
+        """Run the pending loops ``obj``'s value depends on (every pending loop when None)."""
+        if obj is None:
+            self._session.flush()
+        else:
+            self._session.force_read(obj)
+
+    def halos_stale(self, d) -> None:
+        """``d``'s halo copies no longer hold its owners' values (its owned rows were changed in place)."""
+        self._session.storage(d).valid_depth = 0
+
+    def overlap(self):
+        """How computation runs beside messages in flight (:class:`~meshchain.engine.plans.Overlap`)."""
+        return self._session.overlap()
