@@ -114,16 +114,18 @@ def test_random_chains_auto_and_off_equal_serial(comm, spec):
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
-@settings(max_examples=5, deadline=None, derandomize=True, database=None,
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(spec=programs(max_loops=5), mode=st.sampled_from([None, True, False]), tiled=st.booleans())
-def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, spec, mode, tiled):
+@given(spec=programs(max_loops=5), mode=st.sampled_from([None, True, False]), tiled=st.booleans(),
+       interior=st.sampled_from(["static", "dynamic"]))
+def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, spec, mode, tiled, interior):
     """New dats and globals declared alike before every execution: the bits of the objects
-    reused; no plan is built again (a tiled chain's plan cannot take other objects: it is)."""
+    reused; no plan is built again (a tiled chain's plan cannot take other objects: it is),
+    with the interior run as one call or in chunks on threads."""
     tile_size = 8 if tiled and mode is True else None
     results = []
     for renew in (False, True):
-        mc.reset_runtime(comm=comm)
+        mc.reset_runtime(comm=comm, interior=interior)
         program = Program(spec)
         program.run(mode, executions=3, renew=renew, tile_size=tile_size)  # every state of the halos seen
         mc.stats(reset=True)

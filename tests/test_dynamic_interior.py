@@ -228,6 +228,24 @@ def test_a_later_run_reads_the_reduced_global_as_the_static_phase_does(monkeypat
     assert_chunked_matches_static(backend, runs, configurations)
 
 
+def test_a_chunked_call_takes_new_arrays_where_it_is_rebound():
+    """Rebinding (a plan bound to new dats, see meshchain.engine.rebind) replaces arguments by
+    their position in ``arguments``: every chunk's, then every finishing call's."""
+    old, new, out, seen = np.arange(4.0), np.arange(4.0) + 10, np.zeros(4), []
+
+    def add(lo, hi, src, dst):
+        dst[lo:hi] += src[lo:hi]
+
+    call = ChunkedCall([[(add, (0, 2, old, out)), (add, (2, 4, old, out))]], [(seen.append, (old,))],
+                       pool=WorkerPool(1))
+    flat = call.arguments
+    assert len(flat) == 9 and [i for i, a in enumerate(flat) if a is old] == [2, 6, 8]
+    call.rebind([(2, new), (6, new), (8, new)])
+    call()
+    assert out.tolist() == [10.0, 11.0, 12.0, 13.0] and seen == [new]
+    assert [i for i, a in enumerate(call.arguments) if a is new] == [2, 6, 8]
+
+
 def test_chunks_cover_every_colour_and_reuse_one_pool(monkeypatch):
     mc.configure(backend="numba", block_size=8)
     backend, phases = captured_phases(monkeypatch)

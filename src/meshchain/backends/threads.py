@@ -28,6 +28,8 @@ True
 
 from __future__ import annotations
 
+import bisect
+
 import threading
 import time
 import weakref
@@ -243,6 +245,32 @@ class ChunkedCall:
     @property
     def chunks(self) -> int:
         return len(self._chunks)
+
+    @property
+    def arguments(self) -> tuple:
+        """Every chunk's arguments, then every finishing call's, one after another (what
+        :meth:`rebind` addresses by position)."""
+        return tuple(value for _, arguments in self._chunks + self._finish for value in arguments)
+
+    def rebind(self, substitutions) -> None:
+        """Put ``(position, array)`` of :attr:`arguments` in place (each alike the one it
+        replaces: see :mod:`meshchain.engine.rebind`)."""
+        calls, starts, start = self._chunks + self._finish, [], 0
+        for _, arguments in calls:
+            starts.append(start)
+            start += len(arguments)
+        changed: dict = {}
+        for position, array in substitutions:
+            number = bisect.bisect_right(starts, position) - 1
+            changed.setdefault(number, []).append((position - starts[number], array))
+        for number, pairs in changed.items():
+            function, arguments = calls[number]
+            arguments = list(arguments)
+            for at, array in pairs:
+                arguments[at] = array
+            calls[number] = (function, tuple(arguments))
+        count = len(self._chunks)
+        self._chunks, self._finish = calls[:count], calls[count:]
 
     @property
     def workers(self) -> int:

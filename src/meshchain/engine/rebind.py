@@ -13,10 +13,11 @@ not read) has it finished before the plan takes another global: the plan's reduc
 buffers are then free to be used again.
 
 A plan can be rebound when every part of it can: a backend call says so by having a
-``rebind(substitutions)`` method (the numba backend's prepared calls do), an exchange by
-its ``rebindable`` property (host exchanges; not those staging rows through a device).
-Boundary tasks, sparse tiles and chunked interiors cannot: a plan with them is built again
-for the new objects (counted as a plan built, as before structural reuse).
+``rebind(substitutions)`` method and its ``arguments`` (the numba backend's prepared calls
+and chunked interiors do), an exchange by its ``rebindable`` property (host exchanges; not
+those staging rows through a device). Boundary tasks and sparse tiles cannot, nor the
+reference and GPU backends' calls: a plan with them is built again for the new objects
+(counted as a plan built, as before structural reuse).
 
 Rebinding checks that every new array has the shape, strides and dtype of the one it
 replaces (the compiled calls were specialised to them) and refuses otherwise (the plan
