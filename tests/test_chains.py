@@ -177,7 +177,7 @@ def test_random_chains_equal_loop_by_loop_on_one_process(spec):
             np.testing.assert_array_equal(got, want)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=programs(max_loops=5), mode=st.sampled_from([None, True, False, "auto"]))
 def test_new_objects_each_execution_reuse_the_plans_bit_for_bit(spec, mode):
     """Plans are kept by structure: executions with new dats and globals declared alike give
