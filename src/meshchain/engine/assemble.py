@@ -114,7 +114,7 @@ class _Builder:
         self.tile_plans: list = []
         self.groups = 0
         self.exchanges: list = []  # (exchange, the object keys of its items)
-        self.prepared: dict = {}  # (object key, write) -> None: storage handed to the backend's prepare_data
+        self.prepared: set = set()  # (object key, write): storage handed to the backend's prepare_data
 
     # --- one segment ------------------------------------------------------------------------------
 
@@ -285,7 +285,7 @@ class _Builder:
         for spec in loop.specs:
             prepared = (keys[spec.slot], spec.access.writes)
             if spec.kind != "global" and prepared not in self.prepared:
-                self.prepared[prepared] = None
+                self.prepared.add(prepared)
                 self.backend.prepare_data(self.unit.storage[prepared[0]], write=prepared[1])
 
     def _colour(self, loop, count: int) -> None:

@@ -63,15 +63,15 @@ class Binding:
     write)]`` given to ``prepare(record, write=...)`` (the backend's ``prepare_data``) for
     new records, as the build did. Only what changed is bound again."""
 
-    __slots__ = ("records", "_exchanges", "_prepared", "_steps", "_calls", "_uses", "supported")
+    __slots__ = ("records", "_exchanges", "_prepared", "_prepare", "_steps", "_calls", "_uses", "supported")
 
     def __init__(self, records, *, steps, exchanges=(), prepared=(), prepare=None):
         self.records = tuple(records)
         key_of = {id(record): key for key, record in enumerate(self.records)}
         self._exchanges = tuple(exchanges)
-        self._prepared: dict = {}  # object key -> calls of prepare for a new record, as the build made
+        self._prepare, self._prepared = prepare, {}  # object key -> the write flags the build prepared it with
         for key, write in prepared:
-            self._prepared.setdefault(key, []).append(lambda record, write=write: prepare(record, write=write))
+            self._prepared.setdefault(key, []).append(write)
         self._steps = [(step, tuple(key_of[id(r)] for r in step.settle),
                         tuple((key_of[id(r)], depth) for r, depth in step.validity),
                         tuple((reduction, key_of[id(reduction.storage)]) for reduction in step.reductions))
@@ -100,8 +100,8 @@ class Binding:
         if not _alike(old, records, changed):
             return False
         for key in changed:
-            for prepare in self._prepared.get(key, ()):
-                prepare(records[key])
+            for write in self._prepared.get(key, ()):
+                self._prepare(records[key], write=write)
         for step, settle, validity, reductions in self._steps:
             step.settle = tuple([records[key] for key in settle])
             step.validity = tuple([(records[key], depth) for key, depth in validity])
