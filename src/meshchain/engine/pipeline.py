@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 
 from ..comm.agree import abort_all
+from ..core.errors import MeshchainError, MeshchainWarning
 from ..model.estimate import chain_profile
 from .assemble import assemble
 from .strategies import schedule_for
@@ -189,8 +190,6 @@ def collectively(session, what: str, action):
 
 
 def _refuse_unlike(unit):
-    from ..core.errors import MeshchainError
-
     raise MeshchainError(f"the objects of {_what(unit)} are declared alike those its plan was built for, but their "
                          f"storage differs in shape on this rank (an internal error; please report it)")
 
@@ -202,8 +201,6 @@ def _what(unit) -> str:
 def _diagnose_split(session, unit, schedule) -> None:
     """Say (once per chain and reason) why a CA chain runs in several segments."""
     import warnings
-
-    from ..core.errors import MeshchainWarning
 
     reasons = [s.reason for s in schedule.segments if s.reason]
     if not reasons or unit.options is None:
