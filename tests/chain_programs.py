@@ -108,26 +108,31 @@ class Program:
         mc.partition(method, coords=d.coords if method == "rib" else None, seed_set=d.cells if method != "rib" else None)
         self.kernels = [self._kernel(i) for i in range(len(self.loop_specs))]
 
-    def _args(self, position):
+    def _args(self, position, objects=None):
+        """The arguments of loop ``position`` (``objects``: name -> the dat or global to use)."""
+        objects = {**self.dats, **self.globals} if objects is None else objects
         _, specs = self.loop_specs[position]
         args = []
         for name, mode, map_name, index in specs:
-            if name in self.globals:
-                args.append(self.globals[name](mode))
-            elif map_name is None:
-                args.append(self.dats[name](mode))
+            if name in self.globals or map_name is None:
+                args.append(objects[name](mode))
             else:
                 m = self.maps[map_name]
-                args.append(self.dats[name](mode, m if index is None else m[min(index, m.arity - 1)]))
+                args.append(objects[name](mode, m if index is None else m[min(index, m.arity - 1)]))
         return args
 
     def _kernel(self, position):
         source = kernel_source(self._args(position), name=f"loop{position}")
         return mc.Kernel.from_source(source)
 
-    def record(self):
+    def record(self, objects=None):
         for position, (iterset, _) in enumerate(self.loop_specs):
-            mc.par_loop(self.kernels[position], self.sets[iterset], *self._args(position), name=f"loop{position}")
+            mc.par_loop(self.kernels[position], self.sets[iterset], *self._args(position, objects),
+                        name=f"loop{position}")
+
+    def objects(self) -> dict:
+        """Name -> the current dat or global."""
+        return {**self.dats, **self.globals}
 
     def renew(self):
         """Replace every dat and global with a new one declared alike, holding its values (as a
@@ -137,14 +142,20 @@ class Program:
         for name, old in self.globals.items():
             self.globals[name] = mc.Global(1, old.value, name, dtype=old.dtype)
 
-    def run(self, mode, *, executions=2, tile_size=None, renew=False):
+    def run(self, mode, *, executions=2, tile_size=None, renew=False, captured=False):
         """``mode``: None (no chain), or the chain's ``ca`` (True, False, "auto");
         ``tile_size``: the chain's sparse tiling; ``renew``: new objects before every execution
-        (:meth:`renew`)."""
+        (:meth:`renew`); ``captured``: each execution calls a step captured with ``mc.capture``
+        (its objects passed as arguments; ``mode`` None runs it with ``ca=False``)."""
+        if captured and getattr(self, "step", None) is None:
+            self.step = mc.capture(lambda pairs: self.record(dict(pairs)), name="random",
+                                   ca=False if mode is None else mode, tile_size=tile_size)
         for _ in range(executions):
             if renew:
                 self.renew()
-            if mode is None:
+            if captured:
+                self.step(tuple(self.objects().items()))
+            elif mode is None:
                 self.record()
                 mc.flush()
             else:

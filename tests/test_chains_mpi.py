@@ -121,7 +121,8 @@ def test_random_chains_auto_and_off_equal_serial(comm, spec):
 def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, spec, mode, tiled, interior):
     """New dats and globals declared alike before every execution: the bits of the objects
     reused; no plan is built again (a tiled chain's plan cannot take other objects: it is),
-    with the interior run as one call or in chunks on threads."""
+    with the interior run as one call or in chunks on threads. The executions captured as a
+    step (``mc.capture``) and replayed give the same bits."""
     tile_size = 8 if tiled and mode is True else None
     results = []
     for renew in (False, True):
@@ -134,9 +135,15 @@ def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, s
         if tile_size is None or not renew:
             assert plans.misses == 0 and plans.hits > 0, (renew, plans)
         results.append(program.results())
-    for want, got in zip(*results):
-        if got is not None:
-            np.testing.assert_array_equal(got, want)
+    mc.reset_runtime(comm=comm, interior=interior)  # captured: one capture, five replays, the same bits
+    program = Program(spec)
+    program.run(mode, executions=6, tile_size=tile_size, captured=True)
+    assert (program.step.captures, program.step.replays) == (1, 5)
+    results.append(program.results())
+    for other in results[1:]:
+        for want, got in zip(results[0], other):
+            if got is not None:
+                np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=300)

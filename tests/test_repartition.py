@@ -35,15 +35,16 @@ def repartition(program, weights, method, kind, seed):
     mc.repartition(method, coords=program.coords if method == "rib" else None, weights=chosen, seed=seed % 1000)
 
 
-def run_with_moves(comm, spec, moves):
+def run_with_moves(comm, spec, moves, *, captured=False):
     """Run the program, repartition after each execution (checking that every gathered dat
-    and global is unchanged by each move), and return the final results."""
+    and global is unchanged by each move), and return the final results. ``captured``: each
+    execution is a captured step (``mc.capture``), captured again after every move."""
     mc.reset_runtime(comm=comm)
     program = Program(spec, method="rib")
     nodes = program.coords.dataset
     rng = np.random.default_rng(5)
     weights = mc.Dat(nodes, 1, rng.random((nodes.size, 1)) * 10.0, "weights")
-    program.run(True, executions=1)
+    program.run(True, executions=1, captured=captured)
     for method, kind, seed in moves:
         before = program.results()
         repartition(program, weights, method, kind, seed)
@@ -51,17 +52,21 @@ def run_with_moves(comm, spec, moves):
         if comm.rank == 0:
             for old, new in zip(before, after):
                 np.testing.assert_array_equal(new, old)
-        program.run(True, executions=1)
+        program.run(True, executions=1, captured=captured)
+    if captured:  # on one rank a move changes nothing: the step is replayed
+        moved = len(moves) if comm.size > 1 else 0
+        assert (program.step.captures, program.step.replays) == (1 + moved, len(moves) - moved)
     return program.results(), program
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
 @settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(spec=programs(max_loops=5), moves=MOVES)
-def test_random_repartitions_lose_nothing_and_loops_after_them_equal_serial(comm, spec, moves):
+@given(spec=programs(max_loops=5), moves=MOVES, captured=st.booleans())
+def test_random_repartitions_lose_nothing_and_loops_after_them_equal_serial(comm, spec, moves, captured):
+    """... also when the executions are a captured step, which each move makes capture again."""
     expected, _ = _serial_results(spec, executions=1 + len(moves))
-    results, program = run_with_moves(comm, spec, moves)
+    results, program = run_with_moves(comm, spec, moves, captured=captured)
     if comm.rank == 0:
         for got, want in zip(results, expected):
             np.testing.assert_array_equal(got, want)

@@ -159,6 +159,8 @@ def test_matrix_free_operator_solves_like_the_assembled_matrix(comm, method):
     free = mc.solve(op, problem.x, problem.b, method=method, pc="jacobi", rtol=1e-10)
     x_free = problem.x.gather()
     assert free.converged, free.reason
+    applied = mc.stats().chains["element-by-element.apply"]  # its apply captured, then replayed
+    assert applied.executions >= free.iterations and applied.loops == 2 * applied.executions, applied
     assert abs(free.iterations - assembled.iterations) <= 1
     if comm.rank == 0:
         np.testing.assert_allclose(x_free, x_assembled, atol=1e-8 * np.linalg.norm(x_assembled))

@@ -27,6 +27,7 @@ from .core.errors import (
     KernelError,
     KernelRuntimeError,
     LoopError,
+    CaptureError,
     MapError,
     MeshchainError,
     MeshchainWarning,
@@ -40,7 +41,7 @@ from .core.errors import (
 from .ir.kernel import Kernel, kernel
 from . import model
 from .core import errors
-from .api import configure, flush, get_runtime, loop_chain, par_loop, partition, rebalance, repartition, reset_runtime, stats
+from .api import capture, configure, flush, get_runtime, loop_chain, par_loop, partition, rebalance, repartition, reset_runtime, stats
 from .types import Arg, Block, Dat, Global, Grid, Map, MapIndex, Mat, Set, Stencil
 from .linalg import LinearOperator, SolveInfo, solve
 from .io.checkpoint import checkpoint, restore
@@ -51,10 +52,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
     "Set", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "Grid", "Stencil", "LinearOperator", "SolveInfo", "solve",
-    "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain",
+    "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain", "capture",
     "partition", "repartition", "rebalance", "Block", "model", "checkpoint", "restore", "CheckpointError",
     "Output", "OutputError",
-    "MeshchainError", "InternalError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "SetMismatchError",
+    "MeshchainError", "InternalError", "DeclarationError", "MapError", "DataShapeError", "LoopError", "CaptureError", "SetMismatchError",
     "ArgumentCountError", "AccessModeError", "KernelError", "CompilationError", "KernelRuntimeError",
     "ConfigurationError", "BackendUnavailableError", "SolverError", "MeshFileError", "MeshFileNotFoundError",
     "MeshchainWarning",

@@ -12,10 +12,12 @@ import atexit
 
 from .core import context
 from .core.config import Config
+from .core.errors import CaptureError
+from .engine.capture import CapturedStep
 from .engine.chains import ChainOptions
 from .engine.session import Session
 
-__all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "partition",
+__all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "capture", "partition",
            "repartition", "rebalance"]
 
 _session: Session | None = None
@@ -234,6 +236,56 @@ def rebalance(method: str = "rib", *, coords=None, seed: int = 0):
     True
     """
     return get_runtime().rebalance(method, coords=coords, seed=seed)
+
+
+def capture(fn=None, *, name: str | None = None, ca=False, tile_size: int | None = None,
+            max_halo: int | None = None):
+    """Capture a step once and replay it as a whole: ``step = mc.capture(fn)`` or ``@mc.capture``.
+
+    The first call of ``step(*args)`` runs ``fn(*args)`` and records its parallel loops as one
+    chain, executed at once; later calls with the same arguments replay that chain without
+    running ``fn`` (no Python between the loops) and return what ``fn`` returned. Other
+    arguments, or ``mc.configure``/``mc.partition``/``mc.repartition`` since, capture it
+    again. Reading or setting values inside ``fn`` raises
+    :class:`~meshchain.core.errors.CaptureError`. See :mod:`meshchain.engine.capture`.
+
+    Parameters
+    ----------
+    fn : callable
+        The step. Used bare (``@mc.capture``) or with options (``@mc.capture(ca=True)``).
+    name : str, keyword-only
+        The step's chain name in statistics and diagnostics (default: ``fn``'s name).
+    ca : True, False or "auto", keyword-only
+        How the step runs on several ranks, as for :class:`loop_chain`; the default,
+        False, runs it loop by loop, as it runs uncaptured.
+    tile_size, max_halo : int or None, keyword-only
+        As for :class:`loop_chain`.
+
+    Returns
+    -------
+    CapturedStep
+        Callable like ``fn``; ``.captures`` and ``.replays`` count what its calls did.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> cells = mc.Set(3, "cells")
+    >>> q = mc.Dat(cells, 1, None, "q")
+    >>> bump = mc.Kernel.from_source("def bump(a):\\n    a[0] += 1.0\\n")
+    >>> step = mc.capture(lambda: mc.par_loop(bump, cells, q(mc.RW)), name="bump step")
+    >>> for _ in range(4):
+    ...     step()
+    >>> q.data[:, 0].tolist(), step.captures, step.replays
+    ([4.0, 4.0, 4.0], 1, 3)
+    """
+    def captured(function):
+        if not callable(function):
+            raise CaptureError(f"mc.capture needs a callable (the step), got {type(function).__name__}.")
+        options = ChainOptions.of(name if name is not None else getattr(function, "__name__", "step"), ca,
+                                  tile_size, max_halo)
+        return CapturedStep(function, options, get_runtime)
+
+    return captured if fn is None else captured(fn)
 
 
 class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...)``

@@ -133,6 +133,7 @@ class CacheRegistry:
 
     def __init__(self):
         self._caches: dict[str, Cache] = {}
+        self.generation = 0  # events so far: what was built before an event may be stale
 
     def cache(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False) -> Cache:
         """A new cache registered under ``name``; one registered earlier under that name (by a
@@ -150,6 +151,7 @@ class CacheRegistry:
         """Empty every cache that names ``event``."""
         if event not in EVENTS:
             raise InternalError(f"unknown invalidation event {event!r}; known: {sorted(EVENTS)}")
+        self.generation += 1
         for cache in self._caches.values():
             if event in cache.events:
                 cache.clear()

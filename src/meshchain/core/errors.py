@@ -22,6 +22,7 @@ __all__ = [
     "MapError",
     "DataShapeError",
     "LoopError",
+    "CaptureError",
     "SetMismatchError",
     "ArgumentCountError",
     "AccessModeError",
@@ -57,6 +58,11 @@ class DataShapeError(DeclarationError):
 
 class LoopError(MeshchainError):
     """A `par_loop` call is inconsistent (sets, arguments, access modes)."""
+
+
+class CaptureError(LoopError):
+    """A step given to ``mc.capture`` does what a replay could not repeat (reads or sets
+    values between its loops, opens a loop chain, assembles a matrix) or records no loop."""
 
 
 class SetMismatchError(LoopError):

@@ -57,8 +57,8 @@ class Pipeline:
                                       counts_hits=True)
         self.sequence = 0
 
-    def execute(self, run, loops) -> None:
-        """Run ``loops``, recorded in chain ``run`` (None: one loop on its own)."""
+    def execute(self, run, loops) -> Unit:
+        """Run ``loops``, recorded in chain ``run`` (None: one loop on its own); returns their unit."""
         options = None if run is None else run.options
         key = unit_key(loops, options)
         units = self.units
@@ -68,6 +68,12 @@ class Pipeline:
         else:
             units.hits += 1
             unit.bind(loops)
+        self.run_unit(unit)
+        return unit
+
+    def run_unit(self, unit) -> None:
+        """Run ``unit`` bound to its latest loops' objects (a captured step replays this way)."""
+        options = unit.options
         session = self.session
         distributed = session.distributed
         state = unit.state() if distributed else None

@@ -26,6 +26,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 import numpy as np
@@ -39,7 +40,7 @@ from ..comm.transports import check_transport
 from ..comm.world import world_communicator
 from ..core.cache import CacheRegistry
 from ..core.config import Config
-from ..core.errors import ConfigurationError, DeclarationError, LoopError
+from ..core.errors import CaptureError, ConfigurationError, DeclarationError, LoopError
 from ..core.stats import StatsRecorder
 from ..core.storage import DataStore
 from ..inspector.colouring import colour_blocks, touched_keys
@@ -48,6 +49,7 @@ from ..partition.distribute import MAX_DEPTH, check_options, deepen, distribute,
 from ..partition.layout import MeshLayout
 from ..types.mat import MatArg
 from .auto import ModelState
+from .capture import CapturedStep, Recording
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
 from .declare import Declarations
 from .communication import CommunicationSettings
@@ -96,6 +98,7 @@ class Session:
         self.matrices = Matrices(self)
         self.model = ModelState(self)
         self.open_run: ChainRun | None = None
+        self.capturing: Recording | None = None  # a step being captured (:mod:`.capture`)
         self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
         self._backend = None
         self.surface = Surface(self)  # what linalg and io use of the session
@@ -114,10 +117,14 @@ class Session:
     def declare_dat(self, d, data, dtype) -> np.dtype:
         chosen, storage = self.declarations.dat(d, data, dtype)
         self.store.add(d, storage)
+        if self.capturing is not None:
+            self.capturing.made.append(d)
         return chosen
 
     def declare_global(self, g, value: np.ndarray) -> None:
         self.store.add(g, self.declarations.global_(value))
+        if self.capturing is not None:
+            self.capturing.made.append(g)
 
     def n_owned(self, s) -> int:
         if self.distributed and not self.partitioned:
@@ -199,6 +206,8 @@ class Session:
         """Record ``par_loop(kernel, iterset, *args, name=name)`` (checked once per structure:
         see :mod:`.loops`)."""
         if any(type(a) is MatArg for a in args):
+            if self.capturing is not None:
+                self.capturing.refuse("assembling a matrix")
             self.matrices.record_assembly(kernel, iterset, args, name)
             return
         loop = self.loop_records.loop(kernel, iterset, args, name)
@@ -253,6 +262,8 @@ class Session:
 
     def open_chain(self, options) -> ChainRun:
         """Start recording loops into a chain (``with mc.loop_chain(...)``)."""
+        if self.capturing is not None:
+            self.capturing.refuse(f"opening loop chain {options.name!r} (pass its options to mc.capture)")
         if self.open_run is not None:
             refuse_nesting(self.open_run, options)
         trace = self.trace
@@ -277,20 +288,57 @@ class Session:
             return
         self.run_entries(trace.take_chain(run))
 
+    # --- captured steps (:mod:`.capture`) ----------------------------------------------------------------
+
+    def capture(self, fn, options) -> CapturedStep:
+        """``fn`` as a step captured once and replayed, run in this session."""
+        return CapturedStep(fn, options, lambda: self)
+
+    def begin_capture(self, options):
+        """Record the loops of a step being captured into one chain run: ``(run, recording)``."""
+        if self.open_run is not None:
+            what = self.capturing.name if self.capturing is not None else self.open_run.options.name
+            raise CaptureError(f"captured step {options.name!r} called while {what!r} is being recorded (a captured "
+                               f"step or a loop_chain block); call it outside.")
+        trace = self.trace
+        run = self.open_run = ChainRun(options, (len(trace.entries), trace.removals))
+        self.capturing = Recording(options.name)
+        self._trace_length = sys.maxsize  # the step's loops are never split by the trace's length
+        return run, self.capturing
+
+    def end_capture(self, run, *, keep: bool):
+        """Stop recording ``run``: its loops (``keep``), or None with its loops discarded."""
+        self.open_run = self.capturing = None
+        self._trace_length = self.config.trace_length
+        if not keep:
+            self.trace.take()
+            return None
+        return self.trace.take_only(run) or []
+
+    def after_failure(self, exc, loops) -> None:
+        """Annotate ``exc``, raised running ``loops``, with what became of the loops pending."""
+        self._after_failure(exc, loops, ())
+
     # --- forcing ------------------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Run every pending loop."""
+        if self.capturing is not None:
+            self.capturing.refuse("running the pending loops (mc.flush, mc.stats, mc.configure, ...)")
         if self.trace:
             self.run_entries(self.trace.take())
 
     def force_read(self, obj) -> None:
         """Run the pending loops ``obj``'s value depends on."""
+        if self.capturing is not None:
+            self.capturing.refuse(f"reading the values of {type(obj).__name__} {obj.name!r}")
         if self.trace:
             self.run_entries(self.trace.take_needed(obj, write=False))
 
     def force_write(self, obj) -> None:
         """Run the pending loops that must see ``obj`` before the user overwrites it."""
+        if self.capturing is not None:
+            self.capturing.refuse(f"setting the values of {type(obj).__name__} {obj.name!r}")
         if self.trace:
             self.run_entries(self.trace.take_needed(obj, write=True))
 

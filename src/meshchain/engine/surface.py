@@ -5,8 +5,8 @@ rows of its vectors in place, an output writer on the local rows of maps), but n
 session's internals. :class:`Surface` is that small interface, one per session
 (``meshchain.api.engine_surface()``): the communicator, the storage of an object, a set's
 owned size and local layout, a map's local rows, the live declarations, running pending
-loops, an object's values, marking halos stale, how computation overlaps messages, and the
-matrices. ``tests/test_layering.py`` rejects any other way into the session from those
+loops, an object's values, marking halos stale, how computation overlaps messages, captured
+steps, and the matrices. ``tests/test_layering.py`` rejects any other way into the session from those
 packages.
 
 Examples
@@ -19,6 +19,8 @@ Examples
 """
 
 from __future__ import annotations
+
+from .chains import ChainOptions
 
 __all__ = ["Surface"]
 
@@ -85,6 +87,10 @@ class Surface:
     def halos_stale(self, d) -> None:
         """``d``'s halo copies no longer hold its owners' values (its owned rows were changed in place)."""
         self._session.storage(d).valid_depth = 0
+
+    def capture(self, fn, *, name: str):
+        """``fn`` as a step captured once and replayed (:mod:`.capture`), loop by loop on several ranks."""
+        return self._session.capture(fn, ChainOptions.of(name, False))
 
     def overlap(self):
         """How computation runs beside messages in flight (:class:`~meshchain.engine.plans.Overlap`)."""

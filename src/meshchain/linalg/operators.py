@@ -19,10 +19,12 @@ Examples
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..comm.agree import raise_together
-from ..core.errors import SolverError
+from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Mat, Set
 
 __all__ = ["LinearOperator", "as_operator"]
@@ -102,13 +104,25 @@ class _Assembled(_Operator):
 
 
 class _MatrixFree(_Operator):
-    """A :class:`LinearOperator` as the solvers see it."""
+    """A :class:`LinearOperator` as the solvers see it: its ``apply`` captured once per solve
+    and vector pair (:mod:`meshchain.engine.capture`) and replayed in every iteration; an
+    ``apply`` that cannot be captured (it reads values between its loops) runs as written,
+    with a warning."""
 
     def __init__(self, engine, op: LinearOperator):
         self.engine, self.op = engine, op
         self.row_set, self.dim, self.name = op.row_set, op.dim, op.name
+        self.step = engine.capture(op.apply, name=f"{op.name}.apply")
 
     def apply(self, x, y, xs=None, ys=None) -> None:
+        if self.step is not None:
+            try:
+                self.step(x, y)
+                return
+            except CaptureError as exc:
+                self.step = None
+                warnings.warn(MeshchainWarning(f"[capture-refused] LinearOperator {self.name!r}: its apply runs "
+                                               f"uncaptured in this solve, loop by loop: {exc}"), stacklevel=4)
         self.op.apply(x, y)
         self.engine.run_pending()
 

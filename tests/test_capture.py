@@ -1,0 +1,194 @@
+"""Captured steps (``mc.capture``): replays equal the uncaptured step bit for bit, objects made
+inside a step start each replay from their initial values, other arguments or a change of
+structure capture again, and what a replay could not repeat is refused.
+
+The property tests over random programs (captured against uncaptured, 1-4 ranks, and across
+repartitions) are in ``test_chains.py``, ``test_chains_mpi.py`` and ``test_repartition.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import meshchain as mc
+from meshchain.meshes import structured_tris
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SCALE = mc.Kernel.from_source("def scale(a, f):\n    a[0] = a[0] * f[0] + 1\n")
+SPREAD = mc.Kernel.from_source("def spread(a0, a1, t0, t1):\n    t0[0] += a0[0]\n    t1[0] += a1[0]\n")
+TOTAL = mc.Kernel.from_source("def total(t, s, lo):\n    s[0] += t[0]\n    lo[0] = min(lo[0], t[0])\n")
+FILL = mc.Kernel.from_source("def fill(a, t):\n    t[0] = 2 * a[0]\n")
+
+
+def mesh():
+    d = structured_tris(4, 3).declare()
+    u = mc.Dat(d.nodes, 1, np.arange(d.nodes.size)[:, None] % 7, "u", dtype=np.int64)
+    return d, u
+
+
+def step_body(d, u, factor):
+    """A step as users write it: a new Global per reduction, a temporary Dat per step."""
+    f = mc.Global(1, factor, "f", dtype=np.int64)
+    mc.par_loop(SCALE, d.nodes, u(mc.RW), f(mc.READ))
+    t = mc.Dat(d.nodes, 1, None, "t", dtype=np.int64)  # zeros: increments build on them
+    mc.par_loop(SPREAD, d.facets, u(mc.READ, d.facet2node[0]), u(mc.READ, d.facet2node[1]),
+                t(mc.INC, d.facet2node[0]), t(mc.INC, d.facet2node[1]))
+    w = mc.Dat(d.nodes, 1, None, "w", dtype=np.int64)  # written whole before it is read
+    mc.par_loop(FILL, d.nodes, t(mc.READ), w(mc.WRITE))
+    s, lo = mc.Global(1, 0, "s", dtype=np.int64), mc.Global(1, 10**9, "lo", dtype=np.int64)
+    mc.par_loop(TOTAL, d.nodes, w(mc.READ), s(mc.INC), lo(mc.MIN))
+    return s, lo
+
+
+def scale(d, u, factor):
+    mc.par_loop(SCALE, d.nodes, u(mc.RW), mc.Global(1, factor, "f", dtype=np.int64)(mc.READ))
+
+
+def uncaptured_sums(factor, steps):
+    d, u = mesh()
+    sums = []
+    for _ in range(steps):
+        s, lo = step_body(d, u, factor)
+        sums.append((int(s.value[0]), int(lo.value[0])))
+    return sums, u.data_ro.copy()
+
+
+def test_replays_equal_the_uncaptured_step_and_objects_made_inside_start_from_their_initial_values():
+    want, want_u = uncaptured_sums(2, 5)
+    mc.reset_runtime()
+    d, u = mesh()
+    step = mc.capture(step_body)
+    got = []
+    for _ in range(5):
+        s, lo = step(d, u, 2)
+        got.append((int(s.value[0]), int(lo.value[0])))
+    assert got == want
+    np.testing.assert_array_equal(u.data_ro, want_u)
+    assert (step.captures, step.replays) == (1, 4)
+    capture = next(iter(step._kept.values()))
+    restored = {id(storage) for storage, *_ in capture.dats + capture.globals}
+    session = mc.get_runtime()
+    assert len(capture.dats) == 1 and len(capture.globals) == 2  # t, s and lo; not w (written whole), not f (read)
+    assert {id(session.storage(s)), id(session.storage(lo))} <= restored
+
+
+def test_other_arguments_capture_again_and_each_capture_is_replayed():
+    d, u = mesh()
+    v = mc.Dat(d.nodes, 1, u.data_ro.copy(), "v", dtype=np.int64)
+    step = mc.capture(step_body)
+    sums = [int(step(d, x, k)[0].value[0]) for x, k in ((u, 2), (v, 2), (u, 3), (u, 2), (v, 2), (u, 3))]
+    assert (step.captures, step.replays) == (3, 3)
+    # u took factors 2, 3, 2, 3 and v 2, 2: the same as uncaptured
+    mc.reset_runtime()
+    d2, u2 = mesh()
+    v2 = mc.Dat(d2.nodes, 1, u2.data_ro.copy(), "v", dtype=np.int64)
+    want = [int(step_body(d2, x, k)[0].value[0]) for x, k in ((u2, 2), (v2, 2), (u2, 3), (u2, 2), (v2, 2), (u2, 3))]
+    assert sums == want
+
+
+def test_configure_captures_again_and_a_new_session_too():
+    want_u = uncaptured_sums(2, 5)[1]
+    mc.reset_runtime()
+    d, u = mesh()
+    step = mc.capture(step_body)
+    step(d, u, 2), step(d, u, 2)
+    mc.configure(block_size=4)
+    step(d, u, 2), step(d, u, 2)
+    assert (step.captures, step.replays) == (2, 2)
+    mc.reset_runtime()  # the same objects (kept on one process), a new session
+    step(d, u, 2)
+    assert (step.captures, step.replays) == (3, 2)
+    np.testing.assert_array_equal(u.data_ro, want_u)
+
+
+def test_loops_pending_before_a_step_run_first_in_order():
+    d, u = mesh()
+    double = mc.Kernel.from_source("def double(a):\n    a[0] = 2 * a[0]\n")
+    step = mc.capture(lambda: scale(d, u, 3))
+    start = u.data_ro.copy()
+    for _ in range(2):
+        mc.par_loop(double, d.nodes, u(mc.RW))  # pending when the step is called
+        step()
+    np.testing.assert_array_equal(u.data_ro, (((start * 2) * 3 + 1) * 2) * 3 + 1)
+
+
+@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "nothing"])
+def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarded(inside):
+    d, u = mesh()
+    start = u.data_ro.copy()
+    inner = mc.capture(lambda: scale(d, u, 3), name="inner")
+
+    def body():
+        if inside != "nothing":
+            scale(d, u, 2)
+        if inside == "read":
+            u.data_ro  # noqa: B018 - the refused read
+        elif inside == "write":
+            u.data[:] = 0
+        elif inside == "flush":
+            mc.flush()
+        elif inside == "chain":
+            with mc.loop_chain("inner"):
+                pass
+        elif inside == "nested":
+            inner()
+
+    step = mc.capture(body, name="refused")
+    with pytest.raises(mc.CaptureError, match="'refused'"):
+        step()
+    assert len(mc.get_runtime().trace) == 0  # the step's loops were discarded
+    np.testing.assert_array_equal(u.data_ro, start)
+    assert step.captures == 0
+
+
+def test_an_error_while_capturing_records_nothing_and_the_next_call_captures_again():
+    d, u = mesh()
+    start = u.data_ro.copy()
+    calls = []
+
+    def body():
+        scale(d, u, 2)
+        calls.append(1)
+        if len(calls) == 1:
+            raise ZeroDivisionError("first call fails")
+
+    step = mc.capture(body)
+    with pytest.raises(ZeroDivisionError):
+        step()
+    np.testing.assert_array_equal(u.data_ro, start)
+    step(), step()
+    assert (step.captures, step.replays, len(calls)) == (1, 1, 2)
+    np.testing.assert_array_equal(u.data_ro, (start * 2 + 1) * 2 + 1)
+
+
+def test_capture_options_and_bad_use():
+    d, u = mesh()
+
+    @mc.capture(name="named", ca=True)
+    def named():
+        scale(d, u, 1)
+
+    named(), named()
+    assert named.options.name == "named" and named.options.ca is True
+    assert mc.stats().chains["named"].executions == 2
+    with pytest.raises(mc.CaptureError, match="callable"):
+        mc.capture(3)
+    with pytest.raises(mc.ConfigurationError, match="ca must be"):
+        mc.capture(named, ca="sometimes")
+
+
+def test_the_readme_example_runs_as_it_says(capsys):
+    from helpers import readme_example
+
+    cells = mc.Set(5, "cells")
+    namespace = {
+        "mc": mc, "cells": cells, "q": mc.Dat(cells, 1, np.ones((5, 1)), "q"), "adt": mc.Dat(cells, 1, None, "adt"),
+        "adt_calc": mc.Kernel.from_source("def adt_calc(q, adt):\n    adt[0] = 0.5 * q[0]\n"),
+        "update": mc.Kernel.from_source("def update(q, adt, rms):\n    q[0] -= adt[0]\n    rms[0] += q[0] * q[0]\n"),
+    }
+    exec(readme_example("Captured steps"), namespace)  # noqa: S102 - the README's own code
+    step, i = namespace["step"], namespace["i"]
+    assert 0 < i < 999 and (step.captures, step.replays) == (1, i)  # stopped by the test on rms, replayed
+    assert capsys.readouterr().out.split() == ["1", str(i)]
+    np.testing.assert_allclose(namespace["q"].data_ro[:, 0], 0.5 ** (i + 1))
