@@ -277,3 +277,31 @@ def test_library_code_raises_meshchain_errors_only():
     offences = [f"{name}: {where}" for name, path in modules().items() if not name.startswith("meshchain.testing")
                 for where in foreign_raises(ast.parse(path.read_text(), str(path)))]
     assert not offences, "\n".join(offences)
+
+
+STATISTICS_WRITERS = ("meshchain.engine.accounting", "meshchain.core.stats")
+
+
+def record_writes(tree) -> list:
+    """Where ``tree`` takes a statistics record to write it: ``recorder.loop(...)`` or
+    ``recorder.chain(...)`` on a name or attribute called ``recorder``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("loop", "chain"):
+            base = node.func.value
+            if (isinstance(base, ast.Name) and base.id == "recorder") or (isinstance(base, ast.Attribute)
+                                                                           and base.attr == "recorder"):
+                found.append(f"line {node.lineno}: recorder.{node.func.attr}(...)")
+    return found
+
+
+def test_record_writes_are_found():
+    tree = ast.parse("self.session.recorder.loop(n).time_plan += 1\nrecorder.chain(c).decision = 'x'\nm.chain(1)\n")
+    assert record_writes(tree) == ["line 1: recorder.loop(...)", "line 2: recorder.chain(...)"]
+
+
+def test_statistics_are_written_by_the_accounting_module_alone():
+    """Execution and planning code report what they did through :mod:`meshchain.engine.accounting`."""
+    offences = [f"{name}: {where}" for name, path in modules().items() if not name.startswith(STATISTICS_WRITERS)
+                for where in record_writes(ast.parse(path.read_text(), str(path)))]
+    assert not offences, "\n".join(offences)

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..core.stats import ChainStats, LoopStats, add_by_layer
 
-__all__ = ["PlanAccount", "account_for"]
+__all__ = ["PlanAccount", "account_for", "add_planning", "add_compiling", "add_tile_inspection", "diagnose",
+           "decided"]
 
 
 # A plan's deltas are LoopStats and ChainStats records: of a loop's, the counters in
@@ -151,6 +152,44 @@ class PlanAccount:
             record.predicted_per_loop += runs * per_loop
             record.predicted_ca += runs * ca
             record.model = basis
+
+
+# --- what building plans adds (the only writes to the records outside a plan's account) ---------------
+
+def add_planning(recorder, loop_name: str, seconds: float) -> None:
+    """A colouring of loop ``loop_name`` was built in ``seconds``."""
+    recorder.loop(loop_name).time_plan += seconds
+
+
+def add_compiling(recorder, loop_name: str, seconds: float, *, compiled: bool, hits: int) -> None:
+    """Loop ``loop_name``'s code was generated, or compiled (``compiled``; ``hits`` of it from the
+    disk cache), in ``seconds``."""
+    record = recorder.loop(loop_name)
+    record.time_compile += seconds
+    if compiled:
+        record.compilations += 1
+        record.cache_hits += hits
+
+
+def add_tile_inspection(recorder, chain: str, seconds: float) -> None:
+    """Chain ``chain``'s sparse tiles were inspected in ``seconds``."""
+    record = recorder.chain(chain)
+    record.time_tile_inspect += seconds
+    record.tile_inspections += 1
+
+
+def diagnose(recorder, chain: str, message: str, *, tile_size: int | None = None) -> bool:
+    """Note ``message`` (why chain ``chain`` runs as it does; ``tile_size``: the tiling it
+    asked for); True the first time this message is noted (then it is worth a warning)."""
+    record = recorder.chain(chain)
+    if tile_size is not None:
+        record.tile_size = tile_size
+    return record.diagnose(message)
+
+
+def decided(recorder, chain: str, why: str) -> None:
+    """Chain ``chain``'s ``ca="auto"`` choice and its reason."""
+    recorder.chain(chain).decision = why
 
 
 def account_for(schedule, names, *, layouts, chain: str | None, colours: dict | None = None,

@@ -38,7 +38,7 @@ from ..comm.agree import agree_on_failure
 from ..comm.exchange import GROUPED_TAG
 from ..core.access import Access
 from ..core.errors import MeshchainWarning
-from .accounting import PlanAccount, account_for
+from .accounting import PlanAccount, account_for, add_compiling
 from .boundary import boundary_task_calls, layer_rows
 from .eager import eager_splits
 from .plans import Plan, Reduction, Step
@@ -293,11 +293,7 @@ class _Builder:
         self.colours[position] = max(self.colours.get(position, 0), count)
 
     def _report(self, loop, seconds: float, compiled: bool, hits: int) -> None:
-        record = self.session.recorder.loop(loop.name)
-        record.time_compile += seconds
-        if compiled:
-            record.compilations += 1
-            record.cache_hits += hits
+        add_compiling(self.session.recorder, loop.name, seconds, compiled=compiled, hits=hits)
 
     def tiling_stats(self, tiling):
         if tiling is None:

@@ -47,6 +47,7 @@ import numpy as np
 from ..model.calibrate import calibration_path, load_calibration, loop_costs, measure
 from ..model.overheads import Observation, Observations, fit_overheads
 from ..model.policy import SWITCH_MARGIN, choose_ca, measuring, probing, recheck
+from .accounting import decided
 
 __all__ = ["ModelState", "Learner", "FIRST_CHECK", "LONGEST_INTERVAL", "PROBES", "KEEP"]
 
@@ -174,15 +175,15 @@ class ModelState:
         while the model is measuring) is to be given the execution's timing (:meth:`observe`)."""
         key = unit
         learner = self.decisions.get(key)
-        record = self.session.recorder.chain(unit.chain)
+        recorder = self.session.recorder
         if learner is None:
             decision = self._decide(profile)
             if decision.gain != decision.gain:  # NaN: still measuring; decide again next time
-                record.decision = decision.why
+                decided(recorder, unit.chain, decision.why)
                 return decision.use_ca, None
             learner = self.decisions[key] = Learner(decision)
         use_ca = learner.next(self._agree)
-        record.decision = learner.why
+        decided(recorder, unit.chain, learner.why)
         return use_ca, learner
 
     def _agree(self, values):

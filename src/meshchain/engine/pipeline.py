@@ -34,6 +34,7 @@ import time
 from ..comm.agree import abort_all
 from ..core.errors import MeshchainError, MeshchainWarning
 from ..model.estimate import chain_profile
+from .accounting import diagnose
 from .assemble import assemble
 from .strategies import schedule_for
 from .tiling import Tiling, refuse_tiling
@@ -218,5 +219,5 @@ def _diagnose_split(session, unit, schedule) -> None:
     else:
         head = f"[chain-split] loop chain {name!r} runs as {len(schedule.segments)} segments, one exchange each"
     message = f"{head}: " + "; ".join(dict.fromkeys(reasons))
-    if session.recorder.chain(name).diagnose(message) and session.rank == 0:
+    if diagnose(session.recorder, name, message) and session.rank == 0:
         warnings.warn(MeshchainWarning(message), stacklevel=2)

@@ -48,6 +48,7 @@ from ..ir.loop import exclusivity_error, make_loop
 from ..partition.distribute import MAX_DEPTH, check_options, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
 from ..types.mat import MatArg
+from .accounting import add_planning
 from .auto import ModelState
 from .capture import CapturedStep, Recording
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
@@ -523,7 +524,7 @@ class Session:
             touch, nkeys = touched_keys(start, end, [(layout.values(m), i, m.target.uid,
                                                        len(layout.of(m.target).global_ids)) for m, i in writes])
             found = self.colourings[key] = colour_blocks(start, end, block_size=block_size, touch=touch, nkeys=nkeys)
-            self.recorder.loop(loop.name).time_plan += time.perf_counter() - began
+            add_planning(self.recorder, loop.name, time.perf_counter() - began)
         return found
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ from ..core.access import Access
 from ..core.errors import MeshchainWarning
 from ..types.args import STENCIL
 from ..inspector.tiling import chain_footprints, tile_chain
+from .accounting import add_tile_inspection, diagnose
 
 __all__ = ["Tiling", "TiledPhase", "tiled_phase", "refuse_tiling"]
 
@@ -90,9 +91,7 @@ def refuse_tiling(session, tiling: Tiling, why: str) -> None:
 
 
 def _diagnose(session, tiling: Tiling, message: str) -> None:
-    record = session.recorder.chain(tiling.name)
-    record.tile_size = tiling.tile_size
-    if record.diagnose(message) and session.rank == 0:
+    if diagnose(session.recorder, tiling.name, message, tile_size=tiling.tile_size) and session.rank == 0:
         warnings.warn(MeshchainWarning(message), stacklevel=2)
 
 
@@ -131,9 +130,7 @@ def _plan(session, group, tiling: Tiling):
                                     values=layout.values, rows=lambda s: len(layout.of(s).global_ids))
     plan = tile_chain(loops, nkeys=nkeys, tile_size=tiling.tile_size)
     session.tile_plans[key] = (plan, [run.loop for run in group])  # the loops keep the key's objects alive
-    record = session.recorder.chain(tiling.name)
-    record.time_tile_inspect += time.perf_counter() - began
-    record.tile_inspections += 1
+    add_tile_inspection(session.recorder, tiling.name, time.perf_counter() - began)
     return plan
 
 
