@@ -32,7 +32,8 @@ from __future__ import annotations
 import time
 
 from ..comm.agree import abort_all
-from ..core.errors import MeshchainError, MeshchainWarning
+from ..core.errors import InternalError, MeshchainError, MeshchainWarning
+from ..inspector.schedule import MoreLayers
 from ..model.estimate import chain_profile
 from .accounting import diagnose
 from .assemble import assemble
@@ -142,14 +143,23 @@ class Pipeline:
         return "ca"
 
     def _schedule(self, unit, strategy: str):
+        """``unit``'s schedule under ``strategy`` (cached by unit and state). A chain that needs
+        deeper halo layers first gets them here, in a stage of their own before it is scheduled
+        again: building layers empties the plan and schedule caches, and nothing of this build
+        is in them yet."""
         key = (unit, unit.state() if self.session.distributed else None, strategy)
         schedule = self.schedules.get(key)
-        if schedule is None:
-            schedule = collectively(self.session, f"planning {_what(unit)}",
-                                    lambda: schedule_for(self.session, unit, strategy))
-            self.schedules[key] = schedule
-        else:
+        if schedule is not None:
             self.schedules.hits += 1
+            return schedule
+        session = self.session
+        while True:
+            schedule = collectively(session, f"planning {_what(unit)}", lambda: schedule_for(session, unit, strategy))
+            if not isinstance(schedule, MoreLayers):
+                break
+            collectively(session, f"building {schedule.depth} halo layers for {_what(unit)}",
+                         lambda: _build_layers(session, schedule.depth))
+        self.schedules[key] = schedule
         return schedule
 
     def _build(self, unit, key, mode):
@@ -194,6 +204,13 @@ def collectively(session, what: str, action):
     except Exception as exc:  # noqa: BLE001 - reported, then the job ends
         abort_all(session.comm, what, exc)
         raise  # pragma: no cover - Abort does not return
+
+
+def _build_layers(session, depth: int) -> None:
+    """Build halo layers up to ``depth`` (collective: every rank plans the same chain)."""
+    if depth <= session.layout.depth:
+        raise InternalError(f"the chain inspector asked for {depth} halo layers, which exist")
+    session.deepen(depth)
 
 
 def _refuse_unlike(unit):

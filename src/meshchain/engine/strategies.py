@@ -8,8 +8,11 @@ A strategy turns a :class:`~.units.Unit` and the session's layout into a
 ``"per-loop"``
     Alg. 1 for each loop in turn (a single loop, or a chain with ``ca=False``);
 ``"ca"``
-    Alg. 2: one grouped exchange per segment, redundant work in the halo (building
-    deeper halo layers first when the chain needs them).
+    Alg. 2: one grouped exchange per segment, redundant work in the halo; a chain that
+    needs deeper halo layers than exist gets :class:`~meshchain.inspector.schedule.MoreLayers`
+    (the pipeline builds them, then asks again).
+
+Strategies are pure: they read the unit and the layout and change nothing.
 
 The pipeline picks one (:meth:`~.pipeline.Pipeline._strategy`; ``ca="auto"`` asks
 :mod:`.auto`). Sparse tiling is not a
@@ -26,8 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import InternalError
-from ..inspector.schedule import MoreLayers, ca_schedule, per_loop_schedule, serial_schedule
+from ..inspector.schedule import ca_schedule, per_loop_schedule, serial_schedule
 from ..partition.distribute import MAX_DEPTH
 
 __all__ = ["STRATEGIES", "strategy", "schedule_for"]
@@ -45,7 +47,8 @@ def strategy(name: str):
 
 
 def schedule_for(session, unit, name: str):
-    """The schedule of ``unit`` under strategy ``name`` from the current state."""
+    """The schedule of ``unit`` under strategy ``name`` from the current state (or a
+    :class:`~meshchain.inspector.schedule.MoreLayers`: the halo layers it needs first)."""
     return STRATEGIES[name](session, unit)
 
 
@@ -75,10 +78,4 @@ def _per_loop(session, unit):
 def _ca(session, unit):
     options = unit.options
     limit = min(options.max_halo or MAX_DEPTH, MAX_DEPTH) if options is not None else MAX_DEPTH
-    while True:
-        schedule = ca_schedule(unit.signature, limit=limit, names=unit.object_names(), **_inputs(session, unit))
-        if not isinstance(schedule, MoreLayers):
-            return schedule
-        if schedule.depth <= session.layout.depth:
-            raise InternalError(f"meshchain: the chain inspector asked for {schedule.depth} halo layers, which exist")
-        session.deepen(schedule.depth)  # collective: every rank plans the same chain
+    return ca_schedule(unit.signature, limit=limit, names=unit.object_names(), **_inputs(session, unit))
