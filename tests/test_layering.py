@@ -305,3 +305,36 @@ def test_statistics_are_written_by_the_accounting_module_alone():
     offences = [f"{name}: {where}" for name, path in modules().items() if not name.startswith(STATISTICS_WRITERS)
                 for where in record_writes(ast.parse(path.read_text(), str(path)))]
     assert not offences, "\n".join(offences)
+
+
+def module_level_caches(tree) -> list:
+    """Private module-level names bound to an empty dict or list, or to a weak dictionary:
+    caches kept outside :mod:`meshchain.core.cache` (whose ``memo`` registers them by name;
+    public tables such as a registry of strategies are not caches)."""
+    found = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        private = any(isinstance(t, ast.Name) and t.id.startswith("_") and not t.id.startswith("__") for t in targets)
+        if private and isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            value = node.value
+            empty = isinstance(value, (ast.Dict, ast.List)) and not (value.keys if isinstance(value, ast.Dict)
+                                                                      else value.elts)
+            weak = (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                    and value.func.attr in ("WeakKeyDictionary", "WeakValueDictionary"))
+            if empty or weak:
+                found.append(f"line {node.lineno}")
+    return found
+
+
+def test_module_level_caches_are_found():
+    tree = ast.parse("_a = {}\n_b: list = []\n_c = weakref.WeakKeyDictionary()\nFIXED = {'x': 1}\n_d = memo('d')\n"
+                     "TABLE = {}\n__all__ = []\n")
+    assert module_level_caches(tree) == ["line 1", "line 2", "line 3"]
+
+
+def test_every_cache_is_registered():
+    """Caches live in a session's registry or, process-wide, in a named memo (``core.cache.memo``)."""
+    offences = [f"{name}: {where}" for name, path in modules().items()
+                if name not in ("meshchain.core.cache", "meshchain.api") and not name.startswith("meshchain.testing")
+                for where in module_level_caches(ast.parse(path.read_text(), str(path)))]
+    assert not offences, "\n".join(offences)

@@ -48,6 +48,7 @@ import time
 
 import numpy as np
 
+from ..core.cache import memo
 from ..core.errors import ConfigurationError, MeshchainError
 from .agree import agree_on_failure, raise_together
 from .exchange import HaloExchange, HaloItem
@@ -62,7 +63,7 @@ PROGRESS_MODES = ("none", "poll", "thread")
 
 _LAUNCH_HINT = ("set MESHCHAIN_PROGRESS=thread or MPIR_CVAR_ASYNC_PROGRESS=1 in the environment before "
                 "launching (e.g. MESHCHAIN_PROGRESS=thread mpiexec -n 4 python run.py)")
-_cvar_cache: dict = {}
+_cvar_cache = memo("MPI control variables")  # fixed once MPI is initialised
 
 
 # --- which modes work here -----------------------------------------------------------------------------

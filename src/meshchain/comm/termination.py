@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.cache import memo
+
 __all__ = ["TERMINATIONS", "nbx", "neighbourhood", "allreduce", "channel_of"]
 
 TERMINATIONS = ("nbx", "neighbourhood", "allreduce")
@@ -86,7 +88,7 @@ def allreduce(exchange) -> None:
 
 # -- rounds: a private duplicate of the communicator, one tag per round -----------------
 
-_KEYVAL: list = []  # the MPI attribute key of the cached duplicates (created once)
+_KEYVAL = memo("MPI attribute keys")  # "rounds": the key of the cached duplicates (created once)
 
 
 class _Channel:
@@ -123,10 +125,11 @@ def channel_of(comm) -> _Channel:
     """
     from mpi4py import MPI
 
-    if not _KEYVAL:
-        _KEYVAL.append(MPI.Comm.Create_keyval(delete_fn=_free_channel))
-    channel = comm.Get_attr(_KEYVAL[0])
+    keyval = _KEYVAL.get("rounds")
+    if keyval is None:
+        keyval = _KEYVAL["rounds"] = MPI.Comm.Create_keyval(delete_fn=_free_channel)
+    channel = comm.Get_attr(keyval)
     if channel is None:
         channel = _Channel(comm)
-        comm.Set_attr(_KEYVAL[0], channel)
+        comm.Set_attr(keyval, channel)
     return channel

@@ -23,6 +23,11 @@ are not counted, such as those on the per-``par_loop`` path, to keep it cheap).
 ``mc.stats()`` reports them (:meth:`CacheRegistry.counts`), as PyOP2's instrumented
 caches do, so a loop that builds a new plan at every step shows at a glance.
 
+What belongs to the process rather than a session (a plain function's kernel wrapper, a
+value MPI fixes at start-up, interned chain options, a solver's work vectors per operator)
+is kept in a *memo* from :func:`memo`, registered by name in :data:`MEMOS`: keyed weakly
+(``weak=True``: an entry goes with its key object) or bounded by ``limit``.
+
 Examples
 --------
 >>> from meshchain.core.cache import CacheRegistry
@@ -42,11 +47,12 @@ CacheCounts(name='plans', hits=1, misses=3, entries=0)
 
 from __future__ import annotations
 
-from .errors import InternalError
-
+import weakref
 from typing import NamedTuple
 
-__all__ = ["Cache", "CacheRegistry", "CacheCounts", "EVENTS"]
+from .errors import InternalError
+
+__all__ = ["Cache", "CacheRegistry", "CacheCounts", "EVENTS", "MEMOS", "memo", "bounded"]
 
 EVENTS = frozenset({"configure", "partition", "repartition"})
 
@@ -173,3 +179,33 @@ class CacheRegistry:
 
     def __getitem__(self, name: str) -> Cache:
         return self._caches[name]
+
+
+MEMOS: dict = {}
+"""The process's memos by name (see the module docstring)."""
+
+
+def memo(name: str, *, weak: bool = False, limit: int | None = None):
+    """A process-wide memo registered as ``name``: a ``WeakKeyDictionary`` (``weak``) or a
+    dict, emptied when it reaches ``limit`` entries (the caller checks with :func:`bounded`).
+
+    >>> wrappers = memo("doctest wrappers", weak=True)
+    >>> MEMOS["doctest wrappers"] is wrappers
+    True
+    """
+    if name in MEMOS:  # a module imported again
+        return MEMOS[name]
+    made = MEMOS[name] = weakref.WeakKeyDictionary() if weak else {}
+    if limit is not None:
+        _LIMITS[name] = limit
+    return made
+
+
+_LIMITS: dict = {}
+
+
+def bounded(name: str) -> None:
+    """Empty the memo ``name`` when it holds its ``limit`` entries (before storing another)."""
+    found = MEMOS[name]
+    if len(found) >= _LIMITS[name]:
+        found.clear()

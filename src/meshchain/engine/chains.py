@@ -30,6 +30,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.cache import bounded, memo
 from ..core.errors import ConfigurationError, LoopError, MeshchainWarning
 
 __all__ = ["ChainOptions", "ChainRun", "parse_chain_config", "load_chain_config", "ChainMatcher", "CA_CHOICES",
@@ -72,8 +73,7 @@ class ChainOptions:
         except (KeyError, TypeError):
             pass
         options = cls(name, ca, tile_size, max_halo)
-        if len(_INTERNED) >= 4096:
-            _INTERNED.clear()
+        bounded("chain options")
         try:
             _INTERNED[name, ca, tile_size, max_halo] = options
         except TypeError:
@@ -92,7 +92,7 @@ class ChainOptions:
                                          f"got {value!r}.")
 
 
-_INTERNED: dict = {}
+_INTERNED = memo("chain options", limit=4096)
 
 
 class ChainRun:

@@ -22,12 +22,12 @@ import builtins
 import inspect
 import textwrap
 import types
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from .analysis import index_safety, non_increment_uses, written_params
+from ..core.cache import memo
 from ..core.errors import KernelError
 
 __all__ = ["Kernel", "kernel", "Constant"]
@@ -317,7 +317,7 @@ def _literal(value) -> str | None:
     return None
 
 
-_helper_kernels = weakref.WeakKeyDictionary()
+_helper_kernels = memo("kernels of helper functions", weak=True)
 
 
 def _function_constant(name: str, func) -> Constant:

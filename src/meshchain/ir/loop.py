@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import functools
 import types
-import weakref
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from ..core.access import Access
+from ..core.cache import memo
 from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
 from .kernel import Kernel
 from ..types import Arg, Grid, GridInterior, Set
@@ -112,7 +112,7 @@ def _distinct(objects) -> tuple:
     return tuple(seen.values())
 
 
-_wrapped = weakref.WeakKeyDictionary()
+_wrapped = memo("kernels of plain functions", weak=True)
 
 
 def as_kernel(kernel) -> Kernel:

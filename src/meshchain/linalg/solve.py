@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import weakref
 
 import numpy as np
 
+from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat
 from .fused import dot, residual
@@ -166,7 +166,7 @@ class SolveRun:
         return math.sqrt(sums[0]), math.sqrt(sums[1])
 
 
-_workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_workspaces = memo("solver work vectors", weak=True)  # per operator: (engine, method -> dats)
 
 
 def _work_dats(engine, A, operator, method: str) -> dict:

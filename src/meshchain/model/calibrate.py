@@ -39,6 +39,7 @@ from ..comm.pingpong import half_round_trip
 from ..comm.progress import measure_progress
 from ..comm.transports import available_transports
 from ..core import context
+from ..core.cache import memo
 from ..core.errors import ConfigurationError
 from .equations import Machine
 from .overheads import fit_overheads
@@ -277,16 +278,17 @@ def _spin(count):
     return x
 
 
-_SPINNER = []
+_COMPILED = memo("calibration functions")
 
 
 def _spinner():
     """A compiled busy loop that releases the GIL (the calibration's stand-in for a kernel)."""
-    if not _SPINNER:
+    spinner = _COMPILED.get("spin")
+    if spinner is None:
         import numba
 
-        _SPINNER.append(numba.njit(nogil=True, cache=True)(_spin))
-    return _SPINNER[0]
+        spinner = _COMPILED["spin"] = numba.njit(nogil=True, cache=True)(_spin)
+    return spinner
 
 
 def _median_seconds(call, repeats: int) -> float:
