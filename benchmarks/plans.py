@@ -11,11 +11,15 @@ variables set):
   ``total`` (cells, sums that dat into a global), the dat and the global reused (the floor
   of this table), a new Global per step, a new Dat per step, both; time per step (median
   of ``--rounds`` rounds of ``--steps`` steps, slowest rank), its ratio to the reused one,
-  and the plans built per step (``mc.stats().caches["plans"]``);
+  and the plans built per step (``mc.stats().caches["plans"]``); and the step with a new
+  Dat and Global made inside it, captured with ``mc.capture`` and replayed (the sum read
+  after each step);
 * **cg**: a matrix-free CG written with par_loops the way OP2's C apps write it (P1
   stiffness plus a small mass term on ``structured_tris(n, n)``, at least ``--cells``
   cells, element matrices in a cell dat; every reduction and every scalar a new Global),
-  against the same code with its globals made once (hoisted); time per iteration;
+  against the same code with its globals made once (hoisted), and the same code as three
+  captured steps (new Globals made inside them; the scalars the Python computes between
+  them passed in one Global each); time per iteration;
 * **memory** (1 rank): the growth of the peak RSS over ``--memory-steps`` steps that each
   create a temporary Dat and Global.
 
@@ -46,7 +50,7 @@ if str(HERE) not in sys.path:
 
 from comm import launch, machine, serve, user_environment  # noqa: E402
 
-VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global")
+VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global", "new Dat and Global, captured")
 FULL = dict(nodes=20000, steps=500, rounds=5, cells=40000, cg_iterations=60, memory_steps=100000)
 QUICK = dict(nodes=2000, steps=20, rounds=2, cells=2000, cg_iterations=10, memory_steps=200)
 
@@ -73,7 +77,16 @@ def steps_worker(config: dict) -> dict:
     comm = mc.get_runtime().comm
     gather, total = mc.Kernel.from_source(GATHER), mc.Kernel.from_source(TOTAL)
 
+    @mc.capture
+    def captured():
+        c, s = mc.Dat(d.cells, 1, None, "c"), mc.Global(1, 0.0, "s")
+        mc.par_loop(gather, d.cells, x(mc.READ, d.cell2node), c(mc.WRITE))
+        mc.par_loop(total, d.cells, c(mc.READ), s(mc.INC))
+        return s
+
     def step(variant: str) -> float:
+        if variant.endswith("captured"):
+            return float(captured().value[0])
         c = mc.Dat(d.cells, 1, None, "c") if "Dat" in variant else kept_c
         s = mc.Global(1, 0.0, "s") if "Global" in variant else kept_s
         if s is kept_s:
@@ -165,21 +178,50 @@ def cg_worker(config: dict) -> dict:
         mc.par_loop(kernels["xpay"], d.nodes, scalar("beta", rr_new / rr, fresh)(mc.READ), r(mc.READ), p(mc.RW))
         return rr_new
 
-    def solve(fresh: bool) -> tuple:
+    @mc.capture
+    def apply_and_pap():
+        mc.par_loop(kernels["zero"], d.nodes, ap(mc.WRITE))
+        mc.par_loop(kernels["spmv"], d.cells, k(mc.READ), p(mc.READ, d.cell2node), ap(mc.INC, d.cell2node))
+        pap = mc.Global(1, 0.0, "pap")
+        mc.par_loop(kernels["dot"], d.nodes, p(mc.READ), ap(mc.READ), pap(mc.INC))
+        return pap
+
+    @mc.capture
+    def update_and_rr(alpha):
+        mc.par_loop(kernels["axpy2"], d.nodes, alpha(mc.READ), p(mc.READ), ap(mc.READ), x(mc.RW), r(mc.RW))
+        rr = mc.Global(1, 0.0, "rr")
+        mc.par_loop(kernels["dot"], d.nodes, r(mc.READ), r(mc.READ), rr(mc.INC))
+        return rr
+
+    @mc.capture
+    def direction(beta):
+        mc.par_loop(kernels["xpay"], d.nodes, beta(mc.READ), r(mc.READ), p(mc.RW))
+
+    alpha_in, beta_in = mc.Global(1, 0.0, "alpha"), mc.Global(1, 0.0, "beta")
+
+    def iterate_captured(rr: float) -> float:
+        alpha_in.value = rr / float(apply_and_pap().value[0])
+        rr_new = float(update_and_rr(alpha_in).value[0])
+        beta_in.value = rr_new / rr
+        direction(beta_in)
+        return rr_new
+
+    def solve(fresh) -> tuple:
         x.data[:, 0] = 0.0
         r.data[:, 0] = rhs.data_ro[:, 0]
         p.data[:, 0] = rhs.data_ro[:, 0]
-        rr = reduce(r, r, "rr", fresh)
+        rr = reduce(r, r, "rr", bool(fresh))
         first = rr
         comm.Barrier()
         began = time.perf_counter()
         for _ in range(config["cg_iterations"]):
-            rr = iterate(rr, fresh)
+            rr = iterate_captured(rr) if fresh == "captured" else iterate(rr, fresh)
         seconds = (time.perf_counter() - began) / config["cg_iterations"]
         return seconds, math.sqrt(rr / first)
 
     rows = {}
-    for fresh, name in ((False, "globals hoisted"), (True, "a new Global per reduction and scalar")):
+    for fresh, name in ((False, "globals hoisted"), (True, "a new Global per reduction and scalar"),
+                        ("captured", "captured steps, new Globals inside")):
         solve(fresh)  # compiled, planned
         mc.stats(reset=True)
         timings, reduction = [], None
