@@ -1,8 +1,11 @@
 """The session: everything mutable in meshchain for one run, and the way loops get run.
 
-A :class:`Session` holds the configuration, the communicator, the trace of pending loops,
-the declarations and their storage, the mesh layout, the caches, the statistics, the
-model's state and the backend. The API layer (:mod:`meshchain.api`) creates one and
+A :class:`Session` holds the configuration, the communicator, the declarations and their
+storage, the mesh layout, the caches, the statistics, the model's state and the backend,
+and its parts with one job each: :class:`~.tracing.Tracing` (the trace of pending loops,
+chain blocks, captured steps, forcing), :class:`~.pipeline.Pipeline` (running units:
+plans), :class:`~.communication.CommunicationSettings` (the transport and progress mode)
+and :class:`~.surface.Surface` (what the packages above the API use). The API layer (:mod:`meshchain.api`) creates one and
 hands it to user objects through :mod:`meshchain.core.context`; below the API the
 session is passed explicitly.
 
@@ -26,7 +29,6 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 
 import numpy as np
@@ -40,18 +42,16 @@ from ..comm.transports import check_transport
 from ..comm.world import world_communicator
 from ..core.cache import CacheRegistry
 from ..core.config import Config
-from ..core.errors import CaptureError, ConfigurationError, DeclarationError, LoopError
+from ..core.errors import ConfigurationError, DeclarationError, LoopError
 from ..core.stats import StatsRecorder
 from ..core.storage import DataStore
 from ..inspector.colouring import colour_blocks, touched_keys
 from ..ir.loop import exclusivity_error, make_loop
 from ..partition.distribute import MAX_DEPTH, check_options, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
-from ..types.mat import MatArg
 from .accounting import add_planning
 from .auto import ModelState
-from .capture import CapturedStep, Recording
-from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
+from .capture import CapturedStep
 from .declare import Declarations
 from .communication import CommunicationSettings
 from .surface import Surface
@@ -61,7 +61,7 @@ from .matrices import Matrices
 from .pipeline import Pipeline
 from .rebalance import rebalance
 from .relayout import repartition
-from .trace import Trace, dependents
+from .tracing import Tracing
 
 __all__ = ["Session"]
 
@@ -78,7 +78,6 @@ class Session:
         self.size = 1 if self.comm is None else self.comm.size
         self.rank = 0 if self.comm is None else self.comm.rank
         self.caches = CacheRegistry()
-        self.trace = Trace()
         self.recorder = StatsRecorder()
         self.store = DataStore()
         self.declarations = Declarations(self)
@@ -98,14 +97,19 @@ class Session:
         self.pipeline = Pipeline(self)
         self.matrices = Matrices(self)
         self.model = ModelState(self)
-        self.open_run: ChainRun | None = None
-        self.capturing: Recording | None = None  # a step being captured (:mod:`.capture`)
-        self.matcher = ChainMatcher(load_chain_config(self.config.chains) if self.config.chains else ())
+        self.tracing = Tracing(self.config, loop_of=self.loop_records.loop, assemble=self.matrices.record_assembly,
+                               execute=self.pipeline.execute)  # when loops run
+        self.trace = self.tracing.trace
+        tracing = self.tracing
+        self.record, self.flush, self.force_read, self.force_write = (tracing.record, tracing.flush,
+                                                                      tracing.force_read, tracing.force_write)
+        self.run_entries, self.open_chain, self.close_chain = tracing.run_entries, tracing.open_chain, tracing.close_chain
+        self.begin_capture, self.end_capture, self.after_failure = (tracing.begin_capture, tracing.end_capture,
+                                                                    tracing.after_failure)
         self._backend = None
         self.surface = Surface(self)  # what linalg and io use of the session
         self.communication = CommunicationSettings(self)  # the transport and progress mode, agreed at partition
         self._poller = None  # the communication thread of progress="poll", made at first use
-        self._trace_length = self.config.trace_length
 
     # --- declarations (called by the user objects, through meshchain.core.context) -------------------
 
@@ -118,14 +122,14 @@ class Session:
     def declare_dat(self, d, data, dtype) -> np.dtype:
         chosen, storage = self.declarations.dat(d, data, dtype)
         self.store.add(d, storage)
-        if self.capturing is not None:
-            self.capturing.made.append(d)
+        if self.tracing.capturing is not None:
+            self.tracing.capturing.made.append(d)
         return chosen
 
     def declare_global(self, g, value: np.ndarray) -> None:
         self.store.add(g, self.declarations.global_(value))
-        if self.capturing is not None:
-            self.capturing.made.append(g)
+        if self.tracing.capturing is not None:
+            self.tracing.capturing.made.append(g)
 
     def n_owned(self, s) -> int:
         if self.distributed and not self.partitioned:
@@ -201,34 +205,11 @@ class Session:
                 f"mc.partition(...) before reading .data or .gather() on several ranks."
             )
 
-    # --- recording ----------------------------------------------------------------------------------
+    # --- recording (see :mod:`.tracing`; the session checks each loop once per structure) ----------------
 
-    def record(self, kernel, iterset, args, name) -> None:
-        """Record ``par_loop(kernel, iterset, *args, name=name)`` (checked once per structure:
-        see :mod:`.loops`)."""
-        if any(type(a) is MatArg for a in args):
-            if self.capturing is not None:
-                self.capturing.refuse("assembling a matrix")
-            self.matrices.record_assembly(kernel, iterset, args, name)
-            return
-        loop = self.loop_records.loop(kernel, iterset, args, name)
-        run = self.open_run
-        if run is None and self.matcher.specs:
-            self._record_matched(loop)
-            return
-        entries = self.trace.entries  # Trace.append, inline: this runs for every par_loop
-        entries.append((loop, run))
-        if len(entries) >= self._trace_length:
-            self.flush()
-
-    def _record_matched(self, loop) -> None:
-        """Record ``loop`` where chains are named in the chain configuration."""
-        run, completed = self.matcher.feed(loop.name)
-        self.trace.append(loop, run)
-        for done in completed:
-            self.run_entries(self.trace.take_chain(done))
-        if len(self.trace) >= self.config.trace_length:
-            self.flush()
+    def capture(self, fn, options) -> CapturedStep:
+        """``fn`` as a step captured once and replayed, run in this session."""
+        return CapturedStep(fn, options, lambda: self)
 
     def _checked_loop(self, kernel, iterset, args, name):
         if self.distributed and not self.partitioned:  # no loop is checked (or cached) before
@@ -260,120 +241,6 @@ class Session:
             self._exclusive[key] = error
         if error is not False:
             raise type(error)(str(error))
-
-    def open_chain(self, options) -> ChainRun:
-        """Start recording loops into a chain (``with mc.loop_chain(...)``)."""
-        if self.capturing is not None:
-            self.capturing.refuse(f"opening loop chain {options.name!r} (pass its options to mc.capture)")
-        if self.open_run is not None:
-            refuse_nesting(self.open_run, options)
-        trace = self.trace
-        run = self.open_run = ChainRun(options, (len(trace.entries), trace.removals))
-        return run
-
-    def close_chain(self, run: ChainRun, *, force: bool) -> None:
-        """End a chain block; run the chain (and what it depends on) unless ``force`` is False
-        (the block raised: its loops stay pending, like any recorded loop)."""
-        if self.open_run is run:
-            self.open_run = None
-        if not force:
-            return
-        trace = self.trace
-        loops = trace.take_only(run)
-        if loops is not None:  # only its loops were pending
-            try:
-                self.pipeline.execute(run, loops)
-            except Exception as exc:
-                self._after_failure(exc, loops, ())
-                raise
-            return
-        self.run_entries(trace.take_chain(run))
-
-    # --- captured steps (:mod:`.capture`) ----------------------------------------------------------------
-
-    def capture(self, fn, options) -> CapturedStep:
-        """``fn`` as a step captured once and replayed, run in this session."""
-        return CapturedStep(fn, options, lambda: self)
-
-    def begin_capture(self, options):
-        """Record the loops of a step being captured into one chain run: ``(run, recording)``."""
-        if self.open_run is not None:
-            what = self.capturing.name if self.capturing is not None else self.open_run.options.name
-            raise CaptureError(f"captured step {options.name!r} called while {what!r} is being recorded (a captured "
-                               f"step or a loop_chain block); call it outside.")
-        trace = self.trace
-        run = self.open_run = ChainRun(options, (len(trace.entries), trace.removals))
-        self.capturing = Recording(options.name)
-        self._trace_length = sys.maxsize  # the step's loops are never split by the trace's length
-        return run, self.capturing
-
-    def end_capture(self, run, *, keep: bool):
-        """Stop recording ``run``: its loops (``keep``), or None with its loops discarded."""
-        self.open_run = self.capturing = None
-        self._trace_length = self.config.trace_length
-        if not keep:
-            self.trace.take()
-            return None
-        return self.trace.take_only(run) or []
-
-    def after_failure(self, exc, loops) -> None:
-        """Annotate ``exc``, raised running ``loops``, with what became of the loops pending."""
-        self._after_failure(exc, loops, ())
-
-    # --- forcing ------------------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Run every pending loop."""
-        if self.capturing is not None:
-            self.capturing.refuse("running the pending loops (mc.flush, mc.stats, mc.configure, ...)")
-        if self.trace:
-            self.run_entries(self.trace.take())
-
-    def force_read(self, obj) -> None:
-        """Run the pending loops ``obj``'s value depends on."""
-        if self.capturing is not None:
-            self.capturing.refuse(f"reading the values of {type(obj).__name__} {obj.name!r}")
-        if self.trace:
-            self.run_entries(self.trace.take_needed(obj, write=False))
-
-    def force_write(self, obj) -> None:
-        """Run the pending loops that must see ``obj`` before the user overwrites it."""
-        if self.capturing is not None:
-            self.capturing.refuse(f"setting the values of {type(obj).__name__} {obj.name!r}")
-        if self.trace:
-            self.run_entries(self.trace.take_needed(obj, write=True))
-
-    def run_entries(self, entries) -> None:
-        """Run trace entries in order: consecutive loops of one chain run as that chain. When
-        one unit fails, the loops that depend on it are discarded; the others stay pending."""
-        if len(entries) == 1 and entries[0][1] is None:  # one loop on its own
-            loop = entries[0][0]
-            try:
-                self.pipeline.execute(None, [loop])
-            except Exception as exc:
-                self._after_failure(exc, [loop], ())
-                raise
-            return
-        units = _units(entries)
-        for position, (run, loops) in enumerate(units):
-            try:
-                self.pipeline.execute(run, loops)
-            except Exception as exc:
-                self._after_failure(exc, loops, units[position + 1:])
-                raise
-
-    def _after_failure(self, exc, failed, later_units) -> None:
-        later = [(loop, run) for run, loops in later_units for loop in loops] + self.trace.take()
-        flags = dependents(failed, [entry[0] for entry in later])
-        dropped = [entry[0].name for entry, hit in zip(later, flags) if hit]
-        kept = [entry for entry, hit in zip(later, flags) if not hit]
-        self.trace.extend(kept)
-        if dropped:
-            exc.add_note(f"meshchain: {len(dropped)} pending loop(s) that depended on the failed one were discarded: "
-                         f"{', '.join(dropped)}")
-        if kept:
-            exc.add_note(f"meshchain: {len(kept)} pending loop(s) that did not depend on it are still pending: "
-                         f"{', '.join(entry[0].name for entry in kept)}")
 
     # --- configuration and backend --------------------------------------------------------------------
 
@@ -430,13 +297,11 @@ class Session:
                 old_backend.config = old_config
                 old_backend.restore()
             raise
-        self._trace_length = new.trace_length
+        self.tracing.configure(new)
         if new != old_config:
             self.communication.forget()
             self.communication.agree()  # collective, like configure itself
             self.caches.notify("configure")
-        if new.chains != old_config.chains:
-            self.matcher = ChainMatcher(load_chain_config(new.chains) if new.chains else ())
 
     # --- partitioning ----------------------------------------------------------------------------------
 
@@ -578,15 +443,3 @@ def check_interior(config, backend) -> None:
     if config.interior == "dynamic" and not getattr(backend, "can_chunk", False):
         raise ConfigurationError(f"interior='dynamic' needs a backend that runs blocks in chunks on threads (numba); "
                                  f"the {backend.name} backend runs each phase as one call: use interior='static'.")
-
-
-def _units(entries) -> list:
-    """Group trace entries into ``(chain or None, [loops])``: consecutive loops of one chain
-    form one unit, every other loop its own."""
-    units: list = []
-    for loop, chain in entries:
-        if chain is not None and units and units[-1][0] is chain:
-            units[-1][1].append(loop)
-        else:
-            units.append((chain, [loop]))
-    return units
