@@ -81,7 +81,7 @@ def run_program(spec, comm, mode, **options):
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
-@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs(max_loops=5), transport=st.sampled_from(["persistent", "p2p"]),
        backend=st.sampled_from(["numba", "reference"]))

@@ -77,7 +77,7 @@ def run_program(spec, comm, mode, *, tile_size=None):
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
-@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs())
 def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec, monkeypatch):
@@ -310,7 +310,7 @@ class _nothing:  # noqa: N801
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs(max_loops=6), tile_size=st.integers(1, 200))
 def test_random_tiled_chains_equal_serial(comm, spec, tile_size):
