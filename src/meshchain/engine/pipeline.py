@@ -75,9 +75,15 @@ class Pipeline:
 
     def run_unit(self, unit) -> None:
         """Run ``unit`` bound to its latest loops' objects (a captured step replays this way)."""
-        options = unit.options
         session = self.session
         distributed = session.distributed
+        if not distributed:  # the common case first: its plan, bound to these very records, current
+            plan = self.plans.get((unit, None, None))
+            if plan is not None and plan.binding.records is unit.records and not (plan.kernels and not plan.current()):
+                self.plans.hits += 1
+                plan.run()
+                return
+        options = unit.options
         state = unit.state() if distributed else None
         mode = learner = None
         if distributed and options is not None and options.ca == "auto":
