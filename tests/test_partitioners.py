@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 MPI = pytest.importorskip("mpi4py.MPI")
 pymetis = pytest.importorskip("pymetis")
 
-from meshchain.partition import partitioners as P  # noqa: E402
+from meshchain.partition.partitioners import exact as P  # noqa: E402 - the exact reductions
 from meshchain.partition.partitioners import _principal_axes, block_offsets, kway, rib  # noqa: E402
 from meshchain.core.errors import DeclarationError, MeshchainError  # noqa: E402
 

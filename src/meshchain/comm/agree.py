@@ -29,7 +29,8 @@ import numpy as np
 
 from ..core.errors import DataShapeError, MeshchainError
 
-__all__ = ["raise_together", "agree_on_failure", "check_agreement", "alive_everywhere", "abort_all"]
+__all__ = ["raise_together", "agree_on_failure", "check_agreement", "alive_everywhere", "same_everywhere",
+           "abort_all"]
 
 
 def raise_together(comm, error: BaseException | None) -> None:
@@ -96,6 +97,23 @@ def alive_everywhere(comm, objects) -> list:
     everywhere = np.empty_like(alive)
     comm.Allreduce(alive, everywhere, op=MPI.MIN)
     return [o for o, keep in zip(objects, everywhere) if keep]
+
+
+def same_everywhere(comm, values) -> np.ndarray:
+    """Per entry of ``values`` (ints, or None: that rank does not take part for the entry),
+    whether every rank passed the same int (collective: one ``Allreduce``).
+
+    >>> from mpi4py import MPI
+    >>> same_everywhere(MPI.COMM_SELF, [3, None]).tolist()
+    [True, True]
+    """
+    from mpi4py import MPI
+
+    lo = -(1 << 62)
+    v = np.array([lo if x is None else x for x in values] + [lo if x is None else -x for x in values], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+    k = len(values)
+    return (v[:k] == -v[k:]) | (v[:k] == lo)
 
 
 #: Environment variable naming a directory where a rank that aborts the job also writes its
