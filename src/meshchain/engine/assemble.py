@@ -3,7 +3,9 @@
 For each segment of the :class:`~meshchain.inspector.schedule.Schedule`: the storage
 records of its loops' dats and globals, their maps' local values and the block
 colourings of its runs (:class:`~meshchain.backends.base.PhaseRun`), turned into one
-prepared backend call per phase (sparse-tiled when the chain asks for tiles); its
+prepared backend call per phase by the first registered phase variant that applies
+(:data:`PHASE_VARIANTS`: chunks on threads for an interior with ``interior="dynamic"``,
+sparse tiles when the chain asks for them, else one plain call); its
 exchanges, with their rows and persistent requests; on several ranks the reduction
 buffers of its globals; and the storage whose halo validity changes. What each run of
 the plan adds to the statistics is read off the schedule (:mod:`.accounting`).
@@ -45,7 +47,7 @@ from .plans import Plan, Reduction, Step
 from .rebind import Binding
 from .tiling import Tiling, tiled_phase
 
-__all__ = ["assemble"]
+__all__ = ["assemble", "PHASE_VARIANTS", "phase_variant"]
 
 
 def assemble(session, unit, schedule, *, profile=None, tiling: Tiling | None = None) -> Plan:
@@ -65,6 +67,52 @@ def assemble(session, unit, schedule, *, profile=None, tiling: Tiling | None = N
             plan.close()
         raise
     return plan
+
+
+PHASE_VARIANTS: list = []
+"""``(name, make)`` in the order they are tried: ``make(builder, bound, interior)`` returns
+``(call, [(loop, colours), ...])`` for a phase of bound runs, or None where it does not apply."""
+
+
+def phase_variant(name: str):
+    """Register ``make`` as a way to prepare a phase (tried before those registered later)."""
+    def register(make):
+        PHASE_VARIANTS.append((name, make))
+        return make
+
+    return register
+
+
+@phase_variant("chunked")
+def _chunked_phase(builder, bound, interior: bool):
+    """``interior="dynamic"``: the runs that overlap messages in flight, in chunks on threads."""
+    if not (interior and builder.tiling is None and builder.session.config.interior == "dynamic"):
+        return None
+    call = builder.backend.chunked(bound, builder._report, workers=builder.backend.chunk_workers())
+    return call, _run_colours(bound)
+
+
+@phase_variant("tiled")
+def _tiled_phase(builder, bound, interior: bool):
+    """A sparse-tiled chain: the phase's runs tile by tile (None where tiling does not apply)."""
+    if builder.tiling is None:
+        return None
+    tiled = tiled_phase(builder.session, bound, builder.tiling, builder._report)
+    if tiled is None:
+        return None
+    builder.tile_plans.extend(tiled.plans)
+    builder.groups += len(tiled.plans)
+    return tiled.call, [(run.loop, plan.ncolours) for plan in tiled.plans for run in bound]
+
+
+@phase_variant("plain")
+def _plain_phase(builder, bound, interior: bool):
+    """One backend call for the phase (the fallback: always applies)."""
+    return builder.backend.phase(bound, builder._report), _run_colours(bound)
+
+
+def _run_colours(bound) -> list:
+    return [(run.loop, run.colouring.ncolours) for run in bound if run.colouring is not None]
 
 
 def _agree_on_rebinding(comm, binding) -> None:
@@ -202,29 +250,13 @@ class _Builder:
         if not bound:
             return None, -1
         self._count_arithmetic(bound)
-        call = None
-        if interior and self.tiling is None and self.session.config.interior == "dynamic":
-            call = self.backend.chunked(bound, self._report, workers=self.backend.chunk_workers())
-            for run in bound:
-                if run.colouring is not None:
-                    self._colour(run.loop, run.colouring.ncolours)
-            if self.backend.times_itself:
-                return call, -1
-            return call, self.account.add_phase([(run.loop.name, run.end - run.start) for run in bound])
-        if self.tiling is not None:
-            tiled = tiled_phase(self.session, bound, self.tiling, self._report)
-            if tiled is not None:
-                self.tile_plans.extend(tiled.plans)
-                self.groups += len(tiled.plans)
-                for plan in tiled.plans:
-                    for run in bound:
-                        self._colour(run.loop, plan.ncolours)
-                call = tiled.call
-        if call is None:
-            call = self.backend.phase(bound, self._report)
-            for run in bound:
-                if run.colouring is not None:
-                    self._colour(run.loop, run.colouring.ncolours)
+        for _, make in PHASE_VARIANTS:  # the first variant that applies makes the call
+            made = make(self, bound, interior)
+            if made is not None:
+                break
+        call, colours = made
+        for loop, ncolours in colours:
+            self._colour(loop, ncolours)
         if call is None or self.backend.times_itself:
             return call, -1
         return call, self.account.add_phase([(run.loop.name, run.end - run.start) for run in bound])

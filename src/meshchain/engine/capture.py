@@ -41,13 +41,13 @@ Examples
 ... def scale(a):
 ...     a[0] *= 2.0
 >>> @mc.kernel
-... def total(a, s):
+... def accumulate(a, s):
 ...     s[0] += a[0]
 >>> @mc.capture
 ... def step(field):
 ...     mc.par_loop(scale, nodes, field(mc.RW))
 ...     norm = mc.Global(1, 0.0, "norm")           # made once; each replay starts it at 0
-...     mc.par_loop(total, nodes, field(mc.READ), norm(mc.INC))
+...     mc.par_loop(accumulate, nodes, field(mc.READ), norm(mc.INC))
 ...     return norm
 >>> [float(step(u).value[0]) for _ in range(3)]
 [12.0, 24.0, 48.0]
