@@ -13,6 +13,8 @@ import pytest
 import meshchain as mc
 from meshchain.meshes import structured_tris
 
+from devices import EMULATION, needs_gxx
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 SCALE = mc.Kernel.from_source("def scale(a, f):\n    a[0] = a[0] * f[0] + 1\n")
@@ -192,3 +194,16 @@ def test_the_readme_example_runs_as_it_says(capsys):
     assert 0 < i < 999 and (step.captures, step.replays) == (1, i)  # stopped by the test on rms, replayed
     assert capsys.readouterr().out.split() == ["1", str(i)]
     np.testing.assert_allclose(namespace["q"].data_ro[:, 0], 0.5 ** (i + 1))
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param(EMULATION, marks=needs_gxx, id=EMULATION)])
+def test_replays_on_the_other_backends_equal_the_uncaptured_step(backend):
+    """Backends whose plans cannot take other objects (the reference, the device) replay their
+    plan as built: the same bits as numba uncaptured."""
+    want, want_u = uncaptured_sums(2, 4)
+    mc.reset_runtime(backend=backend, cache_dir=mc.get_runtime().config.cache_dir)
+    d, u = mesh()
+    step = mc.capture(step_body)
+    got = [tuple(int(g.value[0]) for g in step(d, u, 2)) for _ in range(4)]
+    assert got == want and (step.captures, step.replays) == (1, 3)
+    np.testing.assert_array_equal(u.data_ro, want_u)
