@@ -115,7 +115,7 @@ def test_loops_pending_before_a_step_run_first_in_order():
     np.testing.assert_array_equal(u.data_ro, (((start * 2) * 3 + 1) * 2) * 3 + 1)
 
 
-@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "nothing"])
+@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "replayed", "nothing"])
 def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarded(inside):
     d, u = mesh()
     start = u.data_ro.copy()
@@ -133,10 +133,13 @@ def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarde
         elif inside == "chain":
             with mc.loop_chain("inner"):
                 pass
-        elif inside == "nested":
+        elif inside in ("nested", "replayed"):  # a step captured inside, or one captured before and replayed
             inner()
 
     step = mc.capture(body, name="refused")
+    if inside == "replayed":
+        inner()
+        start = u.data_ro.copy()
     with pytest.raises(mc.CaptureError, match="'refused'"):
         step()
     assert len(mc.get_runtime().trace) == 0  # the step's loops were discarded
@@ -207,3 +210,16 @@ def test_replays_on_the_other_backends_equal_the_uncaptured_step(backend):
     got = [tuple(int(g.value[0]) for g in step(d, u, 2)) for _ in range(4)]
     assert got == want and (step.captures, step.replays) == (1, 3)
     np.testing.assert_array_equal(u.data_ro, want_u)
+
+
+def test_a_step_called_inside_a_loop_chain_block_is_refused_before_anything_runs():
+    d, u = mesh()
+    step = mc.capture(lambda: scale(d, u, 2), name="scaled")
+    step()
+    start = u.data_ro.copy()
+    with pytest.raises(mc.CaptureError, match="'scaled' called while 'block'"):
+        with mc.loop_chain("block"):
+            scale(d, u, 3)
+            step()
+    assert len(mc.get_runtime().trace) == 1  # the block's loop stays pending, as after any error in a block
+    np.testing.assert_array_equal(u.data_ro, start * 3 + 1)

@@ -112,11 +112,14 @@ class CapturedStep:
 
     def __call__(self, *args, **kwargs):
         session = self._session_of()
+        tracing = session.tracing
+        if tracing.open_run is not None:
+            tracing.check_step_call(self.options)
         key = arguments_key(args, kwargs) if args or kwargs else ()
         capture = self._kept.get(key)
         if capture is None or capture.session is not session or capture.generation != session.caches.generation:
             return self._capture(session, key, args, kwargs)
-        if session.trace.entries:
+        if tracing.trace.entries:
             session.flush()
         capture.replay()
         self.replays += 1
@@ -124,6 +127,7 @@ class CapturedStep:
 
     def _capture(self, session, key, args, kwargs):
         self._kept.pop(key, None)
+        session.tracing.check_step_call(self.options)
         session.flush()  # pending loops run first: the trace then holds the step's loops only
         run, recording = session.begin_capture(self.options)
         try:

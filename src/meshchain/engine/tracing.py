@@ -112,12 +112,17 @@ class Tracing:
 
     # --- captured steps (:mod:`.capture`) --------------------------------------------------------------
 
-    def begin_capture(self, options):
-        """Record the loops of a step being captured into one chain run: ``(run, recording)``."""
+    def check_step_call(self, options) -> None:
+        """Refuse to run (capture or replay) the step of ``options`` while a captured step or a
+        loop_chain block is being recorded: its loops would not be part of that recording."""
         if self.open_run is not None:
             what = self.capturing.name if self.capturing is not None else self.open_run.options.name
             raise CaptureError(f"captured step {options.name!r} called while {what!r} is being recorded (a captured "
                                f"step or a loop_chain block); call it outside.")
+
+    def begin_capture(self, options):
+        """Record the loops of a step being captured into one chain run: ``(run, recording)``."""
+        self.check_step_call(options)
         trace = self.trace
         run = self.open_run = ChainRun(options, (len(trace.entries), trace.removals))
         self.capturing = Recording(options.name)
