@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-every", type=int, default=100, metavar="N",
                         help="with --output: write every N iterations (default 100)")
     parser.add_argument("--timing", action="store_true", help="print time per iteration and mc.stats() to stderr")
+    parser.add_argument("--captured", action="store_true",
+                        help="capture one iteration with mc.capture and replay it (its nine loops one chain, "
+                             "loop by loop unless --chain ca/auto)")
     parser.add_argument("--checkpoint", metavar="PATH", help="save the flow state to PATH (HDF5, atomic)")
     parser.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
                         help="with --checkpoint: every N iterations (default 100)")
@@ -101,7 +104,8 @@ def main(argv=None) -> int:
             write(0)  # the initial state
     run(problem, args.iters, out=sys.stdout if rank == 0 else None, ca=ca, tile_size=args.tile_size,
         repartition_at=args.repartition_at, repartition_method=args.repartition_method, start=first,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, on_iteration=write)
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, on_iteration=write,
+        captured=args.captured)
     elapsed = time.perf_counter() - start
     stats = mc.stats()
     if args.timing and rank == 0:

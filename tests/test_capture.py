@@ -223,3 +223,16 @@ def test_a_step_called_inside_a_loop_chain_block_is_refused_before_anything_runs
             step()
     assert len(mc.get_runtime().trace) == 1  # the block's loop stays pending, as after any error in a block
     np.testing.assert_array_equal(u.data_ro, start * 3 + 1)
+
+
+def test_airfoil_captured_prints_the_rms_history_of_airfoil_uncaptured():
+    from meshchain.apps import airfoil
+    from meshchain.meshes import naca0012
+
+    histories = []
+    for captured in (False, True):
+        mc.reset_runtime(cache_dir=mc.get_runtime().config.cache_dir)
+        problem = airfoil.declare(naca0012(10, 15))
+        histories.append(airfoil.run(problem, 6, report_every=2, out=None, captured=captured))
+    assert histories[1] == histories[0]  # one process: the same loops in the same order, the same bits
+    assert mc.stats().chains["iteration"].executions == 6

@@ -236,9 +236,10 @@ def stage(a: Airfoil, *, ca=None, tile_size=None) -> None:
         record_stage(a)
 
 
-def record_stage(a: Airfoil) -> None:
+def record_stage(a: Airfoil, rms=None) -> None:
     """Record one stage's four loops (adt_calc, res_calc, bres_calc, update), zeroing
-    ``rms`` before ``update``."""
+    ``a.rms`` before ``update``; or summing into ``rms``, a new Global (a captured step
+    cannot set a value between its loops)."""
     mc.par_loop(adt_calc, a.cells,
                 a.p_x(mc.READ, a.pcell[0]), a.p_x(mc.READ, a.pcell[1]),
                 a.p_x(mc.READ, a.pcell[2]), a.p_x(mc.READ, a.pcell[3]),
@@ -252,9 +253,27 @@ def record_stage(a: Airfoil) -> None:
                 a.p_x(mc.READ, a.pbedge[0]), a.p_x(mc.READ, a.pbedge[1]),
                 a.p_q(mc.READ, a.pbecell[0]), a.p_adt(mc.READ, a.pbecell[0]),
                 a.p_res(mc.INC, a.pbecell[0]), a.p_bound(mc.READ))
-    a.rms.value = 0.0
+    if rms is None:
+        rms = a.rms
+        rms.value = 0.0
     mc.par_loop(update, a.cells,
-                a.p_qold(mc.READ), a.p_q(mc.WRITE), a.p_res(mc.RW), a.p_adt(mc.READ), a.rms(mc.INC))
+                a.p_qold(mc.READ), a.p_q(mc.WRITE), a.p_res(mc.RW), a.p_adt(mc.READ), rms(mc.INC))
+
+
+def captured_iteration(a: Airfoil, *, ca=False, tile_size=None):
+    """One iteration as a step captured with ``mc.capture`` (see :mod:`meshchain.engine.capture`):
+    its nine loops one chain (``ca``, ``tile_size``: its options), each stage's rms summed into
+    a Global made inside the step (zero again at every replay). ``step()`` returns the last."""
+
+    @mc.capture(name="iteration", ca=ca, tile_size=tile_size)
+    def step():
+        mc.par_loop(save_soln, a.cells, a.p_q(mc.READ), a.p_qold(mc.WRITE))
+        for _ in range(2):
+            rms = mc.Global(1, 0.0, "rms")
+            record_stage(a, rms)
+        return rms
+
+    return step
 
 
 def iterate(a: Airfoil, *, ca=None, tile_size=None) -> float:
@@ -268,7 +287,7 @@ def iterate(a: Airfoil, *, ca=None, tile_size=None) -> float:
 def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=None,
         tile_size=None, repartition_at: int | None = None, repartition_method: str = "rib",
         weights=None, start: int = 0, checkpoint: str | None = None,
-        checkpoint_every: int | None = None, on_iteration=None) -> list[tuple[int, float]]:
+        checkpoint_every: int | None = None, on_iteration=None, captured: bool = False) -> list[tuple[int, float]]:
     """Run iterations ``start + 1 .. iters``; print and return ``(iter, rms)`` every ``report_every``.
     ``ca``: run each stage as a loop chain (True, False or "auto"; None: no chain);
     ``tile_size``: sparse-tile each stage chain; ``repartition_at``: after that iteration,
@@ -277,10 +296,15 @@ def run(a: Airfoil, iters: int, *, report_every: int = 100, out=sys.stdout, ca=N
     ``checkpoint``: a path to save the state to (:func:`save_state`) every ``checkpoint_every``
     iterations; a run restored from it (:func:`restore_state`, ``start`` = its iteration)
     prints the same rms history as an uninterrupted one. ``on_iteration``: called with the
-    iteration number after each one (e.g. :func:`open_output`'s writer)."""
+    iteration number after each one (e.g. :func:`open_output`'s writer). ``captured``: each
+    iteration replays a captured step (:func:`captured_iteration`; ``ca`` None runs it loop by loop)."""
     history = []
+    step = captured_iteration(a, ca=False if ca is None else ca, tile_size=tile_size) if captured else None
     for it in range(start + 1, iters + 1):
-        rms = iterate(a, ca=ca, tile_size=tile_size)
+        if step is not None:
+            rms = math.sqrt(float(step().value[0]) / a.cells.size)
+        else:
+            rms = iterate(a, ca=ca, tile_size=tile_size)
         if it % report_every == 0:
             history.append((it, rms))
             if out is not None:
