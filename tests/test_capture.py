@@ -115,7 +115,7 @@ def test_loops_pending_before_a_step_run_first_in_order():
     np.testing.assert_array_equal(u.data_ro, (((start * 2) * 3 + 1) * 2) * 3 + 1)
 
 
-@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "replayed", "nothing"])
+@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "replayed", "assembly", "nothing"])
 def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarded(inside):
     d, u = mesh()
     start = u.data_ro.copy()
@@ -135,6 +135,11 @@ def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarde
                 pass
         elif inside in ("nested", "replayed"):  # a step captured inside, or one captured before and replayed
             inner()
+        elif inside == "assembly":
+            A = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A")
+            ones = mc.Kernel.from_source("def ones(a):\n" + "".join(f"    a[{i}, {j}] += 1.0\n"
+                                                                     for i in range(3) for j in range(3)))
+            mc.par_loop(ones, d.cells, A(mc.INC, (d.cell2node, d.cell2node)))
 
     step = mc.capture(body, name="refused")
     if inside == "replayed":

@@ -7,7 +7,7 @@ import numpy as np
 from ...comm.agree import same_everywhere
 from ...comm.blocks import as_integer
 from ...core.errors import DeclarationError, InternalError
-from .agreed import _agree, _mpi
+from .agreed import _agree, _checked_weights, _mpi, _weight_units
 
 __all__ = ["kway"]
 

@@ -11,7 +11,7 @@ from ...comm.agree import same_everywhere
 from ...comm.blocks import as_integer, block_offsets
 from ...core.errors import DeclarationError
 from .exact import _exact_means, _principal_axes, _order_keys, _DIGIT, _RADIX
-from .agreed import _agree, _mpi
+from .agreed import _agree, _checked_weights, _mpi, _weight_units
 
 __all__ = ["rib"]
 
@@ -228,30 +228,6 @@ def _children(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((a, b))
     return out
-
-
-def _checked_weights(weights, n_local: int) -> np.ndarray:
-    """``weights`` as float64 of shape ``(n_local,)``, or a DeclarationError saying what is wrong."""
-    w = np.asarray(weights)
-    if w.dtype.kind not in "fiub" or w.shape != (n_local,):
-        raise DeclarationError(
-            f"rib: weights must be a real array with one value per local row, shape ({n_local},), got dtype "
-            f"{w.dtype} and shape {w.shape}; pass one weight per element.")
-    w = w.astype(np.float64)
-    if not np.isfinite(w).all() or (w < 0).any():
-        raise DeclarationError("rib: weights must be finite and non-negative; "
-                               f"found {w[~np.isfinite(w) | (w < 0)][0]!r}.")
-    return w
-
-
-def _weight_units(w: np.ndarray, comm, *, bits: int = 24) -> np.ndarray:
-    """Weights quantised to int64 units of ``max(w) / 2**bits`` (max over every rank), at least 1."""
-    MPI = _mpi()
-    top = np.array([w.max() if len(w) else 0.0])
-    comm.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
-    if top[0] <= 0:
-        return np.ones(len(w), dtype=np.int64)
-    return np.floor(w / top[0] * float(1 << bits)).astype(np.int64) + 1
 
 
 def _group_sums(values: np.ndarray, g: np.ndarray, ng: int, comm) -> np.ndarray:
