@@ -331,6 +331,29 @@ def test_arrays_that_differ_between_ranks_are_refused_on_every_rank(comm):
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_dats_declared_without_data_are_zeros_and_refuse_differences_on_every_rank(comm):
+    """A temporary (no data on any rank) is zeros with the halo valid; one rank's bad dtype,
+    or a name differing between ranks, raises on every rank; data on rank 0 only still works."""
+    _, d = declare_quads(6, 5, partition=False)
+    before = mc.Dat(d.cells, 2, None, "before", dtype=np.float32)
+    assert host_rows(before).shape[1] == 2 and not host_rows(before).any()
+    mc.partition("rib", coords=d.coords)
+    storage = mc.get_runtime().store.get
+    t = mc.Dat(d.cells, 3, None, "t", dtype=np.int32)
+    assert storage(t).host.dtype == np.int32 and storage(t).host.shape == (len(layout_of(d.cells).global_ids), 3)
+    assert not storage(t).host.any() and storage(t).valid_depth == storage(before).valid_depth
+    with pytest.raises(mc.DataShapeError, match="is not a NumPy dtype|not supported"):
+        mc.Dat(d.cells, 1, None, "bad", dtype="not a dtype" if comm.rank == 1 else np.float64)
+    with pytest.raises(mc.DataShapeError, match="differs between ranks"):
+        mc.Dat(d.cells, 1, None, f"named{comm.rank}")
+    rooted = mc.Dat(d.cells, 1, np.arange(float(d.cells.size)) if comm.rank == 0 else None, "rooted")
+    np.testing.assert_array_equal(host_rows(rooted)[:layout_of(d.cells).n_owned, 0],
+                                  layout_of(d.cells).global_ids[:layout_of(d.cells).n_owned])
+    after = mc.Dat(d.cells, 1, None, "after")  # the ranks still declare in step
+    assert storage(after).tag == storage(rooted).tag + 1
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
 def test_par_loop_before_partition_is_refused(comm):
     _, d = declare_quads(3, 3, partition=False)
     a, v = mc.Dat(d.cells, 1, None, "a"), mc.Dat(d.cells, 1, None, "v")

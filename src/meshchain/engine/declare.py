@@ -23,13 +23,14 @@ import weakref
 
 import numpy as np
 
-from ..comm.agree import alive_everywhere, check_agreement, raise_together
+from ..comm.agree import alive_everywhere, check_agreement, raise_together, values_if_different
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows
 from ..comm.inputs import to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
 from ..types import Dat, GridInterior, Map, Set
+from ..types._checks import resolve_dtype
 from ..types.maps import checked_values
 
 __all__ = ["Declarations"]
@@ -93,6 +94,9 @@ class Declarations:
             self._remember(d)
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
         comm, n = self.comm, d.dataset.size
+        zeros = self._zeros_everywhere(d, data, dtype)
+        if zeros is not None:
+            return zeros
         offsets = block_offsets(n, comm.size)
         rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
         error = chosen = block = None
@@ -110,6 +114,32 @@ class Declarations:
         else:
             local = fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=session.layout.depth, tag=tag)
+
+    def _zeros_everywhere(self, d: Dat, data, dtype):
+        """``(dtype, storage)`` of a dat no rank passed data for (a temporary), agreed in one
+        small ``Allreduce``; None (nothing recorded) when some rank passed data."""
+        session, error, chosen = self._session, None, None
+        try:
+            chosen = resolve_dtype(None, dtype, f"Dat {d.name!r} on {d.dataset.name!r}").str if data is None else None
+        except DataShapeError as exc:
+            error = exc
+        agreed = (data is None, (d.name, d.dataset.name, d.dim, chosen))
+        differing = values_if_different(self.comm, agreed, error)
+        if data is not None or (differing is not None and not all(none for none, _ in differing)):
+            return None  # some rank passed data: the declaration is checked the long way
+        if differing is not None:  # every rank found the same difference
+            raise DataShapeError(f"Dat declaration {agreed[1]!r} differs between ranks: "
+                                 f"{[value for _, value in differing]}; every rank must pass the same value.")
+        self._declared.append(weakref.ref(d))
+        tag = len(self._declared) % 32000 + 1
+        chosen = np.dtype(chosen)
+        if not session.partitioned:
+            offsets = block_offsets(d.dataset.size, self.comm.size)
+            rows = int(offsets[self.comm.rank + 1] - offsets[self.comm.rank])
+            return chosen, DatStorage(np.zeros((rows, d.dim), dtype=chosen), n_owned=rows, tag=tag)
+        layout = session.layout.of(d.dataset)
+        return chosen, DatStorage(np.zeros((len(layout.global_ids), d.dim), dtype=chosen), n_owned=layout.n_owned,
+                                  valid_depth=session.layout.depth, tag=tag)
 
     def adopt(self, other: "Declarations") -> None:
         """Take over ``other``'s record of declarations (one process, ``mc.reset_runtime``)."""
