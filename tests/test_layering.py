@@ -174,6 +174,21 @@ def test_the_sender_check_sees_a_call_on_any_object(tmp_path):
     assert _names(module) & POINT_TO_POINT == {"Irecv"}
 
 
+# MPI collectives (issue 32): the partitioners use meshchain.comm's (agree, reductions,
+# collectives) instead of calling them on the communicator themselves
+COLLECTIVES = frozenset({
+    "Allreduce", "allreduce", "Reduce", "reduce", "Allgather", "Allgatherv", "allgather", "Gather", "Gatherv",
+    "gather", "Scatter", "Scatterv", "scatter", "Bcast", "bcast", "Barrier", "barrier", "Scan", "scan", "Exscan",
+    "exscan", "Iallreduce", "Ibarrier", "Ibcast",
+})
+
+
+def test_the_partitioners_call_no_mpi_collective_of_their_own():
+    found = {name: sorted(_names(path) & (COLLECTIVES | POINT_TO_POINT)) for name, path in modules().items()
+             if name.startswith("meshchain.partition") and _names(path) & (COLLECTIVES | POINT_TO_POINT)}
+    assert not found, f"MPI calls in meshchain.partition (use meshchain.comm's collectives): {found}"
+
+
 # NumPy calls that go to the BLAS library: its threads compete with Numba's for the cores
 # (issue 32: a CG iteration 40x slower), so the packages that run loops and solvers compute
 # their dot products in compiled passes instead (``meshchain.linalg.fused``)

@@ -307,6 +307,10 @@ WORKER = textwrap.dedent(
     la = adjncy[lx[0]:lx[-1]]
     for nparts in (None, 5):
         out[f"kway_{nparts}"] = comm.gather(kway(lx, la, comm, nparts=nparts), root=0)
+    weights = 1.0 + np.arange(len(xadj) - 1) % 4  # the weights' quantisation is agreed over ranks
+    out["kway_weighted"] = comm.gather(kway(lx, la, comm, nparts=3, weights=block(weights)), root=0)
+    x = np.load(f"{data}/xy.npy")
+    out["rib_weighted"] = comm.gather(rib(block(x), comm, nparts=3, weights=block(1.0 + np.arange(len(x)) % 3)), root=0)
 
     # errors on one rank only must raise on every rank (no rank left in a collective)
     def caught(fn):
@@ -404,6 +408,17 @@ def test_mpi_kway_matches_serial_metis(mpi_result):
         parts = np.concatenate(out[f"kway_{nparts}"])
         np.testing.assert_array_equal(parts, metis_reference(xadj, adjncy, k))
         assert (np.bincount(parts, minlength=k) > 0).all()
+
+
+def test_mpi_weighted_partitions_match_one_process(mpi_result):
+    _, out = mpi_result
+    xadj, adjncy = grid_graph()
+    weights = 1.0 + np.arange(len(xadj) - 1) % 4
+    np.testing.assert_array_equal(np.concatenate(out["kway_weighted"]),
+                                  kway(xadj, adjncy, SELF, nparts=3, weights=weights))
+    x = jittered_2d()
+    np.testing.assert_array_equal(np.concatenate(out["rib_weighted"]),
+                                  rib(x, SELF, nparts=3, weights=1.0 + np.arange(len(x)) % 3))
 
 
 def test_mpi_errors_raise_on_every_rank(mpi_result):

@@ -4,6 +4,8 @@
 * :mod:`.agree`: the one way ranks agree on errors (and on values, and on live objects);
 * :mod:`.blocks`: the block distribution of declarations before partitioning;
 * :mod:`.collectives`: all-to-all, fetching and gathering rows;
+* :mod:`.reductions`: sums, maxima, prefix sums, gathering to and scattering from rank 0
+  (the partitioners' collectives);
 * :mod:`.inputs`: declaration inputs (global arrays, rank 0 only, ``mc.Block``) to block rows;
 * :mod:`.exchange` and :mod:`.packing`: halo exchanges planned once, run many times, with
   compiled packing, forward and reverse, rows of fixed or variable size, moved by a
@@ -17,5 +19,6 @@
   ``"poll"``: a communication thread testing the requests in flight, ``"thread"``: MPICH's
   asynchronous progress thread), and its measurement.
 
-Nothing outside this package sends a point-to-point message (a test checks it).
+Nothing outside this package sends a point-to-point message, and the partitioners call no
+MPI collective of their own (tests check both).
 """

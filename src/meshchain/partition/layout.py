@@ -34,6 +34,7 @@ from ..comm.blocks import block_offsets, block_owner
 from ..core.errors import DeclarationError, InternalError
 from ..types.maps import ColumnsMap
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_csr, fetch_rows
+from ..comm.reductions import min_everywhere
 
 __all__ = ["SetLayout", "MeshLayout", "build_layouts", "layouts_of_regions", "order_region", "to_local", "INTERIOR",
            "MAX_LEVEL"]
@@ -352,12 +353,8 @@ def layouts_of_regions(comm, sets, maps, provisional, local_maps, depth, *, caps
 
 
 def _agree_covered(comm, layout: SetLayout) -> None:
-    from mpi4py import MPI
-
     local = np.array([layout.local_covered(e) for e in range(layout.depth + 1)], dtype=np.int64)
-    agreed = np.empty_like(local)
-    comm.Allreduce(local, agreed, op=MPI.MIN)
-    layout.covered_depths = agreed
+    layout.covered_depths = min_everywhere(comm, local)
 
 
 def order_region(region):

@@ -1,5 +1,5 @@
-"""What the partitioners share: errors agreed over ranks, checked weights and their integer units,
-and the MPI module, imported when needed.
+"""What the partitioners share: errors agreed over ranks, checked weights and their integer
+units (their collectives are :mod:`meshchain.comm`'s).
 
 >>> from mpi4py import MPI
 >>> _agree(MPI.COMM_SELF, None)   # no rank found a problem
@@ -7,24 +7,19 @@ and the MPI module, imported when needed.
 
 from __future__ import annotations
 
-from ...comm.agree import raise_together
 import numpy as np
 
+from ...comm.agree import raise_together
+from ...comm.reductions import max_everywhere
 from ...core.errors import DeclarationError
 
-__all__ = ["_agree", "_checked_weights", "_mpi", "_weight_units"]
+__all__ = ["_agree", "_checked_weights", "_weight_units"]
 
 
 def _agree(comm, message: str | None) -> None:
     """Collective: raise ``message`` (from the lowest rank that has one) as a
     :class:`DeclarationError` on every rank."""
     raise_together(comm, None if message is None else DeclarationError(message))
-
-
-def _mpi():
-    from mpi4py import MPI
-
-    return MPI
 
 
 def _checked_weights(weights, n_local: int) -> np.ndarray:
@@ -43,9 +38,7 @@ def _checked_weights(weights, n_local: int) -> np.ndarray:
 
 def _weight_units(w: np.ndarray, comm, *, bits: int = 24) -> np.ndarray:
     """Weights quantised to int64 units of ``max(w) / 2**bits`` (max over every rank), at least 1."""
-    MPI = _mpi()
-    top = np.array([w.max() if len(w) else 0.0])
-    comm.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+    top = max_everywhere(comm, np.array([w.max() if len(w) else 0.0]))
     if top[0] <= 0:
         return np.ones(len(w), dtype=np.int64)
     return np.floor(w / top[0] * float(1 << bits)).astype(np.int64) + 1

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...comm.reductions import max_everywhere, sum_everywhere
 from ...core.errors import DeclarationError
-from .agreed import _mpi
 
 
 # Limb width of the exact accumulator, rows summed between carry normalisations,
@@ -41,7 +41,6 @@ def _exact_group_sums(values: np.ndarray, group: np.ndarray, ngroups: int, comm)
     The limbs do not depend on the order of the rows nor on how they are
     distributed over the ranks.
     """
-    MPI = _mpi()
     n, k = values.shape
     # IEEE decomposition without frexp: value = (-1)**negative * mant * 2**q exactly.
     bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
@@ -55,7 +54,7 @@ def _exact_group_sums(values: np.ndarray, group: np.ndarray, ngroups: int, comm)
         bounds[0] = -np.where(present, q, big).min()
         bounds[1] = np.where(present, q, -big).max()
         bounds[2] = (field == 0x7FF).any()
-    comm.Allreduce(MPI.IN_PLACE, bounds, op=MPI.MAX)
+    max_everywhere(comm, bounds)
     if bounds[2]:
         return None
     if bounds[1] == -big:  # every value on every rank is zero
@@ -85,7 +84,7 @@ def _exact_group_sums(values: np.ndarray, group: np.ndarray, ngroups: int, comm)
         np.add.at(flat, row + 1, c1.ravel())
         np.add.at(flat, row + 2, c2.ravel())
         _normalise_limbs(acc)
-    comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
+    sum_everywhere(comm, flat)
     _normalise_limbs(acc)
     return acc, qmin
 

@@ -6,8 +6,9 @@ import numpy as np
 
 from ...comm.agree import same_everywhere
 from ...comm.blocks import as_integer
+from ...comm.reductions import gather_to_root, scatter_from_root, sum_everywhere
 from ...core.errors import DeclarationError, InternalError
-from .agreed import _agree, _checked_weights, _mpi, _weight_units
+from .agreed import _agree, _checked_weights, _weight_units
 
 __all__ = ["kway"]
 
@@ -78,7 +79,6 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0, weight
     >>> sorted(np.bincount(parts).tolist())
     [3, 3]
     """
-    MPI = _mpi()
     size = comm.size
     rank = comm.rank
     message = None
@@ -123,8 +123,7 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0, weight
     if not same_everywhere(comm, [want, seed, int(weights is not None)]).all():
         _agree(comm, f"kway: the ranks pass different nparts or seed (this rank: {want}, {seed}); pass the same on every rank.")
     nparts = want
-    sizes = comm.gather((n_local, len(adj)), root=0)
-    n_total = comm.allreduce(n_local, op=MPI.SUM)
+    n_total = sum_everywhere(comm, n_local)
     bad = adj[(adj < 0) | (adj >= n_total)]
     _agree(
         comm,
@@ -134,19 +133,12 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0, weight
     if nparts == 1 or n_total == 0:
         return np.zeros(n_local, dtype=np.int32)
 
-    degree = np.diff(ptr)
     root = rank == 0
-    counts = np.array([c for c, _ in sizes], dtype=np.int64) if root else None
-    nnzs = np.array([z for _, z in sizes], dtype=np.int64) if root else None
-    all_degree = np.empty(n_total if root else 0, dtype=np.int64)
-    all_adj = np.empty(int(nnzs.sum()) if root else 0, dtype=np.int64)
-    comm.Gatherv(degree, [all_degree, counts, MPI.INT64_T] if root else None, root=0)
-    comm.Gatherv(adj, [all_adj, nnzs, MPI.INT64_T] if root else None, root=0)
+    all_degree, counts = gather_to_root(comm, np.diff(ptr).astype(np.int64, copy=False))
+    all_adj, _ = gather_to_root(comm, np.asarray(adj, dtype=np.int64))
     all_units = None
     if w is not None:
-        units = _weight_units(w, comm, bits=16)
-        all_units = np.empty(n_total if root else 0, dtype=np.int64)
-        comm.Gatherv(units, [all_units, counts, MPI.INT64_T] if root else None, root=0)
+        all_units, _ = gather_to_root(comm, _weight_units(w, comm, bits=16), counts)
 
     parts = np.zeros(n_total if root else 0, dtype=np.int32)
     failure = None
@@ -156,9 +148,7 @@ def kway(xadj, adjncy, comm, *, nparts: int | None = None, seed: int = 0, weight
         except Exception as err:  # reported on every rank below
             failure = f"kway: METIS failed on rank 0 ({type(err).__name__}: {err}); check the graph and that pymetis is installed."
     _agree(comm, failure)
-    out = np.empty(n_local, dtype=np.int32)
-    comm.Scatterv([parts, counts, MPI.INT32_T] if root else None, out, root=0)
-    return out
+    return scatter_from_root(comm, parts, counts, np.empty(n_local, dtype=np.int32))
 
 
 def _metis_kway(degree: np.ndarray, adjncy: np.ndarray, n: int, nparts: int, seed: int, vweights=None) -> np.ndarray:

@@ -9,9 +9,10 @@ import numpy as np
 
 from ...comm.agree import same_everywhere
 from ...comm.blocks import as_integer, block_offsets
+from ...comm.reductions import count_before, max_everywhere, sum_everywhere
 from ...core.errors import DeclarationError
 from .exact import _exact_means, _principal_axes, _order_keys, _DIGIT, _RADIX
-from .agreed import _agree, _checked_weights, _mpi, _weight_units
+from .agreed import _agree, _checked_weights, _weight_units
 
 __all__ = ["rib"]
 
@@ -100,9 +101,7 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None, weights=Non
     >>> rib(xy, MPI.COMM_SELF, nparts=2, weights=[3, 1, 1, 1, 1, 1, 1, 1])   # 3 + 1 + 1 = 5 of 10
     array([0, 0, 0, 1, 1, 1, 1, 1], dtype=int32)
     """
-    MPI = _mpi()
     size = comm.size
-    rank = comm.rank
     message = None
     x = w = None
     gdim = -1
@@ -154,19 +153,17 @@ def rib(coords, comm, *, nparts: int | None = None, global_ids=None, weights=Non
     if not same[3]:
         _agree(comm, "rib: weights are given on some ranks only; pass them on every rank or on none.")
     nparts = want
-    n_total = comm.allreduce(n_local, op=MPI.SUM)
-    n_before = comm.exscan(n_local, op=MPI.SUM)  # collective; None on rank 0
-    n_before = int(n_before) if rank else 0
+    n_total = sum_everywhere(comm, n_local)
+    n_before = count_before(comm, n_local)
     if n_total == 0 or nparts == 1:
         return np.zeros(n_local, dtype=np.int32)
-    gdim = comm.allreduce(gdim if n_local else -1, op=MPI.MAX)
+    gdim = max_everywhere(comm, gdim if n_local else -1)
     x = x.reshape(n_local, gdim)
     if gids is None:
         gids = np.arange(n_local, dtype=np.int64) + int(n_before)
         max_id = n_total - 1
     else:
-        top = np.array([gids.max() if n_local else 0], dtype=np.int64)
-        comm.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+        top = max_everywhere(comm, np.array([gids.max() if n_local else 0], dtype=np.int64))
         max_id = int(top[0])
     id_bits = max(1, max_id.bit_length())
     units = None if w is None else _weight_units(w, comm)
@@ -232,10 +229,7 @@ def _children(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _group_sums(values: np.ndarray, g: np.ndarray, ng: int, comm) -> np.ndarray:
     """Exact int64 sums of ``values`` per group over every rank."""
-    MPI = _mpi()
-    sums = np.rint(np.bincount(g, values.astype(np.float64), ng)).astype(np.int64)
-    comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
-    return sums
+    return sum_everywhere(comm, np.rint(np.bincount(g, values.astype(np.float64), ng)).astype(np.int64))
 
 
 def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm, *, weights=None) -> np.ndarray:
@@ -249,7 +243,6 @@ def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm, *, weights=None
     below the threshold in the total order ``(key, id)`` are lower; the threshold
     and everything above is upper, so each lower side holds exactly ``below[g]``.
     """
-    MPI = _mpi()
     lower = np.zeros(len(keys), dtype=bool)
     lower[(below == sizes)[g]] = True
     remaining = below.astype(np.int64).copy()
@@ -271,7 +264,7 @@ def _select_lower(keys, ids, g, ng, sizes, below, id_bits, comm, *, weights=None
         hist = np.bincount(slot, minlength=ng * _RADIX).astype(np.int64)
         if weights is not None:  # exact: the sums stay far below 2**53
             hist = np.concatenate((hist, np.rint(np.bincount(slot, weights[act], ng * _RADIX)).astype(np.int64)))
-        comm.Allreduce(MPI.IN_PLACE, hist, op=MPI.SUM)
+        sum_everywhere(comm, hist)
         hist, load = hist[: ng * _RADIX].reshape(ng, _RADIX), hist[ng * _RADIX:].reshape(-1, _RADIX)
         cum = np.cumsum(hist if weights is None else load, axis=1)
         chosen = (cum <= remaining[:, None]).sum(axis=1)
