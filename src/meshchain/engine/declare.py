@@ -40,36 +40,36 @@ class Declarations:
     """The sets, maps and dats of one session, in declaration order (weakly held), and the
     maps' declared values (whole on one process, this rank's block on several)."""
 
-    def __init__(self, session):
-        self._session = session
+    def __init__(self, mesh):
+        self._mesh = mesh
         self._declared: list = []
         self.map_rows: dict = {}  # map uid -> values (global numbering)
 
     @property
     def comm(self):
-        return self._session.comm
+        return self._mesh.comm
 
     # --- declaring ------------------------------------------------------------------------------
 
     def set(self, s: Set) -> None:
-        session = self._session
-        if not session.distributed:
+        mesh = self._mesh
+        if not mesh.distributed:
             self._remember(s)  # one process: nothing to agree on
         else:
-            if session.partitioned:
+            if mesh.partitioned:
                 hint = (f"call {s.grid.name}.interior({s.width}) once before mc.partition (loops may then use it)"
                         if isinstance(s, GridInterior) else "declare every set and map before partitioning")
                 raise_together(self.comm, DeclarationError(f"Set {s.name!r} is declared after mc.partition; {hint}."))
             self._record(s, (s.size, s.name))
 
     def map(self, m: Map, values) -> None:
-        session = self._session
-        if not session.distributed:
+        mesh = self._mesh
+        if not mesh.distributed:
             self.map_rows[m.uid] = checked_values(values, m.source, m.target, m.arity, m.name)
             _forget(self.map_rows, m)
             self._remember(m)
             return
-        if session.partitioned:
+        if mesh.partitioned:
             raise_together(self.comm, DeclarationError(
                 f"Map {m.name!r} is declared after mc.partition; declare every set and map before partitioning."))
         error, rows = None, None
@@ -88,8 +88,8 @@ class Declarations:
 
     def dat(self, d: Dat, data, dtype) -> tuple[np.dtype, DatStorage]:
         """The dat's dtype and storage (block rows before partitioning, local rows after)."""
-        session = self._session
-        if not session.distributed:
+        mesh = self._mesh
+        if not mesh.distributed:
             chosen, rows = d.rows(data, dtype, d.dataset.size)
             self._remember(d)
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
@@ -106,19 +106,19 @@ class Declarations:
             error = exc
         raise_together(comm, error)
         tag = self._record(d, (d.name, d.dataset.name, d.dim, chosen.str)) % 32000 + 1
-        if not session.partitioned:
+        if not mesh.partitioned:
             return chosen, DatStorage(block, n_owned=len(block), tag=tag)
-        layout = session.layout.of(d.dataset)
+        layout = mesh.layout.of(d.dataset)
         if rows is None:  # no rank passed data (agreed): every row is zero, nothing to fetch
             _, local = d.rows(None, chosen, len(layout.global_ids))
         else:
             local = fetch_rows(comm, offsets, block, layout.global_ids)
-        return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=session.layout.depth, tag=tag)
+        return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
 
     def _zeros_everywhere(self, d: Dat, data, dtype):
         """``(dtype, storage)`` of a dat no rank passed data for (a temporary), agreed in one
         small ``Allreduce``; None (nothing recorded) when some rank passed data."""
-        session, error, chosen = self._session, None, None
+        mesh, error, chosen = self._mesh, None, None
         try:
             chosen = resolve_dtype(None, dtype, f"Dat {d.name!r} on {d.dataset.name!r}").str if data is None else None
         except DataShapeError as exc:
@@ -133,13 +133,13 @@ class Declarations:
         self._declared.append(weakref.ref(d))
         tag = len(self._declared) % 32000 + 1
         chosen = np.dtype(chosen)
-        if not session.partitioned:
+        if not mesh.partitioned:
             offsets = block_offsets(d.dataset.size, self.comm.size)
             rows = int(offsets[self.comm.rank + 1] - offsets[self.comm.rank])
             return chosen, DatStorage(np.zeros((rows, d.dim), dtype=chosen), n_owned=rows, tag=tag)
-        layout = session.layout.of(d.dataset)
+        layout = mesh.layout.of(d.dataset)
         return chosen, DatStorage(np.zeros((len(layout.global_ids), d.dim), dtype=chosen), n_owned=layout.n_owned,
-                                  valid_depth=session.layout.depth, tag=tag)
+                                  valid_depth=mesh.layout.depth, tag=tag)
 
     def adopt(self, other: "Declarations") -> None:
         """Take over ``other``'s record of declarations (one process, ``mc.reset_runtime``)."""
@@ -172,7 +172,7 @@ class Declarations:
         collective steps (building halos) must see the same list everywhere.
         """
         objects = [r() for r in self._declared]
-        if agreed and self._session.distributed:
+        if agreed and self._mesh.distributed:
             objects = alive_everywhere(self.comm, objects)
         objects = [o for o in objects if o is not None]
         pick = lambda kind: [o for o in objects if isinstance(o, kind)]  # noqa: E731

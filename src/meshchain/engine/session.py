@@ -1,8 +1,9 @@
 """The session: everything mutable in meshchain for one run, and the way loops get run.
 
-A :class:`Session` holds the configuration, the communicator, the declarations and their
-storage, the mesh layout, the caches, the statistics, the model's state and the backend,
-and its parts with one job each: :class:`~.tracing.Tracing` (the trace of pending loops,
+A :class:`Session` holds the configuration, the communicator, the caches, the statistics,
+the model's state and the backend, and its parts with one job each:
+:class:`~.mesh_state.MeshState` (the declarations, their storage, the layout and what
+depends on it), :class:`~.tracing.Tracing` (the trace of pending loops,
 chain blocks, captured steps, forcing), :class:`~.pipeline.Pipeline` (running units:
 plans), :class:`~.communication.CommunicationSettings` (the transport and progress mode)
 and :class:`~.surface.Surface` (what the packages above the API use). The API layer (:mod:`meshchain.api`) creates one and
@@ -29,34 +30,26 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 
 from ..backends import make_backend
-from ..comm.agree import raise_together
-from ..comm.blocks import block_offsets
-from ..comm.collectives import fetch_rows, gather_rows
 from ..comm.progress import Poller, check_progress
 from ..comm.transports import check_transport
 from ..comm.world import world_communicator
 from ..core.cache import CacheRegistry
 from ..core.config import Config
-from ..core.errors import ConfigurationError, DeclarationError, LoopError
+from ..core.errors import ConfigurationError, LoopError
 from ..core.stats import StatsRecorder
-from ..core.storage import DataStore
-from ..inspector.colouring import colour_blocks, touched_keys
-from ..ir.loop import exclusivity_error, make_loop
-from ..partition.distribute import MAX_DEPTH, check_options, deepen, distribute, moved_rows, seed_set_of
-from ..partition.layout import MeshLayout
-from .accounting import add_planning
+from ..ir.loop import make_loop
+from ..partition.distribute import MAX_DEPTH
 from .auto import ModelState
 from .capture import CapturedStep
-from .declare import Declarations
 from .communication import CommunicationSettings
 from .surface import Surface
 from .loops import LoopRecords
-from .grids import GridLowering, is_grid_set, refuse_grids
+from .mesh_state import MeshState
+from .grids import is_grid_set, refuse_grids
 from .matrices import Matrices
 from .pipeline import Pipeline
 from .rebalance import rebalance
@@ -79,21 +72,14 @@ class Session:
         self.rank = 0 if self.comm is None else self.comm.rank
         self.caches = CacheRegistry()
         self.recorder = StatsRecorder()
-        self.store = DataStore()
-        self.declarations = Declarations(self)
-        self.grid_lowering = GridLowering(self.declarations, self.caches.cache(
-            "grid arithmetic parts", limit=4096, events=("configure", "partition", "repartition")))
-        if inherit is not None and not self.distributed and not inherit.distributed:
-            self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
-            self.declarations.adopt(inherit.declarations)
-        self.layout = MeshLayout.serial(self.declarations.map_rows)
-        self.partitioned = False
-        self.seed_set = None  # the set partitioned first (mc.repartition partitions it again)
-        self.colourings = self.caches.cache("colourings", limit=4096, events=("configure", "partition", "repartition"))
-        self.tile_plans = self.caches.cache("tile plans", limit=256, events=("configure", "partition", "repartition"))
+        self.mesh = mesh = MeshState(self.comm, self.caches, inherit=inherit.mesh if (
+            inherit is not None and not self.distributed and not inherit.distributed) else None)
+        self.store, self.declarations, self.grid_lowering = mesh.store, mesh.declarations, mesh.grid_lowering
+        self.colourings, self.tile_plans = mesh.colourings, mesh.tile_plans
+        self.storage, self.n_owned, self.map_values, self.layout_of = (mesh.storage, mesh.n_owned, mesh.map_values,
+                                                                       mesh.layout_of)
         # grid loops are lowered to maps for some backends: a new backend checks them again
-        self.loop_records = LoopRecords(self.caches, self._checked_loop, self.storage)
-        self._exclusive = self.caches.cache("exclusive paths", limit=4096, events=("partition", "repartition"))
+        self.loop_records = LoopRecords(self.caches, self._checked_loop, mesh.storage)
         self.pipeline = Pipeline(self)
         self.matrices = Matrices(self)
         self.model = ModelState(self)
@@ -131,30 +117,23 @@ class Session:
         if self.tracing.capturing is not None:
             self.tracing.capturing.made.append(g)
 
-    def n_owned(self, s) -> int:
-        if self.distributed and not self.partitioned:
-            return s.size  # not distributed yet
-        return self.layout.of(s).n_owned
+    @property
+    def layout(self):
+        """The mesh layout on this rank (:attr:`.mesh_state.MeshState.layout`)."""
+        return self.mesh.layout
 
-    def map_values(self, m):
-        if self.distributed and not self.partitioned:
-            return None
-        return self.layout.values(m)
+    @layout.setter
+    def layout(self, layout) -> None:
+        self.mesh.layout = layout
 
-    def layout_of(self, s):
-        """The :class:`~meshchain.partition.layout.SetLayout` of ``s`` on this rank (None on
-        several ranks before ``mc.partition``)."""
-        if self.distributed and not self.partitioned:
-            return None
-        return self.layout.of(s)
+    @property
+    def partitioned(self) -> bool:
+        return self.mesh.partitioned
 
-    def storage(self, obj):
-        """The storage record of a dat or global of this session."""
-        record = self.store.get(obj)
-        if record is None:
-            raise DeclarationError(f"{type(obj).__name__} {obj.name!r} belongs to another meshchain session "
-                                   f"(mc.reset_runtime() discards every declaration); declare it again.")
-        return record
+    @property
+    def seed_set(self):
+        """The set partitioned first (``mc.repartition`` partitions it again)."""
+        return self.mesh.seed_set
 
     # --- values (dat.data, glob.value, dat.gather()) -----------------------------------------------
 
@@ -163,28 +142,22 @@ class Session:
         with ``write`` the caller may change them, so its halo copies are stale."""
         storage = self.storage(d)
         if write:
-            self._require_partitioned(d)
+            self.mesh.require_partitioned(d)
             self.force_write(d)
             storage.valid_depth = 0
             return storage.host_current(write=True)[: storage.n_owned]
         self.force_read(d)
         if not halos:
-            self._require_partitioned(d)
+            self.mesh.require_partitioned(d)
         view = storage.host_current(write=False)
         view = (view if halos else view[: storage.n_owned]).view()
         view.flags.writeable = False
         return view
 
     def gather(self, d):
-        self._require_partitioned(d)
+        self.mesh.require_partitioned(d)
         self.force_read(d)
-        storage = self.storage(d)
-        host = storage.host_current(write=False)
-        if not self.distributed:
-            return host[: d.dataset.size].copy()
-        layout = self.layout.of(d.dataset)
-        n = layout.n_owned
-        return gather_rows(self.comm, layout.global_ids[:n], host[:n], d.dataset.size)
+        return self.mesh.gathered(d, self.storage(d).host_current(write=False))
 
     def global_value(self, g) -> np.ndarray:
         storage = self.storage(g)
@@ -197,13 +170,6 @@ class Session:
         self.force_write(g)
         storage.settle()
         storage.value[...] = g.coerce(new)
-
-    def _require_partitioned(self, d) -> None:
-        if self.distributed and not self.partitioned:
-            raise LoopError(
-                f"Dat {d.name!r}: its data is laid out for partitioning, not yet distributed; call "
-                f"mc.partition(...) before reading .data or .gather() on several ranks."
-            )
 
     # --- recording (see :mod:`.tracing`; the session checks each loop once per structure) ----------------
 
@@ -218,29 +184,13 @@ class Session:
                 f"par_loop {label!r}: running on {self.size} ranks but the mesh is not partitioned; "
                 f"call mc.partition(...) after declaring the mesh and before the first loop."
             )
-        loop = make_loop(kernel, iterset, args, name, exclusive=self._check_exclusive)
+        exclusive = self.mesh.check_exclusive
+        loop = make_loop(kernel, iterset, args, name, exclusive=exclusive)
         if is_grid_set(iterset) and (self.distributed or not self.backend.grid_arithmetic):  # run through maps
-            loop = self.grid_lowering.lowered(loop, exclusive=self._check_exclusive)
+            loop = self.grid_lowering.lowered(loop, exclusive=exclusive)
         for obj in loop.data:
             self.storage(obj)  # declared in this session
         return loop
-
-    def _check_exclusive(self, arg, name: str) -> None:
-        """An indirect RW path must reach each target element once (every rank agrees)."""
-        key = (arg.map.uid, arg.index)
-        error = self._exclusive.get(key)
-        if error is None:
-            target = self.layout_of(arg.map.target)
-            local = exclusivity_error(arg, name, self.layout.values(arg.map),
-                                      target.global_ids if self.distributed else None)
-            try:
-                raise_together(self.comm if self.distributed else None, local)
-                error = False
-            except Exception as agreed:  # noqa: BLE001 - the agreed error, kept for the next time
-                error = agreed
-            self._exclusive[key] = error
-        if error is not False:
-            raise type(error)(str(error))
 
     # --- configuration and backend --------------------------------------------------------------------
 
@@ -308,32 +258,11 @@ class Session:
     def partition(self, method: str, *, coords=None, seed_set=None, depth: int = 1, seed: int = 0,
                   blocks=None) -> None:
         """``mc.partition``: distribute the declared mesh over the ranks (a no-op on one)."""
-        declared_sets = self.declarations.declared()[0]
-        grids_only = bool(declared_sets) and all(is_grid_set(s) for s in declared_sets)
-        check_options(method, coords, depth, needs_coords=not grids_only)
+        self.mesh.check_partition(method, coords, depth)
         self.flush()
-        if not self.distributed:
-            self.partitioned = True
-            self.seed_set = seed_set if seed_set is not None else (coords.dataset if coords is not None else None)
-            return
-        raise_together(self.comm, DeclarationError("mc.partition was already called; declare the mesh once and "
-                                                   "partition it once.") if self.partitioned else None)
-        sets, maps, dats = self.declarations.declared(agreed=True)
-        grids = self.grid_lowering.parts(sets, maps, blocks, self.size)
-        rows = self.declarations.map_rows
-        coords_rows = None if coords is None else self.storage(coords).host
-        self.seed_set = seed_set_of(sets, maps, None if coords is None else coords.dataset, seed_set)
-        layout = distribute(self.comm, sets=sets, maps=maps, map_blocks=rows, method=method, coords_rows=coords_rows,
-                            coords_set=None if coords is None else coords.dataset, seed_set=seed_set, depth=depth,
-                            seed=seed, grids=grids)
-        for d in dats:
-            storage = self.storage(d)
-            local = layout.of(d.dataset)
-            rows_here = fetch_rows(self.comm, block_offsets(d.dataset.size, self.size), storage.host, local.global_ids)
-            storage.replace(rows_here, n_owned=local.n_owned, valid_depth=depth)
-        self.layout, self.partitioned = layout, True
-        self.communication.agree()
-        self.caches.notify("partition")
+        if self.mesh.partition(method, coords=coords, seed_set=seed_set, depth=depth, seed=seed, blocks=blocks):
+            self.communication.agree()
+            self.caches.notify("partition")
 
     def repartition(self, method: str, *, coords=None, weights=None, seed: int = 0) -> None:
         """``mc.repartition`` (see :func:`.relayout.repartition`)."""
@@ -350,20 +279,11 @@ class Session:
         missing ones. Dats keep their values (moved by global id; new rows are filled by the
         next exchange that needs them) and plans are dropped. Pending loops run first when
         ``flush`` (the pipeline, between loops it has taken from the trace, passes False)."""
-        if not self.distributed or depth <= self.layout.depth:
+        if not self.mesh.needs_depth(depth):
             return
         if flush:
             self.flush()
-        sets, maps, dats = self.declarations.declared(agreed=True)
-        layout = deepen(self.comm, self.layout, sets=sets, maps=maps, map_blocks=self.declarations.map_rows,
-                        depth=depth)
-        for d in dats:
-            storage = self.storage(d)
-            old, new = self.layout.of(d.dataset), layout.of(d.dataset)
-            storage.host_current(write=True)
-            storage.replace(moved_rows(storage.host, old.global_ids, new.global_ids), n_owned=new.n_owned,
-                            valid_depth=storage.valid_depth)
-        self.layout = layout
+        self.mesh.deepen(depth)
         self.caches.notify("repartition")
 
     def ensure_depth(self, depth: int) -> None:
@@ -376,21 +296,10 @@ class Session:
     # --- plans' building blocks -----------------------------------------------------------------------
 
     def colouring(self, loop, start: int, end: int, *, block_size: int | None = None):
-        """The block colouring of ``loop`` over ``[start, end)`` (cached by iteration set, range,
-        write maps and block size; ``block_size`` defaults to the configured one, 1 colours
-        single iterations)."""
+        """The block colouring of ``loop`` over ``[start, end)`` (``block_size`` defaults to
+        the configured one; see :meth:`.mesh_state.MeshState.colouring`)."""
         block_size = self.config.block_size if block_size is None else block_size
-        writes = loop.indirect_writes
-        key = (loop.iterset.uid, start, end, tuple((m.uid, i) for m, i in writes), block_size)
-        found = self.colourings.get(key)
-        if found is None:
-            began = time.perf_counter()
-            layout = self.layout
-            touch, nkeys = touched_keys(start, end, [(layout.values(m), i, m.target.uid,
-                                                       len(layout.of(m.target).global_ids)) for m, i in writes])
-            found = self.colourings[key] = colour_blocks(start, end, block_size=block_size, touch=touch, nkeys=nkeys)
-            add_planning(self.recorder, loop.name, time.perf_counter() - began)
-        return found
+        return self.mesh.colouring(loop, start, end, block_size=block_size, recorder=self.recorder)
 
     def close(self) -> None:
         """Release what plans hold outside Python (persistent MPI requests, device buffers); the
