@@ -3,7 +3,9 @@
 One run measures, on the same mesh:
 
 * C on 1 thread (``benchmarks/airfoil.c``, built here with ``gcc -O3``),
-* meshchain/numba on 1 thread and on all threads (each in its own process),
+* meshchain/numba on 1 thread and on all threads (each in its own process), each loop by
+  loop (the default) and with every iteration a captured step (``mc.capture``, replayed:
+  ``airfoil.run(captured=True)``),
 * the per-``par_loop`` dispatch overhead on a tiny set,
 
 and reports time per iteration, per-kernel times and the ratios numba / C, plus
@@ -13,6 +15,7 @@ Usage::
 
     python benchmarks/airfoil_vs_c.py                       # 720000 cells, 50 iterations
     python benchmarks/airfoil_vs_c.py --size 100 150 --iters 20 --repeats 1
+    python benchmarks/airfoil_vs_c.py --size 100 150 --iters 1000 --repeats 3   # 45000 cells (issue 32)
 """
 
 from __future__ import annotations
@@ -68,14 +71,15 @@ def run_c(binary: Path, mesh: Path, iters: int, repeats: int) -> dict:
     return result
 
 
-def run_numba(mesh: Path, iters: int, repeats: int, threads: int | None) -> dict:
+def run_numba(mesh: Path, iters: int, repeats: int, threads: int | None, captured: bool = False) -> dict:
     """Run the meshchain Airfoil in a fresh process (so thread settings never leak)."""
-    command = [sys.executable, __file__, "--worker", str(mesh), str(iters), str(repeats), str(threads or 0)]
+    command = [sys.executable, __file__, "--worker", str(mesh), str(iters), str(repeats), str(threads or 0),
+               str(int(captured))]
     out = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def worker(mesh: str, iters: int, repeats: int, threads: int) -> None:
+def worker(mesh: str, iters: int, repeats: int, threads: int, captured: bool) -> None:
     """Child process: time the meshchain Airfoil; print one JSON line."""
     sys.path.insert(0, str(HERE.parent / "examples"))
     import airfoil
@@ -87,13 +91,16 @@ def worker(mesh: str, iters: int, repeats: int, threads: int) -> None:
     # problem is then allocated once, like the C program's.
     airfoil.run(airfoil.declare(naca0012(4, 6)), 1, out=None)
     problem = airfoil.declare(read_op2_ascii(mesh))
+    if captured:  # captured (and planned) once, before the timed rounds, as the C program allocates once
+        airfoil.run(problem, 2, out=None, captured=True)
+        airfoil.reset(problem)
     best, first_history = None, None
     for repeat in range(repeats):
         if repeat:
             airfoil.reset(problem)
         mc.stats(reset=True)
         start = time.perf_counter()
-        history = airfoil.run(problem, iters, out=None, report_every=100)
+        history = airfoil.run(problem, iters, out=None, report_every=100, captured=captured)
         elapsed = time.perf_counter() - start
         loops = mc.stats().loops
         first_history = history if repeat == 0 else first_history
@@ -101,6 +108,7 @@ def worker(mesh: str, iters: int, repeats: int, threads: int) -> None:
             best = {"time_per_iter": elapsed / iters, "kernels": {k: loops[k].time_compute / iters for k in KERNELS}}
     best["rms"] = first_history
     best["threads"] = mc.get_runtime().config.threads or __import__("numba").get_num_threads()
+    best["captured"] = captured
     best["dispatch_us"] = dispatch_overhead_us()
     print(json.dumps(best))
 
@@ -136,7 +144,8 @@ def shared_digits(a: float, b: float) -> float:
 
 
 def report(args, c, numba_runs) -> dict:
-    rows = [("C gcc -O3, 1 thread", c, None)] + [(f"numba, {r['threads']} thread(s)", r, r) for r in numba_runs]
+    rows = [("C gcc -O3, 1 thread", c, None)] + [
+        (f"numba, {r['threads']} thread(s){', captured' if r.get('captured') else ''}", r, r) for r in numba_runs]
     print(f"mesh {args.size[0]}x{args.size[1]} ({3 * args.size[0] * args.size[1]} cells), {args.iters} iterations, "
           f"median of {args.repeats} interleaved rounds")
     print("| variant | ms/iter | spread % | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
@@ -172,11 +181,12 @@ def main(argv=None) -> int:
     binary, mesh = build_c(), mesh_file(args.size)
     # Rounds interleave the variants, so a slow spell of this (virtual) machine hits them alike;
     # each variant reports its median round.
-    c_rounds, numba_rounds = [], [[], []]
+    variants = ((1, False), (None, False), (1, True), (None, True))  # (threads, captured)
+    c_rounds, numba_rounds = [], [[] for _ in variants]
     for _ in range(args.repeats):
         c_rounds.append(run_c(binary, mesh, args.iters, 1))
-        for slot, threads in enumerate((1, None)):
-            numba_rounds[slot].append(run_numba(mesh, args.iters, 1, threads))
+        for slot, (threads, captured) in enumerate(variants):
+            numba_rounds[slot].append(run_numba(mesh, args.iters, 1, threads, captured))
     def median_round(rounds):  # the first round's rms history: the only one with it printed
         return dict(median_record(rounds), rms=rounds[0]["rms"])
 
@@ -189,6 +199,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), bool(int(sys.argv[6])))
     else:
         sys.exit(main())

@@ -127,6 +127,46 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
     assert info.reason.startswith(("indefinite", "diverged", "false convergence")), info.reason
 
 
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
+       pc=st.sampled_from([None, "jacobi"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
+       rtol=st.sampled_from([1e-10, 1e-3]))
+def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(mesh, dim, seed, shift, pc, maxiter, rtol):
+    """On one process ``cg`` runs its iterations inside compiled calls (``linalg/compiled.py``);
+    a monitor makes it run the Python loop: iterates, norms, reason and counts are the same,
+    for SPD and indefinite matrices, converged, stopped by maxiter or refused."""
+    mc.reset_runtime(comm=self_comm())
+    problem = Problem(mesh, dim=dim, seed=seed, shift=shift)
+    seen = []
+    outcomes = [problem.solve("cg", pc, rtol=rtol, maxiter=maxiter, monitor=monitor)
+                for monitor in (None, lambda i, norm: seen.append((i, norm)))]
+    (inside, x_inside), (loop, x_loop) = outcomes
+    assert inside.residual_history == loop.residual_history == [norm for _, norm in seen]
+    assert (inside.iterations, inside.reason, inside.reductions) == (loop.iterations, loop.reason, loop.reductions)
+    assert inside.true_residual == loop.true_residual
+    np.testing.assert_array_equal(x_inside, x_loop)
+
+
+def test_long_solves_run_inside_compiled_calls_in_several_parts(monkeypatch):
+    """More iterations than one compiled call runs (``INSIDE_ITERATIONS``): the parts join up."""
+    from meshchain.linalg import krylov
+    from meshchain.linalg.compiled import cg_iterations
+
+    calls = []
+    monkeypatch.setattr(krylov, "INSIDE_ITERATIONS", 5)
+    monkeypatch.setattr(krylov, "cg_iterations", lambda *args: calls.append(1) or cg_iterations(*args))
+    mc.reset_runtime(comm=self_comm())
+    problem = Problem(structured_quads(9, 9), seed=2)
+    inside, x_inside = problem.solve("cg", None, rtol=1e-12)
+    made = len(calls)
+    loop, x_loop = problem.solve("cg", None, rtol=1e-12, monitor=lambda i, norm: None)
+    assert inside.iterations > 3 * krylov.INSIDE_ITERATIONS and inside.converged
+    assert made == -(-inside.iterations // krylov.INSIDE_ITERATIONS) and len(calls) == made  # the monitor: Python
+    assert inside.residual_history == loop.residual_history and inside.reductions == loop.reductions
+    np.testing.assert_array_equal(x_inside, x_loop)
+
+
 def matrix_free(problem, dim):
     """The problem's operator as a LinearOperator: y = 0, then y[c2n] += K_e x[c2n] per cell."""
     d, width = problem.mesh, problem.mesh.cell2node.arity * dim

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .compiled import CURVATURE, GOING, NORM, cg_iterations
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -64,6 +65,8 @@ def cg(run):
     v["p"][:] = v["z"]
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
+    if reason is None and run.inside is not None:
+        return _cg_inside(run, rz)
     while reason is None:
         run.A("p", "w")
         pw = run.reduce(np.array([dot(v["p"], v["w"])]))[0]
@@ -83,6 +86,31 @@ def cg(run):
         if reason is None:
             aypx(rz_new / rz, v["z"], v["p"])
             rz = rz_new
+    return i, reason, 0
+
+
+INSIDE_ITERATIONS = 1024
+"""The most iterations one compiled call of :func:`_cg_inside` runs before Python sees them."""
+
+
+def _cg_inside(run, rz: float):
+    """:func:`cg`'s loop from iteration 0 as compiled calls (:mod:`.compiled`): the same bits."""
+    v, i, reason = run.v, 0, None
+    history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
+    while reason is None:
+        i, why, value, reductions = cg_iterations(*run.inside, v["x"], v["r"], v["z"], v["p"], v["w"], run.pc.dinv,
+                                                  rz, run.target, i, run.maxiter, history)
+        run.reductions += reductions
+        decided = why == NORM  # its norm is recorded by run.check below
+        for norm in history[:i - (len(run.history) - 1) - decided]:
+            run.history.append(float(norm))  # norms that decided nothing, recorded as run.check records them
+        if why == GOING:
+            rz = value
+        elif decided:
+            reason = run.check(i, value)
+        else:
+            reason = _indefinite("(p, A p)" if why == CURVATURE else "(r, B r)", value)
+    run.inside_done()
     return i, reason, 0
 
 

@@ -91,6 +91,24 @@ class SolveRun:
             self.sum_op = MPI.SUM
         self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
         self.replacement = replacement
+        self.inside = self._inside(engine, operator, pc, n, monitor)
+
+    def _inside(self, engine, operator, pc, n: int, monitor):
+        """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
+        values, halo``) when the iterations can run inside compiled calls: one process, an
+        assembled matrix whose rows are all this process's, a pointwise preconditioner and
+        no monitor; else None."""
+        pattern = getattr(operator, "pattern", None)
+        if engine.distributed or pattern is None or monitor is not None or not pc.pointwise:
+            return None
+        if any(len(s.host.reshape(-1)) != n for s in self.storages.values()) or pattern.n_rows * operator.dim != n:
+            return None
+        return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
+
+    def inside_done(self) -> None:
+        """What :meth:`A` marks, after iterations ran inside compiled calls: the halos of the
+        vectors the operator read and wrote are stale."""
+        self.storages["p"].valid_depth = self.storages["w"].valid_depth = 0
 
     def A(self, src: str, dst: str) -> None:  # noqa: N802 - the operator's name
         source = self.storages[src]
