@@ -5,7 +5,8 @@ The paper's kernel (``parsec-ca-stencil.txt``): five general weights, 9 flops pe
 on the interior of an ``n x n`` grid, sweeping between two arrays. Per variant and size:
 milliseconds per sweep (median of ``--repeats`` rounds) and the ratio to the direct loop.
 One Numba thread everywhere (Devito: compiled C without OpenMP, when it is installed; it is a
-benchmark-only dependency). This is the first part of issue 19's benchmark: no MPI, no
+benchmark-only dependency). ``meshchain grid, captured``: the two sweeps of a time step
+captured once with ``mc.capture`` and replayed (one compiled call per two sweeps). This is the first part of issue 19's benchmark: no MPI, no
 communication-avoiding sweeps and no Devito yet.
 
 Usage::
@@ -78,6 +79,26 @@ def grid_variant(n: int, start: np.ndarray):
         for _ in range(k // 2):
             mc.par_loop(sweep, inner, a(mc.READ, star), b(mc.WRITE))
             mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
+        mc.flush()
+
+    return step, lambda: a.data_ro.reshape(n, n).copy()
+
+
+def captured_variant(n: int, start: np.ndarray):
+    """The grid path with two sweeps captured as one step (``mc.capture``) and replayed."""
+    mc.reset_runtime()
+    g = mc.Grid((n, n), "g")
+    a, b = mc.Dat(g, 1, start, "a"), mc.Dat(g, 1, start, "b")
+    star, inner = mc.Stencil(STAR, "star"), g.interior(1)
+
+    @mc.capture
+    def two_sweeps():
+        mc.par_loop(sweep, inner, a(mc.READ, star), b(mc.WRITE))
+        mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
+
+    def step(k):
+        for _ in range(k // 2):
+            two_sweeps()
         mc.flush()
 
     return step, lambda: a.data_ro.reshape(n, n).copy()
@@ -189,7 +210,7 @@ def direct_variant(n: int, start: np.ndarray):
     return step, lambda: u.copy()
 
 
-VARIANTS = {"meshchain grid": grid_variant, "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
+VARIANTS = {"meshchain grid": grid_variant, "meshchain grid, captured": captured_variant, "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
             "Devito, time loop inside": devito_inside, "Devito, apply() per sweep": devito_per_sweep,
             "direct Numba loop": direct_variant}
 
