@@ -407,13 +407,19 @@ class Matrices:
         if pattern.n_cols > pattern.n_owned_cols:
             csr_halo(*pattern.unsigned, pattern.values, x, y)
 
+    @staticmethod
+    def halo_rows(pattern: Pattern) -> tuple[dict, dict]:
+        """Per neighbour, the rows of a vector on ``pattern``'s columns that its product's halo
+        exchange sends and receives (in wire order)."""
+        layout, depth = pattern.col_layout, pattern.depth
+        return layer_rows(layout.exports, 0, depth), layer_rows(layout.imports, 0, depth)
+
     def _exchange(self, pattern: Pattern, storage):
         """``storage``'s halo exchange, as deep as ``pattern``'s columns reach (kept per dat)."""
         found = pattern.exchanges.get(id(storage))
         if found is not None and found[0] is storage:
             return found[1]
-        layout, depth = pattern.col_layout, pattern.depth
-        items = [(storage, layer_rows(layout.exports, 0, depth), layer_rows(layout.imports, 0, depth))]
+        items = [(storage, *self.halo_rows(pattern))]
         exchange = self.session.backend.halo_exchange(self.session.comm, items, tag=storage.tag, transport="p2p")
         pattern.exchanges[id(storage)] = (storage, exchange)
         return exchange

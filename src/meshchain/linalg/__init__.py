@@ -60,10 +60,10 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         Cools et al. say it drifted (PETSc's PIPECGRR, with the matrix's real nonzeros per
         row); reaches the accuracy of classical CG.
     monitor : callable, keyword-only
-        ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` on one
-        process with an assembled matrix and ``pc=None`` or ``"jacobi"`` runs its
-        iterations inside compiled calls (no Python between iterations; the same bits as
-        with a monitor, see :mod:`meshchain.linalg.compiled`).
+        ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` with an
+        assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside
+        compiled calls, on several ranks with MPI called from them (no Python between
+        iterations; the same bits as with a monitor, see :mod:`meshchain.linalg.compiled`).
 
     Returns
     -------

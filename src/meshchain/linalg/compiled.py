@@ -1,16 +1,19 @@
-"""Krylov iterations inside one compiled call: CG on one process, an assembled matrix and a
-pointwise preconditioner.
+"""Krylov iterations inside one compiled call: CG with an assembled matrix and a pointwise
+preconditioner.
 
-On one process nothing between two iterations needs Python: no halo exchange, no
-reduction over ranks. :func:`cg_iterations` runs the iterations of :func:`.krylov.cg` in
-compiled code, calling the very passes the Python loop calls (:mod:`.fused` and the CSR
-product of :mod:`meshchain.backends.sparse`) in the same order, so its iterates, residual
-norms and stopping iteration are the same bits. It stops at the first iteration whose
-outcome Python decides (a norm test that is met or fails, a non-positive curvature) or
-after ``len(history)`` iterations, and says which; :func:`.krylov.cg` turns that into the
-same reason the Python loop gives. A solve with a ``monitor`` (a Python callback per
-iteration), on several ranks or with a matrix-free operator or a non-pointwise
-preconditioner runs the Python loop.
+Nothing between two CG iterations needs Python. :func:`cg_iterations` (one process) and
+:func:`cg_iterations_on_ranks` (several: the halo exchange of ``p`` and the two sums over
+ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterations of
+:func:`.krylov.cg`, calling the very passes the Python loop calls (:mod:`.fused` and the
+CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
+order, so its iterates, residual norms and stopping iteration are the same bits. They stop
+at the first iteration whose outcome Python decides (a norm test that is met or fails, a
+non-positive curvature) or after ``len(history)`` iterations, and say which;
+:func:`.krylov.cg` turns that into the same reason the Python loop gives. A solve with a
+``monitor`` (a Python callback per iteration), a matrix-free operator, a non-pointwise
+preconditioner, or on several ranks with an MPI library compiled code cannot call runs the
+Python loop. Inside compiled calls the time waited in reductions is not measured
+(``SolveInfo.time_reduction_wait`` stays 0).
 
 Examples
 --------
@@ -27,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -35,11 +39,24 @@ import numpy as np
 from ..backends.sparse import csr_halo, csr_owned
 from .fused import aypx, cg_update, dot
 
-__all__ = ["cg_iterations", "GOING", "NORM", "CURVATURE", "BREAKDOWN"]
+__all__ = ["cg_iterations", "cg_iterations_on_ranks", "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
 """Why :func:`cg_iterations` returned: its history is full (iterate on), the norm test
 decided, ``(p, A p)`` is not a positive finite number, ``(r, B r)`` is not."""
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _outcome(i, zz, rz, target, maxiter):
+    """``(norm, why, value)`` after iteration ``i``: the norm tested (``sqrt(zz)``), and
+    :data:`NORM` when it decides, :data:`BREAKDOWN` when ``rz = (r, B r)`` is not a positive
+    finite number, else :data:`GOING`."""
+    norm = math.sqrt(max(zz, 0.0))
+    if not math.isfinite(norm) or norm <= target or i >= maxiter:
+        return norm, NORM, norm
+    if not (math.isfinite(rz) and rz > 0.0):
+        return norm, BREAKDOWN, rz
+    return norm, GOING, 0.0
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -62,14 +79,66 @@ def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, dinv, rz,
             return i, CURVATURE, pw, reductions
         cg_update(rz / pw, p, w, x, r, dinv, z, out)
         reductions += 1
-        rz_new, zz = out[0], out[1]
         i += 1
-        norm = math.sqrt(max(zz, 0.0))
-        history[k] = norm
-        if not math.isfinite(norm) or norm <= target or i >= maxiter:
-            return i, NORM, norm, reductions
-        if not (math.isfinite(rz_new) and rz_new > 0.0):
-            return i, BREAKDOWN, rz_new, reductions
-        aypx(rz_new / rz, z, p)
-        rz = rz_new
+        history[k], why, value = _outcome(i, out[1], out[0], target, maxiter)
+        if why != GOING:
+            return i, why, value, reductions
+        aypx(out[0] / rz, z, p)
+        rz = out[0]
     return i, GOING, rz, reductions
+
+
+COMMUNICATION = 4
+"""Why :func:`cg_iterations_on_ranks` returned: an MPI call failed (``value``: its error code)."""
+
+
+def cg_iterations_on_ranks(*args):
+    """:func:`cg_iterations` on several ranks (collective): before each product the halo of
+    ``p`` is exchanged (``exchange``: a :class:`~meshchain.comm.compiled.CompiledExchange`'s
+    arrays, the owned rows computed while the messages travel) and the two dot products of an
+    iteration are summed over ranks, as the Python loop's ``Allreduce`` calls do. The same
+    arguments as :func:`cg_iterations` with ``p_all`` (``p`` with its halo rows) and then
+    ``exchange`` (``send_at, send, receive_at, receive, requests, statuses``) and ``handles``
+    (:func:`~meshchain.comm.compiled.handles`) at the end. Compiled at first use in each
+    process (it calls the MPI library: no disk cache)."""
+    return _on_ranks()(*args)
+
+
+@functools.lru_cache(maxsize=None)
+def _on_ranks():
+    from ..comm.compiled import finish_rows, start_rows, sum_over_ranks
+
+    @numba.njit(nogil=True, error_model="numpy")
+    def iterate(indptr, split, indices, values, halo, x, r, z, p, w, dinv, rz, target, i, maxiter, history,
+                p_all, send_at, send, receive_at, receive, requests, statuses, handles):
+        out, mine, total = np.zeros(3), np.zeros(2), np.zeros(2)
+        reductions = 0
+        for k in range(len(history)):
+            error = start_rows(p_all, send_at, send, requests)
+            csr_owned(indptr, split, indices, values, p_all, w)
+            error = error or finish_rows(p_all, receive_at, receive, requests, statuses)
+            if halo:
+                csr_halo(indptr, split, indices, values, p_all, w)
+            mine[0] = dot(p, w)
+            error = error or sum_over_ranks(mine[:1], total[:1], handles)
+            reductions += 1
+            if error:
+                return i, COMMUNICATION, float(error), reductions
+            pw = total[0]
+            if not (math.isfinite(pw) and pw > 0.0):
+                return i, CURVATURE, pw, reductions
+            cg_update(rz / pw, p, w, x, r, dinv, z, out)
+            mine[0], mine[1] = out[0], out[1]
+            error = sum_over_ranks(mine, total, handles)
+            reductions += 1
+            if error:
+                return i, COMMUNICATION, float(error), reductions
+            i += 1
+            history[k], why, value = _outcome(i, total[1], total[0], target, maxiter)
+            if why != GOING:
+                return i, why, value, reductions
+            aypx(total[0] / rz, z, p)
+            rz = total[0]
+        return i, GOING, rz, reductions
+
+    return iterate

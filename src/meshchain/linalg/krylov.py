@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .compiled import CURVATURE, GOING, NORM, cg_iterations
+from .compiled import COMMUNICATION, CURVATURE, GOING, NORM, cg_iterations, cg_iterations_on_ranks
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -97,9 +97,13 @@ def _cg_inside(run, rz: float):
     """:func:`cg`'s loop from iteration 0 as compiled calls (:mod:`.compiled`): the same bits."""
     v, i, reason = run.v, 0, None
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
+    extra = run.inside_extra()
+    iterate = cg_iterations_on_ranks if extra else cg_iterations
     while reason is None:
-        i, why, value, reductions = cg_iterations(*run.inside, v["x"], v["r"], v["z"], v["p"], v["w"], run.pc.dinv,
-                                                  rz, run.target, i, run.maxiter, history)
+        i, why, value, reductions = iterate(*run.inside, v["x"], v["r"], v["z"], v["p"], v["w"], run.pc.dinv,
+                                            rz, run.target, i, run.maxiter, history, *extra)
+        if why == COMMUNICATION:
+            run.communication_failed(int(value))
         run.reductions += reductions
         decided = why == NORM  # its norm is recorded by run.check below
         for norm in history[:i - (len(run.history) - 1) - decided]:

@@ -93,6 +93,10 @@ class _Assembled(_Operator):
         """``y = A x`` (``xs``, ``ys``: their storages)."""
         self.matrices.multiply(self.pattern, xs, ys, self.overlap)
 
+    def halo_rows(self) -> tuple[dict, dict]:
+        """Per neighbour, the rows of ``x`` that :meth:`apply`'s halo exchange sends and receives."""
+        return self.matrices.halo_rows(self.pattern)
+
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)
 

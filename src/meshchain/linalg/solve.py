@@ -53,7 +53,8 @@ class SolveInfo:
     time_per_iteration : float
         Seconds per iteration (wall clock of the iterations, this rank).
     time_reduction_wait : float
-        Seconds spent waiting for reductions to complete (this rank).
+        Seconds spent waiting for reductions to complete (this rank; 0 for iterations run
+        inside compiled calls, :mod:`.compiled`).
     reductions : int
         Reductions started.
     replacements : int
@@ -95,20 +96,53 @@ class SolveRun:
 
     def _inside(self, engine, operator, pc, n: int, monitor):
         """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
-        values, halo``) when the iterations can run inside compiled calls: one process, an
-        assembled matrix whose rows are all this process's, a pointwise preconditioner and
-        no monitor; else None."""
+        values, halo``) when the iterations can run inside compiled calls: an assembled
+        matrix, a pointwise preconditioner, no monitor, and on several ranks an MPI library
+        compiled code can call (:func:`meshchain.comm.compiled.available`); else None."""
         pattern = getattr(operator, "pattern", None)
-        if engine.distributed or pattern is None or monitor is not None or not pc.pointwise:
+        if pattern is None or monitor is not None or not pc.pointwise or pattern.n_rows * operator.dim != n:
             return None
-        if any(len(s.host.reshape(-1)) != n for s in self.storages.values()) or pattern.n_rows * operator.dim != n:
+        if engine.distributed:
+            from ..comm.compiled import available
+
+            if not available():
+                return None
+        elif any(len(s.host.reshape(-1)) != n for s in self.storages.values()):
             return None
         return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
 
+    def inside_extra(self) -> tuple:
+        """What :func:`.compiled.cg_iterations_on_ranks` takes after :func:`.compiled.cg_iterations`'s
+        arguments (``()`` on one process): ``p`` with its halo rows, the arrays of a halo
+        exchange of ``p`` (made now; :meth:`inside_done` frees it) and the MPI handles."""
+        if not self.engine.distributed:
+            return ()
+        from ..comm.compiled import CompiledExchange, handles
+
+        exports, imports = self.operator.halo_rows()
+        p = self.storages["p"]
+        self._exchange = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=p.tag)
+        e = self._exchange
+        return (p.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
+                handles(self.comm))
+
     def inside_done(self) -> None:
         """What :meth:`A` marks, after iterations ran inside compiled calls: the halos of the
-        vectors the operator read and wrote are stale."""
+        vectors the operator read and wrote are stale (and the halo exchange is freed)."""
         self.storages["p"].valid_depth = self.storages["w"].valid_depth = 0
+        exchange, self._exchange = getattr(self, "_exchange", None), None
+        if exchange is not None:
+            exchange.close()
+
+    def communication_failed(self, code: int) -> None:
+        """An MPI call inside compiled code failed on this rank: the others may wait for it in a
+        collective, so every rank is aborted (:func:`meshchain.comm.agree.abort_all`)."""
+        from mpi4py import MPI
+
+        from ..comm.agree import abort_all
+
+        abort_all(self.comm, "an MPI call inside the compiled solver iterations",
+                  SolverError(f"MPI error {code}: {MPI.Get_error_string(code)}"))
 
     def A(self, src: str, dst: str) -> None:  # noqa: N802 - the operator's name
         source = self.storages[src]

@@ -1,0 +1,154 @@
+"""MPI called from compiled code: sums over ranks and halo exchanges inside a Numba loop.
+
+A loop that runs many iterations inside one compiled call on several ranks (the Krylov
+methods' iterations, :mod:`meshchain.linalg.compiled`) cannot return to Python for each
+exchange and reduction. This module gives it the MPI library's own functions, called
+through ``ctypes`` from compiled code:
+
+* :func:`sum_over_ranks` -- ``MPI_Allreduce`` with ``MPI_SUM`` of float64 values;
+* :class:`CompiledExchange` -- a halo exchange of one float64 vector with persistent
+  requests made once (``Send_init``/``Recv_init``, by mpi4py), run by :func:`start_rows`
+  (pack the exported values, ``MPI_Startall``) and :func:`finish_rows` (``MPI_Waitall``,
+  unpack the imported values) with the owned work between the two.
+
+The same MPI calls as mpi4py's on the same buffers: the results are the same bits. Compiled
+functions that call them cannot be cached on disk (the library's addresses change from
+process to process): each process compiles them once, at first use (about a second).
+
+:func:`available` says whether this works with the MPI library loaded (an ABI whose handles
+are C ints, as MPICH's, and the library found among the process's mapped files); callers run
+their Python loop otherwise.
+
+Examples
+--------
+>>> import numpy as np
+>>> from mpi4py import MPI
+>>> from meshchain.comm.compiled import available, handles, sum_over_ranks
+>>> out = np.zeros(2)
+>>> available() and sum_over_ranks(np.array([1.0, 2.0]), out, handles(MPI.COMM_SELF)) == 0
+True
+>>> out.tolist()
+[1.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numba
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows"]
+
+
+@functools.lru_cache(maxsize=None)
+def _library():
+    """The MPI library mpi4py loaded (a ctypes handle), or None."""
+    if any(MPI._sizeof(kind) != ctypes.sizeof(ctypes.c_int) for kind in (MPI.Comm, MPI.Request, MPI.Datatype, MPI.Op)):
+        return None  # handles are pointers (Open MPI's ABI): not supported here
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        if os.path.basename(path).startswith("libmpi.so"):
+            return ctypes.CDLL(path)
+    return None
+
+
+def available() -> bool:
+    """Whether compiled code can call MPI here (see the module docstring)."""
+    return _library() is not None
+
+
+def _function(name: str, *argtypes):
+    library = _library()
+    if library is None:
+        return None
+    function = getattr(library, name)
+    function.restype, function.argtypes = ctypes.c_int, list(argtypes)
+    return function
+
+
+_INT, _POINTER = ctypes.c_int, ctypes.c_void_p
+_allreduce = _function("MPI_Allreduce", _POINTER, _POINTER, _INT, _INT, _INT, _INT)
+_startall = _function("MPI_Startall", _INT, _POINTER)
+_waitall = _function("MPI_Waitall", _INT, _POINTER, _POINTER)
+
+
+def handles(comm) -> np.ndarray:
+    """``[comm, MPI_DOUBLE, MPI_SUM]`` as the C handles :func:`sum_over_ranks` takes."""
+    return _as_c_ints([MPI._handleof(comm), MPI._handleof(MPI.DOUBLE), MPI._handleof(MPI.SUM)]).astype(np.int64)
+
+
+def _as_c_ints(values) -> np.ndarray:
+    """Handles (mpi4py gives them as unsigned numbers) as the C ints they are."""
+    return np.array([value & 0xFFFFFFFF for value in values], dtype=np.uint32).view(np.int32)
+
+
+@numba.njit(nogil=True)
+def sum_over_ranks(values, out, handles):
+    """``out = sum over ranks of values`` (float64, contiguous; collective); the MPI error code."""
+    return _allreduce(values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2], handles[0])
+
+
+@numba.njit(nogil=True)
+def start_rows(x, rows, send, requests):
+    """Pack ``x[rows]`` into ``send`` and start the exchange's persistent requests; the MPI error code."""
+    for k in range(len(rows)):
+        send[k] = x[rows[k]]
+    if len(requests) == 0:
+        return 0
+    return _startall(len(requests), requests.ctypes.data)
+
+
+@numba.njit(nogil=True)
+def finish_rows(x, rows, receive, requests, statuses):
+    """Wait for the exchange's requests and unpack ``receive`` into ``x[rows]``; the MPI error code."""
+    error = 0
+    if len(requests):
+        error = _waitall(len(requests), requests.ctypes.data, statuses.ctypes.data)
+    for k in range(len(rows)):
+        x[rows[k]] = receive[k]
+    return error
+
+
+class CompiledExchange:
+    """A halo exchange of one float64 vector ``x`` (``dim`` values per row) run from compiled
+    code: per neighbour the rows sent (``exports``) and received (``imports``), in wire order.
+
+    The arguments of :func:`start_rows` and :func:`finish_rows` are attributes:
+    ``send_at``/``send`` (flat positions in ``x`` and the send buffer), ``receive_at``/
+    ``receive``, ``requests`` (the persistent requests' C handles) and ``statuses``.
+    :meth:`close` frees the requests.
+    """
+
+    def __init__(self, comm, exports: dict, imports: dict, dim: int, *, tag: int):
+        def flat(rows):
+            rows = np.asarray(rows, dtype=np.int64)
+            return (rows[:, None] * dim + np.arange(dim)).reshape(-1)
+
+        sends = [(n, flat(exports[n])) for n in sorted(exports)]
+        receives = [(n, flat(imports[n])) for n in sorted(imports)]
+        self.send_at = np.concatenate([at for _, at in sends]) if sends else np.zeros(0, dtype=np.int64)
+        self.receive_at = np.concatenate([at for _, at in receives]) if receives else np.zeros(0, dtype=np.int64)
+        self.send, self.receive = np.zeros(len(self.send_at)), np.zeros(len(self.receive_at))
+        self._requests, begin = [], 0
+        for n, at in sends:
+            self._requests.append(comm.Send_init(self.send[begin:begin + len(at)], dest=n, tag=tag))
+            begin += len(at)
+        begin = 0
+        for n, at in receives:
+            self._requests.append(comm.Recv_init(self.receive[begin:begin + len(at)], source=n, tag=tag))
+            begin += len(at)
+        self.requests = _as_c_ints([MPI._handleof(r) for r in self._requests])
+        self.statuses = np.zeros(max(1, len(self._requests)) * MPI._sizeof(MPI.Status), dtype=np.uint8)
+
+    def close(self) -> None:
+        for request in self._requests:
+            request.Free()
+        self._requests, self.requests = [], np.zeros(0, dtype=np.int32)
