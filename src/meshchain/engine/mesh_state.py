@@ -13,8 +13,9 @@ Examples
 >>> import meshchain as mc
 >>> mesh = mc.get_runtime().mesh
 >>> cells = mc.Set(4, "cells")
->>> mesh.partitioned, mesh.layout_of(cells).n_owned
-(False, 4)
+>>> q = mc.Dat(cells, 2, None, "q")
+>>> mesh.layout_of(cells).n_owned, mesh.storage(q).host.shape
+(4, (4, 2))
 """
 
 from __future__ import annotations
