@@ -128,20 +128,21 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
-@settings(max_examples=10, deadline=None, derandomize=True, database=None,
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
-       rtol=st.sampled_from([1e-10, 1e-3]))
-def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol):
-    """``cg`` runs its iterations inside compiled calls (``linalg/compiled.py``; on several
-    ranks with MPI called from them); a monitor makes it run the Python loop: iterates, norms,
-    reason and counts are the same on every rank, for SPD and indefinite matrices, converged,
-    stopped by maxiter or refused."""
+       rtol=st.sampled_from([1e-10, 1e-3]), method=st.sampled_from(["cg", "cg1"]))
+def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
+                                                                    method):
+    """``cg`` and ``cg1`` run their iterations inside compiled calls (``linalg/compiled.py``; on
+    several ranks with MPI called from them); a monitor makes them run the Python loop:
+    iterates, norms, reason and counts are the same on every rank, for SPD and indefinite
+    matrices, converged, stopped by maxiter or refused."""
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed, shift=shift)
     seen = []
-    outcomes = [problem.solve("cg", pc, rtol=rtol, maxiter=maxiter, monitor=monitor)
+    outcomes = [problem.solve(method, pc, rtol=rtol, maxiter=maxiter, monitor=monitor)
                 for monitor in (None, lambda i, norm: seen.append((i, norm)))]
     (inside, x_inside), (loop, x_loop) = outcomes
     assert inside.residual_history == loop.residual_history == [norm for _, norm in seen]
@@ -152,20 +153,21 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
-def test_long_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatch):
+@pytest.mark.parametrize("method", ["cg", "cg1"])
+def test_long_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatch, method):
     """More iterations than one compiled call runs (``INSIDE_ITERATIONS``): the parts join up."""
     from meshchain.linalg import krylov
 
     calls = []
-    name = "cg_iterations" if comm.size == 1 else "cg_iterations_on_ranks"
+    name = f"{method}_iterations" if comm.size == 1 else f"{method}_iterations_on_ranks"
     iterate = getattr(krylov, name)
     monkeypatch.setattr(krylov, "INSIDE_ITERATIONS", 5)
     monkeypatch.setattr(krylov, name, lambda *args: calls.append(1) or iterate(*args))
     mc.reset_runtime(comm=comm)
     problem = Problem(structured_quads(9, 9), seed=2)
-    inside, x_inside = problem.solve("cg", None, rtol=1e-12)
+    inside, x_inside = problem.solve(method, None, rtol=1e-12)
     made = len(calls)
-    loop, x_loop = problem.solve("cg", None, rtol=1e-12, monitor=lambda i, norm: None)
+    loop, x_loop = problem.solve(method, None, rtol=1e-12, monitor=lambda i, norm: None)
     assert inside.iterations > 3 * krylov.INSIDE_ITERATIONS and inside.converged
     assert made == -(-inside.iterations // krylov.INSIDE_ITERATIONS) and len(calls) == made  # the monitor: Python
     assert inside.residual_history == loop.residual_history and inside.reductions == loop.reductions

@@ -60,8 +60,8 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         Cools et al. say it drifted (PETSc's PIPECGRR, with the matrix's real nonzeros per
         row); reaches the accuracy of classical CG.
     monitor : callable, keyword-only
-        ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` with an
-        assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside
+        ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` and
+        ``"cg1"`` with an assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside
         compiled calls, on several ranks with MPI called from them (no Python between
         iterations; the same bits as with a monitor, see :mod:`meshchain.linalg.compiled`).
 

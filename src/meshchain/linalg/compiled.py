@@ -1,10 +1,11 @@
-"""Krylov iterations inside one compiled call: CG with an assembled matrix and a pointwise
-preconditioner.
+"""Krylov iterations inside one compiled call: CG and Chronopoulos/Gear CG with an assembled
+matrix and a pointwise preconditioner.
 
 Nothing between two CG iterations needs Python. :func:`cg_iterations` (one process) and
 :func:`cg_iterations_on_ranks` (several: the halo exchange of ``p`` and the two sums over
 ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterations of
-:func:`.krylov.cg`, calling the very passes the Python loop calls (:mod:`.fused` and the
+:func:`.krylov.cg`; :func:`cg1_iterations` and :func:`cg1_iterations_on_ranks` those of
+:func:`.krylov.cg1` (one sum per iteration), calling the very passes the Python loop calls (:mod:`.fused` and the
 CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
 order, so its iterates, residual norms and stopping iteration are the same bits. They stop
 at the first iteration whose outcome Python decides (a norm test that is met or fails, a
@@ -37,9 +38,9 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
-from .fused import aypx, cg_update, dot
+from .fused import aypx, cg1_update, cg_update, dot, dot_pairs
 
-__all__ = ["cg_iterations", "cg_iterations_on_ranks", "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION"]
+__all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
 """Why :func:`cg_iterations` returned: its history is full (iterate on), the norm test
@@ -140,5 +141,79 @@ def _on_ranks():
             aypx(total[0] / rz, z, p)
             rz = total[0]
         return i, GOING, rz, reductions
+
+    return iterate
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _cg1_step(i, total, state, target, maxiter):
+    """:func:`.krylov.cg1`'s decisions after iteration ``i``'s reduction ``total = [gamma,
+    delta, zz]``: ``(norm, why, value, beta)``; on :data:`GOING` ``state = [alpha, gamma_old]``
+    holds the new step length and ``gamma``."""
+    gamma, delta = total[0], total[1]
+    norm = math.sqrt(max(total[2], 0.0))
+    if not math.isfinite(norm) or norm <= target or i >= maxiter:
+        return norm, NORM, norm, 0.0
+    beta = gamma / state[1]
+    denominator = delta - beta / state[0] * gamma
+    if not (math.isfinite(denominator) and denominator > 0.0):
+        return norm, CURVATURE, denominator, beta
+    if not (math.isfinite(gamma) and gamma > 0.0):
+        return norm, BREAKDOWN, gamma, beta
+    state[0], state[1] = gamma / denominator, gamma
+    return norm, GOING, 0.0, beta
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cg1_iterations(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter, history):
+    """Iterations ``i, i + 1, ...`` (``i >= 1``) of :func:`.krylov.cg1` (Chronopoulos/Gear) from
+    ``state = [alpha, gamma_old]``: ``(iteration, why, value, reductions, norms written to
+    history)``, ``why`` and ``value`` as :func:`cg_iterations`'s (:data:`CURVATURE`: the step's
+    denominator)."""
+    out = np.zeros(3)
+    for k in range(len(history)):
+        csr_owned(indptr, split, indices, values, z, s)
+        if halo:
+            csr_halo(indptr, split, indices, values, z, s)
+        dot_pairs(r, z, z, s, z, z, out)
+        history[k], why, value, beta = _cg1_step(i, out, state, target, maxiter)
+        if why != GOING:
+            return i, why, value, k + 1, k + 1
+        cg1_update(state[0], beta, z, s, p, w, x, r, dinv)
+        i += 1
+    return i, GOING, 0.0, len(history), len(history)
+
+
+def cg1_iterations_on_ranks(*args):
+    """:func:`cg1_iterations` on several ranks (collective), as :func:`cg_iterations_on_ranks`
+    is :func:`cg_iterations`'s: ``z`` with its halo rows, the exchange's arrays and the handles
+    after :func:`cg1_iterations`'s arguments."""
+    return _cg1_on_ranks()(*args)
+
+
+@functools.lru_cache(maxsize=None)
+def _cg1_on_ranks():
+    from ..comm.compiled import finish_rows, start_rows, sum_over_ranks
+
+    @numba.njit(nogil=True, error_model="numpy")
+    def iterate(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter, history,
+                z_all, send_at, send, receive_at, receive, requests, statuses, handles):
+        out, total = np.zeros(3), np.zeros(3)
+        for k in range(len(history)):
+            error = start_rows(z_all, send_at, send, requests)
+            csr_owned(indptr, split, indices, values, z_all, s)
+            error = error or finish_rows(z_all, receive_at, receive, requests, statuses)
+            if halo:
+                csr_halo(indptr, split, indices, values, z_all, s)
+            dot_pairs(r, z, z, s, z, z, out)
+            error = error or sum_over_ranks(out, total, handles)
+            if error:
+                return i, COMMUNICATION, float(error), k + 1, k
+            history[k], why, value, beta = _cg1_step(i, total, state, target, maxiter)
+            if why != GOING:
+                return i, why, value, k + 1, k + 1
+            cg1_update(state[0], beta, z, s, p, w, x, r, dinv)
+            i += 1
+        return i, GOING, 0.0, len(history), len(history)
 
     return iterate

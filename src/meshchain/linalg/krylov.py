@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from .compiled import COMMUNICATION, CURVATURE, GOING, NORM, cg_iterations, cg_iterations_on_ranks
+from .compiled import (BREAKDOWN, COMMUNICATION, CURVATURE, GOING, NORM, cg1_iterations, cg1_iterations_on_ranks,
+                       cg_iterations, cg_iterations_on_ranks)
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -97,7 +98,7 @@ def _cg_inside(run, rz: float):
     """:func:`cg`'s loop from iteration 0 as compiled calls (:mod:`.compiled`): the same bits."""
     v, i, reason = run.v, 0, None
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
-    extra = run.inside_extra()
+    extra = run.inside_extra("p")
     iterate = cg_iterations_on_ranks if extra else cg_iterations
     while reason is None:
         i, why, value, reductions = iterate(*run.inside, v["x"], v["r"], v["z"], v["p"], v["w"], run.pc.dinv,
@@ -114,7 +115,7 @@ def _cg_inside(run, rz: float):
             reason = run.check(i, value)
         else:
             reason = _indefinite("(p, A p)" if why == CURVATURE else "(r, B r)", value)
-    run.inside_done()
+    run.inside_done("p", "w")
     return i, reason, 0
 
 
@@ -126,6 +127,8 @@ def cg1(run):
     run.B("r", "z", fused_done=False)
     i, alpha, gamma_old = 0, 0.0, 0.0
     while True:
+        if i > 0 and run.inside is not None:
+            return _cg1_inside(run, i, alpha, gamma_old)
         run.A("z", "s")
         dot_pairs(v["r"], v["z"], v["z"], v["s"], v["z"], v["z"], out)
         gamma, delta, zz = run.reduce(out.copy())
@@ -139,6 +142,32 @@ def cg1(run):
         cg1_update(alpha, beta, v["z"], v["s"], v["p"], v["w"], v["x"], v["r"], dinv)
         run.B("r", "z")
         i += 1
+    return i, reason, 0
+
+
+def _cg1_inside(run, i: int, alpha: float, gamma_old: float):
+    """:func:`cg1`'s loop from iteration ``i >= 1`` as compiled calls (:mod:`.compiled`): the same bits."""
+    v, reason = run.v, None
+    history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
+    state = np.array([alpha, gamma_old])
+    extra = run.inside_extra("z")
+    iterate = cg1_iterations_on_ranks if extra else cg1_iterations
+    while reason is None:
+        i, why, value, reductions, written = iterate(*run.inside, v["x"], v["r"], v["z"], v["s"], v["p"], v["w"],
+                                                     run.pc.dinv, state, run.target, i, run.maxiter, history, *extra)
+        if why == COMMUNICATION:
+            run.communication_failed(int(value))
+        run.reductions += reductions
+        decided = why == NORM  # its norm is recorded by run.check below
+        for norm in history[:written - decided]:
+            run.history.append(float(norm))  # norms that decided nothing, recorded as run.check records them
+        if decided:
+            reason = run.check(i, value)
+        elif why == CURVATURE:
+            reason = _indefinite("the step's (p, A p)", value)
+        elif why == BREAKDOWN:
+            reason = _indefinite("(r, B r)", value)
+    run.inside_done("z", "s")
     return i, reason, 0
 
 

@@ -111,25 +111,26 @@ class SolveRun:
             return None
         return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
 
-    def inside_extra(self) -> tuple:
-        """What :func:`.compiled.cg_iterations_on_ranks` takes after :func:`.compiled.cg_iterations`'s
-        arguments (``()`` on one process): ``p`` with its halo rows, the arrays of a halo
-        exchange of ``p`` (made now; :meth:`inside_done` frees it) and the MPI handles."""
+    def inside_extra(self, source: str) -> tuple:
+        """What the ``..._on_ranks`` functions of :mod:`.compiled` take after their one-process
+        counterparts' arguments (``()`` on one process): vector ``source`` (the operator's
+        input) with its halo rows, the arrays of a halo exchange of it (made now;
+        :meth:`inside_done` frees it) and the MPI handles."""
         if not self.engine.distributed:
             return ()
         from ..comm.compiled import CompiledExchange, handles
 
         exports, imports = self.operator.halo_rows()
-        p = self.storages["p"]
-        self._exchange = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=p.tag)
+        vector = self.storages[source]
+        self._exchange = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=vector.tag)
         e = self._exchange
-        return (p.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
+        return (vector.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
                 handles(self.comm))
 
-    def inside_done(self) -> None:
+    def inside_done(self, source: str, target: str) -> None:
         """What :meth:`A` marks, after iterations ran inside compiled calls: the halos of the
         vectors the operator read and wrote are stale (and the halo exchange is freed)."""
-        self.storages["p"].valid_depth = self.storages["w"].valid_depth = 0
+        self.storages[source].valid_depth = self.storages[target].valid_depth = 0
         exchange, self._exchange = getattr(self, "_exchange", None), None
         if exchange is not None:
             exchange.close()
