@@ -30,7 +30,6 @@ from ..comm.inputs import to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
 from ..types import Dat, GridInterior, Map, Set
-from ..types._checks import resolve_dtype
 from ..types.maps import checked_values
 
 __all__ = ["Declarations"]
@@ -94,19 +93,25 @@ class Declarations:
             self._remember(d)
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
         comm, n = self.comm, d.dataset.size
-        zeros = self._zeros_everywhere(d, data, dtype)
-        if zeros is not None:
-            return zeros
         offsets = block_offsets(n, comm.size)
-        rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
-        error = chosen = block = None
-        try:
-            chosen, block = d.rows(rows, dtype, int(offsets[comm.rank + 1] - offsets[comm.rank]))
-        except DataShapeError as exc:
-            error = exc
-        raise_together(comm, error)
-        tag = self._record(d, (d.name, d.dataset.name, d.dim, chosen.str)) % 32000 + 1
+        count = int(offsets[comm.rank + 1] - offsets[comm.rank])
+        block = None
+        chosen = self._agreed_without_data(d, data, dtype)
+        if chosen is not None:  # a temporary: no rank passed data, agreed in one small Allreduce
+            rows, tag = None, self._append(d)
+        else:
+            rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
+            error = None
+            try:
+                chosen, block = d.rows(rows, dtype, count)
+            except DataShapeError as exc:
+                error = exc
+            raise_together(comm, error)
+            tag = self._record(d, (d.name, d.dataset.name, d.dim, chosen.str))
+        tag = tag % 32000 + 1
         if not mesh.partitioned:
+            if block is None:
+                _, block = d.rows(None, chosen, count)
             return chosen, DatStorage(block, n_owned=len(block), tag=tag)
         layout = mesh.layout.of(d.dataset)
         if rows is None:  # no rank passed data (agreed): every row is zero, nothing to fetch
@@ -115,31 +120,23 @@ class Declarations:
             local = fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
 
-    def _zeros_everywhere(self, d: Dat, data, dtype):
-        """``(dtype, storage)`` of a dat no rank passed data for (a temporary), agreed in one
-        small ``Allreduce``; None (nothing recorded) when some rank passed data."""
-        mesh, error, chosen = self._mesh, None, None
-        try:
-            chosen = resolve_dtype(None, dtype, f"Dat {d.name!r} on {d.dataset.name!r}").str if data is None else None
-        except DataShapeError as exc:
-            error = exc
-        agreed = (data is None, (d.name, d.dataset.name, d.dim, chosen))
+    def _agreed_without_data(self, d: Dat, data, dtype):
+        """The dtype of a dat no rank passed data for (a temporary), checked on every rank in
+        one small ``Allreduce``; None when some rank passed data (checked the long way)."""
+        error = chosen = None
+        if data is None:
+            try:
+                chosen, _ = d.rows(None, dtype, 0)
+            except DataShapeError as exc:
+                error = exc
+        agreed = (data is None, (d.name, d.dataset.name, d.dim, None if chosen is None else chosen.str))
         differing = values_if_different(self.comm, agreed, error)
         if data is not None or (differing is not None and not all(none for none, _ in differing)):
-            return None  # some rank passed data: the declaration is checked the long way
+            return None
         if differing is not None:  # every rank found the same difference
             raise DataShapeError(f"Dat declaration {agreed[1]!r} differs between ranks: "
                                  f"{[value for _, value in differing]}; every rank must pass the same value.")
-        self._declared.append(weakref.ref(d))
-        tag = len(self._declared) % 32000 + 1
-        chosen = np.dtype(chosen)
-        if not mesh.partitioned:
-            offsets = block_offsets(d.dataset.size, self.comm.size)
-            rows = int(offsets[self.comm.rank + 1] - offsets[self.comm.rank])
-            return chosen, DatStorage(np.zeros((rows, d.dim), dtype=chosen), n_owned=rows, tag=tag)
-        layout = mesh.layout.of(d.dataset)
-        return chosen, DatStorage(np.zeros((len(layout.global_ids), d.dim), dtype=chosen), n_owned=layout.n_owned,
-                                  valid_depth=mesh.layout.depth, tag=tag)
+        return chosen
 
     def adopt(self, other: "Declarations") -> None:
         """Take over ``other``'s record of declarations (one process, ``mc.reset_runtime``)."""
@@ -159,6 +156,11 @@ class Declarations:
         """Check that ``agreed`` is the same on every rank and record ``obj``; returns its
         position in the declaration order (the same on every rank)."""
         check_agreement(self.comm, (type(obj).__name__, agreed), f"{type(obj).__name__} declaration {agreed!r}")
+        return self._append(obj)
+
+    def _append(self, obj) -> int:
+        """Record ``obj`` (on several ranks, after every rank agreed to); its position in the
+        declaration order."""
         self._declared.append(weakref.ref(obj))
         return len(self._declared)
 

@@ -23,8 +23,8 @@ Examples
 >>> indices, values = np.array([0, 1], np.uint32), np.array([2.0, 4.0])
 >>> x, r, z, p, w = np.zeros(2), np.array([2.0, 4.0]), np.array([1.0, 1.0]), np.array([1.0, 1.0]), np.zeros(2)
 >>> dinv, history = np.array([0.5, 0.25]), np.zeros(8)
->>> cg_iterations(indptr, split, indices, values, False, x, r, z, p, w, dinv, 6.0, 0.0, 0, 100, history)
-(1, 1, 0.0, 2)
+>>> cg_iterations(indptr, split, indices, values, False, x, r, z, p, w, dinv, np.array([6.0]), 0.0, 0, 100, history)
+(1, 1, 0.0, 2, 1)
 >>> x.tolist()
 [1.0, 1.0]
 """
@@ -61,32 +61,29 @@ def _outcome(i, zz, rz, target, maxiter):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, dinv, rz, target, i, maxiter, history):
-    """Iterations ``i + 1, ...`` of preconditioned CG from ``rz = (r, z)`` and ``p``:
-    ``(iteration, why, value, reductions)``, the norms tested written to ``history`` (one per
-    iteration). ``why`` is one of :data:`GOING` (``value``: ``(r, z)`` to go on from),
-    :data:`NORM` (``value``: the norm, which met the target, is not finite or reached
-    ``maxiter``), :data:`CURVATURE` (``value``: ``(p, A p)``) or :data:`BREAKDOWN` (``value``:
-    ``(r, B r)``). ``halo``: whether the matrix has halo columns."""
+def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, dinv, state, target, i, maxiter, history):
+    """Iterations ``i + 1, ...`` of preconditioned CG from ``state = [(r, z)]`` and ``p``:
+    ``(iteration, why, value, reductions, norms written)``, the norms tested written to
+    ``history`` (one per iteration). ``why`` is one of :data:`GOING` (``state`` holds the
+    ``(r, z)`` to go on from), :data:`NORM` (``value``: the norm, which met the target, is not
+    finite or reached ``maxiter``), :data:`CURVATURE` (``value``: ``(p, A p)``) or
+    :data:`BREAKDOWN` (``value``: ``(r, B r)``). ``halo``: whether the matrix has halo columns."""
     out = np.zeros(3)
-    reductions = 0
     for k in range(len(history)):
         csr_owned(indptr, split, indices, values, p, w)
         if halo:
             csr_halo(indptr, split, indices, values, p, w)
         pw = dot(p, w)
-        reductions += 1
         if not (math.isfinite(pw) and pw > 0.0):
-            return i, CURVATURE, pw, reductions
-        cg_update(rz / pw, p, w, x, r, dinv, z, out)
-        reductions += 1
+            return i, CURVATURE, pw, 2 * k + 1, k
+        cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
         i += 1
         history[k], why, value = _outcome(i, out[1], out[0], target, maxiter)
         if why != GOING:
-            return i, why, value, reductions
-        aypx(out[0] / rz, z, p)
-        rz = out[0]
-    return i, GOING, rz, reductions
+            return i, why, value, 2 * k + 2, k + 1
+        aypx(out[0] / state[0], z, p)
+        state[0] = out[0]
+    return i, GOING, 0.0, 2 * len(history), len(history)
 
 
 COMMUNICATION = 4
@@ -110,10 +107,9 @@ def _on_ranks():
     from ..comm.compiled import finish_rows, start_rows, sum_over_ranks
 
     @numba.njit(nogil=True, error_model="numpy")
-    def iterate(indptr, split, indices, values, halo, x, r, z, p, w, dinv, rz, target, i, maxiter, history,
+    def iterate(indptr, split, indices, values, halo, x, r, z, p, w, dinv, state, target, i, maxiter, history,
                 p_all, send_at, send, receive_at, receive, requests, statuses, handles):
         out, mine, total = np.zeros(3), np.zeros(2), np.zeros(2)
-        reductions = 0
         for k in range(len(history)):
             error = start_rows(p_all, send_at, send, requests)
             csr_owned(indptr, split, indices, values, p_all, w)
@@ -122,25 +118,23 @@ def _on_ranks():
                 csr_halo(indptr, split, indices, values, p_all, w)
             mine[0] = dot(p, w)
             error = error or sum_over_ranks(mine[:1], total[:1], handles)
-            reductions += 1
             if error:
-                return i, COMMUNICATION, float(error), reductions
+                return i, COMMUNICATION, float(error), 2 * k + 1, k
             pw = total[0]
             if not (math.isfinite(pw) and pw > 0.0):
-                return i, CURVATURE, pw, reductions
-            cg_update(rz / pw, p, w, x, r, dinv, z, out)
+                return i, CURVATURE, pw, 2 * k + 1, k
+            cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
             mine[0], mine[1] = out[0], out[1]
             error = sum_over_ranks(mine, total, handles)
-            reductions += 1
             if error:
-                return i, COMMUNICATION, float(error), reductions
+                return i, COMMUNICATION, float(error), 2 * k + 2, k
             i += 1
             history[k], why, value = _outcome(i, total[1], total[0], target, maxiter)
             if why != GOING:
-                return i, why, value, reductions
-            aypx(total[0] / rz, z, p)
-            rz = total[0]
-        return i, GOING, rz, reductions
+                return i, why, value, 2 * k + 2, k + 1
+            aypx(total[0] / state[0], z, p)
+            state[0] = total[0]
+        return i, GOING, 0.0, 2 * len(history), len(history)
 
     return iterate
 

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .compiled import (BREAKDOWN, COMMUNICATION, CURVATURE, GOING, NORM, cg1_iterations, cg1_iterations_on_ranks,
+from .compiled import (BREAKDOWN, COMMUNICATION, CURVATURE, NORM, cg1_iterations, cg1_iterations_on_ranks,
                        cg_iterations, cg_iterations_on_ranks)
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
@@ -67,7 +67,8 @@ def cg(run):
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     if reason is None and run.inside is not None:
-        return _cg_inside(run, rz)
+        return _inside(run, cg_iterations, cg_iterations_on_ranks, ("x", "r", "z", "p", "w"), ("p", "w"),
+                       np.array([rz]), 0, "(p, A p)")
     while reason is None:
         run.A("p", "w")
         pw = run.reduce(np.array([dot(v["p"], v["w"])]))[0]
@@ -91,31 +92,35 @@ def cg(run):
 
 
 INSIDE_ITERATIONS = 1024
-"""The most iterations one compiled call of :func:`_cg_inside` runs before Python sees them."""
+"""The most iterations one compiled call of :func:`_inside` runs before Python sees them."""
 
 
-def _cg_inside(run, rz: float):
-    """:func:`cg`'s loop from iteration 0 as compiled calls (:mod:`.compiled`): the same bits."""
-    v, i, reason = run.v, 0, None
+def _inside(run, one, on_ranks, vectors, operator, state, i: int, curvature: str):
+    """A method's loop from iteration ``i`` as calls of its compiled iterations (:mod:`.compiled`:
+    ``one`` on one process, ``on_ranks`` on several) over ``vectors`` (names) from ``state``;
+    ``operator``: the names of the operator's input and output. The same bits, norms, counts
+    and reasons as the Python loop (``curvature``: what a non-positive curvature is called)."""
+    v, reason = run.v, None
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
-    extra = run.inside_extra("p")
-    iterate = cg_iterations_on_ranks if extra else cg_iterations
+    source, target = operator
+    extra = run.inside_extra(source)
+    iterate = on_ranks if extra else one
     while reason is None:
-        i, why, value, reductions = iterate(*run.inside, v["x"], v["r"], v["z"], v["p"], v["w"], run.pc.dinv,
-                                            rz, run.target, i, run.maxiter, history, *extra)
+        i, why, value, reductions, written = iterate(*run.inside, *[v[name] for name in vectors], run.pc.dinv, state,
+                                                     run.target, i, run.maxiter, history, *extra)
         if why == COMMUNICATION:
             run.communication_failed(int(value))
         run.reductions += reductions
         decided = why == NORM  # its norm is recorded by run.check below
-        for norm in history[:i - (len(run.history) - 1) - decided]:
+        for norm in history[:written - decided]:
             run.history.append(float(norm))  # norms that decided nothing, recorded as run.check records them
-        if why == GOING:
-            rz = value
-        elif decided:
+        if decided:
             reason = run.check(i, value)
-        else:
-            reason = _indefinite("(p, A p)" if why == CURVATURE else "(r, B r)", value)
-    run.inside_done("p", "w")
+        elif why == CURVATURE:
+            reason = _indefinite(curvature, value)
+        elif why == BREAKDOWN:
+            reason = _indefinite("(r, B r)", value)
+    run.inside_done(source, target)
     return i, reason, 0
 
 
@@ -128,7 +133,8 @@ def cg1(run):
     i, alpha, gamma_old = 0, 0.0, 0.0
     while True:
         if i > 0 and run.inside is not None:
-            return _cg1_inside(run, i, alpha, gamma_old)
+            return _inside(run, cg1_iterations, cg1_iterations_on_ranks, ("x", "r", "z", "s", "p", "w"),
+                           ("z", "s"), np.array([alpha, gamma_old]), i, "the step's (p, A p)")
         run.A("z", "s")
         dot_pairs(v["r"], v["z"], v["z"], v["s"], v["z"], v["z"], out)
         gamma, delta, zz = run.reduce(out.copy())
@@ -142,32 +148,6 @@ def cg1(run):
         cg1_update(alpha, beta, v["z"], v["s"], v["p"], v["w"], v["x"], v["r"], dinv)
         run.B("r", "z")
         i += 1
-    return i, reason, 0
-
-
-def _cg1_inside(run, i: int, alpha: float, gamma_old: float):
-    """:func:`cg1`'s loop from iteration ``i >= 1`` as compiled calls (:mod:`.compiled`): the same bits."""
-    v, reason = run.v, None
-    history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
-    state = np.array([alpha, gamma_old])
-    extra = run.inside_extra("z")
-    iterate = cg1_iterations_on_ranks if extra else cg1_iterations
-    while reason is None:
-        i, why, value, reductions, written = iterate(*run.inside, v["x"], v["r"], v["z"], v["s"], v["p"], v["w"],
-                                                     run.pc.dinv, state, run.target, i, run.maxiter, history, *extra)
-        if why == COMMUNICATION:
-            run.communication_failed(int(value))
-        run.reductions += reductions
-        decided = why == NORM  # its norm is recorded by run.check below
-        for norm in history[:written - decided]:
-            run.history.append(float(norm))  # norms that decided nothing, recorded as run.check records them
-        if decided:
-            reason = run.check(i, value)
-        elif why == CURVATURE:
-            reason = _indefinite("the step's (p, A p)", value)
-        elif why == BREAKDOWN:
-            reason = _indefinite("(r, B r)", value)
-    run.inside_done("z", "s")
     return i, reason, 0
 
 

@@ -93,6 +93,7 @@ class SolveRun:
         self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
         self.replacement = replacement
         self.inside = self._inside(engine, operator, pc, n, monitor)
+        self._exchange = None  # the halo exchange of iterations inside compiled calls on several ranks
 
     def _inside(self, engine, operator, pc, n: int, monitor):
         """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
@@ -131,7 +132,7 @@ class SolveRun:
         """What :meth:`A` marks, after iterations ran inside compiled calls: the halos of the
         vectors the operator read and wrote are stale (and the halo exchange is freed)."""
         self.storages[source].valid_depth = self.storages[target].valid_depth = 0
-        exchange, self._exchange = getattr(self, "_exchange", None), None
+        exchange, self._exchange = self._exchange, None
         if exchange is not None:
             exchange.close()
 
