@@ -9,6 +9,10 @@ Each module holds one solver's kernels, data declarations and time loop; the scr
   communication-avoiding paper; the chain ``"synthetic"``.
 * :mod:`meshchain.apps.vertex`: a vertex-centred finite-volume chain (edge fluxes into
   the nodes, then a direct update of the nodes); the chain ``"vertex"``.
+* :mod:`meshchain.apps.poisson`: P1 finite elements for Poisson's equation, assembled into a
+  :class:`~meshchain.Mat` and solved with :func:`meshchain.solve`.
+* :mod:`meshchain.apps.advection_diffusion`: upwinded advection-diffusion, a nonsymmetric
+  :class:`~meshchain.Mat` for the nonsymmetric Krylov methods.
 
 Workload interface
 ------------------
