@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.apps import poisson
+from meshchain.linalg.recovery import FALSE_CONVERGENCE_FACTOR
 from meshchain.meshes import jittered_delaunay, structured_quads, structured_tris
 from test_mat import copy_kernel, reference
 
@@ -98,15 +99,23 @@ def test_rank_local_sgs_converges_to_the_direct_solution(comm, dim):
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
 def test_residual_replacement_reaches_the_accuracy_plain_pipecg_cannot(comm):
+    """At ``rtol=1e-14`` plain PIPECG's recurrences drift from ``b - A x``: without residual
+    replacement it reaches the tolerance only by restarting (``linalg/recovery.py``), with it
+    (on by default for a Mat) it needs no restart; both end with the true residual within
+    the factor of the tolerance that ``converged`` promises, as classical CG does."""
     mc.reset_runtime(comm=comm)
     p = poisson.declare(structured_tris(32, 32))
-    plain = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14)
+    plain = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=False)
     replaced = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=True)
+    default = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14)
     classical = poisson.solve(p, method="cg", pc="jacobi", rtol=1e-14)
-    assert replaced.replacements >= 1
-    assert replaced.converged, replaced.reason
-    assert replaced.true_residual <= 2 * classical.true_residual
-    assert not plain.converged or plain.true_residual > replaced.true_residual, (plain.reason, plain.true_residual)
+    assert replaced.replacements >= 1 and replaced.restarts == 0, (replaced.replacements, replaced.restarts)
+    assert (default.iterations, default.replacements) == (replaced.iterations, replaced.replacements)
+    assert plain.replacements == 0 and plain.restarts >= 1, (plain.replacements, plain.restarts, plain.reason)
+    target = 1e-14 * replaced.residual_history[0]
+    for info in (plain, replaced, classical):
+        assert info.converged, (info.method, info.reason)
+        assert info.true_residual_preconditioned <= FALSE_CONVERGENCE_FACTOR * target, info.true_residual_preconditioned
 
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
@@ -124,7 +133,7 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
     singular.A.zero_rows([3], diagonal=0.0)  # a zero row makes it singular (and b has a value there)
     info, _ = singular.solve(method, None, rtol=1e-12, maxiter=300)
     assert not info.converged, info.reason
-    assert info.reason.startswith(("indefinite", "diverged", "false convergence")), info.reason
+    assert info.reason.startswith(("indefinite", "diverged", "stagnated")), info.reason
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
@@ -222,7 +231,7 @@ def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
     on_cells = mc.Dat(d.cells, 1, None, "on cells")
     wide = mc.Dat(d.nodes, 2, None, "wide")
     cases = [
-        (dict(method="bicgstab"), mc.SolverError, "unknown method 'bicgstab'"),
+        (dict(method="tfqmr"), mc.SolverError, "unknown method 'tfqmr'"),
         (dict(pc="ilu"), mc.SolverError, "unknown preconditioner 'ilu'"),
         (dict(b=on_cells), mc.SetMismatchError, r"'on cells'\) lives on 'cells'"),
         (dict(x=wide), mc.SolverError, r"'wide'\) has dim 2"),

@@ -1,6 +1,8 @@
 """Compiled sparse-matrix kernels on compressed sparse rows (CSR) whose rows are split in
 two: the entries ``indptr[r]:split[r]`` (columns this rank owns) and ``split[r]:indptr[r+1]``
 (halo columns). :func:`csr_owned` runs while the halo values travel, :func:`csr_halo` after.
+The preconditioners work on the owned block alone: :func:`symmetric_gauss_seidel` sweeps it,
+:func:`owned_block` copies it out and :func:`ilu0` / :func:`ilu0_solve` factor and apply its ILU(0).
 
 Examples
 --------
@@ -17,8 +19,9 @@ Examples
 from __future__ import annotations
 
 import numba
+import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "symmetric_gauss_seidel", "scatter_add"]
+__all__ = ["csr_owned", "csr_halo", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -69,6 +72,80 @@ def symmetric_gauss_seidel(indptr, split, indices, values, diag, r, z):
             if j > i:
                 s += values[k] * z[j]
         z[i] -= s / diag[i]
+
+
+@_jit
+def owned_block(indptr, split, indices, values):
+    """The owned block of the split CSR (its owned-column entries only) as plain CSR:
+    ``(indptr, indices, values)``, copies."""
+    n = len(split)
+    block_ptr = np.zeros(n + 1, dtype=np.int64)
+    for r in range(n):
+        block_ptr[r + 1] = block_ptr[r] + (split[r] - indptr[r])
+    block_indices = np.empty(block_ptr[n], dtype=np.int64)
+    block_values = np.empty(block_ptr[n])
+    for r in range(n):
+        k = block_ptr[r]
+        for m in range(indptr[r], split[r]):
+            block_indices[k] = indices[m]
+            block_values[k] = values[m]
+            k += 1
+    return block_ptr, block_indices, block_values
+
+
+@_jit
+def ilu0(indptr, indices, values, zero_pivot):
+    """ILU(0) of a square CSR matrix whose rows have sorted columns, in place in ``values``
+    (natural ordering, no fill: ``L`` (unit diagonal, not stored) strictly below the
+    diagonal, ``U`` on and above it, both on the matrix's pattern).
+
+    Returns ``(diagonal, row)``: the position of every row's diagonal entry, and the first
+    row whose pivot is zero (missing, not finite, or ``|pivot| <= zero_pivot * rs`` with
+    ``rs`` the row's absolute sum before factoring, as PETSc's zero-pivot test), or -1."""
+    n = len(indptr) - 1
+    diagonal = np.full(n, -1, dtype=np.int64)
+    marker = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        start, end = indptr[i], indptr[i + 1]
+        rs = 0.0
+        for k in range(start, end):
+            marker[indices[k]] = k
+            rs += abs(values[k])
+        k = start
+        while k < end and indices[k] < i:
+            j = indices[k]
+            factor = values[k] / values[diagonal[j]]
+            values[k] = factor
+            for m in range(diagonal[j] + 1, indptr[j + 1]):
+                p = marker[indices[m]]
+                if p >= 0:
+                    values[p] -= factor * values[m]
+            k += 1
+        for m in range(start, end):
+            marker[indices[m]] = -1
+        if k < end and indices[k] == i:
+            diagonal[i] = k
+        pivot = values[k] if diagonal[i] >= 0 else 0.0
+        if not (abs(pivot) > zero_pivot * rs) or not np.isfinite(pivot):
+            return diagonal, i
+    return diagonal, -1
+
+
+@_jit
+def ilu0_solve(indptr, indices, values, diagonal, r, z):
+    """``z = (L U)^-1 r`` with the factors :func:`ilu0` left in ``values``: ``L y = r``
+    forward, then ``U z = y`` backward (``z`` holds ``y`` in between)."""
+    n = len(diagonal)
+    for i in range(n):
+        s = r[i]
+        for k in range(indptr[i], diagonal[i]):
+            s -= values[k] * z[indices[k]]
+        z[i] = s
+    for i in range(n - 1, -1, -1):
+        s = z[i]
+        for k in range(diagonal[i] + 1, indptr[i + 1]):
+            s -= values[k] * z[indices[k]]
+        z[i] = s / values[diagonal[i]]
 
 
 @_jit

@@ -1,6 +1,8 @@
 """Linear solvers on the mesh: Krylov methods (classical, single-reduction and pipelined
-CG, pipelined CR) for assembled :class:`~meshchain.Mat` matrices and matrix-free
-:class:`LinearOperator` s, with vectors as dats.
+CG, pipelined CR; restarted and pipelined GMRES, BiCGStab and pipelined BiCGStab) with
+pointwise, block-ILU, polynomial and users' preconditioners, for assembled
+:class:`~meshchain.Mat` matrices and matrix-free :class:`LinearOperator` s, with vectors
+as dats; and PETSc's whole KSP/PC toolbox through ``method="petsc"``.
 
 Examples
 --------
@@ -24,41 +26,74 @@ Examples
 from __future__ import annotations
 
 from ..api import engine_surface
-from .krylov import METHODS
 from .operators import LinearOperator
-from .precond import PRECONDITIONERS
-from .solve import SolveInfo, solve_with
+from .precond import PRECONDITIONERS, Preconditioner
+from .solve import METHODS, SolveInfo, solve_with
 
-__all__ = ["solve", "LinearOperator", "SolveInfo", "METHODS", "PRECONDITIONERS"]
+__all__ = ["solve", "LinearOperator", "Preconditioner", "SolveInfo", "METHODS", "PRECONDITIONERS"]
 
 
 def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float = 1e-8, atol: float = 0.0,
-          maxiter: int = 10000, residual_replacement: bool = False, monitor=None) -> SolveInfo:
+          maxiter: int = 10000, residual_replacement: bool | None = None, restart: int = 30, options: dict | None = None,
+          monitor=None) -> SolveInfo:
     """Solve ``A x = b`` from the values ``x`` holds, with a Krylov method (collective).
 
     Parameters
     ----------
     A : Mat or LinearOperator
-        Symmetric positive definite (square; rows on the set ``x`` and ``b`` live on).
+        Square, rows on the set ``x`` and ``b`` live on. The CG-family methods need it
+        symmetric positive definite (a nonsymmetric one is accepted, but CG's theory does
+        not hold for it: use a nonsymmetric method); GMRES and BiCGStab take any
+        nonsingular operator.
     x, b : Dat
         The initial guess (overwritten by the solution) and the right-hand side.
-    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr"}, keyword-only
-        ``"cg"``: classical preconditioned CG, two blocking reductions per iteration.
-        ``"cg1"``: Chronopoulos/Gear, one blocking reduction. ``"pipecg"``:
-        Ghysels-Vanroose pipelined CG, one non-blocking reduction in flight while the
-        preconditioner and the SpMV run. ``"groppcg"``: Gropp's CG, two non-blocking
-        reductions. ``"pipecr"``: pipelined conjugate residuals.
-    pc : {None, "jacobi", "sgs"}, keyword-only
+    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "gmres", "pipegmres", "bicgstab", \
+"pipebicgstab", "petsc"}, keyword-only
+        Symmetric positive definite operators: ``"cg"``: classical preconditioned CG, two
+        blocking reductions per iteration. ``"cg1"``: Chronopoulos/Gear, one blocking
+        reduction. ``"pipecg"``: Ghysels-Vanroose pipelined CG, one non-blocking reduction
+        in flight while the preconditioner and the SpMV run. ``"groppcg"``: Gropp's CG, two
+        non-blocking reductions. ``"pipecr"``: pipelined conjugate residuals.
+        Any operator (:mod:`meshchain.linalg.nonsymmetric`): ``"gmres"``: restarted GMRES,
+        left-preconditioned (PETSc's default). ``"pipegmres"``: p(1)-GMRES, one
+        non-blocking reduction per iteration. ``"bicgstab"``: BiCGStab, left-preconditioned.
+        ``"pipebicgstab"``: pipelined BiCGStab, right-preconditioned (the norm tested is
+        ``||b - A x||``), two non-blocking reductions.
+        ``"petsc"``: PETSc's KSP and PC, chosen with ``options`` (needs petsc4py:
+        ``pip install meshchain[petsc]``; see :mod:`meshchain.linalg.petsc`).
+    pc : {None, "jacobi", "sgs", "bjacobi-ilu", "chebyshev"} or Preconditioner, keyword-only
         ``"sgs"``: one symmetric Gauss-Seidel sweep on each rank's owned block (block
-        Jacobi over the ranks; assembled matrices only).
+        Jacobi over the ranks; assembled matrices only). ``"bjacobi-ilu"``: ILU(0) of each
+        rank's owned block (PETSc's default PCBJACOBI with PCILU; assembled matrices
+        only). ``"chebyshev"``: a degree-3 Chebyshev polynomial in the Jacobi-scaled
+        operator, bounds from a few CG steps at set-up; no reductions when applied, so it
+        suits the pipelined methods. A :class:`~meshchain.Preconditioner`: the user's own
+        ``apply(r, z)`` (see :mod:`meshchain.linalg.precond`).
     rtol, atol : float, keyword-only
         Stop when the preconditioned residual norm ``||B r||`` is at most
         ``max(rtol * ||B r_0||, atol)`` (PETSc's default test).
     maxiter : int, keyword-only
-    residual_replacement : bool, keyword-only
+        A residual that grows above ``1e5`` times the initial one also ends the solve
+        (``"diverged: ..."``, PETSc's ``dtol``).
+    residual_replacement : bool or None, keyword-only
         For ``"pipecg"``: replace the recursive residual when the rounding-error bounds of
         Cools et al. say it drifted (PETSc's PIPECGRR, with the matrix's real nonzeros per
-        row); reaches the accuracy of classical CG.
+        row); reaches the accuracy of classical CG. ``None`` (the default): on whenever the
+        operator gives the bounds' inputs (every Mat; a LinearOperator given ``norm_inf`` and
+        ``nonzeros_per_row``); the bounds replace only when the residual nears the rounding
+        level, so a loose tolerance runs plain PIPECG's iterations. Whatever this says, a
+        recurrence that rounding breaks down (a curvature ``<= 0`` that inner products
+        computed directly do not confirm, or a recursive residual that met the tolerance
+        while the true one did not) restarts the method from the current ``x``
+        (:mod:`meshchain.linalg.recovery`).
+    restart : int, keyword-only
+        The basis size of ``"gmres"`` and ``"pipegmres"`` (restarted every ``restart``
+        iterations, PETSc's default 30).
+    options : dict, keyword-only
+        For ``method="petsc"`` only: PETSc options in PETSc's names without the dash
+        (``{"ksp_type": "cg", "pc_type": "gamg"}``; the KSP type defaults to ``"gmres"``).
+        They win over ``rtol``, ``atol``, ``maxiter`` and ``pc`` (which PETSc gets as
+        ``pc_type`` ``none``, ``jacobi``, or ``sor`` with local symmetric sweeps for ``"sgs"``).
     monitor : callable, keyword-only
         ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` and
         ``"cg1"`` with an assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside
@@ -78,9 +113,10 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
     SolverError
         On every rank, for an unknown method or preconditioner, vectors of the wrong dim,
         or a preconditioner the operator cannot give (``"sgs"`` matrix-free, ``"jacobi"``
-        without a diagonal, a non-positive diagonal).
+        without a diagonal, a non-positive diagonal). With ``method="petsc"``: petsc4py
+        missing, an option PETSc refuses or never reads (named); ``options`` with another method.
     SetMismatchError
         When ``x`` or ``b`` live on another set than the operator's rows.
     """
     return solve_with(engine_surface(), A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
-                      residual_replacement=residual_replacement, monitor=monitor)
+                      residual_replacement=residual_replacement, restart=restart, options=options, monitor=monitor)

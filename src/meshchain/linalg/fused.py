@@ -24,7 +24,8 @@ from __future__ import annotations
 import numba
 
 __all__ = ["residual", "scale", "aypx", "dot", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
-           "gropp_update", "gropp_direction", "pipecr_update"]
+           "gropp_update", "gropp_direction", "pipecr_update", "copy", "scal", "axpy", "waxpy", "lincomb",
+           "dot_two"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -196,3 +197,51 @@ def pipecr_update(alpha, beta, n, m, u, w, z, q, p, x, dinv, out):
         mw += mi * wi
         uu += ui * ui
     out[0], out[1], out[2] = wu, mw, uu
+
+
+# --- the nonsymmetric methods' passes (:mod:`.nonsymmetric`) ------------------------------------
+
+
+@_jit
+def copy(src, dst):
+    """``dst = src``."""
+    for i in range(len(dst)):
+        dst[i] = src[i]
+
+
+@_jit
+def scal(alpha, x):
+    """``x *= alpha``."""
+    for i in range(len(x)):
+        x[i] *= alpha
+
+
+@_jit
+def axpy(alpha, x, y):
+    """``y += alpha x``."""
+    for i in range(len(y)):
+        y[i] += alpha * x[i]
+
+
+@_jit
+def waxpy(w, alpha, x, y):
+    """``w = alpha x + y`` (``w`` may be ``x`` or ``y``)."""
+    for i in range(len(w)):
+        w[i] = alpha * x[i] + y[i]
+
+
+@_jit
+def lincomb(alpha, x, beta, y, gamma, z):
+    """``z = alpha x + beta y + gamma z``."""
+    for i in range(len(z)):
+        z[i] = alpha * x[i] + beta * y[i] + gamma * z[i]
+
+
+@_jit
+def dot_two(a, b, c, d, out):
+    """``out = [(a, b), (c, d)]`` in one pass."""
+    s0 = s1 = 0.0
+    for i in range(len(a)):
+        s0 += a[i] * b[i]
+        s1 += c[i] * d[i]
+    out[0], out[1] = s0, s1

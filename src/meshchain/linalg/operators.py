@@ -100,6 +100,8 @@ class _Assembled(_Operator):
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)
 
+    gives_bounds = True  # ||A||_inf and the nonzeros per row, for residual replacement
+
     def norm_inf(self) -> float:
         return self.matrices.norm_inf(self.mat)
 
@@ -134,6 +136,11 @@ class _MatrixFree(_Operator):
         if self.op.diagonal is None:
             raise SolverError(f"LinearOperator {self.name!r}: pc='jacobi' needs its diagonal; pass diagonal=<Dat>.")
         return self.engine.dat_values(self.op.diagonal, write=False).reshape(-1).copy()
+
+    @property
+    def gives_bounds(self) -> bool:
+        """Whether the user gave ``norm_inf`` and ``nonzeros_per_row`` (residual replacement)."""
+        return self.op.norm_inf is not None and self.op.nonzeros_per_row is not None
 
     def norm_inf(self) -> float:
         if self.op.norm_inf is None:

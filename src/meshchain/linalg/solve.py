@@ -9,8 +9,8 @@ and combine every dot product of a step in one ``Iallreduce``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import numbers
 import time
 
 import numpy as np
@@ -19,67 +19,34 @@ from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat
 from .fused import dot, residual
-from .krylov import METHODS, VECTORS
+from .info import SolveInfo
+from .krylov import METHODS as SYMMETRIC, VECTORS
+from .nonsymmetric import NONSYMMETRIC, UNPRECONDITIONED_NORM, nonsymmetric_vectors
 from .operators import as_operator
-from .precond import PRECONDITIONERS, make_preconditioner
+from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
+from .recovery import run_recovering
 from .replacement import ReplacementBounds
 
 __all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
 
-FALSE_CONVERGENCE_FACTOR = 10.0
-"""A solve counts as converged only if its true preconditioned residual is within this
-factor of the tolerance the recursive one met."""
+DIVERGENCE_TOLERANCE = 1e5
+"""A residual norm of a nonsymmetric method above this multiple of the initial one ends the
+solve as diverged (PETSc's default ``dtol``). The CG family stops on a curvature instead
+(and ``cg``/``cg1`` iterate inside compiled calls that test what the Python loop tests)."""
+
+METHODS = {**SYMMETRIC, **NONSYMMETRIC}
+"""Every Krylov method by name (``method="petsc"`` hands the problem to PETSc instead)."""
 
 
-@dataclasses.dataclass
-class SolveInfo:
-    """What :func:`meshchain.solve` did (the same on every rank).
-
-    Attributes
-    ----------
-    iterations : int
-    converged : bool
-        The recursive residual met the tolerance and the true one is within
-        :data:`FALSE_CONVERGENCE_FACTOR` of it.
-    reason : str
-        ``"converged"``, or why not (``"diverged: maxiter ..."``, ``"indefinite: ..."``,
-        ``"false convergence: ..."``).
-    residual_history : list of float
-        The preconditioned residual norm the method tested at each iteration (from 0).
-    true_residual : float
-        ``||b - A x||_2`` computed at exit.
-    true_residual_preconditioned : float
-        ``||B (b - A x)||_2``, comparable with the history.
-    time_per_iteration : float
-        Seconds per iteration (wall clock of the iterations, this rank).
-    time_reduction_wait : float
-        Seconds spent waiting for reductions to complete (this rank; 0 for iterations run
-        inside compiled calls, :mod:`.compiled`).
-    reductions : int
-        Reductions started.
-    replacements : int
-        Residual replacements made.
-    method, pc : str
-    """
-
-    iterations: int
-    converged: bool
-    reason: str
-    residual_history: list
-    true_residual: float
-    true_residual_preconditioned: float
-    time_per_iteration: float
-    time_reduction_wait: float
-    reductions: int
-    replacements: int
-    method: str
-    pc: str | None
-
+def work_vectors(method: str, restart: int) -> tuple[str, ...]:
+    """The names of ``method``'s work vectors (the first two free between its runs)."""
+    return VECTORS[method] if method in VECTORS else nonsymmetric_vectors(method, restart)
 
 class SolveRun:
     """One solve's vectors, operator, preconditioner, reductions and convergence test."""
 
-    def __init__(self, engine, operator, dats: dict, pc, *, rtol, atol, maxiter, monitor, replacement: bool):
+    def __init__(self, engine, operator, dats: dict, pc, *, method: str, rtol, atol, maxiter, monitor,
+                 replacement: bool | None, restart: int):
         self.engine, self.operator, self.dats, self.pc = engine, operator, dats, pc
         self.storages = {name: engine.storage(d) for name, d in dats.items()}
         n = engine.n_owned(operator.row_set) * operator.dim
@@ -91,7 +58,9 @@ class SolveRun:
 
             self.sum_op = MPI.SUM
         self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
-        self.replacement = replacement
+        self.maxiter_total, self.iterations_before, self.restarts, self._restarted = maxiter, 0, 0, False
+        self.method, self.replacement, self.restart_length = method, replacement, restart
+        self.unpreconditioned = method in UNPRECONDITIONED_NORM  # the norm tested is ||b - A x||
         self.inside = self._inside(engine, operator, pc, n, monitor)
         self._exchange = None  # the halo exchange of iterations inside compiled calls on several ranks
 
@@ -185,21 +154,47 @@ class SolveRun:
         return result
 
     def check(self, i: int, norm: float) -> str | None:
-        self.history.append(norm)
-        if self.monitor is not None:
-            self.monitor(i, norm)
+        """Record the norm of iteration ``i`` (of this run of the method: see :meth:`restart`)
+        and say why to stop, or None."""
+        if self._restarted:  # the restart's true norm replaces the recursive one of its iteration
+            self._restarted = False
+            self.history[-1] = norm
+        else:
+            self.history.append(norm)
+            if self.monitor is not None:
+                self.monitor(self.iterations_before + i, norm)
         if not math.isfinite(norm):
             return "diverged: the residual norm is not finite"
-        if i == 0:
+        if self.target is None:
             self.target = max(self.rtol * norm, self.atol)
         if norm <= self.target:
             return "converged"
+        if self.method in NONSYMMETRIC and norm > DIVERGENCE_TOLERANCE * self.history[0]:
+            return (f"diverged: the residual {norm:.3e} grew above {DIVERGENCE_TOLERANCE:.0e} times the initial "
+                    f"{self.history[0]:.3e} (PETSc's dtol)")
         if i >= self.maxiter:
-            return f"diverged: maxiter={self.maxiter} reached (residual {norm:.3e}, target {self.target:.3e})"
+            return (f"diverged: maxiter={self.maxiter_total} reached (residual {norm:.3e}, "
+                    f"target {self.target:.3e})")
         return None
 
+    def check_again(self, i: int, norm: float) -> str | None:
+        """Test a recomputed norm of iteration ``i`` (a GMRES restart's true residual), which
+        replaces the estimate recorded for it."""
+        self._restarted = True
+        return self.check(i, norm)
+
+    def restart(self) -> None:
+        """The method runs again from the current ``x`` (:mod:`.recovery`): its iterations
+        count on from :attr:`iterations_before`, its target stays."""
+        self.restarts += 1
+        self._restarted = True
+        self.maxiter = self.maxiter_total - self.iterations_before
+
     def replacement_bounds(self):
-        if not self.replacement:
+        """The rounding-error bounds of residual replacement (:mod:`.replacement`), or None:
+        with ``residual_replacement=None`` (the default) whenever the operator gives
+        ``||A||_inf`` and its nonzeros per row (every Mat; a LinearOperator given them)."""
+        if not (self.replacement or self.replacement is None and self.operator.gives_bounds):
             return None
         operator = self.operator
         b = self.v["b"]
@@ -223,21 +218,23 @@ class SolveRun:
 _workspaces = memo("solver work vectors", weak=True)  # per operator: (engine, method -> dats)
 
 
-def _work_dats(engine, A, operator, method: str) -> dict:
-    """The method's work vectors for ``A`` (declared once per operator, method and engine)."""
+def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
+    """The method's work vectors for ``A`` (declared once per operator, method and engine;
+    again when GMRES's restart length changes, replacing the last ones)."""
     per_operator = _workspaces.setdefault(A, {})
+    names = work_vectors(method, restart)
     found = per_operator.get(method)
-    if found is None or found[0] is not engine:
-        dats = {name: Dat(operator.row_set, operator.dim, None, f"{operator.name}:{method}:{name}")
-                for name in VECTORS[method]}
-        found = per_operator[method] = (engine, dats)
-    return found[1]
+    if found is None or found[0] is not engine or found[1] != names:
+        dats = {name: Dat(operator.row_set, operator.dim, None, f"{operator.name}:{method}:{name}") for name in names}
+        found = per_operator[method] = (engine, names, dats)
+    return found[2]
 
 
 def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
-    if method not in METHODS:
-        raise SolverError(f"solve: unknown method {method!r}; choose one of {', '.join(map(repr, METHODS))}.")
-    if pc not in PRECONDITIONERS:
+    if method not in METHODS and method != "petsc":
+        raise SolverError(f"solve: unknown method {method!r}; choose one of "
+                          f"{', '.join(map(repr, (*METHODS, 'petsc')))}.")
+    if not isinstance(pc, Preconditioner) and pc not in PRECONDITIONERS:
         raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
     for what, dat in (("x", x), ("b", b)):
         if not isinstance(dat, Dat):
@@ -252,38 +249,55 @@ def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
         raise SolverError(f"solve: x and b are the same Dat {x.name!r}; pass two.")
     if not (rtol >= 0 and atol >= 0) or (rtol == 0 and atol == 0):
         raise SolverError(f"solve: need rtol >= 0 and atol >= 0, not both zero; got rtol={rtol}, atol={atol}.")
-    if int(maxiter) != maxiter or maxiter < 0:
+    if not _is_count(maxiter, least=0):
         raise SolverError(f"solve: maxiter must be a non-negative integer, got {maxiter!r}.")
 
 
+def _is_count(value, *, least: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``least``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
+
+
 def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
-               residual_replacement=False, monitor=None) -> SolveInfo:
+               residual_replacement=None, restart=30, options=None, monitor=None) -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there)."""
     operator = as_operator(engine, A)
     _check(A, operator, x, b, method, pc, rtol, atol, maxiter)
+    if options is not None and method != "petsc":
+        raise SolverError(f"solve: options= are PETSc options, for method='petsc' only (method={method!r}).")
+    if method == "petsc":
+        if residual_replacement is not None or restart != 30:
+            raise SolverError("solve: with method='petsc', pass PETSc's own options instead of residual_replacement= "
+                              "or restart= (options={'ksp_type': 'pipecgrr'} or {'ksp_gmres_restart': 50}).")
+        from .petsc import solve_with_petsc
+
+        return solve_with_petsc(engine, A, operator, x, b, pc=pc, options=options or {}, rtol=rtol, atol=atol,
+                                maxiter=int(maxiter), monitor=monitor)
+    if not _is_count(restart, least=1):
+        raise SolverError(f"solve: restart must be a positive integer (GMRES's basis size), got {restart!r}.")
+    if method not in ("gmres", "pipegmres") and restart != 30:
+        raise SolverError(f"solve: restart= is the basis size of 'gmres' and 'pipegmres', not of {method!r}.")
     if residual_replacement and method != "pipecg":
         raise SolverError(f"solve: residual_replacement is implemented for method='pipecg' (as PETSc's PIPECGRR), "
                           f"not for {method!r}.")
     if engine.backend_name in ("cupy", "cuda-emulation"):
         raise SolverError("solve: the Krylov methods run on host arrays; use the numba or reference backend.")
-    dats = dict(_work_dats(engine, A, operator, method), x=x, b=b)
+    restart = int(restart)
+    dats = dict(_work_dats(engine, A, operator, method, restart), x=x, b=b)
     engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
     engine.run_pending(b)
     n = engine.n_owned(operator.row_set) * operator.dim
-    run = SolveRun(engine, operator, dats, make_preconditioner(pc, operator, n), rtol=rtol, atol=atol,
-              maxiter=int(maxiter), monitor=monitor, replacement=bool(residual_replacement))
+    run = SolveRun(engine, operator, dats, make_preconditioner(pc, operator, n, engine=engine), method=method, rtol=rtol,
+                   atol=atol, maxiter=int(maxiter), monitor=monitor, restart=restart,
+                   replacement=None if residual_replacement is None else bool(residual_replacement))
     began = time.perf_counter()
-    iterations, reason, replacements = METHODS[method](run)
-    elapsed = time.perf_counter() - began
+    iterations, reason, replacements, (true, true_preconditioned) = run_recovering(METHODS[method], run,
+                                                                                    work_vectors(method, restart)[:2])
+    elapsed = run.stopped - began  # the iterations, without the true residual at exit
     engine.halos_stale(x)
-    spare = VECTORS[method]
-    true, true_preconditioned = run.true_residual(spare[0], spare[1])
-    converged = reason == "converged"
-    if converged and true_preconditioned > FALSE_CONVERGENCE_FACTOR * run.target:
-        converged = False
-        reason = (f"false convergence: the recursive residual met {run.target:.3e} but the true one is "
-                  f"{true_preconditioned:.3e}")
-    return SolveInfo(iterations=iterations, converged=converged, reason=reason, residual_history=run.history,
+    return SolveInfo(iterations=iterations, converged=reason == "converged", reason=reason,
+                     residual_history=run.history,
                      true_residual=true, true_residual_preconditioned=true_preconditioned,
                      time_per_iteration=elapsed / max(iterations, 1), time_reduction_wait=run.wait_time,
-                     reductions=run.reductions, replacements=replacements, method=method, pc=pc)
+                     reductions=run.reductions, replacements=replacements, method=method, pc=pc,
+                     restarts=run.restarts)

@@ -1,0 +1,62 @@
+"""What a solve reports: :class:`SolveInfo` (every method, ``method="petsc"`` included)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["SolveInfo"]
+
+
+@dataclasses.dataclass
+class SolveInfo:
+    """What :func:`meshchain.solve` did (the same on every rank).
+
+    Attributes
+    ----------
+    iterations : int
+    converged : bool
+        The recursive residual met the tolerance and the true one is within
+        :data:`~meshchain.linalg.recovery.FALSE_CONVERGENCE_FACTOR` of it.
+    reason : str
+        ``"converged"``, or why not (``"diverged: maxiter ..."``, ``"indefinite: ..."``
+        (proved by inner products computed directly), ``"stagnated: ..."`` (the tolerance
+        is below the method's attainable accuracy), ``"breakdown: ..."`` (BiCGStab)).
+    residual_history : list of float
+        The residual norm the method tested at each iteration (from 0): the
+        preconditioned ``||B r||``, except for the right-preconditioned ``"pipebicgstab"``
+        (``||r||``) and PETSc's choice with ``method="petsc"``.
+    true_residual : float
+        ``||b - A x||_2`` computed at exit (comparable with the history of
+        ``"pipebicgstab"``).
+    true_residual_preconditioned : float
+        ``||B (b - A x)||_2``, comparable with the history of the other methods.
+    time_per_iteration : float
+        Seconds per iteration (wall clock of the iterations, this rank).
+    time_reduction_wait : float
+        Seconds spent waiting for reductions to complete (this rank; 0 for iterations run
+        inside compiled calls, :mod:`.compiled`).
+    reductions : int
+        Reductions started.
+    replacements : int
+        Residual replacements made.
+    method : str
+    pc : str, None or Preconditioner
+        As passed (with ``method="petsc"``: the PETSc PC type used).
+    restarts : int
+        Restarts from the current ``x`` after rounding broke a recurrence down
+        (:mod:`meshchain.linalg.recovery`).
+    """
+
+    iterations: int
+    converged: bool
+    reason: str
+    residual_history: list
+    true_residual: float
+    true_residual_preconditioned: float
+    time_per_iteration: float
+    time_reduction_wait: float
+    reductions: int
+    replacements: int
+    method: str
+    pc: str | None
+    restarts: int = 0
