@@ -138,3 +138,24 @@ def test_bicgstab_breakdowns_leave_x_finite_and_say_so(case):
             np.testing.assert_allclose(x.data[:, 0], expected, atol=1e-8 * np.abs(expected).max())
         else:
             assert method.endswith("bicgstab") and info.reason.startswith("breakdown"), (case, method, info.reason)
+
+
+def test_a_solve_inside_a_solve_of_the_same_operator_and_method_is_refused():
+    """A preconditioner that solves with the outer solve's method would share its work vectors."""
+    from meshchain.apps import poisson
+    from meshchain.meshes import structured_tris
+
+    mc.reset_runtime()
+    p = poisson.declare(structured_tris(6, 6))
+
+    def inner(method):
+        def apply(r, z):
+            z.data[...] = 0.0
+            mc.solve(p.A, z, r, method=method, rtol=1e-3)
+        return mc.Preconditioner(apply)
+
+    with pytest.raises(mc.errors.SolverError, match="called inside another one"):
+        mc.solve(p.A, p.u, p.b, method="cg", pc=inner("cg"))
+    info = mc.solve(p.A, p.u, p.b, method="gmres", pc=inner("cg"), rtol=1e-8)  # another method: its own vectors
+    assert info.converged, info.reason
+    assert mc.solve(p.A, p.u, p.b, method="cg", rtol=1e-8).converged  # the refused solve left nothing behind

@@ -82,8 +82,9 @@ __all__ = ["PRECONDITIONERS", "CHEBYSHEV_DEGREE", "CHEBYSHEV_BOUNDS", "ESTIMATE_
 PRECONDITIONERS = (None, "jacobi", "sgs", "bjacobi-ilu", "chebyshev")
 
 ZERO_PIVOT = 100.0 * np.finfo(np.float64).eps
-"""``"bjacobi-ilu"``: a pivot ``|u_ii| <= ZERO_PIVOT * sum_j |a_ij|`` is zero (PETSc's
-default ``-pc_factor_zeropivot`` for ILU, relative to the row's absolute sum)."""
+"""``"bjacobi-ilu"``: a pivot ``|u_ii| <= ZERO_PIVOT * sum_j |a_ij|`` is zero: PETSc's
+default ``-pc_factor_zeropivot`` value, measured against the original row's absolute sum
+(PETSc's test may weigh the row differently; a pivot this small fails in both)."""
 
 CHEBYSHEV_DEGREE = 3
 """``"chebyshev"``: the degree of its residual polynomial (``CHEBYSHEV_DEGREE - 1`` SpMVs

@@ -9,6 +9,7 @@ and combine every dot product of a step in one ``Iallreduce``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import time
@@ -218,6 +219,25 @@ class SolveRun:
 _workspaces = memo("solver work vectors", weak=True)  # per operator: (engine, method -> dats)
 
 
+_solving: set = set()  # (id of the operator, method) of the solves running now
+
+
+@contextlib.contextmanager
+def _not_nested(A, method: str):
+    """Refuse a solve of ``A`` by ``method`` inside another one (from a user's preconditioner
+    or operator): both would use the same work vectors."""
+    key = (id(A), method)
+    if key in _solving:
+        raise SolverError(f"solve: a solve of {getattr(A, 'name', A)!r} with method={method!r} was called inside "
+                          f"another one (a preconditioner or operator that solves): they would share work vectors; "
+                          f"use another method for the inner solve.")
+    _solving.add(key)
+    try:
+        yield
+    finally:
+        _solving.discard(key)
+
+
 def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
     """The method's work vectors for ``A`` (declared once per operator, method and engine;
     again when GMRES's restart length changes, replacing the last ones)."""
@@ -291,8 +311,9 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                    atol=atol, maxiter=int(maxiter), monitor=monitor, restart=restart,
                    replacement=None if residual_replacement is None else bool(residual_replacement))
     began = time.perf_counter()
-    iterations, reason, replacements, (true, true_preconditioned) = run_recovering(METHODS[method], run,
-                                                                                    work_vectors(method, restart)[:2])
+    with _not_nested(A, method):
+        iterations, reason, replacements, (true, true_preconditioned) = run_recovering(
+            METHODS[method], run, work_vectors(method, restart)[:2])
     elapsed = run.stopped - began  # the iterations, without the true residual at exit
     engine.halos_stale(x)
     return SolveInfo(iterations=iterations, converged=reason == "converged", reason=reason,
