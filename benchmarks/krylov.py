@@ -20,7 +20,13 @@ Per job (``mpiexec -n R``, ``--network shm|tcp``; ranks beyond the 2 cores overs
 * attainable accuracy: cg, pipecg (with and without residual replacement) and pipecr run to
   ``1e-14`` relative (at most 4x the iterations cg needed for 1e-8), and PETSc's KSPCG,
   KSPPIPECG and KSPPIPECGRR the same: the true residual where each stops;
-* the floor: one SpMV, meshchain's ``A.mult`` against PETSc's ``MatMult``.
+* the floor: one SpMV, meshchain's ``A.mult`` against PETSc's ``MatMult``;
+* nonsymmetric (issue 33): the upwinded advection-diffusion operator of
+  :mod:`meshchain.apps.advection_diffusion` (``structured_tris``, cell Péclet number 10, about
+  ``--per-rank`` unknowns per rank): ``gmres pipegmres bicgstab pipebicgstab`` with Jacobi and
+  ``gmres bicgstab`` with ``bjacobi-ilu``, against PETSc's KSPGMRES (CGS refined if needed, as
+  meshchain's), KSPPGMRES, KSPBCGS, KSPPIPEBCGS (right-preconditioned, as meshchain's) with
+  PCJACOBI and PCBJACOBI/PCILU: iterations and time per iteration, and the ratio.
 
 Usage::
 
@@ -57,6 +63,14 @@ PETSC = {"cg": ("cg", {}), "cg1": ("cg", {"ksp_cg_single_reduction": None}), "pi
          "groppcg": ("groppcg", {}), "pipecr": ("pipecr", {}), "pipecgrr": ("pipecgrr", {})}
 BLOCKING = {"pipecg": "cg1", "pipecr": "cg1", "groppcg": "cg"}
 FULL = dict(per_rank=[700, 2000, 20000], repeats=5, rtol=1e-8)
+# nonsymmetric: (meshchain method, meshchain pc) -> (PETSc KSP type, PC type, options)
+NONSYMMETRIC = {("gmres", "jacobi"): ("gmres", "jacobi", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded"}),
+                ("pipegmres", "jacobi"): ("pgmres", "jacobi", {}),
+                ("bicgstab", "jacobi"): ("bcgs", "jacobi", {}),
+                ("pipebicgstab", "jacobi"): ("pipebcgs", "jacobi", {"ksp_pc_side": "right"}),
+                ("gmres", "bjacobi-ilu"): ("gmres", "bjacobi", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded"}),
+                ("bicgstab", "bjacobi-ilu"): ("bcgs", "bjacobi", {})}
+PECLET = 10.0
 #: Thread variables a user does not set: only the labelled ``--environment pinned`` rows set them.
 PINNED = dict.fromkeys(THREAD_VARIABLES, "1")
 QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
@@ -70,14 +84,14 @@ def cube_for(per_rank: int, ranks: int) -> int:
     return max(2, round((per_rank * ranks) ** (1 / 3)) - 1)
 
 
-def meshchain_runs(problem, method: str, config: dict, **options) -> dict:
+def meshchain_runs(problem, method: str, config: dict, *, pc: str = "jacobi", **options) -> dict:
     import meshchain as mc
 
+    x = getattr(problem, "u", None) or problem.x
     runs = []
     for repeat in range(config["repeats"] + 1):  # the first compiles and loads: not counted
-        problem.u.data[...] = 0.0
-        info = mc.solve(problem.A, problem.u, problem.b, method=method, pc="jacobi", rtol=config["rtol"],
-                        **options)
+        x.data[...] = 0.0
+        info = mc.solve(problem.A, x, problem.b, method=method, pc=pc, rtol=config["rtol"], **options)
         if repeat:
             runs.append(info)
     comm = mc.get_runtime().comm
@@ -89,22 +103,23 @@ def meshchain_runs(problem, method: str, config: dict, **options) -> dict:
             "wait_per_iteration": statistics.median(wait)}
 
 
-def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None) -> dict:
+def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,
+               pc: str = "jacobi") -> dict:
     from petsc4py import PETSc
 
     A = problem.A.to_petsc()
     b = problem.A.petsc_vec(problem.b)
     x, r = b.duplicate(), b.duplicate()
     opts = PETSc.Options()
-    for key, value in options.items():
+    for key, value in dict(options, options_suppress_deprecated_warnings=None).items():
         opts[key] = value
     ksp = PETSc.KSP().create(comm=A.getComm())
     ksp.setOperators(A)
     ksp.setType(ksp_type)
-    ksp.getPC().setType("jacobi")
+    ksp.getPC().setType(pc)
     ksp.setTolerances(rtol=rtol or config["rtol"], atol=0.0, max_it=maxiter or 100000)
     ksp.setFromOptions()
-    for key in options:
+    for key in (*options, "options_suppress_deprecated_warnings"):
         opts.delValue(key)
     times = []
     for repeat in range(config["repeats"] + 1):  # the first sets up: not counted
@@ -199,8 +214,26 @@ def worker(config: dict) -> dict:
         row["petsc_accuracy"] = {name: petsc_runs(problem, *PETSC[name], dict(config, repeats=1), rtol=1e-14,
                                                   maxiter=4 * cg_iterations) for name in ("cg", "pipecg", "pipecgrr")}
         row["spmv"] = spmv_floor(problem, config["repeats"])
+        row["nonsymmetric"] = nonsymmetric_row(per_rank, ranks, config)
         out.append(row)
     return {"rows": out}
+
+
+def nonsymmetric_row(per_rank: int, ranks: int, config: dict) -> dict:
+    """The nonsymmetric methods and PETSc's on the advection-diffusion operator."""
+    import meshchain as mc
+    from meshchain.apps import advection_diffusion
+    from meshchain.meshes import structured_tris
+
+    side = max(2, round((per_rank * ranks) ** 0.5) - 1)
+    mc.reset_runtime()
+    problem = advection_diffusion.declare(structured_tris(side, side), peclet=PECLET)
+    found = {"unknowns": problem.mesh.nodes.size}
+    for (method, pc), (ksp_type, petsc_pc, options) in NONSYMMETRIC.items():
+        mine = meshchain_runs(problem, method, config, pc=pc)
+        theirs = petsc_runs(problem, ksp_type, options, config, pc=petsc_pc)
+        found[f"{method} {pc}"] = {"meshchain": mine, "petsc": theirs}
+    return found
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -249,6 +282,24 @@ def accuracy_table(results: list) -> str:
             cells = [f"{a[n]['true_residual']:.1e} ({a[n]['iterations']})" for n in names]
             cells += [f"{p[n]['true_residual']:.1e} ({p[n]['iterations']})" for n in ("cg", "pipecg", "pipecgrr")]
             lines.append(f"| {label(result)} | {result['ranks']} | {row['unknowns']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def nonsymmetric_table(results: list) -> str:
+    lines = ["| network | ranks | unknowns | method | pc | its (PETSc) | ms/it | PETSc ms/it | x PETSc |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for row in result["rows"]:
+            found = row["nonsymmetric"]
+            for method, pc in NONSYMMETRIC:
+                m, p = found[f"{method} {pc}"]["meshchain"], found[f"{method} {pc}"]["petsc"]
+                mark = "" if m["converged"] else " (diverged)"
+                mark_p = "" if p["converged"] else " (diverged)"
+                lines.append(f"| {label(result)} | {result['ranks']}{' (over)' if result['ranks'] > 2 else ''} | "
+                             f"{found['unknowns']} | {method} | {pc} | {m['iterations']}{mark} "
+                             f"({p['iterations']}{mark_p}) | {1e3 * m['time_per_iteration']:.3f} | "
+                             f"{1e3 * p['time_per_iteration']:.3f} | "
+                             f"{m['time_per_iteration'] / p['time_per_iteration']:.2f}x |")
     return "\n".join(lines)
 
 
@@ -309,6 +360,9 @@ def main(argv=None) -> int:
     print(accuracy_table(results))
     print("\nThe floor: one SpMV (median of 20, halo exchanged each time), meshchain vs PETSc:\n")
     print(spmv_table(results))
+    print(f"\nNonsymmetric: upwinded advection-diffusion (structured_tris, cell Péclet number {PECLET:g}), "
+          f"rtol {config['rtol']}, time per iteration against PETSc's same method and preconditioner:\n")
+    print(nonsymmetric_table(results))
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,

@@ -22,10 +22,11 @@ Examples
 from __future__ import annotations
 
 import numba
+import numpy as _np
 
 __all__ = ["residual", "scale", "aypx", "dot", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
            "gropp_update", "gropp_direction", "pipecr_update", "copy", "scal", "axpy", "waxpy", "lincomb",
-           "dot_two"]
+           "dot_two", "mdot", "maxpy"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -245,3 +246,42 @@ def dot_two(a, b, c, d, out):
         s0 += a[i] * b[i]
         s1 += c[i] * d[i]
     out[0], out[1] = s0, s1
+
+
+@_jit
+def _dot4(a0, a1, a2, a3, w, out, at):
+    """``out[at:at + 4] = [(a_k, w)]`` in one pass."""
+    s0 = s1 = s2 = s3 = 0.0
+    for i in range(len(w)):
+        wi = w[i]
+        s0 += a0[i] * wi
+        s1 += a1[i] * wi
+        s2 += a2[i] * wi
+        s3 += a3[i] * wi
+    out[at], out[at + 1], out[at + 2], out[at + 3] = s0, s1, s2, s3
+
+
+@_jit
+def _axpy4(c0, c1, c2, c3, a0, a1, a2, a3, w):
+    """``w += sum_k c_k a_k`` in one pass."""
+    for i in range(len(w)):
+        w[i] += c0 * a0[i] + c1 * a1[i] + c2 * a2[i] + c3 * a3[i]
+
+
+def mdot(vectors: list, w, out) -> None:
+    """``out[k] = (vectors[k], w)``, four vectors per pass over ``w`` (PETSc's VecMDot)."""
+    n = len(vectors)
+    padded = list(vectors) + [w] * (-n % 4)
+    sums = _np.empty(len(padded))
+    for k in range(0, len(padded), 4):
+        _dot4(padded[k], padded[k + 1], padded[k + 2], padded[k + 3], w, sums, k)
+    out[:n] = sums[:n]
+
+
+def maxpy(coefficients, vectors: list, w) -> None:
+    """``w += sum_k coefficients[k] vectors[k]``, four vectors per pass (PETSc's VecMAXPY)."""
+    n = len(vectors)
+    for k in range(0, n, 4):
+        c = [float(coefficients[j]) if j < n else 0.0 for j in range(k, k + 4)]
+        a = [vectors[j] if j < n else vectors[k] for j in range(k, k + 4)]
+        _axpy4(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], w)

@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from .fused import axpy, copy, dot, dot_two, lincomb, residual, scal, waxpy
+from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
            "UNPRECONDITIONED_NORM"]
@@ -124,18 +124,18 @@ def _happy(h_next: float, g_last: float) -> bool:
 
 def _add_basis(run, basis, y) -> None:
     """``x += sum_k y_k v_k`` (left preconditioning: nothing to unwind)."""
-    x = run.v["x"]
-    for k, coefficient in enumerate(y):
-        axpy(coefficient, run.v[basis[k]], x)
+    maxpy(y, [run.v[name] for name in basis[:len(y)]], run.v["x"])
 
 
 def _project_out(run, basis, j: int) -> np.ndarray:
     """Classical Gram-Schmidt: subtract from ``v_{j+1}`` its projections on ``v_0 .. v_j``
     (their dots in one reduction); returns the coefficients."""
     v, new = run.v, run.v[basis[j + 1]]
-    h = run.reduce(np.array([dot(v[basis[k]], new) for k in range(j + 1)]))
-    for k in range(j + 1):
-        axpy(-h[k], v[basis[k]], new)
+    vectors = [v[basis[k]] for k in range(j + 1)]
+    sums = np.empty(j + 1)
+    mdot(vectors, new, sums)
+    h = run.reduce(sums)
+    maxpy(-h, vectors, new)
     return h
 
 
@@ -244,8 +244,10 @@ def _pipegmres_cycle(run, basis, beta: float, i: int):
         if t > 0:
             _correct_next(v, basis, hessenberg, column, t)
             hessenberg.append(column)
-            handle = run.start(np.array([dot(v[basis[t]], v[basis[t]]),
-                                         *(dot(v[basis[t + 1]], v[basis[k]]) for k in range(t + 1))]))
+            sums = np.empty(t + 2)
+            sums[0] = dot(v[basis[t]], v[basis[t]])
+            mdot([v[basis[k]] for k in range(t + 1)], v[basis[t + 1]], sums[1:])
+            handle = run.start(sums)
         else:
             handle = run.start(np.array([dot(v[basis[1]], v[basis[0]])]))
     count = len(lsq.columns)
@@ -272,11 +274,8 @@ def _correct_next(v, basis, hessenberg, column: list, t: int) -> None:
     for k in range(t - 1):
         for l_index, h_lk in enumerate(hessenberg[k]):
             coefficients[l_index] -= column[k] * h_lk
-    for l_index, coefficient in enumerate(coefficients):
-        axpy(coefficient, v[basis[l_index]], following)
-    axpy(-column[t - 1], current, following)
-    for k in range(t):
-        axpy(-column[k], v[basis[k]], current)
+    maxpy([*coefficients, -column[t - 1]], [v[basis[k]] for k in range(t)] + [current], following)
+    maxpy([-c for c in column], [v[basis[k]] for k in range(t)], current)
 
 
 # --- BiCGStab ---------------------------------------------------------------------------------------
