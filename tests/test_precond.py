@@ -56,7 +56,7 @@ def test_ilu0_of_a_banded_matrix_is_its_lu_and_of_a_sparse_one_the_textbook_ilu0
     np.testing.assert_allclose(lower @ upper, tridiagonal, atol=1e-13)  # no fill: ILU(0) = LU
     r = rng.standard_normal(n)
     z = np.zeros(n)
-    ilu0_solve(indptr, indices, values, diagonal, r, z)
+    ilu0_solve(indptr, indices, values, diagonal, 1.0 / values[diagonal], r, z)
     np.testing.assert_allclose(z, np.linalg.solve(tridiagonal, r), rtol=1e-12)
 
     a = sp.random(30, 30, density=0.15, random_state=3).toarray() + np.diag(rng.uniform(3, 4, 30))
@@ -109,7 +109,7 @@ class PoissonProblem:
         return poisson.solve(self.p, method=method, pc=pc, **options), self.x.gather()
 
 
-@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=300)
 def test_bjacobi_ilu_takes_petscs_iterations_and_reaches_the_direct_solution(comm):
     pytest.importorskip("petsc4py.PETSc")
     problems = {"poisson": lambda: PoissonProblem(structured_tris(24, 24)),

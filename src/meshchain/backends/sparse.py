@@ -21,7 +21,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "scatter_add"]
+__all__ = ["csr_owned", "csr_halo", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
+           "ilu_apply", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -132,9 +133,10 @@ def ilu0(indptr, indices, values, zero_pivot):
 
 
 @_jit
-def ilu0_solve(indptr, indices, values, diagonal, r, z):
+def ilu0_solve(indptr, indices, values, diagonal, inverse, r, z):
     """``z = (L U)^-1 r`` with the factors :func:`ilu0` left in ``values``: ``L y = r``
-    forward, then ``U z = y`` backward (``z`` holds ``y`` in between)."""
+    forward, then ``U z = y`` backward (``z`` holds ``y`` in between); ``inverse``: the
+    inverted pivots (a multiplication in the dependent chain, not a division)."""
     n = len(diagonal)
     for i in range(n):
         s = r[i]
@@ -145,7 +147,52 @@ def ilu0_solve(indptr, indices, values, diagonal, r, z):
         s = z[i]
         for k in range(diagonal[i] + 1, indptr[i + 1]):
             s -= values[k] * z[indices[k]]
-        z[i] = s / values[diagonal[i]]
+        z[i] = s * inverse[i]
+
+
+@_jit
+def split_factors(indptr, indices, values, diagonal):
+    """The factors :func:`ilu0` left, laid out for :func:`ilu_apply`: ``L``'s rows in order
+    and ``U``'s strictly upper rows last row first, each contiguous in the order the
+    solves read them (``(l_ptr, l_indices, l_values, u_ptr, u_indices, u_values)``)."""
+    n = len(diagonal)
+    l_ptr = np.zeros(n + 1, dtype=indptr.dtype)
+    u_ptr = np.zeros(n + 1, dtype=indptr.dtype)
+    for i in range(n):
+        l_ptr[i + 1] = l_ptr[i] + (diagonal[i] - indptr[i])
+        row = n - 1 - i
+        u_ptr[i + 1] = u_ptr[i] + (indptr[row + 1] - diagonal[row] - 1)
+    l_indices, l_values = np.empty(l_ptr[n], dtype=indices.dtype), np.empty(l_ptr[n])
+    u_indices, u_values = np.empty(u_ptr[n], dtype=indices.dtype), np.empty(u_ptr[n])
+    for i in range(n):
+        k = l_ptr[i]
+        for m in range(indptr[i], diagonal[i]):
+            l_indices[k], l_values[k] = indices[m], values[m]
+            k += 1
+        row = n - 1 - i
+        k = u_ptr[i]
+        for m in range(diagonal[row] + 1, indptr[row + 1]):
+            u_indices[k], u_values[k] = indices[m], values[m]
+            k += 1
+    return l_ptr, l_indices, l_values, u_ptr, u_indices, u_values
+
+
+@_jit
+def ilu_apply(l_ptr, l_indices, l_values, u_ptr, u_indices, u_values, inverse, r, z):
+    """``z = (L U)^-1 r`` from :func:`split_factors`' layout: ``L y = r`` forward, ``U z =
+    y`` backward (``inverse``: the inverted pivots)."""
+    n = len(inverse)
+    for i in range(n):
+        s = r[i]
+        for k in range(l_ptr[i], l_ptr[i + 1]):
+            s -= l_values[k] * z[l_indices[k]]
+        z[i] = s
+    for j in range(n):
+        i = n - 1 - j
+        s = z[i]
+        for k in range(u_ptr[j], u_ptr[j + 1]):
+            s -= u_values[k] * z[u_indices[k]]
+        z[i] = s * inverse[i]
 
 
 @_jit

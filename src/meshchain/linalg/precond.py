@@ -69,7 +69,7 @@ import warnings
 import numba
 import numpy as np
 
-from ..backends.sparse import ilu0, ilu0_solve, owned_block, symmetric_gauss_seidel
+from ..backends.sparse import ilu0, ilu_apply, owned_block, split_factors, symmetric_gauss_seidel
 from ..core.cache import memo
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Set
@@ -177,7 +177,8 @@ class IncompleteLU:
     Parameters
     ----------
     indptr, indices, values : ndarray
-        The factors :func:`~meshchain.backends.sparse.ilu0` left (CSR of the owned block).
+        The factors :func:`~meshchain.backends.sparse.ilu0` left (CSR of the owned block),
+        kept in :func:`~meshchain.backends.sparse.split_factors`' layout.
     diagonal : ndarray
         Every row's diagonal position.
     """
@@ -185,7 +186,11 @@ class IncompleteLU:
     pointwise = False
 
     def __init__(self, indptr, indices, values, diagonal):
-        self.indptr, self.indices, self.values, self.diagonal = indptr, indices, values, diagonal
+        small = np.int32 if len(indices) < 2**31 else np.int64  # half the index traffic of the solves
+        factors = split_factors(indptr.astype(small), indices.astype(small), values, diagonal.astype(small))
+        unsigned = np.dtype(small).str.replace("i", "u")  # no negative-index wraparound in the solves
+        self.factors = tuple(a.view(unsigned) if a.dtype == small else a for a in factors)
+        self.inverse = 1.0 / values[diagonal]
         self.dinv = np.ones(len(diagonal))  # what the fused passes apply; apply() overwrites it
 
     @classmethod
@@ -203,7 +208,7 @@ class IncompleteLU:
         return cls(indptr, indices, values, diagonal)
 
     def apply(self, r: np.ndarray, z: np.ndarray) -> None:
-        ilu0_solve(self.indptr, self.indices, self.values, self.diagonal, r, z)
+        ilu_apply(*self.factors, self.inverse, r, z)
 
 
 _scratch = memo("preconditioner work vectors", weak=True)  # per row set: (engine, (purpose, dim) -> dats)
