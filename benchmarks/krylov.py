@@ -356,7 +356,8 @@ def main(argv=None) -> int:
                                     pinned=environment == "pinned"))
     total = time.perf_counter() - began
     print(f"{info['cpu']}, {info['cores']} cores; {info['mpi']}; Python {info['python']}, numba {info['numba']}. "
-          f"Poisson P1 on structured_tets, Jacobi, rtol {config['rtol']}, median of {config['repeats']} solves "
+          f"{'' if args.only else 'Poisson P1 on structured_tets, Jacobi, '}rtol {config['rtol']}, "
+          f"median of {config['repeats']} solves "
           f"(slowest rank); whole run {total:.0f} s. '(over)': more ranks than cores. No thread variables set, "
           f"except in rows labelled 'threads pinned' ({', '.join(f'{k}={v}' for k, v in PINNED.items())}).\n")
     if args.only != "nonsymmetric":
