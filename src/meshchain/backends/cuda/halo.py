@@ -207,18 +207,21 @@ def halo_mode(setting: str, device) -> bool:
 
 
 def mpi_is_cuda_aware() -> bool:
-    """Whether the loaded MPI library says it takes device buffers (``MPIX_Query_cuda_support``,
-    offered by MPICH and Open MPI); False when it cannot tell."""
-    try:
-        from mpi4py import MPI  # noqa: F401 - loads the library
+    """Whether the MPI library mpi4py uses says it takes device buffers
+    (``MPIX_Query_cuda_support``, offered by MPICH and Open MPI); False when it cannot tell.
 
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "/libmpi" in line and ".so" in line})
-        for path in paths:
-            query = getattr(ctypes.CDLL(path), "MPIX_Query_cuda_support", None)
-            if query is not None:
-                query.restype = ctypes.c_int
-                return bool(query())
+    The symbol is looked up through mpi4py's own extension module, so it comes from the
+    library mpi4py initialised: a process may hold a second copy of libmpi (a petsc4py built
+    against another MPI), and MPICH exits the process when an uninitialised copy is called."""
+    try:
+        from mpi4py import MPI
+
+        if not MPI.Is_initialized() or MPI.Is_finalized():
+            return False
+        query = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
+        if query is not None:
+            query.restype = ctypes.c_int
+            return bool(query())
     except OSError:
         pass
     return False
