@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
 import numba
 import numpy as np
@@ -49,15 +48,12 @@ def _library():
     """The MPI library mpi4py loaded (a ctypes handle), or None."""
     if any(MPI._sizeof(kind) != ctypes.sizeof(ctypes.c_int) for kind in (MPI.Comm, MPI.Request, MPI.Datatype, MPI.Op)):
         return None  # handles are pointers (Open MPI's ABI): not supported here
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
-    except OSError:
+    try:  # through mpi4py's extension: its own libmpi, not another copy mapped in the process
+        library = ctypes.CDLL(MPI.__file__)  # (a petsc4py built against another MPICH: uninitialised)
+        library.MPI_Allreduce  # noqa: B018 - reachable from it
+    except (OSError, AttributeError):
         return None
-    for path in sorted(paths):
-        if os.path.basename(path).startswith("libmpi.so"):
-            return ctypes.CDLL(path)
-    return None
+    return library
 
 
 def available() -> bool:
