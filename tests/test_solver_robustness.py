@@ -85,8 +85,8 @@ class P1Problem:
         return mc.solve(self.A, self.x, self.b, method=method, pc=pc, **options)
 
 
-MESHES = st.one_of(st.builds(l_shaped_triangles, st.integers(40, 300), st.integers(0, 99)),
-                   st.builds(delaunay_tetrahedra, st.integers(3, 5), st.integers(0, 99)))
+MESHES = st.one_of(st.builds(l_shaped_triangles, st.integers(40, 200), st.integers(0, 99)),
+                   st.builds(delaunay_tetrahedra, st.integers(3, 4), st.integers(0, 99)))
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
