@@ -23,6 +23,7 @@ from .fused import dot, residual
 from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
 from .nonsymmetric import NONSYMMETRIC, UNPRECONDITIONED_NORM, nonsymmetric_vectors
+from .petsc import solve_with_petsc
 from .operators import as_operator
 from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
@@ -289,8 +290,6 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
         if residual_replacement is not None or restart != 30:
             raise SolverError("solve: with method='petsc', pass PETSc's own options instead of residual_replacement= "
                               "or restart= (options={'ksp_type': 'pipecgrr'} or {'ksp_gmres_restart': 50}).")
-        from .petsc import solve_with_petsc
-
         return solve_with_petsc(engine, A, operator, x, b, pc=pc, options=options or {}, rtol=rtol, atol=atol,
                                 maxiter=int(maxiter), monitor=monitor)
     if not _is_count(restart, least=1):
