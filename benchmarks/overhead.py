@@ -19,6 +19,9 @@ Four cases on tiny sets (so that only meshchain's own work is timed), 1 Numba th
     the chain (one process), the pair (2 ranks, loop by loop: ``ca=False``) and the chain
     (2 ranks, ``ca=True``) as steps captured with ``mc.capture`` and replayed: no recording,
     no look-up, no Python between the loops of a segment (time per loop).
+``eager-profiled``, ``chain-profiled``, ``captured-profiled``
+    the eager, chain and captured cases while ``mc.profile()`` records; their floor is the
+    same case unprofiled (what the profiler adds per loop).
 
 In the same run, the floors: ``numba-loop`` is a bare call of the very compiled function
 the eager case runs, with the arguments its plan prepared; ``numba-chain`` the same for
@@ -54,9 +57,13 @@ LIMITS_US = {"eager": 5.0, "chain": 2.0, "mpi-pair": 15.0, "mpi-chain": 5.0,
              # captured steps: the floor plus what issue 32 allows per loop (0.4 µs per loop where the fused
              # call is 0.29: 0.11 µs of overhead; on 2 ranks the exchange floor per loop plus 1 µs)
              "captured": lambda floor: floor + 0.11, "mpi-pair-captured": lambda floor: floor / 2 + 1.0,
-             "mpi-chain-captured": lambda floor: floor / 16 + 1.0}
+             "mpi-chain-captured": lambda floor: floor / 16 + 1.0,
+             # the profiler on (issue 34): at most 1 µs per loop over the same case unprofiled
+             "eager-profiled": lambda floor: floor + 1.0, "chain-profiled": lambda floor: floor + 1.0,
+             "captured-profiled": lambda floor: floor + 1.0}
 FLOOR_OF = {"eager": "numba-loop", "chain": "numba-chain", "mpi-pair": "mpi-exchange", "mpi-chain": "mpi-exchange",
-            "captured": "numba-chain", "mpi-pair-captured": "mpi-exchange", "mpi-chain-captured": "mpi-exchange"}
+            "captured": "numba-chain", "mpi-pair-captured": "mpi-exchange", "mpi-chain-captured": "mpi-exchange",
+            "eager-profiled": "eager", "chain-profiled": "chain", "captured-profiled": "captured"}
 
 
 def mpiexec() -> str:
@@ -141,6 +148,22 @@ def serial_worker(calls: int, repeats: int) -> dict:
     if loop_floor is not None:
         results["numba-loop"] = median_per_call(loop_floor, calls, repeats)
         results["numba-chain"] = median_per_call(chain_floor, calls, repeats) / 16
+    results.update(_profiled(mc, eager, chain, captured, calls, repeats))
+    return results
+
+
+def _profiled(mc, eager, chain, captured, calls: int, repeats: int) -> dict:
+    """The eager, chain and captured cases again while ``mc.profile()`` records (in memory);
+    their floors are the same cases unprofiled (nothing on a meshchain without a profiler)."""
+    profile = getattr(mc, "profile", None)
+    if profile is None:
+        return {}
+    results = {}
+    with profile():
+        results["eager-profiled"] = median_per_call(eager, calls, repeats)
+        results["chain-profiled"] = median_per_call(chain, calls // 4, repeats) / 16
+        if captured:
+            results["captured-profiled"] = median_per_call(captured, calls, repeats) / 16
     return results
 
 
@@ -313,7 +336,8 @@ def main() -> None:
         return
     serial = run_worker("serial", "shm", args.calls, args.repeats, args.cache_dir)
     rows = [{"network": "-", "case": case, "us": serial[case] * 1e6,
-             "floor_us": serial.get(FLOOR_OF[case], 0) * 1e6} for case in ("eager", "chain", "captured")
+             "floor_us": serial.get(FLOOR_OF[case], 0) * 1e6}
+            for case in ("eager", "chain", "captured", "eager-profiled", "chain-profiled", "captured-profiled")
             if case in serial]
     networks = ("shm", "tcp") if args.network == "both" else (args.network,)
     for network in networks:

@@ -15,13 +15,16 @@ from .core.config import Config
 from .core.errors import CaptureError
 from .engine.capture import CapturedStep
 from .engine.chains import ChainOptions
+from .engine.profiles import SessionProfile, profile_block
 from .engine.session import Session
 
 __all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "capture", "partition",
-           "repartition", "rebalance"]
+           "repartition", "rebalance", "profile"]
 
 _session: Session | None = None
 _closing_at_exit = False
+_session_profile = SessionProfile()  # config.profile: the whole run's trace
+_profile_at_exit = False
 
 
 def get_runtime() -> Session:
@@ -45,7 +48,17 @@ def _watched(session: Session) -> Session:
         # registered after mpi4py imported MPI, so it runs before mpi4py finalizes MPI
         atexit.register(lambda: _session is not None and _session.close())
         _closing_at_exit = True
+    _follow_profile(session)
     return session
+
+
+def _follow_profile(session: Session) -> None:
+    """Start, switch or end the run's profile as ``config.profile`` says; written at exit."""
+    global _profile_at_exit
+    _session_profile.follow(session)
+    if _session_profile.profiler is not None and not _profile_at_exit:
+        atexit.register(_session_profile.finish)  # after MPI was imported: runs before MPI is finalized
+        _profile_at_exit = True
 
 
 context.install(get_runtime)
@@ -116,16 +129,71 @@ def configure(**options) -> None:
     256
     >>> mc.configure(block_size=2048)
     """
-    get_runtime().reconfigure(**options)
+    session = get_runtime()
+    session.reconfigure(**options)
+    _follow_profile(session)
 
 
-def stats(*, reset: bool = False, all_ranks: bool = False):
+def stats(*, reset: bool = False, all_ranks: bool = False, summary: bool = False):
     """A snapshot of per-loop statistics (:class:`~meshchain.core.stats.Stats`).
 
     ``reset`` clears them; ``all_ranks`` (collective) sums the counters and times over the
-    ranks (``neighbours`` is the maximum).
+    ranks (``neighbours`` is the maximum). ``summary`` (collective) returns instead a
+    :class:`~meshchain.core.summary.Summary` in the manner of PETSc's ``-log_view``: per
+    loop and chain the time (slowest and fastest rank, % of the total), messages, bytes
+    and each loop's achieved bandwidth beside the machine's copy bandwidth; print it.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> cells = mc.Set(1000, "cells")
+    >>> q = mc.Dat(cells, 1, None, "q")
+    >>> bump = mc.Kernel.from_source("def bump(a):\\n    a[0] += 1.0\\n")
+    >>> mc.par_loop(bump, cells, q(mc.RW))
+    >>> row = mc.stats(summary=True).loops["bump"]
+    >>> row.calls >= 1, row.bytes_moved >= 16000
+    (True, True)
     """
-    return get_runtime().statistics(reset=reset, all_ranks=all_ranks)
+    return get_runtime().statistics(reset=reset, all_ranks=all_ranks, summary=summary)
+
+
+def profile(path=None):
+    """Record a timeline of everything run inside a ``with`` block (collective on several ranks).
+
+    Writes a Chrome trace-event file (open it in https://ui.perfetto.dev or
+    ``chrome://tracing``): a track per rank, with every plan run of a loop or chain, its
+    phases (core, boundary, halo: the redundant work of communication-avoiding chains,
+    tail), its halo exchanges (post, wait: bytes, messages, neighbours), reductions over
+    ranks, plan builds, compilations and captured replays (:mod:`meshchain.core.profiling`).
+    Pending loops run when the block begins and ends. ``MESHCHAIN_PROFILE=trace.json``
+    (``mc.configure(profile=...)``) records a whole run instead.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        The trace file; on several ranks rank 0 writes every rank's events, unless the name
+        contains ``{rank}`` (then each rank writes its own). None: nothing is written (the
+        events stay in the returned object).
+
+    Returns
+    -------
+    meshchain.engine.profiles.Profile
+        A context manager yielding the record: ``events`` (this rank's), ``path`` and
+        ``seconds``, filled in when the block ends.
+
+    Examples
+    --------
+    >>> import meshchain as mc
+    >>> cells = mc.Set(3, "cells")
+    >>> q = mc.Dat(cells, 1, None, "q")
+    >>> bump = mc.Kernel.from_source("def bump(a):\\n    a[0] += 1.0\\n")
+    >>> with mc.profile() as timeline:
+    ...     for _ in range(2):
+    ...         mc.par_loop(bump, cells, q(mc.RW))
+    >>> [e["name"] for e in timeline.events if e.get("cat") == "unit"]
+    ['loop bump', 'loop bump']
+    """
+    return profile_block(get_runtime(), path)
 
 
 def partition(method: str = "rib", *, coords=None, seed_set=None, depth: int = 1, seed: int = 0,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ConfigurationError, MeshchainWarning
 
-__all__ = ["Config", "BACKENDS", "TRANSPORTS", "PROGRESS", "INTERIOR", "BOUNDARY", "AUXILIARY_VARIABLES"]
+__all__ = ["Config", "BACKENDS", "TRANSPORTS", "PROGRESS", "INTERIOR", "BOUNDARY", "HANG_ACTIONS", "AUXILIARY_VARIABLES"]
 
 AUXILIARY_VARIABLES = frozenset({
     # set by meshchain's own test harness (meshchain.testing, tests/conftest.py) and notebook
@@ -33,6 +33,7 @@ TRANSPORTS = ("auto", "p2p", "persistent", "neighbour", "rma")
 PROGRESS = ("auto", "none", "poll", "thread")
 INTERIOR = ("static", "dynamic")
 BOUNDARY = ("bulk", "tasks")
+HANG_ACTIONS = ("report", "abort")
 
 
 def _default_cache_dir() -> Path:
@@ -111,6 +112,18 @@ class Config:
         per plan, ``Put`` with active-target synchronisation) or ``"auto"`` (default: the one
         ``mc.model.calibrate()`` measured fastest on this host and rank count, else
         ``"persistent"``). ``mc.stats().transport`` says which one runs.
+    profile : Path or None
+        Write a Chrome trace-event file (Perfetto and ``chrome://tracing`` read it) of
+        everything the session runs to this path when the process exits (``{rank}`` in the
+        name is replaced by the rank; otherwise rank 0 writes one file with every rank's
+        events); ``mc.profile(path)`` does the same for a block of code.
+    hang_timeout : float or None
+        Seconds a rank may wait in a halo exchange, a reduction or a collective (or run one
+        loop) before it prints, once, what it is in, which neighbours' messages are
+        outstanding and every thread's stack (default None: never).
+    hang_action : str
+        What a rank does once it has reported a hang: ``"report"`` (default: keep waiting)
+        or ``"abort"`` (abort every rank of the job).
     """
 
     backend: str = "numba"
@@ -129,6 +142,9 @@ class Config:
     progress: str = "auto"
     interior: str = "static"
     boundary: str = "bulk"
+    profile: Path | None = None
+    hang_timeout: float | None = None
+    hang_action: str = "report"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -159,7 +175,17 @@ class Config:
         for flag in ("debug", "overlap", "eager"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        if self.hang_action not in HANG_ACTIONS:
+            raise ConfigurationError(f"hang_action must be one of {', '.join(HANG_ACTIONS)}, got {self.hang_action!r}.")
+        timeout = self.hang_timeout
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0 or timeout == float("inf")):
+            raise ConfigurationError(f"hang_timeout must be a positive number of seconds or None, got {timeout!r}.")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        if self.profile is not None:
+            if not isinstance(self.profile, (str, os.PathLike)) or not str(self.profile):
+                raise ConfigurationError(f"profile must be a file path or None, got {self.profile!r}.")
+            object.__setattr__(self, "profile", Path(self.profile))
         if self.chains is not None:
             object.__setattr__(self, "chains", Path(self.chains))
 
@@ -176,7 +202,8 @@ class Config:
     def from_env(cls, environ=None) -> "Config":
         """Read ``MESHCHAIN_BACKEND``, ``_THREADS``, ``_CACHE_DIR``, ``_BLOCK_SIZE``, ``_TRACE_LENGTH``,
         ``_DEBUG``, ``_OVERLAP``, ``_CHAINS``, ``_GPU_THREADS``, ``_GPU_INCREMENTS``, ``_GPU_HALOS``,
-        ``_TRANSPORT``, ``_EAGER``, ``_PROGRESS``, ``_INTERIOR``, ``_BOUNDARY``."""
+        ``_TRANSPORT``, ``_EAGER``, ``_PROGRESS``, ``_INTERIOR``, ``_BOUNDARY``, ``_PROFILE``, ``_HANG_TIMEOUT``,
+        ``_HANG_ACTION``."""
         environ = os.environ if environ is None else environ
         options = {}
         for field in dataclasses.fields(cls):
@@ -201,10 +228,17 @@ def _warn_unknown(environ, known) -> None:
 
 def _parse(name: str, raw: str):
     if name in ("backend", "cache_dir", "gpu_increments", "gpu_halos", "transport", "progress", "interior",
-                "boundary"):
+                "boundary", "hang_action"):
         return raw
-    if name == "chains":
+    if name in ("chains", "profile"):
         return raw or None
+    if name == "hang_timeout":
+        if raw.lower() in ("", "none", "off"):
+            return None
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigurationError(f"MESHCHAIN_HANG_TIMEOUT={raw!r} is not a number of seconds.") from None
     if name in ("debug", "overlap", "eager"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True

@@ -10,6 +10,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -29,6 +30,7 @@ class LoopStats:
     halo_iterations: int = 0
     halo_iterations_by_layer: list = field(default_factory=list)
     arithmetic_iterations: int = 0  # of a grid loop, those that found their points by index arithmetic
+    bytes_moved: int = 0  # what its iterations must move to and from memory, from its access descriptors
     exchanges: int = 0
     neighbours: int = 0
     messages: int = 0
@@ -394,6 +396,7 @@ class StatsRecorder:
         self._chains: dict[str, ChainStats] = {}
         self._accounts: list = []
         self.sequence: dict[str, int] = {}  # chain name -> run number of the latest folded account
+        self.started = time.perf_counter()  # when counting began (the summary's total time)
 
     def loop(self, name: str) -> LoopStats:
         record = self._loops.get(name)
@@ -445,6 +448,7 @@ class StatsRecorder:
         return Stats(folded._loops, "", folded._chains)
 
     def reset(self) -> None:
+        self.started = time.perf_counter()
         self._loops.clear()
         self._chains.clear()
         self.sequence.clear()

@@ -27,7 +27,11 @@ import weakref
 
 import numpy as np
 
+from . import profiling as _profiling
+
 __all__ = ["DatStorage", "GlobalStorage", "DataStore"]
+
+_REDUCTION_WAIT = _profiling.label("reduction wait", "reduction")
 
 
 class DatStorage:
@@ -91,7 +95,11 @@ class GlobalStorage:
         pending = self.pending
         if pending is not None:
             self.pending = None
+            profiler = _profiling.active
+            began = _profiling._clock() if profiler is not None else 0.0
             pending.finish(self.value)
+            if profiler is not None:
+                profiler.span(_REDUCTION_WAIT, began, _profiling._clock())
 
 
 class DataStore:

@@ -37,7 +37,7 @@ __all__ = ["PlanAccount", "account_for", "add_planning", "add_compiling", "add_t
 # chain's, _CHAIN_SUMS are added, _CHAIN_MAXIMA kept largest, and mode, profile and
 # tile_size set.
 _LOOP_SUMS = ("calls", "iterations", "core_iterations", "halo_iterations", "arithmetic_iterations", "exchanges",
-              "messages", "bytes_sent")
+              "messages", "bytes_sent", "bytes_moved")
 _LOOP_MAXIMA = ("neighbours", "colours")
 _CHAIN_SUMS = ("loops", "segments", "exchanges", "messages", "bytes_sent", "per_loop_exchanges", "per_loop_messages",
                "per_loop_bytes", "core_iterations", "iterations", "per_loop_core_iterations", "per_loop_iterations",
@@ -193,7 +193,7 @@ def decided(recorder, chain: str, why: str) -> None:
 
 
 def account_for(schedule, names, *, layouts, chain: str | None, colours: dict | None = None,
-                profile=None, tiling=None, arithmetic: dict | None = None) -> PlanAccount:
+                profile=None, tiling=None, arithmetic: dict | None = None, moved=None) -> PlanAccount:
     """The account of a plan that runs ``schedule`` on the unit whose loops are ``names``.
 
     ``layouts[p]`` is the :class:`~meshchain.partition.layout.SetLayout` of loop ``p``'s set
@@ -201,7 +201,8 @@ def account_for(schedule, names, *, layouts, chain: str | None, colours: dict | 
     the most colours each loop position ran in; ``profile`` the chain's model terms (its
     per-loop side fills the ``per_loop_*`` fields); ``tiling`` ``(tile_size, groups, most
     tiles, most colours)`` when phases run tiled; ``arithmetic`` per loop name the iterations
-    of a run that find their grid points by index arithmetic.
+    of a run that find their grid points by index arithmetic; ``moved(position, iterations)``
+    the bytes that many iterations of loop ``position`` move (:mod:`.traffic`).
     """
     loops = {name: LoopStats(name) for name in names}
     for name, count in (arithmetic or {}).items():
@@ -212,6 +213,8 @@ def account_for(schedule, names, *, layouts, chain: str | None, colours: dict | 
             delta = loops[names[position]]
             delta.calls += 1
             delta.iterations += iterations
+            if moved is not None:
+                delta.bytes_moved += moved(position, iterations)
             delta.core_iterations += core
             if layouts is not None:
                 layout = layouts[position]

@@ -38,6 +38,7 @@ import warnings
 from ..backends.base import PhaseRun
 from ..comm.agree import agree_on_failure
 from ..comm.exchange import GROUPED_TAG
+from ..core import profiling
 from ..core.access import Access
 from ..core.errors import MeshchainWarning
 from .accounting import PlanAccount, account_for, add_compiling
@@ -46,6 +47,7 @@ from .eager import eager_splits
 from .plans import Plan, Reduction, Step
 from .rebind import Binding
 from .tiling import Tiling, tiled_phase
+from .traffic import moved_bytes
 
 __all__ = ["assemble", "PHASE_VARIANTS", "phase_variant"]
 
@@ -139,7 +141,8 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
             close()
         raise
     counted = account_for(schedule, unit.names, layouts=layouts, chain=unit.chain, colours=builder.colours,
-                          profile=profile, tiling=builder.tiling_stats(tiling), arithmetic=builder.arithmetic)
+                          profile=profile, tiling=builder.tiling_stats(tiling), arithmetic=builder.arithmetic,
+                          moved=_traffic(session, unit))
     account.loops, account.chain = counted.loops, counted.chain
     plan = Plan(steps, account, kernels=unit.kernels, comm=session.comm if distributed else None,
                 closers=builder.closers, chain=unit.options is not None,
@@ -187,7 +190,19 @@ class _Builder:
         return Step(settle=_distinct(settle), reductions=[r for rs in reductions.values() for r in rs.values()],
                     exchanges=exchanges, core=core, rest=rest, validity=validity, core_share=core_share,
                     rest_share=rest_share, waits=waits, posted=posted, eager=eager, tail=tail, tail_share=tail_share,
-                    tasks=tasks)
+                    tasks=tasks, detail={"core": self._detail(segment.core), "rest": self._detail(rest_runs),
+                                         "tail": self._detail(tail_runs)})
+
+    def _detail(self, runs) -> tuple:
+        """``(loop name, iterations, of them on the exec halo)`` of each of ``runs`` that has iterations."""
+        unit, layout = self.unit, self.session.layout if self.session.distributed else None
+        found = []
+        for run in runs:
+            if run.end > run.start:
+                loop = unit.loops[run.loop]
+                owned = layout.of(loop.iterset).n_owned if layout is not None else run.end
+                found.append((loop.name, run.end - run.start, max(0, run.end - max(run.start, owned))))
+        return tuple(found)
 
     def _tasks(self, segment, runs, reductions, exchanges):
         """The step's boundary tasks (``boundary="tasks"``), or None: its rest runs in bulk."""
@@ -326,6 +341,11 @@ class _Builder:
 
     def _report(self, loop, seconds: float, compiled: bool, hits: int) -> None:
         add_compiling(self.session.recorder, loop.name, seconds, compiled=compiled, hits=hits)
+        profiler = profiling.active
+        if profiler is not None:
+            ended = profiling._clock()
+            what = "compile" if compiled and not hits else "load" if compiled else "generate"
+            profiler.span(profiling.label(f"{what} {loop.name}", "compile", cached=bool(hits)), ended - seconds, ended)
 
     def tiling_stats(self, tiling):
         if tiling is None:
@@ -333,6 +353,23 @@ class _Builder:
         plans = self.tile_plans
         return (tiling.tile_size, self.groups, max((p.ntiles for p in plans), default=0),
                 max((p.ncolours for p in plans), default=0))
+
+
+def _traffic(session, unit):
+    """``moved(position, iterations)``: the bytes iterations of the unit's loop ``position`` move."""
+    layout = session.layout
+
+    def rows(dat) -> int:
+        return session.storage(dat).host.shape[0]
+
+    def map_itemsize(m) -> int:
+        values = layout.values(m)
+        return 4 if values is None else values.dtype.itemsize
+
+    def moved(position: int, iterations: int) -> int:
+        return moved_bytes(unit.loops[position], iterations, rows=rows, map_itemsize=map_itemsize)
+
+    return moved
 
 
 def _cut(runs, split) -> tuple:

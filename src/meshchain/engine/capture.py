@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import profiling
 from ..core.access import Access
 from ..core.errors import CaptureError
 from ..core.storage import GlobalStorage
@@ -153,12 +154,14 @@ class _Capture:
     """One capture: its chain's loops and unit, the objects made inside it with their initial
     values, and what the function returned."""
 
-    __slots__ = ("session", "run", "loops", "unit", "globals", "dats", "restores", "result", "arguments", "generation")
+    __slots__ = ("session", "run", "loops", "unit", "globals", "dats", "restores", "result", "arguments", "generation",
+                 "label")
 
     def __init__(self, session, run, loops, made, result, arguments):
         self.session, self.run, self.loops, self.result = session, run, tuple(loops), result
         self.arguments = arguments  # kept alive: the key holds their identities
         self.unit, self.generation = None, -1
+        self.label = None  # the profiler's label of a replay, made at the first profiled one
         self.globals, self.dats = _initial_values(session, self.loops, made)
         self.restores = bool(self.globals or self.dats)
 
@@ -172,6 +175,8 @@ class _Capture:
         self.loops = self.unit.loops
 
     def replay(self) -> None:
+        profiler = profiling.active
+        began = profiling._clock() if profiler is not None else 0.0
         if self.restores:
             self._restore()
         unit, session = self.unit, self.session
@@ -182,6 +187,11 @@ class _Capture:
         except Exception as exc:
             session.after_failure(exc, self.loops)
             raise
+        finally:
+            if profiler is not None:
+                if self.label is None:
+                    self.label = profiling.label(f"replay {self.run.options.name}", "replay", loops=list(unit.names))
+                profiler.span(self.label, began, profiling._clock())
 
     def _restore(self) -> None:
         """Put the objects made inside the step back to the values they were made with."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 
 from ..comm.agree import abort_all
+from ..core import profiling
 from ..core.errors import InternalError, MeshchainError, MeshchainWarning
 from ..inspector.schedule import MoreLayers
 from ..model.estimate import chain_profile
@@ -169,6 +170,15 @@ class Pipeline:
         return schedule
 
     def _build(self, unit, key, mode):
+        profiler = profiling.active
+        began = _clock() if profiler is not None else 0.0
+        plan = self._built(unit, key, mode)
+        if profiler is not None:
+            profiler.span(profiling.label(f"build {_what(unit).replace(chr(39), '')}", "build", loops=list(unit.names)),
+                          began, _clock())
+        return plan
+
+    def _built(self, unit, key, mode):
         session = self.session
         strategy = self._strategy(unit, mode)
         schedule = self._schedule(unit, strategy)

@@ -58,6 +58,9 @@ from ..backends.threads import ChunkedCall
 from ..comm.agree import abort_all, agree_on_failure
 from ..comm.exchange import arrivals
 from ..comm.progress import owed_progress
+from ..core import activity as _activity
+from ..core import profiling as _profiling
+from .traced import trace_run, trace_step
 
 __all__ = ["Plan", "Step", "Reduction", "Overlap", "guarded"]
 
@@ -116,11 +119,13 @@ class Step:
     arrive (then ``rest`` is None)."""
 
     __slots__ = ("settle", "reductions", "exchanges", "core", "rest", "validity", "core_share", "rest_share", "waits",
-                 "posted", "eager", "tail", "tail_share", "tasks")
+                 "posted", "eager", "tail", "tail_share", "tasks", "detail", "labels")
 
     def __init__(self, *, settle=(), reductions=(), exchanges=(), core=None, rest=None, validity=(), core_share=-1,
-                 rest_share=-1, waits=None, posted=False, eager=(), tail=None, tail_share=-1, tasks=None):
+                 rest_share=-1, waits=None, posted=False, eager=(), tail=None, tail_share=-1, tasks=None, detail=None):
         self.tasks = tasks
+        self.detail = detail or {}  # phase -> ((loop name, iterations, redundant iterations), ...): for the profiler
+        self.labels = None  # the profiler's event labels, made at the first profiled run
         self.settle, self.reductions, self.exchanges = tuple(settle), tuple(reductions), tuple(exchanges)
         self.core, self.rest, self.validity = core, rest, tuple(validity)
         self.core_share, self.rest_share, self.waits = core_share, rest_share, waits
@@ -177,7 +182,7 @@ class Plan:
     globals it froze, and what to release when it is dropped."""
 
     __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap",
-                 "binding")
+                 "binding", "name", "labels")
 
     def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
                  agree: bool = True, overlap: Overlap | None = None):
@@ -188,6 +193,8 @@ class Plan:
         self.binding = None  # the objects bound, and how to bind others (:class:`~.rebind.Binding`)
         self.steps, self.account, self.kernels = tuple(steps), account, tuple(kernels)
         self.comm, self.closers, self.chain = comm, tuple(closers), chain
+        self.name = account.chain_name or next(iter(account.loops), "") if chain else next(iter(account.loops), "")
+        self.labels = None  # the profiler's labels of the whole run, made at the first profiled run
         self._flag = np.zeros(2, dtype=np.int32)
         self._agree = agree
         only = self.steps[0] if len(self.steps) == 1 else None
@@ -201,13 +208,24 @@ class Plan:
                 return False
         return True
 
+    @property
+    def label(self) -> str:
+        """What runs: ``"chain 'rk'"`` or ``"loop 'update'"``."""
+        return f"{'chain' if self.chain else 'loop'} {self.name!r}"
+
     def run(self) -> None:
         """Run the plan once (see the module docstring)."""
-        if self._simple:  # one process, one step: run its one call
+        profiler = _profiling.active
+        if _activity.watched:
+            _activity.unit, _activity.unit_since = self.label, _clock()
+        if self._simple and profiler is None:  # one process, one step: run its one call
             step, account = self.steps[0], self.account
             began = _clock()
-            if step.core is not None:
-                step.core()
+            try:
+                if step.core is not None:
+                    step.core()
+            finally:
+                _activity.unit = None
             seconds = _clock() - began
             if step.core_share >= 0:
                 account.compute[step.core_share] += seconds
@@ -217,40 +235,49 @@ class Plan:
             return
         began = _clock()
         if self.comm is None:
-            failure = self._steps()
+            failure = self._steps(profiler)
         else:
-            failure = self._communicating()
+            failure = self._communicating(profiler)
         account = self.account
         account.runs += 1
+        ended = _clock()
         if self.chain:
-            account.total += _clock() - began
-        if self.comm is not None and (self._agree or failure is not None):
-            if not self._agree:  # a call that promised not to raise did: the others do not expect to agree
-                abort_all(self.comm, "a loop that cannot fail", failure)
-            agree_on_failure(self.comm, failure, self._flag)
-        elif failure is not None:
-            raise failure
+            account.total += ended - began
+        try:
+            if self.comm is not None and (self._agree or failure is not None):
+                if not self._agree:  # a call that promised not to raise did: the others do not expect to agree
+                    abort_all(self.comm, "a loop that cannot fail", failure)
+                agree_on_failure(self.comm, failure, self._flag)
+            elif failure is not None:
+                raise failure
+        finally:
+            if profiler is not None:
+                trace_run(profiler, self, began, ended, _clock())
+            _activity.unit = None
 
-    def _communicating(self):
+    def _communicating(self, profiler):
         """:meth:`_steps` on several ranks: computation that fails is agreed on afterwards; a
         failure in the communication itself cannot be (the other ranks would wait for it
         forever), so it aborts the job."""
         try:
-            return self._steps()
+            return self._steps(profiler)
         except Exception as exc:  # noqa: BLE001 - reported, then the job ends
             abort_all(self.comm, "communication", exc)
             raise  # pragma: no cover - Abort does not return
 
-    def _steps(self):
+    def _steps(self, profiler=None):
+        """Run the steps; ``profiler``: the active :class:`~meshchain.core.profiling.Profiler` (or None)."""
         account, failure, overlap = self.account, None, self.overlap
         compute = account.compute
         flight = None  # eager messages of the next step: (posted at, computed since, seen complete at)
         for step in self.steps:
+            s0 = _clock() if profiler is not None else 0.0
             for storage in step.settle:
                 if storage.pending is not None:
                     storage.settle()
             for reduction in step.reductions:
                 reduction.reset()
+            s1 = _clock() if profiler is not None else 0.0
             if not step.posted:
                 for exchange in step.exchanges:
                     exchange.begin()
@@ -273,6 +300,7 @@ class Plan:
                 t3 = _clock()
             if step.exchanges:
                 _hidden(account, step.waits, flight, t0, t1, t2, seen)
+            t4 = t5 = t3
             if step.eager:
                 for exchange in step.eager:
                     exchange.begin()
@@ -288,6 +316,8 @@ class Plan:
                     account.core += t5 - t4
             for reduction in step.reductions:
                 reduction.start()
+            if profiler is not None:
+                trace_step(profiler, self, step, (s0, s1, t0, t1, t2, t3, t4, t5, _clock()))
             for storage, depth in step.validity:
                 storage.valid_depth = depth
             if step.core_share >= 0:

@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -41,6 +42,8 @@ from ..core.cache import CacheRegistry
 from ..core.config import Config
 from ..core.errors import ConfigurationError, LoopError
 from ..core.stats import StatsRecorder
+from ..core.summary import Summary
+from ..model.calibrate import measure_copy_bandwidth
 from ..ir.loop import make_loop
 from ..partition.distribute import MAX_DEPTH
 from .auto import ModelState
@@ -96,6 +99,7 @@ class Session:
         self.surface = Surface(self)  # what linalg and io use of the session
         self.communication = CommunicationSettings(self)  # the transport and progress mode, agreed at partition
         self._poller = None  # the communication thread of progress="poll", made at first use
+        self._copy_measured = None  # the copy bandwidth the summary measured, when no calibration has one
 
     # --- declarations (called by the user objects, through meshchain.core.context) -------------------
 
@@ -313,9 +317,11 @@ class Session:
 
     # --- statistics and the model ---------------------------------------------------------------------
 
-    def statistics(self, *, reset: bool = False, all_ranks: bool = False):
-        """A snapshot of the statistics (``mc.stats()``), pending loops run first."""
+    def statistics(self, *, reset: bool = False, all_ranks: bool = False, summary: bool = False):
+        """A snapshot of the statistics (``mc.stats()``), pending loops run first; ``summary``:
+        the :class:`~meshchain.core.summary.Summary` over every rank instead (collective)."""
         self.flush()
+        seconds = time.perf_counter() - self.recorder.started
         if self._backend is not None:
             self._backend.settle()  # GPU launches are timed by events, read once they are done
         self.model.predict(self.recorder.accounts)
@@ -327,9 +333,23 @@ class Session:
         if reset:
             self.recorder.reset()
             self.caches.reset_counts()
+        if summary:
+            gathered = self.comm.allgather((snapshot, seconds)) if distributed else [(snapshot, seconds)]
+            return Summary.of([s for s, _ in gathered], seconds=[t for _, t in gathered],
+                              copy_bandwidth=self._copy_bandwidth())
         if all_ranks and self.comm is not None:
             snapshot = snapshot.combined(self.comm.allgather(snapshot))
         return snapshot
+
+    def _copy_bandwidth(self) -> tuple:
+        """``(bytes/s, where from)`` of a large copy: the calibration's, else measured now (once;
+        collective on several ranks)."""
+        calibration = self.model.current_calibration()
+        if calibration is not None and calibration.copy_bandwidth > 0:
+            return calibration.copy_bandwidth, f"calibration of {calibration.created or 'unknown date'}"
+        if self._copy_measured is None:
+            self._copy_measured = measure_copy_bandwidth(self.comm if self.distributed else None)
+        return self._copy_measured, "measured now, one thread per rank; mc.model.calibrate() keeps one"
 
     def calibrate(self, *, save: bool, repeats: int, sizes):
         """``mc.model.calibrate()`` on this session (collective): pending loops run first."""

@@ -45,7 +45,8 @@ from .equations import Machine
 from .overheads import fit_overheads
 
 __all__ = ["Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "calibration_path",
-           "measure_network", "measure_packing", "measure_transports", "measure_overlap"]
+           "measure_network", "measure_packing", "measure_transports", "measure_overlap",
+           "measure_copy_bandwidth"]
 
 SIZES = (8, 1024, 16384, 131072, 1048576)
 
@@ -67,13 +68,14 @@ class Calibration:
     progress: str = ""
     progress_times: dict = field(default_factory=dict)
     overlaps: dict = field(default_factory=dict)
+    copy_bandwidth: float = 0.0  # bytes per second of a large contiguous copy (read + write), 0: not measured
 
     def as_dict(self) -> dict:
         return {"machine": asdict(self.machine), "loop_costs": dict(self.loop_costs), "ranks": self.ranks,
                 "host": self.host, "created": self.created, "overheads": self.overheads,
                 "transport": self.transport, "transport_times": dict(self.transport_times),
                 "progress": self.progress, "progress_times": dict(self.progress_times),
-                "overlaps": dict(self.overlaps)}
+                "overlaps": dict(self.overlaps), "copy_bandwidth": self.copy_bandwidth}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
@@ -81,7 +83,7 @@ class Calibration:
                    data.get("host", ""), data.get("created", ""), bool(data.get("overheads", False)),
                    str(data.get("transport", "")), dict(data.get("transport_times", {})),
                    str(data.get("progress", "")), dict(data.get("progress_times", {})),
-                   dict(data.get("overlaps", {})))
+                   dict(data.get("overlaps", {})), float(data.get("copy_bandwidth", 0.0)))
 
     def describe(self, machine: Machine | None = None) -> str:
         """The constants in words (``machine``: these instead of the calibration's)."""
@@ -136,7 +138,8 @@ def measure(comm, *, costs: dict, observations, previous, path: Path | None, rep
         machine = dataclasses.replace(machine, overlap=overlaps[progress])
     calibration = Calibration(machine, costs, comm.size, socket.gethostname(),
                               datetime.datetime.now().isoformat(timespec="seconds"), fitted,
-                              min(times, key=times.get) if times else "", times, progress, progress_times, overlaps)
+                              min(times, key=times.get) if times else "", times, progress, progress_times, overlaps,
+                              measure_copy_bandwidth(comm))
     if path is not None and comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -318,6 +321,31 @@ def measure_packing(comm, *, rows: int = 50_000, width: int = 4, repeats: int = 
     cost = np.array([float(np.median(samples[1:])) / message.nbytes])
     comm.Allreduce(MPI.IN_PLACE, cost, op=MPI.MAX)
     return float(cost[0])
+
+
+def measure_copy_bandwidth(comm=None, *, megabytes: int = 64, repeats: int = 5) -> float:
+    """Bytes per second of a large contiguous copy, counting what is read and written (STREAM's
+    "Copy"): the best of ``repeats`` copies of ``megabytes`` MB, one thread; on several ranks
+    every rank copies at once and the smallest is taken (collective).
+
+    >>> measure_copy_bandwidth(megabytes=8, repeats=2) > 1e8
+    True
+    """
+    source = np.ones(megabytes * 2**20 // 8)
+    target = np.empty_like(source)
+    if comm is not None:
+        comm.Barrier()
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - start)
+    rate = np.array([2 * source.nbytes / best])
+    if comm is not None and comm.size > 1:
+        from mpi4py import MPI
+
+        comm.Allreduce(MPI.IN_PLACE, rate, op=MPI.MIN)
+    return float(rate[0])
 
 
 def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
