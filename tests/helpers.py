@@ -39,3 +39,35 @@ def failure_on_every_rank(comm, action) -> str:
     messages = comm.allgather(message)
     assert all(messages), f"not every rank raised: {messages}"
     return message
+
+
+def launch_script(arguments: list, env: dict, *, nprocs: int, timeout: float, what: str,
+                  detail=None) -> tuple[int, str]:
+    """Run ``python arguments...`` under ``mpiexec -n nprocs`` with ``env`` (from the repository
+    root; ``PYTHONUNBUFFERED`` set); (exit status, output). Killed, with everything it started,
+    after ``timeout`` seconds (the test then fails, naming ``what``, with ``detail()`` if given);
+    skipped without mpiexec."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from meshchain.testing import harness as mpi_harness
+
+    mpiexec = mpi_harness.find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to sys.executable or on PATH")
+    command = [mpiexec, *mpi_harness.oversubscribe_flags(mpiexec), "-n", str(nprocs), sys.executable, *arguments]
+    process = subprocess.Popen(command, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               cwd=Path(__file__).resolve().parents[1])
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"{what}: mpiexec did not finish in {timeout} s:\n{output[-6000:]}\n{detail() if detail else ''}")
+    return process.returncode, output

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import launch_script
 
 import meshchain.comm.progress as progress
 import meshchain.comm.transports as transports
@@ -567,26 +566,12 @@ def launch(scenario: str, environment: dict, *, nprocs: int = 2, script: list | 
     """Run ``python <this file> scenario`` (or ``python script...``) under ``mpiexec -n nprocs``
     with ``environment`` added to a clean one; (exit status, output). Killed, with
     everything it started, after :data:`SCRIPT_TIMEOUT` seconds."""
-    from meshchain.testing import harness as mpi_harness
-
-    mpiexec = mpi_harness.find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec next to sys.executable or on PATH")
     ours = {"MESHCHAIN_PROGRESS", *world.ASYNC_PROGRESS_VARIABLES, *TCP}
     env = {k: v for k, v in os.environ.items()
            if k not in ours and not k.startswith(("PMI_", "MESHCHAIN_MPI_", "HYDI_"))}
-    env.update(environment, PYTHONUNBUFFERED="1")
-    command = [mpiexec, *mpi_harness.oversubscribe_flags(mpiexec), "-n", str(nprocs), sys.executable,
-               *(script or [str(Path(__file__).resolve()), scenario])]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, cwd=Path(__file__).resolve().parents[1])
-    try:
-        output, _ = process.communicate(timeout=SCRIPT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{scenario}: mpiexec did not finish in {SCRIPT_TIMEOUT} s:\n{output[-6000:]}")
-    return process.returncode, output
+    env.update(environment)
+    return launch_script(script or [str(Path(__file__).resolve()), scenario], env, nprocs=nprocs,
+                         timeout=SCRIPT_TIMEOUT, what=scenario)
 
 
 def result_of(scenario: str, environment: dict) -> dict:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import activity
 from ..core.errors import DataShapeError, MeshchainError
 
 __all__ = ["raise_together", "agree_on_failure", "check_agreement", "values_if_different", "alive_everywhere",
@@ -41,7 +42,8 @@ def raise_together(comm, error: BaseException | None) -> None:
 
 
 def _raise_reported(comm, error: BaseException | None) -> None:
-    reports = comm.allgather(None if error is None else (type(error), str(error)))
+    with activity.waiting("collective raise_together (allgather of the errors)"):
+        reports = comm.allgather(None if error is None else (type(error), str(error)))
     _raise_first(comm, reports, error)
 
 
@@ -58,7 +60,11 @@ def agree_on_failure(comm, error: BaseException | None, flag: np.ndarray | None 
 
     flag = np.zeros(2, dtype=np.int32) if flag is None else flag
     flag[0] = 0 if error is None else 1
-    comm.Allreduce(MPI.IN_PLACE, flag[:1], op=MPI.MAX)
+    if activity.watched:
+        with activity.Wait("collective agree_on_failure (Allreduce)"):
+            comm.Allreduce(MPI.IN_PLACE, flag[:1], op=MPI.MAX)
+    else:
+        comm.Allreduce(MPI.IN_PLACE, flag[:1], op=MPI.MAX)
     if flag[0]:
         _raise_reported(comm, error)
 
@@ -81,7 +87,8 @@ def _raise_first(comm, reports, error) -> None:
 
 def check_agreement(comm, value, what: str) -> None:
     """Raise on every rank unless ``value`` (hashable, small) is the same on every rank."""
-    values = comm.allgather(value)
+    with activity.waiting(f"collective check_agreement of {what}"):
+        values = comm.allgather(value)
     error = None
     if any(v != values[0] for v in values):
         error = DataShapeError(f"{what} differs between ranks: {values}; every rank must pass the same value.")
@@ -105,10 +112,14 @@ def values_if_different(comm, value, error: BaseException | None) -> list | None
 
     digest = int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), "little") >> 1
     found = np.array([error is not None, digest, -digest], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, found, op=MPI.MAX)
+    with activity.waiting("collective values_if_different"):
+        comm.Allreduce(MPI.IN_PLACE, found, op=MPI.MAX)
     if found[0]:
         _raise_reported(comm, error)
-    return None if found[1] == -found[2] else comm.allgather(value)
+    if found[1] == -found[2]:
+        return None
+    with activity.waiting("collective values_if_different"):
+        return comm.allgather(value)
 
 
 def alive_everywhere(comm, objects) -> list:
@@ -119,7 +130,8 @@ def alive_everywhere(comm, objects) -> list:
 
     alive = np.array([o is not None for o in objects], dtype=np.uint8)
     everywhere = np.empty_like(alive)
-    comm.Allreduce(alive, everywhere, op=MPI.MIN)
+    with activity.waiting("collective alive_everywhere"):
+        comm.Allreduce(alive, everywhere, op=MPI.MIN)
     return [o for o, keep in zip(objects, everywhere) if keep]
 
 
@@ -135,7 +147,8 @@ def same_everywhere(comm, values) -> np.ndarray:
 
     lo = -(1 << 62)
     v = np.array([lo if x is None else x for x in values] + [lo if x is None else -x for x in values], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+    with activity.waiting("collective same_everywhere"):
+        comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
     k = len(values)
     return (v[:k] == -v[k:]) | (v[:k] == lo)
 

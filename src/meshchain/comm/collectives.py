@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import activity
 from .blocks import block_owner
 from .sparse import exchange_rows
 
@@ -24,7 +25,8 @@ def alltoallv(comm, send: np.ndarray, destinations: np.ndarray) -> tuple[np.ndar
     NBX termination): a rank sends only to the ranks its rows go to and learns who sends
     to it without an all-to-all of counts, so no rank does O(P) work for P ranks.
     """
-    return exchange_rows(comm, np.ascontiguousarray(send), np.asarray(destinations, dtype=np.int64))
+    with activity.waiting("collective alltoallv (sparse exchange of rows)"):
+        return exchange_rows(comm, np.ascontiguousarray(send), np.asarray(destinations, dtype=np.int64))
 
 
 def mpi_datatype(dtype):
@@ -81,8 +83,9 @@ def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def gather_rows(comm, global_ids: np.ndarray, rows: np.ndarray, n_global: int):
     """Rows of all ranks placed at their global ids, on rank 0 (``None`` elsewhere)."""
-    gathered_ids = comm.gather(np.ascontiguousarray(global_ids, dtype=np.int64), root=0)
-    gathered_rows = comm.gather(np.ascontiguousarray(rows), root=0)
+    with activity.waiting("collective gather_rows (gather to rank 0)"):
+        gathered_ids = comm.gather(np.ascontiguousarray(global_ids, dtype=np.int64), root=0)
+        gathered_rows = comm.gather(np.ascontiguousarray(rows), root=0)
     if comm.rank != 0:
         return None
     result = np.empty((n_global,) + rows.shape[1:], dtype=rows.dtype)

@@ -81,8 +81,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..core import activity
 from ..core.errors import MeshchainError
 from .collectives import concatenated_ranges
+from .hang import describe_exchange, start_transport, wait_any, wait_transport
 from .packing import COMBINE, OPS, WORD, check_op, pack, row_table, scratch, typed_view, unpack, word_view
 from .transports import TRANSPORTS, Transport, Wire, check_transport, make_transport
 
@@ -197,6 +199,11 @@ class HaloExchange:
         The transport's name.
     messages, bytes_sent, largest : int
         Messages this rank sends per (forward) run, their bytes, and the largest one.
+    tag : int
+        The tag of its messages.
+    label : str or None
+        What hang reports call the exchange (``"'q', 'r'"``: the dats it moves; the engine
+        sets it), else None (they give its tag).
     """
 
     def __init__(self, comm, items, *, tag: int, transport: str = "persistent"):
@@ -217,6 +224,7 @@ class HaloExchange:
         self._checked: set = set()  # ops already accepted for these dats
         self._state = None  # None (idle), "forward", the op of a reverse run, or "closed"
         self._transport = make_transport(transport, comm, wire, tag=tag, start=_start)
+        self.label, self.tag = None, tag
 
     @property
     def requests(self) -> list:
@@ -289,7 +297,10 @@ class HaloExchange:
         if len(self.send.table):
             pack(self.send.buffer, self.views, self.send.table)
         if not self._transport.idle:
-            self._transport.start(False)
+            if activity.watched and self._transport.collective:  # its start may wait for others
+                start_transport(self._transport, False, describe_exchange(self, False))
+            else:
+                self._transport.start(False)
         self._state = "forward"
 
     def end(self) -> None:
@@ -297,7 +308,10 @@ class HaloExchange:
         if self._state != "forward":
             raise MeshchainError("end() of a halo exchange needs a forward run begun by begin()")
         if not self._transport.idle:
-            self._transport.wait(False)
+            if activity.watched:  # polled and noted for hang diagnostics
+                wait_transport(self._transport, False, describe_exchange(self, False))
+            else:
+                self._transport.wait(False)
         self._state = None
         if len(self.receive.table):
             unpack(self.receive.buffer, self.views, self.receive.table)
@@ -330,7 +344,10 @@ class HaloExchange:
         if self._state != "forward":
             raise MeshchainError("finish() of a halo exchange needs a forward run begun by begin()")
         if not self._transport.idle:
-            self._transport.wait(False)
+            if activity.watched:  # polled and noted for hang diagnostics
+                wait_transport(self._transport, False, describe_exchange(self, False))
+            else:
+                self._transport.wait(False)
         self._state = None
 
     def test(self) -> bool:
@@ -372,7 +389,10 @@ class HaloExchange:
         if len(self.receive.table):
             pack(self.receive.buffer, self.views, self.receive.table)
         if not self._transport.idle:
-            self._transport.start(True)
+            if activity.watched and self._transport.collective:  # its start may wait for others
+                start_transport(self._transport, True, describe_exchange(self, True))
+            else:
+                self._transport.start(True)
         self._state = op
 
     def end_reverse(self) -> None:
@@ -382,7 +402,10 @@ class HaloExchange:
         if op not in OPS:
             raise MeshchainError("end_reverse() of a halo exchange needs a reverse run begun by begin_reverse()")
         if not self._transport.idle:
-            self._transport.wait(True)
+            if activity.watched:  # polled and noted for hang diagnostics
+                wait_transport(self._transport, True, describe_exchange(self, True))
+            else:
+                self._transport.wait(True)
         self._state = None
         if len(self.send.table):
             if op == "replace":
@@ -460,6 +483,9 @@ def arrivals(exchanges):
     pending = set(range(len(requests)))
     while pending:
         index, done = MPI.Request.Testany(requests)
+        if not done and activity.watched:  # noted for hang diagnostics, backing off
+            what = " and ".join(describe_exchange(x) for x in exchanges) + " (boundary tasks)"
+            index, done = wait_any(requests, what, {n for n, _ in owners}, {owners[i][0] for i in pending})
         while not done:  # MPI's Waitany spins without yielding: on an oversubscribed core it
             os.sched_yield()  # would starve the neighbour that is sending to this rank
             index, done = MPI.Request.Testany(requests)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import activity
 from .collectives import mpi_datatype
 
 __all__ = ["sum_everywhere", "max_everywhere", "min_everywhere", "count_before", "gather_to_root", "scatter_from_root"]
@@ -29,10 +30,11 @@ def _reduce(comm, values, op_name: str):
     from mpi4py import MPI
 
     op = getattr(MPI, op_name)
-    if isinstance(values, np.ndarray):
-        comm.Allreduce(MPI.IN_PLACE, values, op=op)
-        return values
-    return comm.allreduce(values, op=op)
+    with activity.waiting(f"collective {op_name.lower()} over ranks (Allreduce)"):
+        if isinstance(values, np.ndarray):
+            comm.Allreduce(MPI.IN_PLACE, values, op=op)
+            return values
+        return comm.allreduce(values, op=op)
 
 
 def sum_everywhere(comm, values):
@@ -56,7 +58,8 @@ def count_before(comm, count: int) -> int:
         return 0
     from mpi4py import MPI
 
-    before = comm.exscan(int(count), op=MPI.SUM)  # None on rank 0
+    with activity.waiting("collective count_before (Exscan)"):
+        before = comm.exscan(int(count), op=MPI.SUM)  # None on rank 0
     return int(before) if comm.rank else 0
 
 
@@ -68,10 +71,11 @@ def gather_to_root(comm, rows: np.ndarray, counts=None):
     if comm is None or comm.size == 1:
         return rows.copy(), np.array([len(rows)], dtype=np.int64)
     root = comm.rank == 0
-    if counts is None:
-        counts = np.array(comm.allgather(len(rows)), dtype=np.int64)
-    gathered = np.empty(int(counts.sum()) if root else 0, dtype=rows.dtype)
-    comm.Gatherv(rows, [gathered, counts, mpi_datatype(rows.dtype)] if root else None, root=0)
+    with activity.waiting("collective gather_to_root (Gatherv)"):
+        if counts is None:
+            counts = np.array(comm.allgather(len(rows)), dtype=np.int64)
+        gathered = np.empty(int(counts.sum()) if root else 0, dtype=rows.dtype)
+        comm.Gatherv(rows, [gathered, counts, mpi_datatype(rows.dtype)] if root else None, root=0)
     return (gathered if root else None), counts
 
 
@@ -82,5 +86,6 @@ def scatter_from_root(comm, rows, counts, out: np.ndarray) -> np.ndarray:
         out[...] = rows
         return out
     root = comm.rank == 0
-    comm.Scatterv([np.ascontiguousarray(rows), counts, mpi_datatype(out.dtype)] if root else None, out, root=0)
+    with activity.waiting("collective scatter_from_root (Scatterv)"):
+        comm.Scatterv([np.ascontiguousarray(rows), counts, mpi_datatype(out.dtype)] if root else None, out, root=0)
     return out

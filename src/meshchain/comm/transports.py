@@ -229,6 +229,13 @@ class Transport:
         for waiting on them one by one; None when this transport completes a run as a whole."""
         return None
 
+    def in_flight(self, reverse: bool = False):
+        """``[(neighbour, receiving, request)]`` of the run in flight in direction ``reverse``,
+        one per message (``receiving``: a receive from the neighbour, else a send to it), for
+        telling which neighbours' messages are outstanding (hang diagnostics); None when this
+        transport completes a run as a whole."""
+        return None
+
     def progress(self) -> None:
         """Let MPI move what this rank owes others (one nonblocking probe on the
         communicator; it receives nothing). MPI promises only weak progress: with MPICH, the
@@ -274,6 +281,11 @@ class P2P(Transport):
 
     def receives_in_flight(self):
         return [(n, self._flight[k]) for k, (n, _) in enumerate(self.directions[0].receives)] if self._flight else []
+
+    def in_flight(self, reverse=False):
+        direction, flight = self.directions[reverse], self._flight
+        receives = [(n, True, request) for (n, _), request in zip(direction.receives, flight)]
+        return receives + [(n, False, request) for (n, _), request in zip(direction.sends, flight[len(receives):])]
 
     def close(self):
         self.wait()
@@ -324,6 +336,11 @@ class Persistent(Transport):
     def receives_in_flight(self):
         made, sends = self._made[0] or [], len(self.directions[0].sends)
         return [(n, made[sends + k]) for k, (n, _) in enumerate(self.directions[0].receives)] if made else []
+
+    def in_flight(self, reverse=False):
+        direction, made = self.directions[reverse], self._made[reverse] or []
+        sends = [(n, False, request) for (n, _), request in zip(direction.sends, made)]
+        return sends + [(n, True, request) for (n, _), request in zip(direction.receives, made[len(sends):])]
 
 
 class Neighbour(Transport):

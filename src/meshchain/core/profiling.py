@@ -47,6 +47,7 @@ Examples
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -186,7 +187,9 @@ def loop_seconds(events) -> dict:
     """Seconds per loop of the plan runs in ``events`` (trace events, any ranks), summed over
     ranks: each phase's time shared out to its loops by iterations, and the rest of each run
     (exchanges, reductions, agreeing) to its loops in proportion to their phase time (evenly
-    when it computed nothing). Their sum is the runs' total time.
+    when it computed nothing); plus the waits for a loop's reductions over ranks outside its
+    runs (reading a global: ``reduction wait`` events naming the loop). Their sum is the
+    time of the runs and of those waits.
 
     >>> from meshchain.core.profiling import loop_seconds
     >>> events = [{"name": "loop a", "cat": "unit", "ph": "X", "ts": 0, "dur": 10, "pid": 0, "tid": 0,
@@ -204,6 +207,16 @@ def loop_seconds(events) -> dict:
             phases.setdefault((e["pid"], e["tid"]), []).append(e)
     for track in phases.values():
         track.sort(key=lambda e: e["ts"])
+    spans: dict = {}
+    for run in runs:
+        spans.setdefault((run["pid"], run["tid"]), []).append((run["ts"], run["ts"] + run["dur"]))
+    for track in spans.values():
+        track.sort()
+    for wait in events:
+        loops = wait.get("args", {}).get("loops") if wait.get("cat") == "reduction" and wait.get("ph") == "X" else None
+        if loops and wait["name"].endswith("reduction wait") and not _inside(wait, spans):
+            for name in loops:
+                totals[name] = totals.get(name, 0.0) + wait["dur"] * 1e-6 / len(loops)
     for run in runs:
         start, end = run["ts"], run["ts"] + run["dur"]
         inside = [p for p in phases.get((run["pid"], run["tid"]), ()) if start <= p["ts"] and p["ts"] + p["dur"] <= end]
@@ -219,6 +232,16 @@ def loop_seconds(events) -> dict:
             part = share / computed if computed > 0 else 1 / len(shares)
             totals[name] = totals.get(name, 0.0) + (share + rest * part) * 1e-6
     return totals
+
+
+def _inside(event, spans) -> bool:
+    """Whether ``event`` lies within one of the runs ``spans`` of its track (counted there)."""
+    track = spans.get((event["pid"], event["tid"]))
+    if not track:
+        return False
+    start = event["ts"]
+    at = bisect.bisect_right(track, (start, float("inf"))) - 1  # the last run that began by then
+    return at >= 0 and start + event["dur"] <= track[at][1]
 
 
 #: Event phases this library writes, and the keys each needs.

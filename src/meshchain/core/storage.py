@@ -99,7 +99,7 @@ class GlobalStorage:
             began = _profiling._clock() if profiler is not None else 0.0
             pending.finish(self.value)
             if profiler is not None:
-                profiler.span(_REDUCTION_WAIT, began, _profiling._clock())
+                profiler.span(getattr(pending, "label", _REDUCTION_WAIT), began, _profiling._clock())
 
 
 class DataStore:

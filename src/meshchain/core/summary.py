@@ -5,8 +5,9 @@ slowest as a percentage of the total time), calls, messages and bytes sent (summ
 ranks), and per loop the bytes its iterations must move from its access descriptors
 (:mod:`meshchain.engine.traffic`, OP2's measure) with the achieved bandwidth: those bytes
 over the loop's compute time (all ranks' bytes over the slowest rank's time), beside the
-copy bandwidth of the machine (``mc.model.calibrate()`` measures it, else it is measured
-when the summary is made).
+copy bandwidth of the machine: what one rank copies while every rank copies at once
+(``mc.model.calibrate()`` measures it, else it is measured when the summary is made),
+times the ranks (``% copy`` is of that).
 
 A loop's time is its compute time plus the time it waited for its own halo exchanges
 (when it ran on its own, or in a chain run loop by loop). A chain run
@@ -82,7 +83,7 @@ class Summary:
     seconds : float
         The total time: since the statistics began (or were reset), the slowest rank.
     copy_bandwidth : float
-        Bytes per second of a large copy (read plus write) on this machine.
+        Bytes per second of a large copy (read plus write) by one rank while every rank copies.
     copy_source : str
         Where that figure comes from.
     """
@@ -111,10 +112,15 @@ class Summary:
                 "loops": {k: {**vars(v), "gbytes_per_second": v.gbytes_per_second} for k, v in self.loops.items()},
                 "chains": {k: dict(vars(v)) for k, v in self.chains.items()}}
 
+    @property
+    def copy_all_ranks(self) -> float:
+        """Bytes per second all ranks copy together (:attr:`copy_bandwidth` times the ranks)."""
+        return self.copy_bandwidth * self.ranks
+
     def __str__(self) -> str:
-        copy = self.copy_bandwidth / 1e9
-        rows = [f"meshchain summary: {self.ranks} rank(s), {self.seconds:.4f} s (slowest rank); "
-                f"copy bandwidth {copy:.2f} GB/s ({self.copy_source})", "",
+        copy = self.copy_all_ranks / 1e9
+        rows = [f"meshchain summary: {self.ranks} rank(s), {self.seconds:.4f} s (slowest rank); copy bandwidth "
+                f"{copy:.2f} GB/s ({self.copy_bandwidth / 1e9:.2f} per rank, all copying; {self.copy_source})", "",
                 f"{'loop':<20}{'calls':>7}{'max s':>10}{'min s':>10}{'%':>6}{'wait s':>9}{'msgs':>8}{'MB sent':>9}"
                 f"{'MB moved':>10}{'GB/s':>8}{'% copy':>8}"]
         for r in sorted(self.loops.values(), key=lambda r: -r.time_max):
@@ -129,7 +135,8 @@ class Summary:
                      f"{c.wait_max:>9.4f}{c.messages:>8}{c.bytes_sent / 1e6:>9.3f}{c.loops:>10}{c.mode:>10}"
                      for c in sorted(self.chains.values(), key=lambda c: -c.time_max)]
         rows += ["", "max/min s: over ranks; %: of the total time; msgs, MB sent: summed over ranks; MB moved: "
-                     "from access descriptors (OP2's measure); GB/s: MB moved over the slowest rank's compute time"]
+                     "from access descriptors (OP2's measure); GB/s: MB moved over the slowest rank's compute time; "
+                     "% copy: of the copy bandwidth of all ranks"]
         return "\n".join(rows)
 
 

@@ -238,7 +238,7 @@ class _Builder:
                     storage = self.unit.storage[self.unit.signature[position].args[i].obj]
                     if id(storage) not in by_global:
                         by_global[id(storage)] = Reduction(self.session.comm, storage, operations[arg.access],
-                                                           inc=arg.access is Access.INC)
+                                                           inc=arg.access is Access.INC, loop=loop.name)
                     found.setdefault(position, {})[i] = by_global[id(storage)]
         return found
 
@@ -251,6 +251,7 @@ class _Builder:
             items.append((storage, layer_rows(set_layout.exports, lo, hi), layer_rows(set_layout.imports, lo, hi)))
         tag = GROUPED_TAG if spec.grouped else items[0][0].tag
         exchange = self.backend.halo_exchange(self.session.comm, items, tag=tag, transport=self.session.transport)
+        exchange.label = ", ".join(repr(unit.objects[key].name) for key, _, _ in spec.items)  # for hang reports
         self.closers.append(exchange.close)
         self.exchanges.append((exchange, tuple(key for key, _, _ in spec.items)))
         return exchange

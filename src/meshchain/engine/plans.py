@@ -68,15 +68,23 @@ _clock = time.perf_counter
 
 
 class PendingReduction:
-    """A reduction over ranks in flight; ``finish(value)`` completes it into the global."""
+    """A reduction over ranks in flight; ``finish(value)`` completes it into the global.
+    ``label``: the profiler's label of waiting for it (names the loop that reduces)."""
 
-    __slots__ = ("request", "result", "inc")
+    __slots__ = ("request", "result", "inc", "label")
 
-    def __init__(self, result, inc: bool):
+    def __init__(self, result, inc: bool, loop: str = ""):
         self.request, self.result, self.inc = None, result, inc
+        self.label = _profiling.label(f"{loop}: reduction wait" if loop else "reduction wait", "reduction",
+                                      loops=[loop] if loop else [])
 
     def finish(self, value: np.ndarray) -> None:
-        self.request.Wait()
+        if _activity.watched:  # polled and noted for hang diagnostics
+            from ..comm.hang import wait_request
+
+            wait_request(self.request, "a reduction over ranks (Iallreduce of a global)")
+        else:
+            self.request.Wait()
         if self.inc:
             value += self.result
         else:
@@ -90,11 +98,11 @@ class Reduction:
 
     __slots__ = ("comm", "storage", "owned", "scratch", "op", "inc", "pending")
 
-    def __init__(self, comm, storage, op, *, inc: bool):
+    def __init__(self, comm, storage, op, *, inc: bool, loop: str = ""):
         self.comm, self.storage, self.op, self.inc = comm, storage, op, inc
         self.owned = np.zeros_like(storage.value)
         self.scratch = np.zeros_like(storage.value)
-        self.pending = PendingReduction(np.empty_like(storage.value), inc)
+        self.pending = PendingReduction(np.empty_like(storage.value), inc, loop)
 
     def reset(self) -> None:
         if self.inc:

@@ -35,9 +35,11 @@ import time
 import numpy as np
 
 from ..backends import make_backend
+from ..comm.hang import watch
 from ..comm.progress import Poller, check_progress
 from ..comm.transports import check_transport
 from ..comm.world import world_communicator
+from ..core import activity
 from ..core.cache import CacheRegistry
 from ..core.config import Config
 from ..core.errors import ConfigurationError, LoopError
@@ -73,6 +75,7 @@ class Session:
         self.distributed = self.comm is not None and self.comm.size > 1
         self.size = 1 if self.comm is None else self.comm.size
         self.rank = 0 if self.comm is None else self.comm.rank
+        watch(self.config, self.comm)  # hang diagnostics (hang_timeout)
         self.caches = CacheRegistry()
         self.recorder = StatsRecorder()
         self.mesh = mesh = MeshState(self.comm, self.caches, inherit=inherit.mesh if (
@@ -252,7 +255,8 @@ class Session:
                 old_backend.restore()
             raise
         self.tracing.configure(new)
-        if new != old_config:
+        watch(new, self.comm)
+        if _planned(new) != _planned(old_config):  # the profile and the hang watch change no plan
             self.communication.forget()
             self.communication.agree()  # collective, like configure itself
             self.caches.notify("configure")
@@ -334,11 +338,13 @@ class Session:
             self.recorder.reset()
             self.caches.reset_counts()
         if summary:
-            gathered = self.comm.allgather((snapshot, seconds)) if distributed else [(snapshot, seconds)]
+            with activity.waiting("collective mc.stats(summary=True) (allgather)"):
+                gathered = self.comm.allgather((snapshot, seconds)) if distributed else [(snapshot, seconds)]
             return Summary.of([s for s, _ in gathered], seconds=[t for _, t in gathered],
                               copy_bandwidth=self._copy_bandwidth())
         if all_ranks and self.comm is not None:
-            snapshot = snapshot.combined(self.comm.allgather(snapshot))
+            with activity.waiting("collective mc.stats(all_ranks=True) (allgather)"):
+                snapshot = snapshot.combined(self.comm.allgather(snapshot))
         return snapshot
 
     def _copy_bandwidth(self) -> tuple:
@@ -365,6 +371,11 @@ class Session:
     @property
     def calibration(self):
         return self.model.calibration
+
+
+def _planned(config) -> Config:
+    """``config`` without the options that change no plan (profiling, hang diagnostics)."""
+    return config.replace(profile=None, hang_timeout=None, hang_action="report")
 
 
 def check_interior(config, backend) -> None:

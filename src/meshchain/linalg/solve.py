@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from ..comm.hang import wait_request
+from ..core import activity
 from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat
@@ -142,7 +144,8 @@ class SolveRun:
             return values
         result = np.empty_like(values)
         began = time.perf_counter()
-        self.comm.Allreduce(values, result, op=self.sum_op)
+        with activity.waiting("a reduction over ranks (Allreduce of a solver's dot products)"):
+            self.comm.Allreduce(values, result, op=self.sum_op)
         self.wait_time += time.perf_counter() - began
         return result
 
@@ -151,7 +154,10 @@ class SolveRun:
             return handle
         request, result = handle
         began = time.perf_counter()
-        request.Wait()
+        if activity.watched:
+            wait_request(request, "a reduction over ranks (Iallreduce of a solver's dot products)")
+        else:
+            request.Wait()
         self.wait_time += time.perf_counter() - began
         return result
 

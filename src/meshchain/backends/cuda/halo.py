@@ -32,7 +32,9 @@ import ctypes
 
 import numpy as np
 
+from ...comm.hang import wait_messages
 from ...comm.transports import post_messages
+from ...core import activity
 from ...core.errors import ConfigurationError
 from .residency import DEVICE, device_array
 
@@ -168,7 +170,12 @@ class DeviceExchange:
         """Wait for the messages; enqueue the copy to the device and the unpacking (the dats'
         host copies are then stale)."""
         self.post()
-        if self.requests:
+        if self.requests and activity.watched:  # noted for hang diagnostics: receives first, as posted
+            owners = [(n, True) for n, _, _ in self.receive.ranges] + [(n, False) for n, _, _ in self.send.ranges]
+            label = getattr(self, "label", None)  # the dats, where the engine named them
+            name = f"of {label}" if label else f"tagged {self.tag}"
+            wait_messages(self.requests, owners, f"the device halo exchange {name} (transport 'p2p')")
+        elif self.requests:
             from mpi4py import MPI
 
             MPI.Request.Waitall(self.requests)
