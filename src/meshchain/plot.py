@@ -236,7 +236,7 @@ def _nesting(complete):
         by_lane.setdefault((e["pid"], e["tid"]), []).append(e)
     for lane in by_lane.values():
         open_ends: list = []
-        for e in sorted(lane, key=lambda e: (e["ts"], -e["dur"])):
+        for e in sorted(lane, key=lambda e: (e["ts"], -e["dur"], e.get("cat") != "unit")):  # a run encloses
             while open_ends and open_ends[-1] <= e["ts"] + 1e-3:  # ends before this starts (1 ns of rounding)
                 open_ends.pop()
             out.append((e, len(open_ends)))

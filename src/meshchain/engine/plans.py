@@ -60,7 +60,7 @@ from ..comm.exchange import arrivals
 from ..comm.progress import owed_progress
 from ..core import activity as _activity
 from ..core import profiling as _profiling
-from .traced import trace_run, trace_step
+from .traced import trace_run, trace_simple, trace_step
 
 __all__ = ["Plan", "Step", "Reduction", "Overlap", "guarded"]
 
@@ -226,7 +226,7 @@ class Plan:
         profiler = _profiling.active
         if _activity.watched:
             _activity.unit, _activity.unit_since = self.label, _clock()
-        if self._simple and profiler is None:  # one process, one step: run its one call
+        if self._simple:  # one process, one step: run its one call
             step, account = self.steps[0], self.account
             began = _clock()
             try:
@@ -234,12 +234,15 @@ class Plan:
                     step.core()
             finally:
                 _activity.unit = None
-            seconds = _clock() - began
+            ended = _clock()
+            seconds = ended - began
             if step.core_share >= 0:
                 account.compute[step.core_share] += seconds
             if self.chain:
                 account.total += seconds
             account.runs += 1
+            if profiler is not None:
+                trace_simple(profiler, self, began, ended)
             return
         began = _clock()
         if self.comm is None:

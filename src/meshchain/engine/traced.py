@@ -25,9 +25,11 @@ Examples
 
 from __future__ import annotations
 
+from threading import get_ident
+
 from ..core.profiling import label
 
-__all__ = ["trace_run", "trace_step"]
+__all__ = ["trace_run", "trace_step", "trace_simple"]
 
 # the instants trace_step receives, in order
 _S0, _S1, _T0, _T1, _T2, _T3, _T4, _T5, _S6 = range(9)
@@ -43,11 +45,26 @@ def trace_run(profiler, plan, began: float, ended: float, agreed: float) -> None
         profiler.span(labels[1], ended, agreed)
 
 
+def trace_simple(profiler, plan, began: float, ended: float) -> None:
+    """Record the run of a plan of one call on one process (its call and the run: one span each)."""
+    labels = plan.labels
+    if labels is None:
+        labels = plan.labels = _run_labels(plan)
+    events, ident = profiler.events, get_ident()
+    if len(labels) > 2:
+        events.append((labels[2], began, ended, ident))
+    events.append((labels[0], began, ended, ident))
+
+
 def _run_labels(plan) -> tuple:
     kind = "chain" if plan.chain else "loop"
     loops = list(plan.account.loops)
-    return (label(f"{kind} {plan.name}", "unit", loops=loops),
-            label(f"{plan.name}: agree", "agree", loops=loops))
+    labels = (label(f"{kind} {plan.name}", "unit", loops=loops), label(f"{plan.name}: agree", "agree", loops=loops))
+    step = plan.steps[0] if len(plan.steps) == 1 else None
+    if step is not None and step.core is not None:  # a plan of one call: its phase's label too
+        step.labels = step.labels or _step_labels(plan, step)
+        labels += (step.labels.get("core"),) if "core" in step.labels else ()
+    return labels
 
 
 def trace_step(profiler, plan, step, times) -> None:
