@@ -205,3 +205,27 @@ def test_a_two_rank_airfoil_ca_trace(comm, tmp_path_factory):
     assert summary.chains["stage"].messages == stats.chains["stage"].messages
     assert summary.loops["update"].bytes_moved == stats.loops["update"].bytes_moved
     assert summary.loops["update"].time_max >= summary.loops["update"].time_min > 0
+
+
+def test_pool_threads_that_run_chunks_get_tracks_of_their_own():
+    import time as clock
+
+    from meshchain.backends.threads import ChunkedCall, WorkerPool
+
+    mc.reset_runtime()
+
+    def slow(_):
+        clock.sleep(0.002)
+
+    groups = [[(slow, (i,)) for i in range(12)]]
+    call = ChunkedCall(groups, pool=WorkerPool(2))
+    try:
+        with mc.profile() as profile:
+            call.run()
+    finally:
+        call.pool.close()
+    chunks = [e for e in _complete(profile.events, "phase") if e["name"] == "worker: core chunks"]
+    names = {e["tid"]: e["args"]["name"] for e in profile.events if e["name"] == "thread_name"}
+    assert chunks and sum(e["args"]["chunks"] for e in chunks) <= 12
+    assert all(names[e["tid"]] != "main" for e in chunks)  # the pool's threads, not the caller
+    assert validate_trace({"traceEvents": profile.events}) == []

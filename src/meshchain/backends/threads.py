@@ -35,6 +35,7 @@ import time
 import weakref
 
 from ..comm.progress import TURNING_PAUSE
+from ..core import profiling
 from ..core.errors import ConfigurationError
 
 __all__ = ["WorkerPool", "ChunkedCall"]
@@ -167,6 +168,20 @@ class _Progress:
         """Take and run chunks until none is left to take."""
         while self.work_one():
             pass
+
+    def work_traced(self) -> None:
+        """:meth:`work` on a pool thread: while a profile is recorded, one event on this
+        thread's track spans the chunks it ran (:mod:`meshchain.core.profiling`)."""
+        profiler = profiling.active
+        if profiler is None:
+            self.work()
+            return
+        began, chunks = profiling._clock(), 0
+        while self.work_one():
+            chunks += 1
+        if chunks:
+            profiler.span(profiling.label("worker: core chunks", "phase", phase="core", loops={}, chunks=chunks),
+                          began, profiling._clock())
 
     def work_one(self) -> bool:
         """Take the next chunk and run it once earlier groups are done; False: none was left
@@ -317,7 +332,7 @@ class ChunkedCall:
             an exception of ``driver`` or ``turn`` as it is, once every thread is idle.
         """
         progress = _Progress(self._chunks, self._group_of, self._sizes)
-        self.pool.start(progress.work)
+        self.pool.start(progress.work_traced)
         completed = None
         try:
             if driver is not None:

@@ -82,7 +82,9 @@ class PendingReduction:
         if _activity.watched:  # polled and noted for hang diagnostics
             from ..comm.hang import wait_request
 
-            wait_request(self.request, "a reduction over ranks (Iallreduce of a global)")
+            loops = self.label.args["loops"]
+            wait_request(self.request, "a reduction over ranks (Iallreduce of a global"
+                                       + (f" reduced by loop {loops[0]!r})" if loops else ")"))
         else:
             self.request.Wait()
         if self.inc:
