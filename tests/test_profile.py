@@ -174,7 +174,7 @@ def test_a_two_rank_airfoil_ca_trace(comm, tmp_path_factory):
     airfoil.run(problem, 1, out=None, ca=True)
     path = comm.bcast(str(tmp_path_factory.mktemp("trace") / "airfoil.json") if comm.rank == 0 else None)
     mc.stats(reset=True)
-    with mc.profile(path) as profile:
+    with mc.profile(path):
         for _ in range(3):
             airfoil.iterate(problem, ca=True)
     stats = mc.stats(all_ranks=True)
