@@ -160,7 +160,8 @@ def test_global_value_setter():
     g.value = [1, 2, 3]
     assert g.value.tolist() == [1.0, 2.0, 3.0] and g.value.dtype == np.float64
     copy = g.value
-    copy[0] = 99.0
+    with pytest.raises(ValueError, match="read-only"):  # writing to the copy would change nothing: refused
+        copy[0] = 99.0
     assert g.value[0] == 1.0, "value must return a copy"
     with pytest.raises(mc.DataShapeError, match=r"Global 'g'.*shape \(2,\), expected \(3,\)"):
         g.value = [1.0, 2.0]

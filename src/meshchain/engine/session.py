@@ -170,7 +170,9 @@ class Session:
         storage = self.storage(g)
         self.force_read(g)
         storage.settle()
-        return storage.value.copy()
+        value = storage.value.copy()
+        value.flags.writeable = False  # a copy: writing to it would change nothing (set glob.value instead)
+        return value
 
     def set_global_value(self, g, new) -> None:
         storage = self.storage(g)

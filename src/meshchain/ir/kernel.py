@@ -86,6 +86,8 @@ class Kernel:
     def __init__(self, func, *, name=None, source=None):
         if not isinstance(func, types.FunctionType):
             raise KernelError(f"mc.kernel expects a Python function, got {type(func).__name__}.")
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise KernelError(f"mc.kernel: name must be a Python identifier (a str), got {name!r}.")
         self.func = func
         self.name = name or func.__name__
         self.source = source if source is not None else _read_source(func, self.name)

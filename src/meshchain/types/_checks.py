@@ -54,23 +54,45 @@ def resolve_dtype(data, dtype, what: str) -> np.dtype:
 def as_storage(data, dtype: np.dtype, shape: tuple[int, ...], what: str, *, fix: str) -> np.ndarray:
     """Copy ``data`` into a fresh C-contiguous array of ``shape`` and ``dtype``.
 
-    Accepts ``shape`` itself or, when the trailing extent is 1, the shape without it.
-    Refuses casts that could lose information (float -> int, int64 -> int32 overflow).
+    Accepts ``shape`` itself, the shape without a trailing extent of 1, or the values flat
+    (one dimension, as OP2's C API and PyOP2 take them). Refuses casts that could lose
+    information: float values that are not integers (or do not fit) into an integer dtype,
+    integers that do not fit (float64 into float32 rounds, as NumPy does).
+
+    >>> as_storage([1.0, 2.0, 3.0, 4.0], np.dtype(np.int32), (2, 2), "Dat 'q'", fix="").tolist()
+    [[1, 2], [3, 4]]
+    >>> as_storage([0.5], np.dtype(np.int32), (1,), "Global 'g'", fix="")
+    Traceback (most recent call last):
+    ...
+    meshchain.core.errors.DataShapeError: Global 'g': cannot store float64 data as int32 without losing information: 0.5 is not an integer; round it first (np.rint) or pass dtype=float64.
     """
     array = np.asarray(data)
     if array.shape != shape and not (shape[-1] == 1 and array.shape == shape[:-1]):
-        raise DataShapeError(f"{what}: data has shape {array.shape}, expected {shape}; {fix}")
+        if not (array.ndim == 1 and len(shape) > 1 and array.size == int(np.prod(shape))):
+            raise DataShapeError(f"{what}: data has shape {array.shape}, expected {shape}; {fix} (Or all "
+                                 f"{int(np.prod(shape))} values flat.)")
     if array.dtype != dtype:
-        if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+        if dtype.kind in "iu" and array.dtype.kind == "f":
+            _check_integral(array, dtype, what)
+        elif not np.can_cast(array.dtype, dtype, casting="same_kind"):
             raise DataShapeError(
                 f"{what}: cannot store {array.dtype} data as {dtype} without losing information; "
                 f"convert the data first or pass dtype={array.dtype}."
             )
-        if dtype.kind == "i" and array.dtype.kind in "iu" and array.size:
+        if dtype.kind in "iu" and array.dtype.kind in "iuf" and array.size:
             info = np.iinfo(dtype)
             if array.min() < info.min or array.max() > info.max:
-                raise DataShapeError(f"{what}: values do not fit in {dtype}; pass dtype=np.int64.")
+                raise DataShapeError(f"{what}: values do not fit in {dtype}; pass dtype=np.int64 (they range from "
+                                     f"{array.min()} to {array.max()}).")
     return np.array(array, dtype=dtype, order="C", copy=True).reshape(shape)
+
+
+def _check_integral(array: np.ndarray, dtype: np.dtype, what: str) -> None:
+    """Refuse float ``array`` as integer ``dtype`` unless every value is a whole number."""
+    bad = ~np.isfinite(array) | (array != np.trunc(array))
+    if bad.any():
+        raise DataShapeError(f"{what}: cannot store {array.dtype} data as {dtype} without losing information: "
+                             f"{array[bad].flat[0]} is not an integer; round it first (np.rint) or pass dtype={array.dtype}.")
 
 
 _uids = __import__("itertools").count()

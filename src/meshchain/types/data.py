@@ -239,8 +239,20 @@ class Global:
 
     @property
     def value(self) -> np.ndarray:
-        """A copy of the current value, shape ``(dim,)``, the same on every rank; forces
-        pending loops and reductions."""
+        """The current value, shape ``(dim,)``, the same on every rank; forces pending loops
+        and reductions. It is a read-only copy: ``g.value[0] = 10`` raises (it would change
+        nothing); set ``g.value = ...`` (all of it) instead.
+
+        >>> import meshchain as mc
+        >>> g = mc.Global(2, 1.0, "g")
+        >>> try:
+        ...     g.value[0] = 10.0
+        ... except ValueError as err:
+        ...     print(err)
+        assignment destination is read-only
+        >>> g.value = [10.0, 1.0]; g.value.tolist()
+        [10.0, 1.0]
+        """
         return context.current().global_value(self)
 
     @value.setter

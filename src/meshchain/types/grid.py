@@ -25,6 +25,7 @@ Examples
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..core.errors import DeclarationError
 from ._checks import check_name
@@ -89,6 +90,14 @@ class GridInterior(Set):
         return f"GridInterior({self.grid.name!r}, width={self.width})"
 
 
+def _integer(value) -> int:
+    """``value`` if it is an integer (a Python or NumPy one, not a bool); else ValueError
+    (a float offset such as 0.5 is refused, never truncated)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(value)
+    return int(value)
+
+
 class Stencil:
     """Integer offsets to neighbouring grid points, e.g. ``[(0, 0), (-1, 0), (1, 0)]``.
 
@@ -100,7 +109,7 @@ class Stencil:
     def __init__(self, offsets, name=None):
         self.name = check_name(name, "stencil")
         try:
-            points = tuple(tuple(int(c) for c in point) for point in offsets)
+            points = tuple(tuple(_integer(c) for c in point) for point in offsets)
         except (TypeError, ValueError):
             points = ()
         if not points or len({len(p) for p in points}) != 1 or len(points[0]) not in (2, 3):

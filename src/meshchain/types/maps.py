@@ -129,14 +129,20 @@ def checked_values(values, source: Set, target: Set, arity: int, name: str, *, r
     array = np.asarray(values)
     if array.size == 0 and expected[0] == 0:
         array = array.reshape(0, arity).astype(np.int64)
-    if array.shape != expected and not (arity == 1 and array.shape == (expected[0],)):
+    flat = array.ndim == 1 and array.size == expected[0] * arity  # OP2's C API and PyOP2 take them flat
+    if array.shape != expected and not flat:
         raise MapError(
             f"Map {name!r} ({source.name} -> {target.name}, arity {arity}): values have shape {array.shape}, "
-            f"expected {expected}; pass one row of {arity} target indices per element of {source.name!r}."
+            f"expected {expected} (or {expected[0] * arity} values flat); pass one row of {arity} target indices "
+            f"per element of {source.name!r}."
         )
+    if array.dtype.kind == "f" and array.size and np.all(np.isfinite(array)) and np.all(array == np.trunc(array)):
+        array = array.astype(np.int64)  # whole numbers given as floats: converted, as PyOP2 does
     if array.dtype.kind not in "iu":
         raise MapError(
-            f"Map {name!r}: values must be integers, got dtype {array.dtype}; convert with .astype(np.int64)."
+            f"Map {name!r}: values must be integers, got dtype {array.dtype}"
+            f"{' with values that are not whole numbers' if array.dtype.kind == 'f' else ''}; convert with "
+            f".astype(np.int64)."
         )
     array = array.reshape(expected)
     if array.size:
