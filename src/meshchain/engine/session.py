@@ -48,6 +48,7 @@ from ..core.summary import Summary
 from ..model.calibrate import measure_copy_bandwidth
 from ..ir.loop import make_loop
 from ..partition.distribute import MAX_DEPTH
+from .arithmetic import Arithmetic
 from .auto import ModelState
 from .capture import CapturedStep
 from .communication import CommunicationSettings
@@ -100,6 +101,7 @@ class Session:
                                                                     tracing.after_failure)
         self._backend = None
         self.surface = Surface(self)  # what linalg and io use of the session
+        self.arithmetic = Arithmetic(self.record, self.global_value)  # x += y, x.inner(y), ... as loops
         self.communication = CommunicationSettings(self)  # the transport and progress mode, agreed at partition
         self._poller = None  # the communication thread of progress="poll", made at first use
         self._copy_measured = None  # the copy bandwidth the summary measured, when no calibration has one

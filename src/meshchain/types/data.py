@@ -168,6 +168,64 @@ class Dat:
         """
         return context.current().gather(self)
 
+    # --- arithmetic: lazy loops (:mod:`meshchain.engine.arithmetic`) -------------------------------
+
+    def zero(self) -> None:
+        """Set every value to 0 (a loop, run when forced)."""
+        context.current().arithmetic.zero(self)
+
+    def copy(self, other: "Dat") -> None:
+        """Copy this dat's values into ``other`` (PyOP2's direction: ``x.copy(y)`` sets y)."""
+        context.current().arithmetic.copy(self, other)
+
+    def axpy(self, a, y: "Dat") -> None:
+        """``self <- self + a y`` (``a`` a real number)."""
+        context.current().arithmetic.axpy(self, a, y)
+
+    def inner(self, other: "Dat"):
+        """The sum of ``self * other`` over every row and component, the same on every rank
+        (collective; forces the loops it depends on)."""
+        return context.current().arithmetic.inner_product(self, other)
+
+    @property
+    def norm(self) -> float:
+        """The 2-norm, ``sqrt(self.inner(self))`` (collective)."""
+        return context.current().arithmetic.norm(self)
+
+    def __iadd__(self, other):
+        context.current().arithmetic.apply("iadd", self, other)
+        return self
+
+    def __isub__(self, other):
+        context.current().arithmetic.apply("isub", self, other)
+        return self
+
+    def __imul__(self, other):
+        context.current().arithmetic.apply("imul", self, other)
+        return self
+
+    def __itruediv__(self, other):
+        context.current().arithmetic.apply("idiv", self, other)
+        return self
+
+    def __add__(self, other) -> "Dat":
+        return context.current().arithmetic.result(self, "iadd", other)
+
+    def __sub__(self, other) -> "Dat":
+        return context.current().arithmetic.result(self, "isub", other)
+
+    def __mul__(self, other) -> "Dat":
+        return context.current().arithmetic.result(self, "imul", other)
+
+    def __truediv__(self, other) -> "Dat":
+        return context.current().arithmetic.result(self, "idiv", other)
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    def __neg__(self) -> "Dat":
+        return context.current().arithmetic.result(self, "imul", -1)
+
     def __repr__(self) -> str:
         return f"Dat({self.dataset.name}, {self.dim}, {self.name!r}, dtype={self.dtype})"
 
@@ -260,5 +318,52 @@ class Global:
         """Set the value (every rank must set the same value)."""
         context.current().set_global_value(self, new)
 
+    # --- arithmetic on the value (forces what is pending; every rank must do the same) --------------
+
+    def zero(self) -> None:
+        self.value = 0
+
+    def copy(self, other: "Global") -> None:
+        """Copy this global's value into ``other``."""
+        other.value = self.value
+
+    def axpy(self, a, y: "Global") -> None:
+        """``self <- self + a y``."""
+        self.value = self.value + a * _global_operand(self, y)
+
+    def inner(self, other: "Global"):
+        return (self.value * _global_operand(self, other)).sum().item()
+
+    @property
+    def norm(self) -> float:
+        return float(np.sqrt(self.inner(self)))
+
+    def __iadd__(self, other):
+        self.value = self.value + _global_operand(self, other)
+        return self
+
+    def __isub__(self, other):
+        self.value = self.value - _global_operand(self, other)
+        return self
+
+    def __imul__(self, other):
+        self.value = self.value * _global_operand(self, other)
+        return self
+
+    def __itruediv__(self, other):
+        self.value = self.value / _global_operand(self, other)
+        return self
+
     def __repr__(self) -> str:
         return f"Global({self.dim}, {self.name!r}, dtype={self.dtype})"
+
+
+def _global_operand(g: Global, other):
+    """``other`` (a Global of ``g``'s dim, or a real number) as values to combine with ``g``'s."""
+    if isinstance(other, Global):
+        if other.dim != g.dim:
+            raise DataShapeError(f"Global {g.name!r} has dim {g.dim} but {other.name!r} has dim {other.dim}.")
+        return other.value
+    if isinstance(other, (bool, np.bool_)) or not isinstance(other, (int, float, np.number)):
+        raise DataShapeError(f"Global {g.name!r}: the operand must be a Global or a real number, got {other!r}.")
+    return other

@@ -90,11 +90,11 @@ class GridInterior(Set):
         return f"GridInterior({self.grid.name!r}, width={self.width})"
 
 
-def _integer(value) -> int:
-    """``value`` if it is an integer (a Python or NumPy one, not a bool); else ValueError
-    (a float offset such as 0.5 is refused, never truncated)."""
+def _integer(value) -> int | None:
+    """``value`` if it is an integer (a Python or NumPy one, not a bool); else None (a float
+    offset such as 0.5 is refused, never truncated)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(value)
+        return None
     return int(value)
 
 
@@ -112,7 +112,8 @@ class Stencil:
             points = tuple(tuple(_integer(c) for c in point) for point in offsets)
         except (TypeError, ValueError):
             points = ()
-        if not points or len({len(p) for p in points}) != 1 or len(points[0]) not in (2, 3):
+        if (not points or len({len(p) for p in points}) != 1 or len(points[0]) not in (2, 3)
+                or any(c is None for p in points for c in p)):
             raise DeclarationError(f"Stencil {self.name!r}: offsets must be a non-empty list of 2- or 3-integer "
                                    f"tuples of one length, got {offsets!r}.")
         self.offsets = points
