@@ -84,3 +84,112 @@ def test_stencil_offsets_must_be_integers_not_truncated(offsets):
     with pytest.raises(mc.DeclarationError, match="offsets must be a non-empty list of 2- or 3-integer"):
         mc.Stencil(offsets, "s")
     assert mc.Stencil([(np.int64(1), 0), (0, -1)], "s").offsets == ((1, 0), (0, -1))
+
+
+# --- unsigned integer dtypes (ids, masks): loops, reductions, exchanges, I/O -------------------------
+
+@mc.kernel
+def mark(ids, mask):
+    mask[0] = ids[0] | 1
+
+
+@mc.kernel
+def count_edges(a, b):
+    a[0] += 1
+    b[0] += 1
+
+
+@mc.kernel
+def extremes(ids, low, high):
+    low[0] = min(low[0], ids[0])
+    high[0] = max(high[0], ids[0])
+
+
+def unsigned_program(dtype):
+    """Masks, degrees through a map (INC) and MIN/MAX of ids, on a small mesh; the results."""
+    from meshchain.meshes import structured_quads
+
+    mesh = structured_quads(6, 5)
+    d = mesh.declare()
+    big = np.iinfo(dtype).max - 1000  # near the top of the range: not representable as a signed int of that size
+    ids = mc.Dat(d.cells, 1, big - np.arange(mesh.ncell, dtype=dtype), "ids", dtype=dtype)
+    mask = mc.Dat(d.cells, 1, None, "mask", dtype=dtype)
+    degree = mc.Dat(d.cells, 1, None, "degree", dtype=dtype)
+    low, high = mc.Global(1, big, "low", dtype=dtype), mc.Global(1, 0, "high", dtype=dtype)
+    mc.partition("rib", coords=d.coords)
+    mc.par_loop(mark, d.cells, ids(mc.READ), mask(mc.WRITE))
+    mc.par_loop(count_edges, d.facets, degree(mc.INC, d.facet2cell[0]), degree(mc.INC, d.facet2cell[1]))
+    mc.par_loop(extremes, d.cells, ids(mc.READ), low(mc.MIN), high(mc.MAX))
+    return {"mask": mask.gather(), "degree": degree.gather(), "low": low.value, "high": high.value,
+            "dtype": mask.dtype, "big": big, "cells": mesh.ncell}
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_unsigned_dats_and_globals_on_one_process(backend, dtype):
+    mc.reset_runtime(backend=backend)
+    got = unsigned_program(dtype)
+    ids = got["big"] - np.arange(got["cells"], dtype=dtype)
+    assert got["dtype"] == np.dtype(dtype) and got["mask"].dtype == np.dtype(dtype)
+    assert np.array_equal(got["mask"][:, 0], ids | dtype(1))
+    assert got["low"].tolist() == [int(ids.min())] and got["high"].tolist() == [int(ids.max())]
+    mc.reset_runtime(backend=backend)
+    signed = unsigned_program(np.int64)  # the same program on signed ids: the same degrees
+    assert np.array_equal(got["degree"], signed["degree"]) and got["degree"].sum() > 0
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=180)
+def test_unsigned_dats_cross_ranks_unchanged(comm):
+    from mpi4py import MPI
+
+    for dtype in (np.uint32, np.uint64):
+        mc.reset_runtime(comm=comm)
+        many = unsigned_program(dtype)
+        if comm.rank == 0:
+            mc.reset_runtime(comm=MPI.COMM_SELF)  # rank 0 alone, for the reference
+            one = unsigned_program(dtype)
+            for key in ("mask", "degree"):
+                assert np.array_equal(many[key], one[key]) and many[key].dtype == np.dtype(dtype)
+            assert many["low"].tolist() == one["low"].tolist() and many["high"].tolist() == one["high"].tolist()
+        comm.Barrier()
+
+
+def test_unsigned_inputs_must_fit():
+    mc.reset_runtime()
+    s = mc.Set(3, "s")
+    assert mc.Dat(s, 1, [0, 1, 2**32 - 1], "ok", dtype=np.uint32).data_ro[:, 0].tolist() == [0, 1, 2**32 - 1]
+    with pytest.raises(mc.DataShapeError, match=r"values do not fit in uint32; pass dtype=np\.int64"):
+        mc.Dat(s, 1, [-1, 0, 1], "negative", dtype=np.uint32)
+    with pytest.raises(mc.DataShapeError, match=r"values do not fit in uint32; pass dtype=np\.uint64"):
+        mc.Dat(s, 1, [0, 0, 2**40], "large", dtype=np.uint32)
+
+
+def test_unsigned_dats_are_refused_on_the_gpu_backends_with_the_reason():
+    mc.reset_runtime(backend="cuda-emulation")
+    s = mc.Set(3, "s")
+    ids = mc.Dat(s, 1, [1, 2, 3], "ids", dtype=np.uint32)
+    mask = mc.Dat(s, 1, None, "mask", dtype=np.uint32)
+    mc.par_loop(mark, s, ids(mc.READ), mask(mc.WRITE))
+    with pytest.raises(mc.CompilationError, match="unsigned dats run on the numba and reference backends"):
+        mc.flush()
+
+
+def test_unsigned_dats_checkpoint_unchanged_and_are_described_as_unsigned_in_xdmf(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from meshchain.io.output import _data_item
+
+    attribute = ET.Element("Attribute")
+    _data_item(attribute, (4, 1), np.uint32, "step:/ids")
+    item = attribute.find("DataItem")
+    assert (item.get("DataType"), item.get("Precision")) == ("UInt", "4")
+    mc.reset_runtime()
+    s = mc.Set(4, "s")
+    top = np.iinfo(np.uint64).max
+    ids = mc.Dat(s, 1, np.array([top, 0, 7, top - 1], dtype=np.uint64), "ids", dtype=np.uint64)
+    flags = mc.Global(1, 2**32 - 1, "flags", dtype=np.uint32)
+    mc.checkpoint(tmp_path / "run.h5", [ids, flags])
+    ids.data[:] = 0
+    flags.value = 0
+    mc.restore(tmp_path / "run.h5", [ids, flags])
+    assert ids.data_ro[:, 0].tolist() == [top, 0, 7, top - 1] and flags.value.tolist() == [2**32 - 1]

@@ -118,7 +118,7 @@ def test_dat_bool_data(mesh):
     ids=["bool", "int16", "complex"],
 )
 def test_dat_unsupported_dtype(mesh, data, dtype, shown):
-    with pytest.raises(mc.DataShapeError, match=rf"Dat 'x' on 'nodes': dtype {shown} is not supported; use one of float64, float32, int32, int64"):
+    with pytest.raises(mc.DataShapeError, match=rf"Dat 'x' on 'nodes': dtype {shown} is not supported; use one of float64, float32, int32, int64, uint32, uint64"):
         mc.Dat(mesh["nodes"], 1, data, "x", dtype=dtype)
 
 

@@ -214,7 +214,7 @@ def _topology(coords, cells, name: str) -> str:
 
 
 def _data_item(parent, dims, dtype, where: str):
-    kind = "Float" if np.dtype(dtype).kind == "f" else "Int"
+    kind = {"f": "Float", "u": "UInt"}.get(np.dtype(dtype).kind, "Int")
     item = ET.SubElement(parent, "DataItem", DataType=kind, Precision=str(np.dtype(dtype).itemsize),
                          Dimensions=" ".join(str(d) for d in dims), Format="HDF")
     item.text = where
@@ -253,7 +253,7 @@ def _read_steps(index: str, keep_until: float) -> list:
         for attribute in grid.findall("Attribute"):
             item = attribute.find("DataItem")
             size, dim = (int(d) for d in item.get("Dimensions").split())
-            kind = "f" if item.get("DataType") == "Float" else "i"
+            kind = {"Float": "f", "UInt": "u"}.get(item.get("DataType"), "i")
             fields.append((attribute.get("Name"), dim, np.dtype(f"{kind}{item.get('Precision')}"), size,
                            attribute.get("Center")))
         if time <= keep_until:

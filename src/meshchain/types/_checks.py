@@ -9,7 +9,8 @@ import numpy as np
 
 from ..core.errors import DataShapeError, DeclarationError
 
-SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
+SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64),
+                    np.dtype(np.uint32), np.dtype(np.uint64))
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 
@@ -74,6 +75,8 @@ def as_storage(data, dtype: np.dtype, shape: tuple[int, ...], what: str, *, fix:
     if array.dtype != dtype:
         if dtype.kind in "iu" and array.dtype.kind == "f":
             _check_integral(array, dtype, what)
+        elif dtype.kind in "iu" and array.dtype.kind in "iu":
+            pass  # signed and unsigned integers: the values must fit (checked below)
         elif not np.can_cast(array.dtype, dtype, casting="same_kind"):
             raise DataShapeError(
                 f"{what}: cannot store {array.dtype} data as {dtype} without losing information; "
@@ -82,7 +85,8 @@ def as_storage(data, dtype: np.dtype, shape: tuple[int, ...], what: str, *, fix:
         if dtype.kind in "iu" and array.dtype.kind in "iuf" and array.size:
             info = np.iinfo(dtype)
             if array.min() < info.min or array.max() > info.max:
-                raise DataShapeError(f"{what}: values do not fit in {dtype}; pass dtype=np.int64 (they range from "
+                wider = "np.int64" if array.min() < 0 else "np.uint64" if dtype.kind == "u" else "np.int64"
+                raise DataShapeError(f"{what}: values do not fit in {dtype}; pass dtype={wider} (they range from "
                                      f"{array.min()} to {array.max()}).")
     return np.array(array, dtype=dtype, order="C", copy=True).reshape(shape)
 

@@ -53,7 +53,9 @@ def c_type(dtype) -> str:
     """The C scalar type holding values of the NumPy ``dtype`` (float64, float32, int32, int64)."""
     key = np.dtype(dtype).str[1:]
     if key not in _C_TYPES:
-        raise CompilationError(f"dtype {np.dtype(dtype)} has no CUDA type in meshchain")
+        raise CompilationError(f"dtype {np.dtype(dtype)} has no CUDA type in meshchain: the GPU backends take "
+                               f"float64, float32, int32 and int64 data (unsigned dats run on the numba and "
+                               f"reference backends)")
     return _C_TYPES[key]
 
 
