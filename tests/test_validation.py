@@ -200,10 +200,11 @@ def test_global_write_modes(mode):
 
 
 @pytest.mark.parametrize("mode", [mc.MIN, mc.MAX])
-def test_dat_min_max_modes(mesh, mode):
+def test_dat_min_max_modes(mesh, mode):  # taken, directly and through maps (PyOP2's dat(op2.MAX, map))
     x = mc.Dat(mesh["nodes"], 1, None, "x")
-    with pytest.raises(mc.AccessModeError, match=rf"Dat 'x': access {mode.value} is not allowed; dats take READ, WRITE, RW or INC \(MIN/MAX are for Globals\)"):
-        x(mode)
+    assert x(mode).access is mode and x(mode, mesh["e2n"][0]).access is mode and x(mode, mesh["e2n"]).map is mesh["e2n"]
+    with pytest.raises(mc.AccessModeError, match=r"Dat 'x': access must be one of mc.READ, .*mc.MAX, got 'up'"):
+        x("up")
 
 
 @pytest.mark.parametrize("owner", ["dat", "global"])

@@ -54,5 +54,5 @@ INC = Access.INC
 MIN = Access.MIN
 MAX = Access.MAX
 
-DAT_MODES = frozenset({READ, WRITE, RW, INC})
+DAT_MODES = frozenset({READ, WRITE, RW, INC, MIN, MAX})
 GLOBAL_MODES = frozenset({READ, INC, MIN, MAX})

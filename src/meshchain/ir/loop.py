@@ -209,7 +209,8 @@ def _check_grid_arg(arg, position: int, iterset: Set, name: str) -> None:
 
 
 def _check_races(args, name: str) -> None:
-    """One object may be written by several args only if all of them increment it."""
+    """One object may be written by several args only if all of them increment it (or all take
+    its minimum, or all its maximum: the order of the contributions does not matter)."""
     modes: dict[int, list] = {}
     for arg in args:
         modes.setdefault(id(arg.data), []).append(arg)
@@ -218,11 +219,11 @@ def _check_races(args, name: str) -> None:
         if not written or len(uses) == 1:
             continue
         kinds = {a.access for a in uses}
-        if kinds != {Access.INC}:
+        if len(kinds) != 1 or not next(iter(kinds)).is_reduction:
             raise AccessModeError(
                 f"par_loop {name!r}: {uses[0].data.name!r} is passed {len(uses)} times with modes "
                 f"{', '.join(a.access.value for a in uses)}; an object written in a loop may appear more than once "
-                f"only if every use is INC — split the loop or pass it once."
+                f"only if every use is INC (or every use MIN, or MAX) — split the loop or pass it once."
             )
 
 

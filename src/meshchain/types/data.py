@@ -105,7 +105,7 @@ class Dat:
 
     def _make_arg(self, access, path) -> Arg:
         owner = f"Dat {self.name!r}"
-        access = _check_access(access, owner, DAT_MODES, "dats take READ, WRITE, RW or INC (MIN/MAX are for Globals).")
+        access = _check_access(access, owner, DAT_MODES, "dats take READ, WRITE, RW, INC, MIN or MAX.")
         if path is None:
             return Arg(self, access)
         if isinstance(path, Stencil):

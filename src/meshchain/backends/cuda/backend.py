@@ -90,7 +90,7 @@ class CudaBackend(Backend):
         return self.config.gpu_threads
 
     def colouring_block_size(self, loop) -> int | None:
-        if self.config.gpu_increments == "colour" and _increments_through_maps(loop):
+        if _coloured(self.config, loop):
             return 1
         return None
 
@@ -152,7 +152,7 @@ class CudaBackend(Backend):
                 raise InternalError(f"loop {loop.name!r}: a structured-grid loop reached the cupy backend unlowered")
             check_sizes(loop)
             began = time.perf_counter()
-            coloured = config.gpu_increments == "colour" and _increments_through_maps(loop)
+            coloured = _coloured(config, loop)
             source = loop_source(loop, threads=config.gpu_threads, colour=coloured)
             what = f"kernel {loop.kernel.name!r} (loop {loop.name!r})"
             executor = self._executors[key] = _DeviceExecutor(self.device.compile(source.text, what), source, coloured,
@@ -239,3 +239,11 @@ class _DeviceExecutor:
 
 def _increments_through_maps(loop) -> bool:
     return any(s.access is Access.INC and s.kind in (INDIRECT, WHOLE_MAP) for s in loop.specs)
+
+
+def _coloured(config, loop) -> bool:
+    """Whether ``loop`` runs by colours: increments through maps with ``gpu_increments="colour"``,
+    and always a MIN or MAX through a map (CUDA has no atomic min or max of doubles)."""
+    if config.gpu_increments == "colour" and _increments_through_maps(loop):
+        return True
+    return any(s.access in (Access.MIN, Access.MAX) and s.kind in (INDIRECT, WHOLE_MAP) for s in loop.specs)
