@@ -109,7 +109,7 @@ def test_bad_matrix_use_is_refused_with_errors_naming_the_objects(comm):
     mc.reset_runtime(comm=comm)
     mesh = structured_quads(3, 3)
     d, A, _ = declare(mesh, 1, 0, "kway")
-    with pytest.raises(mc.AccessModeError, match="mc.INC only"):
+    with pytest.raises(mc.AccessModeError, match=r"mc.INC \(add the blocks\) or mc.WRITE \(set their entries\)"):
         A(mc.READ, (d.cell2node, d.cell2node))
     with pytest.raises(mc.SetMismatchError, match="not one of its map pairs"):
         A(mc.INC, (d.facet2node, d.facet2node))
@@ -130,6 +130,58 @@ def test_bad_matrix_use_is_refused_with_errors_naming_the_objects(comm):
 
     with pytest.raises(mc.AccessModeError, match="may only be incremented"):
         mc.par_loop(overwrite, d.cells, A(mc.INC, (d.cell2node, d.cell2node)))
+
+
+def insert_kernel(arity: int, dim: int):
+    """``insert(a, ids)``: sets entry (i, c; j, c') of the block to a function of the two nodes'
+    global ids and the components: the same value from every cell that reaches the entry."""
+    lines = ["def insert(a, ids):"] + [
+        f"    a[{i * dim + c}, {j * dim + e}] = 100.0 * ids[{i}, 0] + ids[{j}, 0] + {0.1 * c + 0.01 * e}"
+        for i in range(arity) for j in range(arity) for c in range(dim) for e in range(dim)]
+    return mc.Kernel.from_source("\n".join(lines) + "\n")
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.parametrize("dim", [1, 2])
+def test_insertion_sets_entries_then_increments_add_to_them(comm, dim):
+    mc.reset_runtime(comm=comm)
+    mesh = jittered_delaunay(30, seed=4)
+    d, A, blocks = declare(mesh, dim, 5, "rib")
+    A.zero()
+    ids = mc.Dat(d.nodes, 1, np.arange(mesh.nnode, dtype=np.float64), "ids")
+    arity = d.cell2node.arity
+    mc.par_loop(insert_kernel(arity, dim), d.cells, A(mc.WRITE, (d.cell2node, d.cell2node)), ids(mc.READ, d.cell2node))
+    inserted = A.to_scipy()
+    k = mc.Dat(d.cells, (arity * dim) ** 2, blocks.reshape(mesh.ncell, -1), "k again")
+    mc.par_loop(copy_kernel(arity * dim, arity * dim), d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    both = A.to_scipy()
+    if comm.rank == 0:
+        added = reference(mesh.cells, blocks, mesh.nnode, dim)
+        pattern = reference(mesh.cells, np.ones_like(blocks), mesh.nnode, dim)
+        rows, cols = pattern.nonzero()
+        want = sp.csr_matrix((100.0 * (rows // dim) + cols // dim + 0.1 * (rows % dim) + 0.01 * (cols % dim),
+                              (rows, cols)), shape=pattern.shape)
+        assert abs(inserted - want).max() < 1e-12
+        assert abs(both - (want + added)).max() < 1e-12
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=200)
+def test_a_square_matrix_keeps_a_diagonal_entry_in_rows_no_element_reaches(comm):
+    mc.reset_runtime(comm=comm)
+    nodes, edges = mc.Set(5, "nodes"), mc.Set(3, "edges")
+    e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2], [2, 3]], "e2n")  # node 4: no edge
+    coords = mc.Dat(nodes, 2, np.array([[i, 0.0] for i in range(5)]), "coords")
+    mc.partition("rib", coords=coords)
+    A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+    mc.par_loop(copy_kernel(2, 2), edges, A(mc.INC, (e2n, e2n)),
+                mc.Dat(edges, 4, np.tile([1.0, -1.0, -1.0, 1.0], (3, 1)), "k")(mc.READ))
+    A.zero_rows([4, 0], diagonal=3.0)
+    gathered = A.to_scipy()
+    if comm.rank == 0:
+        dense = gathered.toarray()
+        assert dense[4].tolist() == [0, 0, 0, 0, 3.0] and dense[0].tolist() == [3.0, 0, 0, 0, 0]
+        assert dense[2].tolist() == [0, -1.0, 2.0, -1.0, 0]
+        assert gathered.nnz == 3 * 4 - 2 + 1  # the edges' entries, and node 4's diagonal
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=300)

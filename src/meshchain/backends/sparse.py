@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
+__all__ = ["csr_owned", "csr_halo", "scatter_add", "scatter_set", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
            "ilu_apply", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -200,3 +200,11 @@ def scatter_add(target, positions, source, picks):
     """``target[positions[k]] += source[picks[k]]`` for every ``k``, in order."""
     for k in range(len(positions)):
         target[positions[k]] += source[picks[k]]
+
+
+@_jit
+def scatter_set(target, positions, source, picks):
+    """``target[positions[k]] = source[picks[k]]`` for every ``k``, in order (the last write of
+    an entry stays)."""
+    for k in range(len(positions)):
+        target[positions[k]] = source[picks[k]]

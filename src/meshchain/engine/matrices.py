@@ -25,7 +25,7 @@ import textwrap
 
 import numpy as np
 
-from ..backends.sparse import csr_halo, csr_owned, scatter_add
+from ..backends.sparse import csr_halo, csr_owned, scatter_add, scatter_set
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.access import Access
@@ -131,6 +131,9 @@ class Matrices:
             keys.append(rows * n_cols + cols)
             if cols.size:
                 depth = max(depth, int(cols_layout.data_layers[cols // dim].max()))
+        if mat.row_set is mat.col_set:  # square: every owned row keeps its diagonal entry (as PyOP2 does)
+            diagonal = np.arange(n_owned_rows, dtype=np.int64)  # owned columns come first, in the rows' order
+            keys.append(diagonal * n_cols + diagonal)
         depth = self._max(depth)
         return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_cols, depth,
                        session.layout, cols_layout)
@@ -171,7 +174,8 @@ class Matrices:
                                    f"{arg.row_map.name!r}, which starts from {arg.row_map.source.name!r}.")
         if len(args) != len(kernel.params):
             return self.session.record(kernel, iterset, args, name)  # make_loop names the count mismatch
-        self._check_kernel(kernel, args, position, name)
+        if arg.access is Access.INC:
+            self._check_kernel(kernel, args, position, name)
         record = self.record(mat)
         pattern = self.pattern(mat)
         self.settle(mat)
@@ -191,7 +195,7 @@ class Matrices:
         lowered[position] = scratch(Access.WRITE)
         lowered.append(record.touch(Access.INC, arg.row_map[0]))
         self.session.record(wrapper, iterset, tuple(lowered), name)
-        record.pending.append((key, scratch))
+        record.pending.append((key, scratch, arg.access))
         pattern.assembled = True
 
     @staticmethod
@@ -232,10 +236,13 @@ class Matrices:
             return
         pattern = self.pattern(mat)
         pending, record.pending = record.pending, []
-        for key, scratch in pending:
+        for key, scratch, access in pending:
             blocks = self.session.dat_values(scratch, write=False, halos=True)
             positions, picks = pattern.scatters[key]
-            scatter_add(pattern.values, positions, blocks.reshape(-1), picks)
+            if access is Access.INC:
+                scatter_add(pattern.values, positions, blocks.reshape(-1), picks)
+            else:
+                scatter_set(pattern.values, positions, blocks.reshape(-1), picks)
 
     # --- values ------------------------------------------------------------------------------------------
 

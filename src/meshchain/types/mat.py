@@ -3,7 +3,22 @@
 A :class:`Mat` is a declaration, like a :class:`~meshchain.types.Dat`: the session that runs
 the loops builds and keeps its compressed sparse rows (see :mod:`meshchain.engine.matrices`).
 Loops assemble into it through ``A(mc.INC, (row_map, col_map))``: the kernel receives a dense
-block of shape ``(row_arity * dim, col_arity * dim)`` to add into.
+block of shape ``(row_arity * dim, col_arity * dim)`` to add into; ``A(mc.WRITE, ...)`` sets
+the block's entries instead (PyOP2's insertion: every entry of the block is set, an entry
+reached from several iterations must be given one value). A square matrix (rows and columns
+on one set) keeps a diagonal entry in every row, reached by its maps or not, as PyOP2 does
+(so ``zero_rows(rows, diagonal)`` works on any row).
+
+>>> import meshchain as mc
+>>> nodes, edges = mc.Set(4, "nodes"), mc.Set(2, "edges")
+>>> e2n = mc.Map(edges, nodes, 2, [[0, 1], [1, 2]], "e2n")   # node 3: no edge
+>>> A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+>>> put = mc.Kernel.from_source("def put(a):\\n    for i in range(2):\\n        for j in range(2):\\n"
+...                             "            a[i, j] = 2.0 if i == j else -1.0\\n")
+>>> mc.par_loop(put, edges, A(mc.WRITE, (e2n, e2n)))
+>>> A.zero_rows([3], 1.0)
+>>> A.to_scipy().toarray().tolist()
+[[2.0, -1.0, 0.0, 0.0], [-1.0, 2.0, -1.0, 0.0], [0.0, -1.0, 2.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
 """
 
 from __future__ import annotations
@@ -115,9 +130,10 @@ class Mat:
         return pairs
 
     def __call__(self, access, maps) -> MatArg:
-        if access is not Access.INC:
-            raise AccessModeError(f"Mat {self.name!r}: loops assemble into a matrix with mc.INC only, got {access!r}; "
-                                  f"zero it with {self.name}.zero() to start again.")
+        if access not in (Access.INC, Access.WRITE):
+            raise AccessModeError(f"Mat {self.name!r}: loops assemble into a matrix with mc.INC (add the blocks) or "
+                                  f"mc.WRITE (set their entries), got {access!r}; zero it with {self.name}.zero() to "
+                                  f"start again.")
         try:
             row_map, col_map = maps
         except (TypeError, ValueError):
