@@ -77,7 +77,7 @@ def run_program(spec, comm, mode, *, tile_size=None):
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
-@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs())
 def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec, monkeypatch):
@@ -100,7 +100,7 @@ def test_random_chains_ca_equals_per_loop_equals_serial(comm, spec, monkeypatch)
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=600)
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+@settings(max_examples=5, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs(max_loops=5))
 def test_random_chains_auto_and_off_equal_serial(comm, spec):
@@ -114,7 +114,7 @@ def test_random_chains_auto_and_off_equal_serial(comm, spec):
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+@settings(max_examples=5, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=programs(max_loops=5), mode=st.sampled_from([None, True, False]), tiled=st.booleans(),
        interior=st.sampled_from(["static", "dynamic"]))

@@ -69,7 +69,7 @@ def run(backend, shape, width, offsets, weights, dim, dtype, inline, **options):
     return values, v.data_ro.reshape(shape + (dim,)).copy()
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=18, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems())
 def test_stencil_loops_equal_numpy_slicing_and_the_reference(problem):

@@ -203,7 +203,8 @@ class Plan:
         self.binding = None  # the objects bound, and how to bind others (:class:`~.rebind.Binding`)
         self.steps, self.account, self.kernels = tuple(steps), account, tuple(kernels)
         self.comm, self.closers, self.chain = comm, tuple(closers), chain
-        self.name = account.chain_name or next(iter(account.loops), "") if chain else next(iter(account.loops), "")
+        loops, chain_name = ((), None) if account is None else (account.loops, account.chain_name)
+        self.name = chain_name if chain and chain_name else next(iter(loops), "")  # what the profiler calls the run
         self.labels = None  # the profiler's labels of the whole run, made at the first profiled run
         self._flag = np.zeros(2, dtype=np.int32)
         self._agree = agree
