@@ -57,6 +57,7 @@ import numpy as np
 from ..backends.threads import ChunkedCall
 from ..comm.agree import abort_all, agree_on_failure
 from ..comm.exchange import arrivals
+from ..comm.hang import wait_request
 from ..comm.progress import owed_progress
 from ..core import activity as _activity
 from ..core import profiling as _profiling
@@ -80,8 +81,6 @@ class PendingReduction:
 
     def finish(self, value: np.ndarray) -> None:
         if _activity.watched:  # polled and noted for hang diagnostics
-            from ..comm.hang import wait_request
-
             loops = self.label.args["loops"]
             wait_request(self.request, "a reduction over ranks (Iallreduce of a global"
                                        + (f" reduced by loop {loops[0]!r})" if loops else ")"))
