@@ -6,7 +6,6 @@ a late neighbour's message arrives."""
 
 from __future__ import annotations
 
-import gc
 import time
 
 import numpy as np
@@ -119,8 +118,12 @@ def test_random_programs_in_tasks_give_the_bits_of_the_bulk_order(comm, spec, tr
 def test_a_task_starts_before_a_late_neighbours_message_arrives(comm, monkeypatch):
     """A 30 x 8 grid in three 10 x 8 blocks; rank 2 starts late. Rank 1 runs the points next
     to rank 0 as soon as rank 0's ghosts are in, before rank 2's arrive; the result equals
-    the bulk order's, bit for bit."""
-    events = []
+    the bulk order's, bit for bit.
+
+    Rank 2 starts its step only once rank 1 has started a task (a message on a separate
+    communicator says so), so the order does not hang on timing; an implementation that waits
+    for every neighbour first never sends it, and rank 2 starts after 60 s: the order is wrong."""
+    events, gate, armed = [], comm.Dup(), []
     arrivals, guarded = plans.arrivals, boundary.guarded
 
     def logged_arrivals(exchanges):
@@ -130,6 +133,8 @@ def test_a_task_starts_before_a_late_neighbours_message_arrives(comm, monkeypatc
 
     def logged_call(call):
         events.append(("task", None))
+        if armed and armed.pop():  # the timed step's first task on rank 1: rank 2 may start
+            gate.send(None, dest=2, tag=1)
         return guarded(call)
 
     monkeypatch.setattr(plans, "arrivals", logged_arrivals)
@@ -152,16 +157,23 @@ def test_a_task_starts_before_a_late_neighbours_message_arrives(comm, monkeypatc
                 mc.par_loop(kernel, inner, b(mc.READ, star), a(mc.WRITE))
                 mc.flush()
         events.clear()
-        gc.collect()  # no collection inside the timed step: after earlier tests of this launch, one took > 0.5 s
         comm.Barrier()
-        if comm.rank == 2:
-            time.sleep(1.0)
+        gated = option == "tasks"
+        if gated and comm.rank == 1:
+            armed.append(True)
+        if gated and comm.rank == 2:
+            deadline = time.monotonic() + 60.0
+            while not gate.Iprobe(source=1, tag=1) and time.monotonic() < deadline:
+                time.sleep(0.01)
         mc.par_loop(kernel, inner, b(mc.READ, star), a(mc.WRITE))
         mc.flush()
+        if gated and comm.rank == 2:
+            gate.recv(source=1, tag=1)
         results.append(a.gather())
         if option == "tasks" and comm.rank == 1:
             order = [kind if who is None else f"{kind} {who}" for kind, who in events]
             assert order.index("arrived 0") < order.index("task") < order.index("arrived 2"), order
+    gate.Free()
     if comm.rank == 0:
         np.testing.assert_array_equal(results[1], results[0])
 
