@@ -229,6 +229,22 @@ PROCESS_IDS = """
     @pytest.mark.parametrize("which", ["a", "b"])
     def test_second(comm, which):
         record(comm, f"second{which}")
+
+
+    def test_serial():
+        Path("serial.json").write_text(json.dumps([os.getpid()]))
+"""
+
+#: A second file for :data:`PROCESS_IDS`: its 2-rank item joins the first file's launch.
+MORE_PROCESS_IDS = """
+    from test_cases import record
+
+    import pytest
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=30)
+    def test_third(comm):
+        record(comm, "third")
 """
 
 HANGS_WHILE_COLLECTING = """
@@ -247,9 +263,11 @@ HANGS_WHILE_COLLECTING = """
 """
 
 
-def run_parent_pytest(directory: Path, source: str, *flags: str, expect: int = 1, **env: str) -> dict[str, dict]:
-    """Run a parent pytest on ``source`` in ``directory`` (with ``flags``, expecting exit code
-    ``expect``); return its test cases by name.
+def run_parent_pytest(directory: Path, source: str, *flags: str, expect: int = 1, more: str | None = None,
+                      **env: str) -> dict[str, dict]:
+    """Run a parent pytest on ``source`` (``test_cases.py``) and ``more`` (``test_more.py``, if
+    given) in ``directory`` (with ``flags``, expecting exit code ``expect``); return its test
+    cases by name.
 
     Each test case is a dict with ``time`` (seconds), ``outcome`` (``passed``,
     ``failure``, ``error`` or ``skipped``), ``type`` and ``message`` (failure
@@ -258,10 +276,14 @@ def run_parent_pytest(directory: Path, source: str, *flags: str, expect: int = 1
     directory.mkdir()
     (directory / "pytest.ini").write_text("[pytest]\n")
     (directory / "test_cases.py").write_text(textwrap.dedent(source))
+    files = ["test_cases.py"]
+    if more is not None:
+        (directory / "test_more.py").write_text(textwrap.dedent(more))
+        files.append("test_more.py")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MESHCHAIN_MPI_")}
     environ.update(env)
     mpi_harness.redirect_bytecode(environ)
-    command = [sys.executable, "-m", "pytest", "test_cases.py", "-p", "meshchain.testing.plugin",
+    command = [sys.executable, "-m", "pytest", *files, "-p", "meshchain.testing.plugin",
                "-p", "no:cacheprovider", "--junitxml=junit.xml", "--timeout=300", *flags]
     run = subprocess.run(command, cwd=directory, env=environ, capture_output=True,
                          text=True, timeout=300)
@@ -341,19 +363,25 @@ def test_a_run_that_exits_non_zero_after_its_last_item_fails_that_item(scenarios
 
 @needs_mpiexec
 @pytest.mark.parametrize("isolate", [False, True])
-def test_the_items_of_a_file_and_process_count_share_one_launch_unless_isolated(tmp_path, isolate):
+def test_the_items_of_a_process_count_share_one_launch_across_files_unless_isolated(tmp_path, isolate):
     directory = tmp_path / "pids"
     flags = ("--mpi-isolate",) if isolate else ()
-    cases = run_parent_pytest(directory, PROCESS_IDS, *flags, expect=0)
-    assert [case["outcome"] for case in cases.values()] == ["passed"] * 4
+    cases = run_parent_pytest(directory, PROCESS_IDS, *flags, expect=0, more=MORE_PROCESS_IDS)
+    assert [case["outcome"] for case in cases.values()] == ["passed"] * 6
     pids = {name: json.loads((directory / f"{name}.json").read_text())
-            for name in ("first2", "first3", "seconda", "secondb")}
-    assert len(pids["first2"]) == len(pids["seconda"]) == 2 and len(pids["first3"]) == 3
+            for name in ("first2", "first3", "seconda", "secondb", "third", "serial")}
+    assert len(pids["first2"]) == len(pids["seconda"]) == len(pids["third"]) == 2 and len(pids["first3"]) == 3
     assert set(pids["first3"]).isdisjoint(pids["first2"])
+    assert set(pids["serial"]).isdisjoint(pids["first2"] + pids["first3"])
     if isolate:
-        assert set(pids["first2"]).isdisjoint(pids["seconda"]) and set(pids["seconda"]).isdisjoint(pids["secondb"])
+        launches = [set(pids[name]) for name in ("first2", "seconda", "secondb", "third")]
+        assert all(a.isdisjoint(b) for n, a in enumerate(launches) for b in launches[n + 1:])
     else:
-        assert pids["first2"] == pids["seconda"] == pids["secondb"]
+        assert pids["first2"] == pids["seconda"] == pids["secondb"] == pids["third"]
+    # the parent ran every ordinary test first, then the MPI items by process count
+    order = list(cases)
+    assert order[0] == "test_serial", order
+    assert order.index("test_first[np3]") > max(order.index(n) for n in order if "np2" in n), order
 
 
 @needs_mpiexec

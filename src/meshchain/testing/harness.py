@@ -19,20 +19,21 @@ How it works
 *Parent* (the ``pytest`` you run).  Every marked test is parametrized into one
 item per process count, with ids such as ``test_halo_exchange[np2]``.  The
 parameter belongs to a hidden autouse fixture, so it never appears in the test
-signature.  The marked items of each file run after its other tests, ordered
-by process count; after collection each is replaced by a launcher item with
-the same node id and markers, and consecutive launchers of one file and count
-form a group.  A launcher with no child run to join executes, in a fresh
-session (process group) and with the rootdir as working directory::
+signature.  The marked items run after every other test, ordered by process
+count (otherwise in their order); after collection each is replaced by a
+launcher item with the same node id and markers, and consecutive launchers of
+one process count form a group, whatever their files.  A launcher with no child
+run to join executes, in a fresh session (process group) and with the rootdir
+as working directory::
 
-    mpiexec -n N python -m pytest <file> -q -p no:cacheprovider -x \
+    mpiexec -n N python -m pytest <files> -q -p no:cacheprovider -x \
         -p meshchain.testing.plugin --runxfail --timeout=<timeout> --timeout-method=thread ...
 
 with ``MESHCHAIN_MPI_CHILD=1``, ``MESHCHAIN_MPI_NPROCS=N`` and
 ``MESHCHAIN_MPI_NODEIDS=<a file listing its node id and those after it in its
 group>`` in the environment: one child run for the rest of the group, which
-saves starting Python, MPI, numba and the test module for every item (see
-:mod:`.launch`).  The next launchers of the group join that run, each waiting
+saves starting Python, MPI, numba and the test modules for every item and every
+file (see :mod:`.launch`).  The next launchers of the group join that run, each waiting
 for its own outcome, in order; a launcher the parent skips ends the run's use
 (the next one starts a new run).  The parent never sets up the test's
 fixtures and never imports ``mpi4py``.  An item fails when the run ends before
@@ -64,7 +65,10 @@ dumps the stacks and exits the process; ``mpiexec`` then kills the others.
 
 To debug, run a child by hand: ``MESHCHAIN_MPI_CHILD=1 mpiexec -n 2 python -m
 pytest tests/test_x.py`` runs the ``np2`` items of the file (and nothing
-else); the first failure aborts the run.
+else); the first failure aborts the run.  Items of one run share their
+processes across files, so a test must leave no state behind that changes
+another's outcome (the ``reset_meshchain`` fixture restarts the runtime); to
+find one that does, compare with ``pytest --mpi-isolate``.
 
 Fixtures
 --------
@@ -119,7 +123,6 @@ import contextlib
 import dataclasses
 import functools
 import importlib.util
-import itertools
 import json
 import os
 import shlex
@@ -363,7 +366,7 @@ class _LaunchOrder:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Put each file's ``mpi`` items after its other items, ordered by process count (see
+        """Put the ``mpi`` items after the others, ordered by process count (see
         :func:`in_launch_order`); first, so that plugins that select by position (stepwise)
         see the order the items run in."""
         items[:] = in_launch_order(items)
@@ -394,8 +397,9 @@ class _ParentSession:
         self.close()
         group = item.group[item.group.index(item):]
         nodeids = [member.nodeid for member in group]
+        files = list(dict.fromkeys(nodeid.split("::")[0] for nodeid in nodeids))
         command = child_command(find_mpiexec(), item.nprocs, child_pytest_args(
-            self.config, item.nodeid.split("::")[0], max(member.spec.timeout for member in group)))
+            self.config, files, max(member.spec.timeout for member in group)))
         directory = Path(tempfile.mkdtemp(prefix="meshchain-mpi-"))
         try:
             (directory / NODEIDS_FILE).write_text("".join(f"{nodeid}\n" for nodeid in nodeids))
@@ -428,13 +432,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """``--mpi-isolate``: one ``mpiexec`` launch per MPI test item."""
     parser.getgroup("meshchain").addoption(
         "--mpi-isolate", action="store_true", dest=ISOLATE_DEST, default=False,
-        help="launch mpiexec once per MPI test item instead of once per test file and process count",
+        help="launch mpiexec once per MPI test item instead of once per process count",
     )
 
 
 def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with each file's ``mpi`` items after its other items, ordered by process
-    count (otherwise in their order), so that those of one file and count are consecutive.
+    """``items`` with the ``mpi`` items after the others, ordered by process count (otherwise
+    in their order), so that those of one count are consecutive and one child run can take
+    them all: starting ``mpiexec``, Python, MPI and numba on every rank costs seconds.
 
     Parameters
     ----------
@@ -444,17 +449,13 @@ def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
     -------
     list of pytest.Item
     """
-    ordered = []
-    for _, in_file in itertools.groupby(items, key=lambda item: item.path):
-        in_file = list(in_file)
-        ordered += [item for item in in_file if _mpi_nprocs_of(item) is None]
-        ordered += sorted((item for item in in_file if _mpi_nprocs_of(item) is not None), key=_mpi_nprocs_of)
-    return ordered
+    others = [item for item in items if _mpi_nprocs_of(item) is None]
+    return others + sorted((item for item in items if _mpi_nprocs_of(item) is not None), key=_mpi_nprocs_of)
 
 
 def assign_groups(items: list[pytest.Item], *, isolate: bool = False) -> None:
-    """Set the ``group`` of each launcher: the run of consecutive launchers of its file and
-    process count that one child run executes (with ``isolate``, the launcher alone).
+    """Set the ``group`` of each launcher: the run of consecutive launchers of its process
+    count (from any files) that one child run executes (with ``isolate``, the launcher alone).
 
     Parameters
     ----------
@@ -468,7 +469,7 @@ def assign_groups(items: list[pytest.Item], *, isolate: bool = False) -> None:
     for launcher in launchers:
         previous = group[-1] if group else None
         if isolate or previous is None or positions[id(previous)] + 1 != positions[id(launcher)] \
-                or previous.path != launcher.path or previous.nprocs != launcher.nprocs:
+                or previous.nprocs != launcher.nprocs:
             group = []
         group.append(launcher)
         launcher.group = group
@@ -614,15 +615,15 @@ def child_command(mpiexec: str, nprocs: int, pytest_args: Sequence[str]) -> list
     ]
 
 
-def child_pytest_args(config: pytest.Config, target: str, timeout: float) -> list[str]:
+def child_pytest_args(config: pytest.Config, targets: Sequence[str], timeout: float) -> list[str]:
     """The pytest arguments of a child run.
 
     Parameters
     ----------
     config : pytest.Config
         The parent's; rootdir, inifile and import mode are passed on.
-    target : str
-        The test file, relative to the rootdir.
+    targets : sequence of str
+        The test files, relative to the rootdir.
     timeout : float
         pytest-timeout's default (each item gets its marker's timeout in the child).
 
@@ -630,7 +631,7 @@ def child_pytest_args(config: pytest.Config, target: str, timeout: float) -> lis
     -------
     list of str
     """
-    args = [target, "-q", "-p", "no:cacheprovider", "-x", "-p", PLUGIN, "--runxfail"]
+    args = [*targets, "-q", "-p", "no:cacheprovider", "-x", "-p", PLUGIN, "--runxfail"]
     args += ["--rootdir", str(config.rootpath), f"--import-mode={config.option.importmode}"]
     if config.inipath is not None:
         args += ["-c", str(config.inipath)]
