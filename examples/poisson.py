@@ -1,5 +1,8 @@
 """P1 finite elements for -Δu = f with a manufactured solution: assemble a mc.Mat, solve with mc.solve.
 
+The boundary conditions go through a ``mc.Subset`` of the nodes (``problem.wall``): a loop over it
+flags the Dirichlet nodes, and ``A.zero_rows(wall)`` gives their rows a unit diagonal.
+
 The kernels and the problem live in ``meshchain.apps.poisson``; this script refines the mesh,
 solves on each, and prints the error and its rate of convergence (2 for P1 in this norm).
 

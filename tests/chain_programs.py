@@ -90,6 +90,7 @@ class Program:
 
     def __init__(self, spec, *, method="kway"):
         mesh_spec, self.loop_specs = spec
+        self.itersets = {}  # loop position -> the set it runs over, when not the set its spec names
         mesh = make_mesh(mesh_spec)
         d = mesh.declare()
         self.sets = {"nodes": d.nodes, "cells": d.cells, "facets": d.facets, "bfacets": d.bfacets}
@@ -105,8 +106,12 @@ class Program:
         self.globals = {"r": mc.Global(1, 3, "r", dtype=np.int64), "g": mc.Global(1, 0, "g", dtype=np.int64),
                         "lo": mc.Global(1, 10**9, "lo", dtype=np.int64), "hi": mc.Global(1, -(10**9), "hi", dtype=np.int64)}
         self.coords = d.coords
+        self.declare_more()
         mc.partition(method, coords=d.coords if method == "rib" else None, seed_set=d.cells if method != "rib" else None)
         self.kernels = [self._kernel(i) for i in range(len(self.loop_specs))]
+
+    def declare_more(self):
+        """Declare what a variant of the program needs before the mesh is partitioned."""
 
     def _args(self, position, objects=None):
         """The arguments of loop ``position`` (``objects``: name -> the dat or global to use)."""
@@ -127,8 +132,8 @@ class Program:
 
     def record(self, objects=None):
         for position, (iterset, _) in enumerate(self.loop_specs):
-            mc.par_loop(self.kernels[position], self.sets[iterset], *self._args(position, objects),
-                        name=f"loop{position}")
+            mc.par_loop(self.kernels[position], self.itersets.get(position, self.sets[iterset]),
+                        *self._args(position, objects), name=f"loop{position}")
 
     def objects(self) -> dict:
         """Name -> the current dat or global."""

@@ -6,10 +6,11 @@ solved with :func:`meshchain.solve`.
 (not a sine mode: those are eigenvectors of the discrete Laplacian on structured meshes,
 which every Krylov method solves in one step) and ``f = -Δu``. The element stiffness matrices are assembled by one par_loop into a matrix
 whose sparsity comes from the cell-to-node map; the load vector is lumped (``f`` at the nodes
-times a share of the cell's measure), which keeps second order. Dirichlet nodes are decoupled
-in the element kernel (their rows and columns get no contribution) and then given a unit
-diagonal by :meth:`~meshchain.Mat.zero_rows`, so the matrix stays symmetric positive definite
-and every CG variant applies.
+times a share of the cell's measure), which keeps second order. The Dirichlet nodes form a
+:class:`~meshchain.Subset` of the nodes (``wall``): a loop over it flags them, the element
+kernel decouples them (their rows and columns get no contribution), and
+:meth:`~meshchain.Mat.zero_rows` of the subset gives them a unit diagonal, so the matrix stays
+symmetric positive definite and every CG variant applies.
 
 The error is the lumped-mass L2 norm of ``u_h - u`` at the nodes; it falls by about 4 each
 time the mesh is refined by 2.
@@ -146,7 +147,7 @@ class Poisson:
     f: mc.Dat
     exact: mc.Dat
     bc: mc.Dat
-    boundary: np.ndarray  # global ids of the Dirichlet nodes
+    wall: mc.Subset  # the Dirichlet nodes
     kernels: dict
 
 
@@ -160,21 +161,20 @@ def declare(mesh, *, method: str = "kway", seed: int = 0) -> Poisson:
     gdim = mesh.coords.shape[1]
     exact_values, load_values = manufactured(mesh.coords)
     boundary = np.unique(mesh.boundary_facets).astype(np.int64)
-    flags = np.zeros(mesh.nnode)
-    flags[boundary] = 1.0
     d = mesh.declare()
     nodes = d.nodes
     problem = Poisson(
         mesh=d, gdim=gdim, A=None,
         u=mc.Dat(nodes, 1, None, "u"), b=mc.Dat(nodes, 1, None, "b"),
         f=mc.Dat(nodes, 1, load_values, "f"),
-        exact=mc.Dat(nodes, 1, exact_values, "exact"), bc=mc.Dat(nodes, 1, flags, "bc"),
-        boundary=boundary,
-        kernels={"stiffness": mc.Kernel.from_source(stiffness_source(gdim)),
+        exact=mc.Dat(nodes, 1, exact_values, "exact"), bc=mc.Dat(nodes, 1, None, "bc"),
+        wall=mc.Subset(nodes, boundary, "wall"),
+        kernels={"flag": mc.Kernel.from_source("def flag(bc):\n    bc[0] = 1.0\n"),"stiffness": mc.Kernel.from_source(stiffness_source(gdim)),
                  "load": mc.Kernel.from_source(_load_source(gdim)),
                  "squared": mc.Kernel.from_source(_error_source(gdim))},
     )
     mc.partition(method, coords=d.coords, seed_set=None if method == "rib" else d.cells, seed=seed)
+    mc.par_loop(problem.kernels["flag"], problem.wall, problem.bc(mc.WRITE))  # 1 on the Dirichlet nodes
     problem.A = mc.Mat(nodes, nodes, [(d.cell2node, d.cell2node)], "A")
     assemble(problem)
     return problem
@@ -186,7 +186,7 @@ def assemble(p: Poisson) -> None:
     p.A.zero()
     mc.par_loop(p.kernels["stiffness"], d.cells, p.A(mc.INC, (d.cell2node, d.cell2node)),
                 d.coords(mc.READ, d.cell2node), p.bc(mc.READ, d.cell2node))
-    p.A.zero_rows(p.boundary, diagonal=1.0)
+    p.A.zero_rows(p.wall, diagonal=1.0)
     mc.par_loop(p.kernels["load"], d.cells, p.b(mc.INC, d.cell2node), p.f(mc.READ, d.cell2node),
                 d.coords(mc.READ, d.cell2node), p.bc(mc.READ, d.cell2node))
 

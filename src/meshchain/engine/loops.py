@@ -11,7 +11,8 @@ The same arguments again find the loop made last time, held weakly. No cache hol
 or global.
 
 Grid loops lowered to maps (several ranks, or a backend without index arithmetic) are
-checked per call.
+checked per call. A loop over a subset has its arguments lowered first (ancestors' dats and
+maps reached from the subset, :mod:`.subsets`); the structure is that of the lowered ones.
 
 Examples
 --------
@@ -40,10 +41,12 @@ class LoopRecords:
     """A session's checked loops (see the module docstring). ``check(kernel, iterset, args,
     name)`` makes a checked loop the long way (the session's: it refuses loops before
     partitioning, lowers grid loops and checks exclusive paths over ranks); ``declared(obj)``
-    raises unless the object belongs to the session."""
+    raises unless the object belongs to the session; ``lower(iterset, args)`` gives the
+    arguments of a loop over a subset as they reach the ancestors' objects."""
 
-    def __init__(self, caches, check, declared):
+    def __init__(self, caches, check, declared, lower=None):
         self._check, self._declared = check, declared
+        self._lower = lower
         self._structures = caches.cache("loop structures", limit=4096, events=("configure",),
                                         on_drop=lambda _: self._recent.clear())
         self._recent: dict = {}  # (kernel, set, name, argument ids) -> weak reference to the loop made last
@@ -52,6 +55,8 @@ class LoopRecords:
         """The checked loop of ``par_loop(kernel, iterset, *args, name=name)``: the loop made
         for the same arguments last time while it lives (the trace or a unit holds it: then its
         arguments, and so their ids, are alive too), else by structure."""
+        if self._lower is not None:
+            args = self._lower(iterset, args)
         recent = self._recent
         key = (kernel, iterset, name, *map(id, args))
         found = recent.get(key)

@@ -34,6 +34,7 @@ from ..partition.layout import MeshLayout
 from .accounting import add_planning
 from .declare import Declarations
 from .grids import GridLowering, is_grid_set
+from .subsets import SubsetLowering
 
 __all__ = ["MeshState"]
 
@@ -64,6 +65,7 @@ class MeshState:
         if inherit is not None:
             self.store, self.declarations.map_rows = inherit.store, inherit.declarations.map_rows
             self.declarations.adopt(inherit.declarations)
+        self.subset_lowering = SubsetLowering(self.declarations, distributed=self.distributed)
         self.layout = MeshLayout.serial(self.declarations.map_rows)
         self.partitioned = False
         self.seed_set = None  # the set partitioned first (mc.repartition partitions it again)
@@ -131,6 +133,7 @@ class MeshState:
                                                    "partition it once.") if self.partitioned else None)
         sets, maps, dats = self.declarations.declared(agreed=True)
         grids = self.grid_lowering.parts(sets, maps, blocks, self.size)
+        maps = maps + self.subset_lowering.derive(self.comm, sets, maps)
         coords_rows = None if coords is None else self.storage(coords).host
         self.seed_set = seed_set_of(sets, maps, None if coords is None else coords.dataset, seed_set)
         layout = distribute(self.comm, sets=sets, maps=maps, map_blocks=self.declarations.map_rows, method=method,
@@ -144,6 +147,12 @@ class MeshState:
         self.layout, self.partitioned = layout, True
         return True
 
+    def mesh_declared(self):
+        """The live sets, maps (with the maps composed for subsets) and dats, the same on every
+        rank (collective on several ranks): what layouts are built from after partitioning."""
+        sets, maps, dats = self.declarations.declared(agreed=True)
+        return sets, maps + self.subset_lowering.maps(), dats
+
     def needs_depth(self, depth: int) -> bool:
         """Whether halo layers up to ``depth`` are missing (several ranks only)."""
         return self.distributed and depth > self.layout.depth
@@ -151,7 +160,7 @@ class MeshState:
     def deepen(self, depth: int) -> None:
         """Build the missing halo layers ``1..depth`` (collective); dats keep their values (moved
         by global id; new rows are filled by the next exchange that needs them)."""
-        sets, maps, dats = self.declarations.declared(agreed=True)
+        sets, maps, dats = self.mesh_declared()
         layout = deepen(self.comm, self.layout, sets=sets, maps=maps, map_blocks=self.declarations.map_rows,
                         depth=depth)
         for d in dats:

@@ -31,7 +31,7 @@ def repartition(session, method: str, *, coords=None, weights=None, seed: int = 
     if session.distributed:
         raise_together(session.comm, None if session.partitioned else DeclarationError(
             "mc.repartition moves a distributed mesh; call mc.partition(...) first."))
-    sets, maps, dats = session.declarations.declared(agreed=True)
+    sets, maps, dats = session.mesh.mesh_declared()
     seed_set = session.seed_set
     if seed_set is None and sets:
         seed_set = seed_set_of(sets, maps, None, None)

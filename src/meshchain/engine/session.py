@@ -86,7 +86,8 @@ class Session:
         self.storage, self.n_owned, self.map_values, self.layout_of = (mesh.storage, mesh.n_owned, mesh.map_values,
                                                                        mesh.layout_of)
         # grid loops are lowered to maps for some backends: a new backend checks them again
-        self.loop_records = LoopRecords(self.caches, self._checked_loop, mesh.storage)
+        self.loop_records = LoopRecords(self.caches, self._checked_loop, mesh.storage,
+                                        mesh.subset_lowering.lowered_args)
         self.pipeline = Pipeline(self)
         self.matrices = Matrices(self)
         self.model = ModelState(self)

@@ -7,7 +7,8 @@ whole mesh except rank 0 for ``"kway"``, whose graph is gathered there):
    (parallel recursive inertial bisection of a coordinate dat), ``"kway"`` (METIS on
    the seed set's adjacency graph);
 2. derive every other set's owners through the maps (a row follows its first target;
-   a target follows the lowest-ranked row that reaches it);
+   a target follows the lowest-ranked row that reaches it; a subset follows its parent
+   through its injection map, and maps the library composed for subsets take no part);
 3. build halo layers and local numbering (:mod:`.layout`) into a
    :class:`~.layout.MeshLayout`.
 
@@ -23,10 +24,12 @@ import numpy as np
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_rows
 from ..core.errors import ConfigurationError
+from ..types.maps import ComposedMap
+from ..types.subsets import Subset
 from .grid_layout import GridParts, grid_layouts
 from .layout import MeshLayout, build_layouts
 
-__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out",
+__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out", "primary_maps",
            "seed_adjacency", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
@@ -45,13 +48,17 @@ def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=N
     sets = [s for s in sets if not grids.holds(s)]
     if not sets:
         return laid_out(comm, sets, maps, map_blocks, {}, depth, grids=grids)
+    for role, chosen in (("seed_set", seed_set), ("the coordinates' set", coords_set)):
+        if isinstance(chosen, Subset):  # every rank has the same arguments: every rank raises
+            raise ConfigurationError(f"partition: {role} {chosen.name!r} is a Subset, which follows its parent's "
+                                     f"partition; partition by {chosen.parent.name!r} (or a set it is part of).")
     seed_set = seed_set_of(sets, maps, coords_set, seed_set)
     if method == "rib" and coords_set is not None and seed_set is not coords_set:
         # every rank has the same arguments: every rank raises
         raise ConfigurationError(
             f"partition('rib') bisects the coordinates, which belong to set {coords_set.name!r}, but the seed set "
             f"is {seed_set.name!r}: pass coordinates of {seed_set.name!r} or leave seed_set out.")
-    seed_owners = _seed_owners(comm, method, seed_set, maps, map_blocks, coords_rows, seed)
+    seed_owners = _seed_owners(comm, method, seed_set, primary_maps(maps), map_blocks, coords_rows, seed)
     owners = derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
     return laid_out(comm, sets, maps, map_blocks, owners, depth, grids=grids)
 
@@ -116,13 +123,26 @@ def check_options(method, coords, depth, *, needs_coords: bool = True) -> None:
 
 def seed_set_of(sets, maps, coords_set, seed_set):
     """The set partitioned first: ``seed_set`` if given, else the coordinates' set, else
-    the set most maps point to (the largest on a tie)."""
+    the set most maps point to (the largest on a tie; a subset only when every set is one)."""
     if seed_set is not None:
         return seed_set
     if coords_set is not None:
         return coords_set
-    pointed = {s: sum(1 for m in maps if m.target is s) for s in sets}
-    return max(sets, key=lambda s: (pointed[s], s.size, -sets.index(s)))
+    maps = primary_maps(maps)
+    candidates = [s for s in sets if not isinstance(s, Subset)] or sets
+    pointed = {s: sum(1 for m in maps if m.target is s) for s in candidates}
+    return max(candidates, key=lambda s: (pointed[s], s.size, -sets.index(s)))
+
+
+def primary_maps(maps) -> list:
+    """``maps`` without those the library composed for subsets (they repeat declared rows)."""
+    return [m for m in maps if not isinstance(m, ComposedMap)]
+
+
+def _may_follow(m) -> bool:
+    """Whether ``m``'s rows may take their owners from its targets: a subset's only through
+    its injection map."""
+    return not isinstance(m.source, Subset) or m is m.source.injection
 
 
 def _seed_owners(comm, method, seed_set, maps, map_blocks, coords_rows, seed):
@@ -187,23 +207,28 @@ def _shared_target_pairs(comm, m, block_rows, seed_offsets):
 
 def derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners) -> dict:
     """Owners of every set (by ``uid``): rows follow their first target; targets the lowest
-    referencing rank."""
+    referencing rank; a subset its parent (through its injection map only). A set no map
+    connects to the seed set keeps the block distribution (and its subsets follow it)."""
+    maps = primary_maps(maps)
     owners = {seed_set: seed_owners}
     while len(owners) < len(sets):
-        follower = next((m for m in maps if m.source not in owners and m.target in owners), None)
+        follower = next((m for m in maps if m.source not in owners and m.target in owners and _may_follow(m)), None)
         if follower is not None:
             offsets = block_offsets(follower.target.size, comm.size)
             first = map_blocks[follower.uid][:, 0].astype(np.int64)
             owners[follower.source] = fetch_rows(comm, offsets, owners[follower.target], first)
             continue
-        leader = next((m for m in maps if m.source in owners and m.target not in owners), None)
-        if leader is None:
+        leader = next((m for m in maps if m.source in owners and m.target not in owners
+                       and not isinstance(m.target, Subset)), None)
+        if leader is not None:
+            owners[leader.target] = _lowest_referencing_owner(comm, leader, map_blocks[leader.uid],
+                                                              owners[leader.source])
+            continue
+        alone = next((s for s in sets if s not in owners and not isinstance(s, Subset)), None)
+        if alone is None:
             break
-        owners[leader.target] = _lowest_referencing_owner(comm, leader, map_blocks[leader.uid], owners[leader.source])
-    for s in sets:
-        if s not in owners:  # not connected to the seed set by any map: keep the block distribution
-            offsets = block_offsets(s.size, comm.size)
-            owners[s] = np.full(offsets[comm.rank + 1] - offsets[comm.rank], comm.rank, dtype=np.int64)
+        offsets = block_offsets(alone.size, comm.size)  # not connected to the seed set: the block distribution
+        owners[alone] = np.full(offsets[comm.rank + 1] - offsets[comm.rank], comm.rank, dtype=np.int64)
     return {s.uid: owned for s, owned in owners.items()}
 
 

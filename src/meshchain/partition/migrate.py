@@ -25,7 +25,7 @@ from ..comm.collectives import fetch_rows
 from ..comm.sparse import exchange_rows
 from ..core.errors import DeclarationError, InternalError
 from . import partitioners
-from .distribute import derive_owners, laid_out, seed_adjacency
+from .distribute import derive_owners, laid_out, primary_maps, seed_adjacency
 from .layout import MeshLayout
 
 __all__ = ["repartitioned", "checked_weights", "Moves", "moves_of", "migrated_rows"]
@@ -47,7 +47,7 @@ def repartitioned(comm, layout: MeshLayout, *, sets, maps, map_blocks: dict, see
         seed_owners = _to_blocks(comm, ids, np.asarray(parts, dtype=np.int64), offsets)
     elif method == "kway":
         block_weights = None if weights is None else _to_blocks(comm, ids, np.asarray(weights, np.float64), offsets)
-        xadj, adjncy = seed_adjacency(comm, seed_set, maps, map_blocks)
+        xadj, adjncy = seed_adjacency(comm, seed_set, primary_maps(maps), map_blocks)
         parts = partitioners.kway(xadj, adjncy, comm, seed=seed, weights=block_weights)
         seed_owners = np.asarray(parts, dtype=np.int64)
     else:  # "block" (weights would not change contiguous blocks)

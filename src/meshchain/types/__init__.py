@@ -11,5 +11,6 @@ from .grid import Grid, GridInterior, Stencil
 from .maps import Map, MapIndex
 from .mat import Mat, MatArg
 from .sets import Set
+from .subsets import Subset
 
-__all__ = ["Arg", "Block", "Dat", "Global", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "Set"]
+__all__ = ["Arg", "Block", "Dat", "Global", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "Set", "Subset"]

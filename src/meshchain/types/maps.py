@@ -9,7 +9,7 @@ from ..core.errors import MapError
 from ._checks import check_count, check_name, next_uid
 from .sets import Set
 
-__all__ = ["Map", "MapIndex", "ColumnsMap", "undeclared_map", "checked_values"]
+__all__ = ["Map", "MapIndex", "ColumnsMap", "ComposedMap", "composed_rows", "undeclared_map", "checked_values"]
 
 
 class Map:
@@ -107,6 +107,42 @@ class ColumnsMap(Map):
         values = np.ascontiguousarray(values, dtype=np.int32 if n_source < np.iinfo(np.int32).max else np.int64)
         values.flags.writeable = False
         return values
+
+
+class ComposedMap(Map):
+    """A map the library composes for loops over a :class:`~meshchain.types.subsets.Subset`:
+    ``parts`` followed from the subset (its injection, those of the subsets between it and an
+    ancestor, then optionally a map from that ancestor). Every part but the last has arity 1.
+    Its values are made from the parts' (:func:`composed_rows`): on several ranks when the mesh
+    is partitioned, so its rows take part in the halo layers as a declared map's do; it is not
+    declared (checkpoints and ownership ignore it).
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = tuple(parts)
+        first, last = self.parts[0], self.parts[-1]
+        self.name = "(" + " o ".join(m.name for m in reversed(self.parts)) + ")"
+        self.source, self.target, self.arity = first.source, last.target, last.arity
+        self._indices = tuple(MapIndex(self, i) for i in range(self.arity))
+        self.uid = next_uid()
+
+
+def composed_rows(parts, rows_of, ids=None) -> np.ndarray:
+    """The rows of the composition of ``parts`` (see :class:`ComposedMap`): ``rows_of(m, ids)``
+    gives map ``m``'s rows at source ids ``ids`` (all of them when None), in global numbering.
+
+    >>> import numpy as np
+    >>> table = {"inj": np.array([[2], [0]]), "c2n": np.array([[0, 1], [1, 2], [2, 3]])}
+    >>> composed_rows(["inj", "c2n"], lambda m, ids: table[m] if ids is None else table[m][ids]).tolist()
+    [[2, 3], [0, 1]]
+    """
+    rows = None
+    for m in parts:
+        rows = rows_of(m, ids)
+        ids = np.asarray(rows, dtype=np.int64)[:, 0]
+    return np.asarray(rows, dtype=np.int64)
 
 
 class MapIndex:

@@ -31,6 +31,7 @@ from ..core.errors import AccessModeError, DataShapeError, MapError, SetMismatch
 from ._checks import check_count, check_name, next_uid
 from .maps import Map
 from .sets import Set
+from .subsets import Subset, ids_in
 
 __all__ = ["Mat", "MatArg"]
 
@@ -155,7 +156,10 @@ class Mat:
     def zero_rows(self, rows, diagonal: float = 1.0) -> None:
         """Zero the rows with these global ids (of ``row_set``; every component of each) and put
         ``diagonal`` on their diagonal: Dirichlet conditions. Each rank changes the rows it
-        owns; ids may be given on every rank (the same list) or only where they are owned."""
+        owns; ids may be given on every rank (the same list) or only where they are owned.
+        ``rows`` may also be a :class:`~meshchain.Subset` of ``row_set`` (or of a subset of it)."""
+        if isinstance(rows, Subset):
+            rows = ids_in(rows, self.row_set)
         context.current().matrices.zero_rows(self, rows, float(diagonal))
 
     def mult(self, x, y) -> None:
