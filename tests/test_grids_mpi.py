@@ -94,8 +94,9 @@ def test_grid_sweeps_on_ranks_equal_one_process_and_numpy(comm, case, ca):
     if comm.rank == 0:
         want = oracle(shape, offsets, steps, dim=2, chains=2, seed=case)
         np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(sweeps(self_comm(), shape, offsets, steps, ca=ca, dim=2, chains=2,
-                                             seed=case), want)
+        if comm.size == 2:  # one process alone does the same whatever the launch's size: checked once
+            np.testing.assert_array_equal(sweeps(self_comm(), shape, offsets, steps, ca=ca, dim=2, chains=2,
+                                                 seed=case), want)
 
 
 @pytest.mark.mpi(nprocs=(2, 4), timeout=300)

@@ -101,20 +101,20 @@ def assert_same(got, expected, what):
         np.testing.assert_array_equal(a, b, err_msg=f"{what}: result {position}")
 
 
-@settings(max_examples=8, **NO_CHECKS)
+@settings(max_examples=6, **NO_CHECKS)
 @given(spec=subset_programs(), backend=st.sampled_from(["reference", "numba"]), runs=st.permutations(RUNS))
 def test_loops_over_subsets_equal_the_parent_loops_masked(spec, backend, runs):
     assert_same(outcome(spec, runs, backend=backend), oracle(spec, runs), f"{backend}, {runs}")
 
 
-@settings(max_examples=3, **NO_CHECKS)
+@settings(max_examples=2, **NO_CHECKS)
 @given(spec=subset_programs(max_loops=4), runs=st.permutations(RUNS[:3]))
 def test_loops_over_subsets_on_the_device_emulation_equal_the_parent_loops_masked(spec, runs):
     assert_same(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=900)
-@settings(max_examples=4, **NO_CHECKS)
+@settings(max_examples=3, **NO_CHECKS)
 @given(spec=subset_programs(max_loops=4), runs=st.permutations(RUNS[:1] + RUNS[2:]))
 def test_subset_chains_on_ranks_equal_the_parent_loops_masked_on_one(comm, spec, runs):
     expected, got = oracle(spec, runs), outcome(spec, runs, comm=comm)
