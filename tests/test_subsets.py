@@ -231,3 +231,67 @@ def test_zero_rows_of_a_subset_equals_zero_rows_of_its_ids():
     assert matrices[0][7].tolist() == [3.0 if j == 7 else 0.0 for j in range(nodes.size)]
     with pytest.raises(mc.DeclarationError, match="is not a subset of 'cells'"):
         mc.Mat(cells, cells, [(mc.Map(cells, cells, 1, np.arange(12)[:, None], "id"),) * 2], "B").zero_rows(corners)
+
+
+STIFF = ("def stiff(a, x):\n    for i in range(4):\n        for j in range(4):\n"
+         "            a[i, j] += (1.0 + i * j) * x[0] {mask}\n")
+
+
+@pytest.mark.mpi(nprocs=(1, 3), timeout=300)
+def test_a_matrix_assembled_over_a_subset_equals_the_parent_loop_masked(comm):
+    """PyOP2 assembles boundary terms over a subset of the elements: the block rows and columns
+    come from the parent's maps, composed with the subset's injection."""
+    matrices = []
+    for masked in (False, True):
+        mc.reset_runtime(comm=comm)
+        cells, nodes, c2n = quads()
+        chosen = np.array([5, 0, 11, 6])
+        part = mc.Subset(cells, chosen, "part")
+        flags = np.zeros((cells.size, 1))
+        flags[chosen] = 1.0
+        x = mc.Dat(cells, 1, np.arange(1.0, 13.0), "x")
+        mask = mc.Dat(cells, 1, flags, "mask")
+        mc.partition("kway", seed_set=cells)
+        A = mc.Mat(nodes, nodes, [(c2n, c2n)], "A")
+        if masked:
+            kernel = mc.Kernel.from_source(STIFF.format(mask="* m[0]").replace("(a, x)", "(a, x, m)"))
+            mc.par_loop(kernel, cells, A(mc.INC, (c2n, c2n)), x(mc.READ), mask(mc.READ))
+        else:
+            mc.par_loop(mc.Kernel.from_source(STIFF.format(mask="")), part, A(mc.INC, (c2n, c2n)), x(mc.READ))
+        matrices.append(A.to_scipy())
+    if comm.rank == 0:
+        np.testing.assert_array_equal(matrices[0].toarray(), matrices[1].toarray())
+        assert matrices[0].toarray().any()
+
+
+def repartitioned_program(comm):
+    """Loops over subsets, a repartition by weights, the same loops again: the results."""
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(8, 6).declare()
+    cells, nodes, c2n = mesh.cells, mesh.nodes, mesh.cell2node
+    rng = np.random.default_rng(3)
+    part = mc.Subset(cells, rng.permutation(cells.size)[:25], "part")
+    wall = mc.Subset(nodes, rng.permutation(nodes.size)[:20], "wall")
+    q = mc.Dat(cells, 1, np.arange(cells.size), "q", dtype=np.int64)
+    u = mc.Dat(nodes, 1, np.arange(nodes.size) % 7, "u", dtype=np.int64)
+    spread = mc.Kernel.from_source("def spread(a, b):\n    for i in range(4):\n        b[i, 0] += a[0] + i\n")
+    bump = mc.Kernel.from_source("def bump(b):\n    b[0] = 2 * b[0] - 1\n")
+    gather = mc.Kernel.from_source("def gather(b, a):\n    a[0] += b[0, 0] - b[2, 0]\n")
+    mc.partition("kway", seed_set=cells)
+    for step in range(2):
+        with mc.loop_chain("step", ca=True):
+            mc.par_loop(spread, part, q(mc.READ), u(mc.INC, c2n))
+            mc.par_loop(bump, wall, u(mc.RW))
+            mc.par_loop(gather, part, u(mc.READ, c2n), q(mc.INC))
+        if step == 0:
+            weights = 1.0 + (np.arange(cells.n_owned) % 3)
+            mc.repartition("kway", weights=weights)
+    return q.gather(), u.gather()
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_subsets_follow_a_repartition(comm):
+    got, expected = repartitioned_program(comm), repartitioned_program(MPI.COMM_SELF)
+    if comm.rank == 0:
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)

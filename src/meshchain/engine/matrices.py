@@ -33,7 +33,7 @@ from ..core.errors import (AccessModeError, BackendUnavailableError, DataShapeEr
                            SetMismatchError)
 from ..ir.kernel import Kernel
 from ..ir.loop import as_kernel
-from ..types import Dat
+from ..types import Dat, Subset
 from ..types.mat import MatArg
 from .boundary import layer_rows
 
@@ -164,7 +164,8 @@ class Matrices:
         if len(found) != 1:
             raise LoopError(f"par_loop {name!r}: a loop assembles into one matrix at a time, got {len(found)}.")
         position = found[0]
-        arg = args[position]
+        arg = self.session.mesh.subset_lowering.lowered_mat_arg(iterset, args[position]) \
+            if isinstance(iterset, Subset) else args[position]
         mat = arg.mat
         if self.session.config.backend in ("cupy", "cuda-emulation"):
             raise BackendUnavailableError(f"par_loop {name!r}: the cupy backend cannot assemble matrices yet "

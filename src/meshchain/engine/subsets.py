@@ -22,7 +22,7 @@ import weakref
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows
 from ..core.errors import DeclarationError
-from ..types import Arg
+from ..types import Arg, MatArg
 from ..types.maps import ComposedMap, composed_rows
 from ..types.subsets import Subset, ancestors
 
@@ -65,6 +65,15 @@ class SubsetLowering:
         if lowered is not arg:
             self._lowered_args[arg] = (subset, lowered)
         return lowered
+
+    def lowered_mat_arg(self, subset, arg) -> MatArg:
+        """Matrix argument ``arg`` of a loop over ``subset`` with maps from its ancestors
+        composed with the path to them (the matrix's rows and columns stay the ancestors')."""
+        lineage = ancestors(subset)
+        row_map, col_map = (self._through(subset, m) if m.source in lineage else m for m in (arg.row_map, arg.col_map))
+        if row_map is arg.row_map and col_map is arg.col_map:
+            return arg
+        return MatArg(arg.mat, arg.access, row_map, col_map)
 
     def _lowered(self, subset, arg) -> Arg:
         if not isinstance(arg, Arg) or arg.data.is_global or arg.stencil is not None:
