@@ -163,7 +163,7 @@ def test_lazy_evaluation_matches_eager_and_runs_each_loop_once(steps, trace_leng
 # --------------------------------------------------------------------------- #
 # Chains on one process
 # --------------------------------------------------------------------------- #
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=programs())
 def test_random_chains_equal_loop_by_loop_on_one_process(spec):
     results = []

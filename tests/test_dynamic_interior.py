@@ -187,7 +187,7 @@ CONFIGURATIONS = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.sam
                                     st.integers(0, 5)), min_size=1, max_size=4)
 
 
-@settings(max_examples=9, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=7, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(spec=chains(), block_size=st.sampled_from([4, 8, 16, 64]), configurations=CONFIGURATIONS)
 def test_chunked_is_bit_identical_to_the_static_phase(monkeypatch, spec, block_size, configurations):

@@ -154,7 +154,7 @@ def assert_same(want, got):
         np.testing.assert_array_equal(b, a)
 
 
-@settings(max_examples=5, **SETTINGS)
+@settings(max_examples=4, **SETTINGS)
 @given(spec=programs(max_loops=6), tile_size=st.integers(1, 400), threads=st.sampled_from(THREADS))
 def test_tiled_chains_equal_untiled_and_the_reference(spec, tile_size, threads, meshchain_cache_dir):
     reference, _ = run_program(spec, backend="reference", chain=False, cache_dir=meshchain_cache_dir)
