@@ -22,7 +22,8 @@ NO_CHECKS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Hea
 def masked_source(source: str) -> str:
     """``source`` (a kernel) with a last parameter ``mask`` and its body run where ``mask[0]``."""
     header, *body = source.splitlines()
-    return "\n".join([header.replace("):", ", mask):"), "    if mask[0] != 0:", *("    " + line for line in body)]) + "\n"
+    lines = [header.replace("):", ", mask):"), "    if mask[0] != 0:", *("    " + line for line in body)]
+    return "\n".join(lines) + "\n"
 
 
 class SubsetProgram(Program):
@@ -138,7 +139,8 @@ def test_a_subset_reads_and_writes_its_parents_dats_directly_and_through_its_map
     lo = mc.Dat(nodes, 1, np.full(nodes.size, 99.0), "lo")
     mine = mc.Dat(part, 2, None, "mine")
     spread = mc.Kernel.from_source("def spread(a, b, low, own):\n    for i in range(4):\n        b[i, 0] += a[0]\n"
-                                   "        low[i, 0] = min(low[i, 0], a[0])\n    own[0] = a[0]\n    own[1] = 2 * a[0]\n")
+                                   "        low[i, 0] = min(low[i, 0], a[0])\n"
+                                   "    own[0] = a[0]\n    own[1] = 2 * a[0]\n")
     mc.par_loop(spread, part, q(mc.READ), u(mc.INC, c2n), lo(mc.MIN, c2n), mine(mc.WRITE))
     expected_u, expected_lo = np.zeros(nodes.size), np.full(nodes.size, 99.0)
     values = c2n.values

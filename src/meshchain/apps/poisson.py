@@ -169,7 +169,8 @@ def declare(mesh, *, method: str = "kway", seed: int = 0) -> Poisson:
         f=mc.Dat(nodes, 1, load_values, "f"),
         exact=mc.Dat(nodes, 1, exact_values, "exact"), bc=mc.Dat(nodes, 1, None, "bc"),
         wall=mc.Subset(nodes, boundary, "wall"),
-        kernels={"flag": mc.Kernel.from_source("def flag(bc):\n    bc[0] = 1.0\n"),"stiffness": mc.Kernel.from_source(stiffness_source(gdim)),
+        kernels={"flag": mc.Kernel.from_source("def flag(bc):\n    bc[0] = 1.0\n"),
+                 "stiffness": mc.Kernel.from_source(stiffness_source(gdim)),
                  "load": mc.Kernel.from_source(_load_source(gdim)),
                  "squared": mc.Kernel.from_source(_error_source(gdim))},
     )

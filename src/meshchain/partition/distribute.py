@@ -29,8 +29,8 @@ from ..types.subsets import Subset
 from .grid_layout import GridParts, grid_layouts
 from .layout import MeshLayout, build_layouts
 
-__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out", "primary_maps",
-           "seed_adjacency", "METHODS", "MAX_DEPTH"]
+__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out",
+           "primary_maps", "seed_adjacency", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
 MAX_DEPTH = 48  # halo layers: enough for a grid chain of 40 sweeps (the CA stencil study's steps)
