@@ -170,3 +170,32 @@ class Program:
     def results(self):
         values = [d.gather() for d in self.dats.values()]
         return values + [g.value for g in self.globals.values()]
+
+
+#: How a program runs: loop by loop (None), in a chain (False), communication-avoiding (True), tiled.
+RUNS = ((None, None), (False, None), (True, None), (True, 3))
+
+
+def results_of(make_program, runs, *, comm=None, backend="numba"):
+    """The results of the program ``make_program()`` declares on a new runtime, run twice in
+    each way of ``runs`` (``(mode, tile_size)``), one after the other in one session (a chain
+    then starts from halos that loops left behind)."""
+    mc.reset_runtime(comm=comm, backend=backend)
+    program = make_program()
+    for mode, tile_size in runs:
+        program.run(mode, tile_size=tile_size)
+    return program.results()
+
+
+def assert_same_results(got, expected, what):
+    assert len(got) == len(expected)
+    for position, (a, b) in enumerate(zip(got, expected)):
+        np.testing.assert_array_equal(a, b, err_msg=f"{what}: result {position}")
+
+
+def assert_same_on_ranks(comm, got, expected, what):
+    """Every result on rank 0 (the dats are gathered there); the globals on every rank."""
+    if comm.rank == 0:
+        assert_same_results(got, expected, f"{comm.size} ranks, {what}")
+    else:
+        assert_same_results(got[-len(GLOBAL_USES):], expected[-len(GLOBAL_USES):], f"{comm.size} ranks, {what}: globals")

@@ -71,3 +71,15 @@ def launch_script(arguments: list, env: dict, *, nprocs: int, timeout: float, wh
         output, _ = process.communicate()
         pytest.fail(f"{what}: mpiexec did not finish in {timeout} s:\n{output[-6000:]}\n{detail() if detail else ''}")
     return process.returncode, output
+
+
+def example_module(name: str):
+    """``examples/<name>.py`` imported as a module (its ``main(argv)`` runs it)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

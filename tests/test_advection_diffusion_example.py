@@ -3,22 +3,16 @@ at two Péclet numbers, serial and on several ranks, with the same iterations.""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 import meshchain as mc
+from helpers import example_module
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
 
 
 def example():
-    spec = importlib.util.spec_from_file_location("example_advection", ROOT / "examples" / "advection_diffusion.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return example_module("advection_diffusion")
 
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)

@@ -33,7 +33,7 @@ LAYERS = (
 
 # the user-facing entry points that find the current session through the context
 CONTEXT_USERS = {"meshchain.api", "meshchain.core.context", "meshchain.model.calibrate", "meshchain.types.sets",
-                 "meshchain.types.maps", "meshchain.types.data", "meshchain.types.mat"}
+                 "meshchain.types.maps", "meshchain.types.data", "meshchain.types.mat", "meshchain.types.mixed_mat"}
 
 
 def modules() -> dict:

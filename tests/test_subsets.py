@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import meshchain as mc
-from chain_programs import Program, programs
+from chain_programs import RUNS, Program, assert_same_on_ranks, assert_same_results, programs, results_of
 from meshchain.meshes import structured_quads
 from test_backends_property import kernel_source
 
@@ -77,18 +77,9 @@ def subset_programs(draw, max_loops=5):
     return program, draw(st.integers(0, 2**16)), tuple(levels)
 
 
-#: How a program runs: loop by loop (None), in a chain (False), communication-avoiding (True), tiled.
-RUNS = ((None, None), (False, None), (True, None), (True, 3))
-
-
 def outcome(spec, runs, *, comm=None, masked=False, backend="numba"):
-    """The results of ``spec`` run twice in each way of ``runs`` (``(mode, tile_size)``), one
-    after the other in one session (a chain then starts from halos that loops left behind)."""
-    mc.reset_runtime(comm=comm, backend=backend)
-    program = SubsetProgram(spec, masked=masked)
-    for mode, tile_size in runs:
-        program.run(mode, tile_size=tile_size)
-    return program.results()
+    """The results of ``spec`` run twice in each way of ``runs``, one after the other in one session."""
+    return results_of(lambda: SubsetProgram(spec, masked=masked), runs, comm=comm, backend=backend)
 
 
 def oracle(spec, runs):
@@ -96,22 +87,16 @@ def oracle(spec, runs):
     return outcome(spec, [(None, None)] * len(runs), comm=MPI.COMM_SELF, masked=True, backend="reference")
 
 
-def assert_same(got, expected, what):
-    assert len(got) == len(expected)
-    for position, (a, b) in enumerate(zip(got, expected)):
-        np.testing.assert_array_equal(a, b, err_msg=f"{what}: result {position}")
-
-
 @settings(max_examples=6, **NO_CHECKS)
 @given(spec=subset_programs(), backend=st.sampled_from(["reference", "numba"]), runs=st.permutations(RUNS))
 def test_loops_over_subsets_equal_the_parent_loops_masked(spec, backend, runs):
-    assert_same(outcome(spec, runs, backend=backend), oracle(spec, runs), f"{backend}, {runs}")
+    assert_same_results(outcome(spec, runs, backend=backend), oracle(spec, runs), f"{backend}, {runs}")
 
 
 @settings(max_examples=2, **NO_CHECKS)
 @given(spec=subset_programs(max_loops=4), runs=st.permutations(RUNS[:3]))
 def test_loops_over_subsets_on_the_device_emulation_equal_the_parent_loops_masked(spec, runs):
-    assert_same(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
+    assert_same_results(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=900)
@@ -119,10 +104,7 @@ def test_loops_over_subsets_on_the_device_emulation_equal_the_parent_loops_maske
 @given(spec=subset_programs(max_loops=4), runs=st.permutations(RUNS[:1] + RUNS[2:]))
 def test_subset_chains_on_ranks_equal_the_parent_loops_masked_on_one(comm, spec, runs):
     expected, got = oracle(spec, runs), outcome(spec, runs, comm=comm)
-    if comm.rank == 0:
-        assert_same(got, expected, f"{comm.size} ranks, {runs}")
-    else:  # the dats are gathered on rank 0; every rank has the globals
-        assert_same(got[-4:], expected[-4:], f"{comm.size} ranks, {runs}: globals")
+    assert_same_on_ranks(comm, got, expected, f"{runs}")
 
 
 def quads():

@@ -35,6 +35,7 @@ from ..ir.kernel import Kernel
 from ..ir.loop import as_kernel
 from ..types import Dat, Subset
 from ..types.mat import MatArg
+from . import block_matrices
 from .boundary import layer_rows
 
 __all__ = ["Matrices", "Pattern"]
@@ -121,17 +122,17 @@ class Matrices:
         return pattern
 
     def _build(self, mat) -> Pattern:
-        session, dim = self.session, mat.dim
+        session, dim, col_dim = self.session, mat.dim, mat.col_dim
         rows_layout, cols_layout = session.layout_of(mat.row_set), session.layout_of(mat.col_set)
-        n_owned_rows, n_owned_cols = rows_layout.n_owned * dim, cols_layout.n_owned * dim
-        n_cols = len(cols_layout.global_ids) * dim
+        n_owned_rows, n_owned_cols = rows_layout.n_owned * dim, cols_layout.n_owned * col_dim
+        n_cols = len(cols_layout.global_ids) * col_dim
         keys, depth = [], 0
         for row_map, col_map in mat.maps:
             rows, cols, _ = self._entries(mat, row_map, col_map)
             keys.append(rows * n_cols + cols)
             if cols.size:
-                depth = max(depth, int(cols_layout.data_layers[cols // dim].max()))
-        if mat.row_set is mat.col_set:  # square: every owned row keeps its diagonal entry (as PyOP2 does)
+                depth = max(depth, int(cols_layout.data_layers[cols // col_dim].max()))
+        if square(mat):  # every owned row keeps its diagonal entry (as PyOP2 does)
             diagonal = np.arange(n_owned_rows, dtype=np.int64)  # owned columns come first, in the rows' order
             keys.append(diagonal * n_cols + diagonal)
         depth = self._max(depth)
@@ -141,14 +142,13 @@ class Matrices:
     def _entries(self, mat, row_map, col_map):
         """Scalar rows and local columns of every entry the pair contributes to an owned row,
         and their positions in the element blocks of the iterations that run (owned + exec halo)."""
-        session, dim = self.session, mat.dim
+        session, dim, col_dim = self.session, mat.dim, mat.col_dim
         iterations = session.layout_of(row_map.source).exec_end(1)
         rv = session.layout.values(row_map)[:iterations]
         cv = session.layout.values(col_map)[:iterations]
-        components = np.arange(dim)
-        rows = (rv[:, :, None, None, None] * dim + components[None, None, :, None, None])
-        cols = (cv[:, None, None, :, None] * dim + components[None, None, None, None, :])
-        shape = (iterations, row_map.arity, dim, col_map.arity, dim)
+        rows = (rv[:, :, None, None, None] * dim + np.arange(dim)[None, None, :, None, None])
+        cols = (cv[:, None, None, :, None] * col_dim + np.arange(col_dim)[None, None, None, None, :])
+        shape = (iterations, row_map.arity, dim, col_map.arity, col_dim)
         rows, cols = np.broadcast_to(rows, shape).ravel(), np.broadcast_to(cols, shape).ravel()
         picks = np.flatnonzero(rows < session.layout_of(mat.row_set).n_owned * dim)
         return rows[picks].astype(np.int64), cols[picks].astype(np.int64), picks
@@ -156,16 +156,36 @@ class Matrices:
     # --- assembly ----------------------------------------------------------------------------------
 
     def record_assembly(self, kernel, iterset, args, name) -> None:
-        """Record ``par_loop(kernel, iterset, *args)`` where one argument is a matrix (lowered,
-        see the module docstring)."""
+        """Record ``par_loop(kernel, iterset, *args)`` where some arguments are matrices
+        (lowered, see the module docstring; a block matrix gives one argument per block)."""
         kernel = as_kernel(kernel)
         name = name or kernel.name
-        found = [i for i, a in enumerate(args) if isinstance(a, MatArg)]
-        if len(found) != 1:
-            raise LoopError(f"par_loop {name!r}: a loop assembles into one matrix at a time, got {len(found)}.")
-        position = found[0]
-        arg = self.session.mesh.subset_lowering.lowered_mat_arg(iterset, args[position]) \
-            if isinstance(iterset, Subset) else args[position]
+        positions = [i for i, a in enumerate(args) if isinstance(a, MatArg)]
+        if len({id(args[i].mat) for i in positions}) != len(positions):
+            raise LoopError(f"par_loop {name!r}: a loop assembles into a matrix through one argument, got "
+                            f"{', '.join(repr(args[i]) for i in positions)}.")
+        lowered = list(args)
+        if isinstance(iterset, Subset):
+            for i in positions:
+                lowered[i] = self.session.mesh.subset_lowering.lowered_mat_arg(iterset, args[i])
+        for i in positions:
+            self._check_assembly(lowered[i], iterset, name)
+        if len(args) != len(kernel.params):
+            return self.session.record(kernel, iterset, args, name)  # make_loop names the count mismatch
+        for i in positions:
+            if lowered[i].access is Access.INC:
+                self._check_kernel(kernel, lowered, i, name)
+        touches, pending = [], []
+        for i in positions:
+            lowered[i], touch, done = self._lowered(lowered[i], iterset)
+            touches.append(touch)
+            pending.append(done)
+        wrapper = self._wrapper(kernel, tuple((i, args[i].view_shape) for i in positions))
+        self.session.record(wrapper, iterset, (*lowered, *touches), name)
+        for mat, entry in pending:
+            self.record(mat).pending.append(entry)
+
+    def _check_assembly(self, arg, iterset, name: str) -> None:
         mat = arg.mat
         if self.session.config.backend in ("cupy", "cuda-emulation"):
             raise BackendUnavailableError(f"par_loop {name!r}: the cupy backend cannot assemble matrices yet "
@@ -173,10 +193,11 @@ class Matrices:
         if arg.row_map.source is not iterset:
             raise SetMismatchError(f"par_loop {name!r} over {iterset.name!r}: Mat {mat.name!r} is reached through "
                                    f"{arg.row_map.name!r}, which starts from {arg.row_map.source.name!r}.")
-        if len(args) != len(kernel.params):
-            return self.session.record(kernel, iterset, args, name)  # make_loop names the count mismatch
-        if arg.access is Access.INC:
-            self._check_kernel(kernel, args, position, name)
+
+    def _lowered(self, arg, iterset) -> tuple:
+        """``(the scratch dat's argument, the dummy increment, (mat, pending entry))`` of one
+        matrix argument; builds the pattern and the scatter of its map pair at first use."""
+        mat = arg.mat
         record = self.record(mat)
         pattern = self.pattern(mat)
         self.settle(mat)
@@ -191,13 +212,8 @@ class Matrices:
             scratch = record.scratch[key] = Dat(iterset, size, None, f"{mat.name}:{arg.row_map.name}-blocks")
         if record.touch is None:
             record.touch = Dat(mat.row_set, 1, None, f"{mat.name}:assembled")
-        wrapper = self._wrapper(kernel, position, arg.view_shape)
-        lowered = list(args)
-        lowered[position] = scratch(Access.WRITE)
-        lowered.append(record.touch(Access.INC, arg.row_map[0]))
-        self.session.record(wrapper, iterset, tuple(lowered), name)
-        record.pending.append((key, scratch, arg.access))
         pattern.assembled = True
+        return scratch(Access.WRITE), record.touch(Access.INC, arg.row_map[0]), (mat, (key, scratch, arg.access))
 
     @staticmethod
     def _check_kernel(kernel, args, position: int, name: str) -> None:
@@ -209,23 +225,24 @@ class Matrices:
                 f"kernel {kernel.name!r} in loop {name!r} at {kernel.where(bad[0])}: {param!r} is the matrix block "
                 f"{args[position]!r}, which may only be incremented ('{param}[i, j] += ...' or '-= ...').")
 
-    def _wrapper(self, kernel, position: int, shape) -> Kernel:
-        """``kernel`` with its matrix parameter taken as a flat block, reshaped and zeroed first,
-        plus the dummy increment parameter (cached per kernel, position and shape)."""
-        key = (id(kernel), position, shape)
+    def _wrapper(self, kernel, blocks) -> Kernel:
+        """``kernel`` with each matrix parameter (``blocks``: (position, shape) pairs) taken as
+        a flat block, reshaped and zeroed first, plus one dummy increment parameter per matrix
+        (cached per kernel and blocks)."""
+        key = (id(kernel), blocks)
         found = self._wrappers.get(key)
         if found is not None and found[0] is kernel and kernel.unchanged():
             return found[1]
         kernel.constants()  # snapshot the user kernel's globals now, so that unchanged() can tell next time
-        params = list(kernel.params)
-        block = params[position]
-        params[position] = "_mc_block_flat"
+        params, lines = list(kernel.params), []
+        for n, (position, shape) in enumerate(blocks):
+            flat, params[position] = f"_mc_block_flat{n}", f"_mc_block_flat{n}"
+            lines += [f"    for _mc_k in range({shape[0] * shape[1]}):",
+                      f"        {flat}[_mc_k] = 0.0",
+                      f"    {kernel.params[position]} = {flat}.reshape(({shape[0]}, {shape[1]}))"]
+        touches = [f"_mc_assembled{n}" for n in range(len(blocks))]
         body = textwrap.indent("\n".join(ast.unparse(statement) for statement in kernel.tree.body), "    ")
-        source = (f"def {kernel.name}_assembly({', '.join(params)}, _mc_assembled):\n"
-                  f"    for _mc_k in range({shape[0] * shape[1]}):\n"
-                  f"        _mc_block_flat[_mc_k] = 0.0\n"
-                  f"    {block} = _mc_block_flat.reshape(({shape[0]}, {shape[1]}))\n"
-                  f"{body}\n")
+        source = f"def {kernel.name}_assembly({', '.join(params + touches)}):\n" + "\n".join(lines) + f"\n{body}\n"
         wrapper = Kernel.from_source(source, name=kernel.name, namespace=kernel.func.__globals__)
         self._wrappers[key] = (kernel, wrapper)
         return wrapper
@@ -258,9 +275,10 @@ class Matrices:
         error, local = None, np.zeros(0, dtype=np.int64)
         try:
             local = self._owned_rows(mat, rows)
-            if diagonal != 0.0 and mat.row_set is not mat.col_set:
-                raise DataShapeError(f"Mat {mat.name!r}.zero_rows: rows and columns are on different sets, so there "
-                                     f"is no diagonal to set to {diagonal}; pass diagonal=0.0.")
+            if diagonal != 0.0 and not square(mat):
+                raise DataShapeError(f"Mat {mat.name!r}.zero_rows: rows and columns are on different sets (or have "
+                                     f"different dims), so there is no diagonal to set to {diagonal}; pass "
+                                     f"diagonal=0.0.")
         except DataShapeError as exc:
             error = exc
         raise_together(session.comm if session.distributed else None, error)
@@ -303,7 +321,7 @@ class Matrices:
         pattern = self.pattern(mat)
         self.settle(mat)
         out = np.zeros(pattern.n_rows)
-        if mat.row_set is not mat.col_set or not len(pattern.keys):
+        if not square(mat) or not len(pattern.keys):
             return out
         rows = np.arange(pattern.n_rows)
         keys = rows * pattern.n_cols + rows
@@ -325,6 +343,15 @@ class Matrices:
         pattern = self.pattern(mat)
         return int(self._max(int(np.diff(pattern.indptr).max()) if pattern.n_rows else 0))
 
+    def max_over_ranks(self, values) -> list:
+        """Each of ``values`` (integers) maximised over the ranks (collective)."""
+        array = np.asarray(values, dtype=np.int64)
+        if self.session.distributed:
+            out = np.empty_like(array)
+            self.session.comm.Allreduce(array, out, op=_max())
+            array = out
+        return array.tolist()
+
     def _max(self, value):
         return self.session.comm.allreduce(value, op=_max()) if self.session.distributed else value
 
@@ -340,18 +367,18 @@ class Matrices:
         """This rank's owned entries as (global row, global column, value), scalar numbering."""
         pattern = self.pattern(mat)
         self.settle(mat)
-        dim, session = mat.dim, self.session
+        dim, col_dim, session = mat.dim, mat.col_dim, self.session
         rows_ids = session.layout_of(mat.row_set).global_ids
         cols_ids = session.layout_of(mat.col_set).global_ids
         rows, cols = pattern.rows, pattern.indices
-        return (rows_ids[rows // dim] * dim + rows % dim, cols_ids[cols // dim] * dim + cols % dim,
+        return (rows_ids[rows // dim] * dim + rows % dim, cols_ids[cols // col_dim] * col_dim + cols % col_dim,
                 pattern.values.copy())
 
     def to_scipy(self, mat):
         import scipy.sparse as sp
 
         rows, cols, values = self.global_entries(mat)
-        shape = (mat.row_set.size * mat.dim, mat.col_set.size * mat.dim)
+        shape = (mat.row_set.size * mat.dim, mat.col_set.size * mat.col_dim)
         session = self.session
         if session.distributed:
             parts = session.comm.gather((rows, cols, values), root=0)
@@ -369,18 +396,19 @@ class Matrices:
 
     # --- SpMV ---------------------------------------------------------------------------------------------
 
-    def _check_vector(self, mat, dat, expected_set, what: str) -> None:
+    def _check_vector(self, mat, dat, expected_set, what: str, dim: int | None = None) -> None:
+        dim = mat.dim if dim is None else dim
         if not isinstance(dat, Dat):
             raise DataShapeError(f"Mat {mat.name!r}.{what}: expected a meshchain.Dat, got {type(dat).__name__}.")
         if dat.dataset is not expected_set:
             raise SetMismatchError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} lives on {dat.dataset.name!r}, not on "
                                    f"{expected_set.name!r}.")
-        if dat.dim != mat.dim or dat.dtype != np.float64:
+        if dat.dim != dim or dat.dtype != np.float64:
             raise DataShapeError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} has dim {dat.dim} and dtype {dat.dtype}; "
-                                 f"the matrix needs float64 dats of dim {mat.dim}.")
+                                 f"the matrix needs float64 dats of dim {dim}.")
 
     def mult(self, mat, x, y) -> None:
-        self._check_vector(mat, x, mat.col_set, "mult")
+        self._check_vector(mat, x, mat.col_set, "mult", mat.col_dim)
         self._check_vector(mat, y, mat.row_set, "mult")
         if x is y:
             raise DataShapeError(f"Mat {mat.name!r}.mult: x and y are the same Dat {x.name!r}; y = A x needs two.")
@@ -459,12 +487,12 @@ class Matrices:
         PETSc = _petsc()
         pattern = self.pattern(mat)
         self.settle(mat)
-        dim = mat.dim
+        dim, col_dim = mat.dim, mat.col_dim
         _, n_rows, _ = self.petsc_numbering(mat, "rows")
         _, n_cols, numbers = self.petsc_numbering(mat, "cols")
-        columns = (numbers[pattern.indices // dim] * dim + pattern.indices % dim).astype(PETSc.IntType)
+        columns = (numbers[pattern.indices // col_dim] * col_dim + pattern.indices % col_dim).astype(PETSc.IntType)
         comm = self._petsc_comm(PETSc)
-        A = PETSc.Mat().createAIJ(size=((pattern.n_rows, n_rows * dim), (pattern.n_owned_cols, n_cols * dim)),
+        A = PETSc.Mat().createAIJ(size=((pattern.n_rows, n_rows * dim), (pattern.n_owned_cols, n_cols * col_dim)),
                                   comm=comm)
         A.setPreallocationCSR((pattern.indptr.astype(PETSc.IntType), columns))
         A.setValuesCSR(pattern.indptr.astype(PETSc.IntType), columns, pattern.values)
@@ -475,7 +503,7 @@ class Matrices:
         PETSc = _petsc()
         s = self._vector_set(mat, dat, "petsc_vec")
         values = self.session.dat_values(dat, write=False).reshape(-1)
-        vec = PETSc.Vec().createMPI((len(values), s.size * mat.dim), comm=self._petsc_comm(PETSc))
+        vec = PETSc.Vec().createMPI((len(values), s.size * dat.dim), comm=self._petsc_comm(PETSc))
         vec.getArray()[...] = values
         return vec
 
@@ -492,8 +520,26 @@ class Matrices:
         if dat.dataset is not mat.row_set and dat.dataset is not mat.col_set:
             raise SetMismatchError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} lives on {dat.dataset.name!r}, neither "
                                    f"the row set {mat.row_set.name!r} nor the column set {mat.col_set.name!r}.")
-        self._check_vector(mat, dat, dat.dataset, what)
+        rows = dat.dataset is mat.row_set and (dat.dim == mat.dim or dat.dataset is not mat.col_set)
+        self._check_vector(mat, dat, dat.dataset, what, mat.dim if rows else mat.col_dim)
         return dat.dataset
+
+    # --- block matrices in PETSc (:mod:`.block_matrices`) --------------------------------------------------
+
+    def block_to_petsc(self, mixed):
+        PETSc = _petsc()
+        return block_matrices.to_petsc(self, mixed, PETSc, self._petsc_comm(PETSc))
+
+    def block_fields(self, mixed) -> list:
+        PETSc = _petsc()
+        return block_matrices.fields(self, mixed, PETSc, self._petsc_comm(PETSc))
+
+    def block_petsc_vec(self, mixed, x, *, columns: bool = True):
+        PETSc = _petsc()
+        return block_matrices.petsc_vec(self, mixed, x, PETSc, self._petsc_comm(PETSc), columns=columns)
+
+    def block_from_petsc_vec(self, mixed, vec, x, *, columns: bool = True) -> None:
+        block_matrices.from_petsc_vec(self, mixed, vec, x, columns=columns)
 
     def _petsc_comm(self, PETSc):  # noqa: N803 - the module's own name
         session = self.session
@@ -507,6 +553,11 @@ class Matrices:
                 for _, exchange in record.pattern.exchanges.values():
                     exchange.close()
                 record.pattern.exchanges.clear()
+
+
+def square(mat) -> bool:
+    """Rows and columns on one set with one dim: a diagonal exists (and is kept)."""
+    return mat.row_set is mat.col_set and mat.dim == mat.col_dim
 
 
 def _max():

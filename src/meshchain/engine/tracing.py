@@ -22,6 +22,8 @@ from __future__ import annotations
 import sys
 
 from ..core.errors import CaptureError
+from ..ir.mixed import expanded, has_mixed
+from ..types import Arg
 from ..types.mat import MatArg
 from .capture import Recording
 from .chains import ChainMatcher, ChainRun, load_chain_config, refuse_nesting
@@ -58,11 +60,16 @@ class Tracing:
     def record(self, kernel, iterset, args, name) -> None:
         """Record ``par_loop(kernel, iterset, *args, name=name)`` (checked once per structure:
         see :mod:`.loops`)."""
-        if any(type(a) is MatArg for a in args):
-            if self.capturing is not None:
-                self.capturing.refuse("assembling a matrix")
-            self._assemble(kernel, iterset, args, name)
-            return
+        for a in args:
+            if type(a) is not Arg:  # matrices, mixed arguments (or not arguments at all: the checks say so)
+                if has_mixed(args):
+                    kernel, args, name = expanded(kernel, args, name)
+                if any(type(a) is MatArg for a in args):
+                    if self.capturing is not None:
+                        self.capturing.refuse("assembling a matrix")
+                    self._assemble(kernel, iterset, args, name)
+                    return
+                break
         loop = self._loop_of(kernel, iterset, args, name)
         run = self.open_run
         if run is None and self.matcher.specs:

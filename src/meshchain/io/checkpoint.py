@@ -47,6 +47,7 @@ import numpy as np
 from ..comm.blocks import block_offsets
 from ..comm.agree import raise_together
 from ..core.errors import CheckpointError
+from ..types.mixed import MixedDat
 from .ranked import agreed, context, create_on_root, dat_block, map_block, read_block, replace_on_root, scatter_block, \
     write_in_turn
 
@@ -110,7 +111,7 @@ def restore(path, objects) -> None:
 
 
 def _split(objects, path) -> tuple[list, list]:
-    objects = list(objects)
+    objects = [part for o in objects for part in (o.split if isinstance(o, MixedDat) else (o,))]
     names = [getattr(o, "name", None) for o in objects]
     repeated = sorted({n for n in names if names.count(n) > 1})
     kinds = [o for o in objects if not hasattr(o, "is_global")]

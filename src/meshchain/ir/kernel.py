@@ -288,7 +288,8 @@ def describe_constant(name: str, value) -> Constant:
     """Freeze one global a kernel reads into a :class:`Constant` with generated source."""
     if isinstance(value, types.ModuleType):
         return Constant(name, "module", value, f"import {value.__name__} as {name}")
-    if isinstance(value, Kernel):
+    if isinstance(value, Kernel):  # a kernel called as a helper: its source is known (from_source too)
+        _helper_kernels.setdefault(value.func, value)
         value = value.func
     if isinstance(value, types.FunctionType):
         return _function_constant(name, value)

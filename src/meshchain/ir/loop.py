@@ -147,7 +147,7 @@ def make_loop(kernel, iterset, args, name=None, *, exclusive=None, geometry=None
             f"({', '.join(kernel.params)}) but the loop passes {len(args)}; pass one loop argument per kernel parameter."
         )
     _check_races(args, name)
-    _check_kernel(kernel, args, name)
+    check_kernel(kernel, args, name)
     if exclusive is not None:
         for arg in args:
             if arg.access is Access.RW and arg.map is not None:
@@ -227,7 +227,7 @@ def _check_races(args, name: str) -> None:
             )
 
 
-def _check_kernel(kernel: Kernel, args, name: str) -> None:
+def check_kernel(kernel: Kernel, args, name: str) -> None:
     """Backend-independent kernel checks: its globals resolve, its constant indices fit the
     views, and it does not assign to an argument declared READ."""
     kernel.constants()

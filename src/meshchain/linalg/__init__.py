@@ -46,7 +46,10 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         not hold for it: use a nonsymmetric method); GMRES and BiCGStab take any
         nonsingular operator.
     x, b : Dat
-        The initial guess (overwritten by the solution) and the right-hand side.
+        The initial guess (overwritten by the solution) and the right-hand side. A block
+        ``Mat`` over mixed spaces takes :class:`~meshchain.MixedDat` s instead, with
+        ``method="petsc"`` (its components are PETSc's fields ``"0"``, ``"1"``, ... for
+        ``pc_type fieldsplit``; see :mod:`meshchain.linalg.block_solve`).
     method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "gmres", "pipegmres", "bicgstab", \
 "pipebicgstab", "petsc"}, keyword-only
         Symmetric positive definite operators: ``"cg"``: classical preconditioned CG, two

@@ -80,9 +80,9 @@ class _Assembled(_Operator):
     """A :class:`~meshchain.Mat` as the solvers see it."""
 
     def __init__(self, engine, mat):
-        if mat.row_set is not mat.col_set:
-            raise SolverError(f"Mat {mat.name!r} is rectangular ({mat.row_set.name!r} x {mat.col_set.name!r}); "
-                              f"the Krylov methods need a square operator.")
+        if mat.row_set is not mat.col_set or mat.dim != mat.col_dim:
+            raise SolverError(f"Mat {mat.name!r} is rectangular ({mat.row_set.name!r} x {mat.col_set.name!r}, dims "
+                              f"{mat.dim} x {mat.col_dim}); the Krylov methods need a square operator.")
         self.engine, self.mat, self.matrices = engine, mat, engine.matrices
         self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
         self.pattern = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve

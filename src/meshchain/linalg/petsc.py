@@ -387,7 +387,9 @@ class _Recorder:
 
 
 def _configured_ksp(PETSc, mat, prefix: str, shell_preconditioner, callbacks, objects, *,  # noqa: N803
-                    rtol: float, atol: float, maxiter: int, guess_given: bool):
+                    rtol: float, atol: float, maxiter: int, guess_given: bool, fields=()):
+    """The KSP of one solve; ``fields``: ``(name, IS)`` pairs for ``pc_type fieldsplit``
+    (given after the options chose the PC type; other PC types ignore them)."""
     ksp = PETSc.KSP().create(comm=mat.getComm())
     objects.append(ksp)
     ksp.setOptionsPrefix(prefix)
@@ -399,6 +401,8 @@ def _configured_ksp(PETSc, mat, prefix: str, shell_preconditioner, callbacks, ob
         pc.setType(PETSc.PC.Type.PYTHON)
         pc.setPythonContext(_ShellPreconditioner(shell_preconditioner, callbacks))
     ksp.setFromOptions()  # the options win over the calls above
+    if fields:
+        ksp.getPC().setFieldSplitIS(*fields)
     if ksp.getType() == PETSc.KSP.Type.PREONLY and not guess_given:
         ksp.setInitialGuessNonzero(False)  # preonly applies the PC to b and refuses an initial guess
     ksp.setMonitor(callbacks)  # after setFromOptions: ksp_monitor_cancel would drop it
@@ -499,7 +503,7 @@ def _as_solver_error(PETSc, exc, callbacks, settings: dict, operator) -> Meshcha
              if value is not None and re.search(rf"\b{re.escape(_option_text(value))}\b", message)]
     about = _named_options(named or list(settings), settings)
     hint = ""
-    if getattr(operator, "pattern", None) is None:
+    if operator is not None and getattr(operator, "pattern", None) is None:
         hint = (f" {operator.name!r} is matrix-free: PETSc sees no matrix entries, so only preconditioners that need "
                 f"none apply (pc_type none, jacobi with its diagonal, shell).")
     error = SolverError(f"solve(method='petsc'): PETSc refused or failed with the option{'s' * (len(named) != 1)} "

@@ -21,6 +21,7 @@ from ..core import activity
 from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat
+from .block_solve import is_block_system, solve_blocks
 from .fused import dot, residual
 from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
@@ -288,6 +289,10 @@ def _is_count(value, *, least: int) -> bool:
 def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
                residual_replacement=None, restart=30, options=None, monitor=None) -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there)."""
+    if is_block_system(A, x, b):
+        return solve_blocks(engine, A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
+                            residual_replacement=residual_replacement, restart=restart, options=options,
+                            monitor=monitor)
     operator = as_operator(engine, A)
     _check(A, operator, x, b, method, pc, rtol, atol, maxiter)
     if options is not None and method != "petsc":

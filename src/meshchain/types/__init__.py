@@ -10,7 +10,9 @@ from .data import Dat, Global
 from .grid import Grid, GridInterior, Stencil
 from .maps import Map, MapIndex
 from .mat import Mat, MatArg
+from .mixed import MixedArg, MixedDat, MixedMap, MixedSet
 from .sets import Set
 from .subsets import Subset
 
-__all__ = ["Arg", "Block", "Dat", "Global", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "Set", "Subset"]
+__all__ = ["Arg", "Block", "Dat", "Global", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "MixedArg", "MixedDat",
+           "MixedMap", "MixedSet", "Set", "Subset"]

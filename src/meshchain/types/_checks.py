@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core.errors import DataShapeError, DeclarationError
+from ..core.access import Access
+from ..core.errors import AccessModeError, DataShapeError, DeclarationError, MapError, SetMismatchError
 
 SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64),
                     np.dtype(np.uint32), np.dtype(np.uint64))
@@ -105,3 +106,20 @@ _uids = __import__("itertools").count()
 def next_uid() -> int:
     """A number no other declared object of this process has (keys of the session's tables)."""
     return next(_uids)
+
+
+def assembly_path(owner: str, access, maps, pairs) -> tuple:
+    """``(row_map, col_map)`` of ``A(access, maps)`` for a matrix ``owner`` declared with the
+    map ``pairs``: an INC or WRITE through one of them, else the error that says so."""
+    if access not in (Access.INC, Access.WRITE):
+        raise AccessModeError(f"{owner}: loops assemble into a matrix with mc.INC (add the blocks) or mc.WRITE (set "
+                              f"their entries), got {access!r}; zero it with .zero() to start again.")
+    try:
+        row_map, col_map = maps
+    except (TypeError, ValueError):
+        raise MapError(f"{owner}: pass the path as a (row_map, col_map) pair, got {maps!r}.") from None
+    if not any(row_map is r and col_map is c for r, c in pairs):
+        names = ", ".join(f"({r.name}, {c.name})" for r, c in pairs)
+        raise SetMismatchError(f"{owner}: ({getattr(row_map, 'name', row_map)}, {getattr(col_map, 'name', col_map)}) "
+                               f"is not one of its map pairs ({names}); declare the matrix with it.")
+    return row_map, col_map

@@ -26,10 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import context
-from ..core.access import Access
-from ..core.errors import AccessModeError, DataShapeError, MapError, SetMismatchError
-from ._checks import check_count, check_name, next_uid
+from ..core.errors import DataShapeError, MapError
+from ._checks import assembly_path, check_count, check_name, next_uid
 from .maps import Map
+from .mixed import MixedSet
+from .mixed_mat import MixedMat
 from .sets import Set
 from .subsets import Subset, ids_in
 
@@ -52,7 +53,7 @@ class MatArg:
 
     @property
     def view_shape(self) -> tuple[int, int]:
-        return (self.row_map.arity * self.mat.dim, self.col_map.arity * self.mat.dim)
+        return (self.row_map.arity * self.mat.dim, self.col_map.arity * self.mat.col_dim)
 
     def __repr__(self) -> str:
         return f"{self.mat.name}({self.access!r}, ({self.row_map.name}, {self.col_map.name}))"
@@ -69,13 +70,19 @@ class Mat:
 
     Parameters
     ----------
-    row_set, col_set : Set
+    row_set, col_set : Set or MixedSet
+        With a :class:`~meshchain.MixedSet` on either side the matrix is a block matrix
+        (:class:`~meshchain.types.mixed_mat.MixedMat`, one Mat per pair of components).
     maps : sequence of (Map, Map)
         The ``(row_map, col_map)`` pairs that loops will assemble through.
     name : str, optional
     dim : int, keyword-only
         Components per element (a block of ``dim x dim`` per pair of elements; vectors are
         dats of this dim).
+    col_dim : int, keyword-only
+        Components per column element when they differ from the rows' (a block of
+        ``dim x col_dim``: ``mult`` then takes dats of dim ``col_dim`` and gives dats of dim
+        ``dim``); default ``dim``.
 
     Examples
     --------
@@ -99,13 +106,20 @@ class Mat:
     [-1.0, -1.0, 2.0]
     """
 
-    def __init__(self, row_set, col_set, maps, name=None, *, dim: int = 1):
+    def __new__(cls, row_set=None, col_set=None, *args, **kwargs):
+        if isinstance(row_set, MixedSet) or isinstance(col_set, MixedSet):
+            return MixedMat(row_set, col_set, *args, block=Mat, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, row_set, col_set, maps, name=None, *, dim: int = 1, col_dim: int | None = None):
         self.name = check_name(name, "mat")
         for what, s in (("row_set", row_set), ("col_set", col_set)):
             if not isinstance(s, Set):
                 raise DataShapeError(f"Mat {self.name!r}: {what} must be a meshchain.Set, got {type(s).__name__}.")
         self.row_set, self.col_set = row_set, col_set
         self.dim = check_count(dim, f"Mat {self.name!r} dim", minimum=1, error=DataShapeError)
+        self.col_dim = self.dim if col_dim is None else check_count(col_dim, f"Mat {self.name!r} col_dim", minimum=1,
+                                                                     error=DataShapeError)
         self.maps = self._checked_pairs(maps)
         self.dtype = np.dtype(np.float64)
         self.uid = next_uid()
@@ -131,20 +145,7 @@ class Mat:
         return pairs
 
     def __call__(self, access, maps) -> MatArg:
-        if access not in (Access.INC, Access.WRITE):
-            raise AccessModeError(f"Mat {self.name!r}: loops assemble into a matrix with mc.INC (add the blocks) or "
-                                  f"mc.WRITE (set their entries), got {access!r}; zero it with {self.name}.zero() to "
-                                  f"start again.")
-        try:
-            row_map, col_map = maps
-        except (TypeError, ValueError):
-            raise MapError(f"Mat {self.name!r}: pass the path as a (row_map, col_map) pair, got {maps!r}.") from None
-        if not any(row_map is r and col_map is c for r, c in self.maps):
-            names = ", ".join(f"({r.name}, {c.name})" for r, c in self.maps)
-            raise SetMismatchError(f"Mat {self.name!r}: ({getattr(row_map, 'name', row_map)}, "
-                                   f"{getattr(col_map, 'name', col_map)}) is not one of its map pairs ({names}); "
-                                   f"declare the matrix with it.")
-        return MatArg(self, access, row_map, col_map)
+        return MatArg(self, access, *assembly_path(f"Mat {self.name!r}", access, maps, self.maps))
 
     # --- operations (collective on several ranks) --------------------------------------------------
 
