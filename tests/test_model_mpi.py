@@ -152,13 +152,13 @@ def _check_auto(comm, factory, which, make_case, executions):
     assert mode == faster, f"{which}: auto chose {mode} ({why}); measured {best}"
 
 
-@pytest.mark.mpi(nprocs=2, timeout=600)
+@pytest.mark.mpi(nprocs=2, timeout=600, alone=True)  # measures times: runs when nothing else does
 def test_auto_picks_ca_when_latency_bound(comm, tmp_path_factory):
     _check_auto(comm, tmp_path_factory, "latency-bound: small mesh, 32 loops",
                 lambda: SyntheticCase(per_rank=300, loops=32), executions=10)
 
 
-@pytest.mark.mpi(nprocs=3, timeout=600)
+@pytest.mark.mpi(nprocs=3, timeout=600, alone=True)
 def test_auto_picks_per_loop_when_compute_bound(comm, tmp_path_factory):
     # 3 ranks: on a random graph each rank owns a third of the edges and runs about 5/9 of
     # them at depth 1 but nearly all at depth 2, so CA's redundant work is large

@@ -107,6 +107,11 @@ def test_marker_arguments(mark, nprocs, timeout):
     assert spec == mpi_harness.MpiSpec(nprocs, timeout)
 
 
+def test_a_test_that_measures_times_is_marked_alone():
+    assert mpi_harness.MpiSpec.from_marker(pytest.mark.mpi(nprocs=2, alone=True).mark).alone
+    assert not mpi_harness.MpiSpec.from_marker(pytest.mark.mpi(nprocs=2).mark).alone
+
+
 @pytest.mark.parametrize(
     ("mark", "error"),
     [
@@ -117,6 +122,7 @@ def test_marker_arguments(mark, nprocs, timeout):
         (pytest.mark.mpi(nprocs=2, timeout=0), ValueError),
         (pytest.mark.mpi(2, nprocs=2), TypeError),
         (pytest.mark.mpi(nprocs=2, tiemout=3), TypeError),
+        (pytest.mark.mpi(nprocs=2, alone="yes"), TypeError),
         (pytest.mark.parallel(nprocs=[1, 1]), ValueError),
     ],
 )
@@ -245,6 +251,44 @@ MORE_PROCESS_IDS = """
     @pytest.mark.mpi(nprocs=2, timeout=30)
     def test_third(comm):
         record(comm, "third")
+"""
+
+#: An ordinary test that waits for a 2-rank test to have run (it can only if that run started in
+#: the background), and tests that must not start before the ordinary ones end.
+BACKGROUND = """
+    import json
+    import time
+    from pathlib import Path
+
+    import pytest
+
+
+    def stamp(comm, name):
+        if comm.rank == 0:
+            Path(name + ".json").write_text(json.dumps(time.time()))
+
+
+    def test_ordinary():
+        deadline = time.time() + 120
+        while not Path("early.json").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        Path("ordinary.json").write_text(json.dumps(time.time()))
+        assert Path("early.json").exists(), "the 2-rank test did not run while this one ran"
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=60)
+    def test_early(comm):
+        stamp(comm, "early")
+
+
+    @pytest.mark.mpi(nprocs=2, timeout=60, alone=True)
+    def test_measuring(comm):
+        stamp(comm, "measuring")
+
+
+    @pytest.mark.mpi(nprocs=3, timeout=60)
+    def test_larger(comm):
+        stamp(comm, "larger")
 """
 
 HANGS_WHILE_COLLECTING = """
@@ -382,6 +426,17 @@ def test_the_items_of_a_process_count_share_one_launch_across_files_unless_isola
     order = list(cases)
     assert order[0] == "test_serial", order
     assert order.index("test_first[np3]") > max(order.index(n) for n in order if "np2" in n), order
+
+
+@needs_mpiexec
+def test_small_runs_start_in_the_background_while_ordinary_tests_run_and_alone_ones_wait(tmp_path):
+    directory = tmp_path / "background"
+    cases = run_parent_pytest(directory, BACKGROUND, expect=0)
+    assert list(cases) == ["test_ordinary", "test_early[np2]", "test_measuring[np2]", "test_larger[np3]"]
+    assert [case["outcome"] for case in cases.values()] == ["passed"] * 4
+    times = {name: json.loads((directory / f"{name}.json").read_text())
+             for name in ("early", "ordinary", "measuring", "larger")}
+    assert times["early"] < times["ordinary"] < min(times["measuring"], times["larger"])
 
 
 @needs_mpiexec

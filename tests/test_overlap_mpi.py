@@ -167,7 +167,7 @@ def load(session, costs, cells, heavy):
     return (session.n_owned(cells) * costs["light"] + session.n_owned(heavy) * costs["costly"])
 
 
-@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300, alone=True)  # measures the ranks' compute times
 def test_rebalance_moves_the_costly_region_apart_and_keeps_every_value(comm):
     run, q, centres, heavy, cells, expected = imbalanced(comm)
     run(4)

@@ -11,7 +11,8 @@ processes) or ``mpi`` (meshchain's own suite, ids ``[npN]``, default 2)::
 
 ``nprocs`` is an int or a sequence of ints; ``timeout`` is in
 seconds (default ``120``) and bounds the test's setup, call and teardown on
-every rank.  The marker may also be put on a class or module (``pytestmark``),
+every rank. ``alone=True`` marks a test whose assertions depend on measured times:
+it runs only when no other test does (see below).  The marker may also be put on a class or module (``pytestmark``),
 and composes with ``@pytest.mark.parametrize`` and hypothesis' ``@given``.
 
 How it works
@@ -43,7 +44,15 @@ item, when the child did not collect it, or when its wall-clock limit
 ``timeout + 30 s`` expires, in which case ``mpiexec`` and every process it
 started are killed.  The items after a failure go to a new run; a failed item
 is never run again.  If every rank skipped the test, the parent item is
-skipped.  ``skip``/``skipif``/``xfail`` markers are judged by the parent (the
+skipped.
+
+While the parent runs the ordinary tests (one process: one core on a small machine), the
+child runs of at most :data:`PRESTART_MAX_NPROCS` ranks start in the background, one after
+the other in the order the parent will reach them, so the MPI tests use the cores the
+ordinary ones leave idle; their launchers then find their outcomes recorded. Nothing more
+starts in the background once the parent reaches its first MPI item. The items of a test
+marked ``alone=True`` form groups of their own (after the other items of their process
+count), which never start in the background.  ``skip``/``skipif``/``xfail`` markers are judged by the parent (the
 child runs with ``--runxfail``).  ``pytest --mpi-isolate`` gives every item a
 run of its own.
 
@@ -131,6 +140,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -172,6 +182,9 @@ NPROCS_FIXTURE = "_meshchain_mpi_nprocs"
 HYPOTHESIS_PROFILE = "meshchain-mpi"
 #: Where ``--mpi-isolate`` is stored on the config.
 ISOLATE_DEST = "meshchain_mpi_isolate"
+PRESTART_MAX_NPROCS = 2
+"""Child runs of at most this many ranks start in the background while the parent runs the
+ordinary tests (see the module docstring)."""
 ABORT_GRACE_SECONDS = 0.5  # time for mpiexec to forward a failing rank's report before the abort
 
 
@@ -190,10 +203,13 @@ class MpiSpec:
         Process counts; the test runs once for each.
     timeout : float
         Seconds allowed for setup, call and teardown on every rank.
+    alone : bool
+        The test measures times: it runs when no other test runs.
     """
 
     nprocs: tuple[int, ...]
     timeout: float
+    alone: bool = False
 
     @classmethod
     def from_marker(cls, marker: pytest.Mark) -> MpiSpec:
@@ -221,12 +237,16 @@ class MpiSpec:
             raise TypeError(f"{marker.name} marker: give nprocs once, got {marker.args!r} {kwargs!r}")
         if marker.args:
             kwargs["nprocs"] = marker.args[0]
-        unknown = set(kwargs) - {"nprocs", "timeout"}
+        unknown = set(kwargs) - {"nprocs", "timeout", "alone"}
         if unknown:
             raise TypeError(f"{marker.name} marker: unknown arguments {sorted(unknown)}")
+        alone = kwargs.get("alone", False)
+        if not isinstance(alone, bool):
+            raise TypeError(f"{marker.name} marker: alone must be True or False, got {alone!r}")
         return cls(
             nprocs=_validate_nprocs(kwargs.get("nprocs", MARKERS[marker.name][0]), marker.name),
             timeout=_validate_timeout(kwargs.get("timeout", DEFAULT_TIMEOUT), marker.name),
+            alone=alone,
         )
 
 
@@ -373,12 +393,16 @@ class _LaunchOrder:
 
 
 class _ParentSession:
-    """Hooks of the parent pytest: replace ``mpi`` items by launcher items, group them, and
-    keep the one child run that is going on."""
+    """Hooks of the parent pytest: replace ``mpi`` items by launcher items, group them, start
+    the small groups' child runs in the background (see the module docstring), and keep the
+    one child run the parent is taking its outcomes from."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.run: ChildRun | None = None
+        self._lock = threading.Lock()
+        self._started: dict[int, ChildRun] = {}  # id of a group -> its run started in the background
+        self._entered = False  # the parent reached its first MPI item: nothing more starts in the background
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -389,26 +413,56 @@ class _ParentSession:
         """Group the launchers in the final list of items (after ``--lf``, ``--ff`` and the like)."""
         assign_groups(session.items, isolate=bool(self.config.getoption(ISOLATE_DEST, False)))
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Start the background runs of the groups :func:`background_groups` picks, one after
+        the other, while the parent runs the ordinary tests."""
+        groups = background_groups(session.items)
+        if groups and not self.config.option.collectonly and find_mpiexec() is not None \
+                and importlib.util.find_spec("mpi4py") is not None:
+            threading.Thread(target=self._start_in_turn, args=(groups,), name="meshchain-mpi-prestart",
+                             daemon=True).start()
+
+    def _start_in_turn(self, groups: list) -> None:
+        for group in groups:
+            with self._lock:
+                if self._entered:
+                    return
+                run = self._started[id(group)] = self._start(group)
+            run.proc.wait()
+
     def run_for(self, item: MpiLauncherItem) -> ChildRun:
-        """The child run that runs ``item``: the current one if the item is its next, else a new
-        run of the item and those after it in its group (the current run is closed)."""
+        """The child run that runs ``item``: the current one if the item is its next, the one
+        started in the background for its group if the item is its next, else a new run of
+        the item and those after it in its group (the current run is closed)."""
         if self.run is not None and self.run.covers(item.nodeid):
             return self.run
         self.close()
-        group = item.group[item.group.index(item):]
+        with self._lock:
+            self._entered = True
+            started = self._started.pop(id(item.group), None)
+        if started is not None and started.covers(item.nodeid):
+            self.run = started
+            return started
+        if started is not None:
+            started.close()
+        self.run = self._start(item.group[item.group.index(item):])
+        return self.run
+
+    def _start(self, group: list) -> ChildRun:
+        """A child run of ``group`` (launchers of one process count), started now."""
         nodeids = [member.nodeid for member in group]
         files = list(dict.fromkeys(nodeid.split("::")[0] for nodeid in nodeids))
-        command = child_command(find_mpiexec(), item.nprocs, child_pytest_args(
+        command = child_command(find_mpiexec(), group[0].nprocs, child_pytest_args(
             self.config, files, max(member.spec.timeout for member in group)))
         directory = Path(tempfile.mkdtemp(prefix="meshchain-mpi-"))
         try:
             (directory / NODEIDS_FILE).write_text("".join(f"{nodeid}\n" for nodeid in nodeids))
-            self.run = ChildRun(command, env=child_environment(item.nprocs, directory), cwd=self.config.rootpath,
-                                nodeids=nodeids, nprocs=item.nprocs, directory=directory)
+            return ChildRun(command, env=child_environment(group[0].nprocs, directory), cwd=self.config.rootpath,
+                            nodeids=nodeids, nprocs=group[0].nprocs, directory=directory)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        return self.run
 
     def close(self) -> None:
         """End the current child run, if any."""
@@ -424,8 +478,24 @@ class _ParentSession:
             self.close()
 
     def pytest_sessionfinish(self) -> None:
-        """A run still going on (``-x``, an interrupt) ends with the session."""
+        """A run still going on (``-x``, an interrupt) ends with the session, and so do the
+        background runs the parent did not reach."""
+        with self._lock:
+            self._entered = True
+            started, self._started = list(self._started.values()), {}
+        for run in started:
+            run.close()
         self.close()
+
+
+def background_groups(items: list[pytest.Item]) -> list[list]:
+    """The groups of launchers whose child runs start in the background, in the order the
+    parent reaches them: those of at most :data:`PRESTART_MAX_NPROCS` ranks, not ``alone``,
+    when ordinary tests run before them (otherwise there is nothing to overlap)."""
+    if not any(not isinstance(item, MpiLauncherItem) for item in items):
+        return []
+    groups = list({id(item.group): item.group for item in items if isinstance(item, MpiLauncherItem)}.values())
+    return [g for g in groups if g[0].nprocs <= PRESTART_MAX_NPROCS and not g[0].spec.alone]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -437,9 +507,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with the ``mpi`` items after the others, ordered by process count (otherwise
-    in their order), so that those of one count are consecutive and one child run can take
-    them all: starting ``mpiexec``, Python, MPI and numba on every rank costs seconds.
+    """``items`` with the ``mpi`` items after the others, ordered by process count (those
+    marked ``alone`` last within a count; otherwise in their order), so that those of one
+    count are consecutive and one child run can take them all: starting ``mpiexec``, Python,
+    MPI and numba on every rank costs seconds.
 
     Parameters
     ----------
@@ -450,12 +521,14 @@ def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
     list of pytest.Item
     """
     others = [item for item in items if _mpi_nprocs_of(item) is None]
-    return others + sorted((item for item in items if _mpi_nprocs_of(item) is not None), key=_mpi_nprocs_of)
+    return others + sorted((item for item in items if _mpi_nprocs_of(item) is not None),
+                           key=lambda item: (_mpi_nprocs_of(item), _alone(item)))
 
 
 def assign_groups(items: list[pytest.Item], *, isolate: bool = False) -> None:
     """Set the ``group`` of each launcher: the run of consecutive launchers of its process
-    count (from any files) that one child run executes (with ``isolate``, the launcher alone).
+    count (from any files; ``alone`` ones apart) that one child run executes (with
+    ``isolate``, the launcher alone).
 
     Parameters
     ----------
@@ -469,10 +542,15 @@ def assign_groups(items: list[pytest.Item], *, isolate: bool = False) -> None:
     for launcher in launchers:
         previous = group[-1] if group else None
         if isolate or previous is None or positions[id(previous)] + 1 != positions[id(launcher)] \
-                or previous.nprocs != launcher.nprocs:
+                or previous.nprocs != launcher.nprocs or previous.spec.alone != launcher.spec.alone:
             group = []
         group.append(launcher)
         launcher.group = group
+
+
+def _alone(item: pytest.Item) -> bool:
+    marker = marker_of(item)
+    return bool(marker is not None and marker.kwargs.get("alone", False))
 
 
 def _mpi_nprocs_of(item: pytest.Item) -> int | None:
