@@ -112,7 +112,7 @@ def kernel_source(loop_args, updates=None, *, name="generated", start="0") -> st
         if arg.access in (mc.READ, mc.RW):
             lines += ["    " + updates["read"].format(value=f"{p}[{ix}]") for ix in _indices(arg)]
     for k, (p, arg) in enumerate(zip(params, loop_args)):
-        cast = "int" if np.dtype(arg.data.dtype).kind == "i" else "float"
+        cast = "int" if np.dtype(arg.data.dtype).kind in "iu" else "float"
         for j, ix in enumerate(_indices(arg)):
             template = updates.get(arg.access)
             if template is not None:

@@ -43,12 +43,40 @@ pytestmark = needs_a_device
 @given(spec=loop_specs(), threads=THREADS, increments=INCREMENTS)
 def test_device_matches_reference_on_random_loops(backend, spec, threads, increments):
     """Every argument kind, access mode, dtype and dim; small integer data, so bit-exact."""
+    assert_device_gives_the_bits_of(backend, "reference", spec, threads, increments)
+
+
+def assert_device_gives_the_bits_of(backend, host: str, spec, threads, increments) -> None:
+    """``spec`` run on the device ``backend`` gives the bits (and dtypes) of the ``host`` backend."""
     mc.configure(gpu_threads=threads, gpu_increments=increments)
-    expected = run_on("reference", spec)
+    expected = run_on(host, spec)
     actual = run_on(backend, spec)
     for want, got in zip(expected, actual):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@st.composite
+def unsigned_loop_specs(draw, extremes=False):
+    """:func:`loop_specs` on uint32 and uint64 data (the small values wrap to the top of the
+    range when negative), with the global MIN and MAX turned into INC unless ``extremes``:
+    ``min(uint, int)`` is a float in Numba, and a negative float stored into an unsigned value
+    is undefined (compiling them is defined)."""
+    n_iter, targets, maps, args = draw(loop_specs())
+    dtypes = st.sampled_from([np.uint32, np.uint64])
+    args = [dict(a, dtype=draw(dtypes), mode=mc.INC if a["mode"] in (mc.MIN, mc.MAX) and not extremes else a["mode"])
+            for a in args]
+    return n_iter, targets, maps, args
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=unsigned_loop_specs(), threads=THREADS, increments=INCREMENTS)
+def test_device_matches_numba_on_random_loops_over_unsigned_data(backend, spec, threads, increments):
+    """Unsigned reads, arithmetic (int64, as Numba types it), wrapping stores and increments
+    (the reference backend's NumPy scalars refuse to wrap, so Numba is the host here)."""
+    assert all(np.dtype(a["dtype"]).kind == "u" for a in spec[3])
+    assert_device_gives_the_bits_of(backend, "numba", spec, threads, increments)
 
 
 @pytest.mark.parametrize("backend", DEVICE_BACKENDS)
@@ -270,7 +298,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 @needs_nvcc
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(spec=loop_specs(), threads=THREADS, increments=INCREMENTS)
+@given(spec=st.one_of(loop_specs(), unsigned_loop_specs(extremes=True)), threads=THREADS, increments=INCREMENTS)
 def test_random_loops_compile_with_nvcc(tmp_path, spec, threads, increments):
     iterset, args, _ = build(spec)
     loop = make_loop(mc.Kernel.from_source(kernel_source(args)), iterset, tuple(args))

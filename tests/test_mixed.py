@@ -131,7 +131,7 @@ def test_mixed_arguments_on_the_device_emulation_equal_one_argument_per_dat(spec
     assert_same_results(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
 
 
-@pytest.mark.mpi(nprocs=(2, 3), timeout=900)
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=900)
 @settings(max_examples=2, **NO_CHECKS)
 @given(spec=mixed_programs(max_loops=4), runs=st.permutations(RUNS[:1] + RUNS[2:]))
 def test_mixed_chains_on_ranks_equal_one_argument_per_dat_on_one(comm, spec, runs):
@@ -297,7 +297,7 @@ def scalar_numbers(maps, dims, sizes) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
 @settings(max_examples=4, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(n=st.integers(2, 5), kinds=st.lists(st.sampled_from(["nodes", "cells"]), min_size=2, max_size=3),
@@ -446,8 +446,11 @@ def test_the_petsc_matrix_and_vectors_of_a_block_matrix_multiply_as_it_does(comm
     K.from_petsc_vec(yv, z)
     for a, b in zip(y.gather() or (), z.gather() or ()):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+    nested = K.to_petsc(nest=True)
+    assert nested.getType() == "nest"
+    assert nested.convert("aij").equal(A)  # the nest's numbering is the one matrix's
     fields = K.petsc_fields()
     assert [name for name, _ in fields] == ["0", "1"]
     assert [index_set.getSize() for _, index_set in fields] == [2 * 30, 30]
-    for obj in (A, xv, yv, *(index_set for _, index_set in fields)):
+    for obj in (A, nested, xv, yv, *(index_set for _, index_set in fields)):
         obj.destroy()

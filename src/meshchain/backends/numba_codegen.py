@@ -222,7 +222,11 @@ def _block_prologue(i, s, inlined: bool) -> list[str]:
     if s.kind == WHOLE_MAP:
         return [f"_mc_w{i} = _mc_np.empty(({s.arity}, {s.dim}), dtype={_numpy_type(s)})"]
     if inlined and s.kind == GLOBAL and s.access is Access.INC:
-        return [f"{scalar_reduction(i, k)} = {_numpy_type(s)}(0)" for k in range(s.dim)]
+        # an unsigned sum accumulates as int64: Numba types an unsigned scalar that a signed value is
+        # added to as a float64 (a negative one would then be stored out of range); int64 sums wrap
+        # to the same bits as the kernel's unsigned element would
+        start = "_mc_np.int64" if np.dtype(s.dtype).kind == "u" else _numpy_type(s)
+        return [f"{scalar_reduction(i, k)} = {start}(0)" for k in range(s.dim)]
     if inlined and s.kind == GLOBAL and s.access in (Access.MIN, Access.MAX):
         return [f"{scalar_reduction(i, k)} = _mc_d{s.slot}[{k}]" for k in range(s.dim)]
     if s.kind == GLOBAL and s.access is Access.INC:

@@ -530,6 +530,14 @@ class Matrices:
         PETSc = _petsc()
         return block_matrices.to_petsc(self, mixed, PETSc, self._petsc_comm(PETSc))
 
+    def block_nest(self, mixed):
+        PETSc = _petsc()
+        blocks = [[self.to_petsc(b) for b in row] for row in mixed.blocks]
+        nest = PETSc.Mat().createNest(blocks, comm=self._petsc_comm(PETSc))
+        for block in (b for row in blocks for b in row):
+            block.destroy()  # the nest holds its own references
+        return nest
+
     def block_fields(self, mixed) -> list:
         PETSc = _petsc()
         return block_matrices.fields(self, mixed, PETSc, self._petsc_comm(PETSc))

@@ -194,10 +194,13 @@ class MixedMat:
             return None
         return sp.bmat(blocks, format="csr")
 
-    def to_petsc(self):
+    def to_petsc(self, *, nest: bool = False):
         """One ``petsc4py.PETSc.Mat`` (AIJ) with every block's values, rows numbered rank by
-        rank, on each rank its owned rows of component 0, then of component 1, ... (needs
-        petsc4py: ``pip install meshchain[petsc]``)."""
+        rank, on each rank its owned rows of component 0, then of component 1, ...; with
+        ``nest`` a ``MATNEST`` of the blocks' own :meth:`Mat.to_petsc <meshchain.Mat.to_petsc>`
+        (the same numbering). Needs petsc4py (``pip install meshchain[petsc]``)."""
+        if nest:
+            return context.current().matrices.block_nest(self)
         return context.current().matrices.block_to_petsc(self)
 
     def petsc_fields(self) -> list:

@@ -80,6 +80,8 @@ MC_DEVICE_INLINE void mc_atomic_add(float* a, float v) { atomicAdd(a, v); }
 MC_DEVICE_INLINE void mc_atomic_add(int* a, int v) { atomicAdd(a, v); }
 MC_DEVICE_INLINE void mc_atomic_add(long long* a, long long v) {
     atomicAdd((unsigned long long*)a, (unsigned long long)v); }
+MC_DEVICE_INLINE void mc_atomic_add(unsigned int* a, unsigned int v) { atomicAdd(a, v); }
+MC_DEVICE_INLINE void mc_atomic_add(unsigned long long* a, unsigned long long v) { atomicAdd(a, v); }
 """
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...core.errors import AccessModeError, KernelError
-from .types import BOOL, DOUBLE, INT, View, c_type, is_float, is_int, join, literal, scalar_type
+from .types import BOOL, DOUBLE, INT, View, c_type, is_float, is_int, is_unsigned, join, literal, promote, scalar_type
 
 __all__ = ["translate", "TranslationUnit"]
 
@@ -265,7 +265,7 @@ class _FunctionTranslator:
         ctype, shape, fill = _allocation(call, self.constants)
         if ctype is None:
             raise self.fail(call, f"the array allocation {ast.unparse(call)!r}",
-                            "give a constant shape and a dtype of float64, float32, int32 or int64.")
+                            "give a constant shape and a dtype of float64, float32, int32, int64, uint32 or uint64.")
         view = View(ctype, shape)
         if self.arrays.get(name, view) != view or name in self.locals or name in self.params:
             raise self.fail(call, f"giving {name!r} a second meaning (array of another shape or a scalar)")
@@ -439,13 +439,17 @@ class _FunctionTranslator:
         return "(" + op.join(f"({code})" for code, _ in operands) + ")", BOOL
 
     def ex_Compare(self, node):
-        parts, left = [], self.scalar(node.left)[0]
+        parts, (left, lt) = [], self.scalar(node.left)
         for op, comparator in zip(node.ops, node.comparators):
             if type(op) not in _COMPARE:
                 raise self.fail(node, f"the comparison {ast.unparse(node)!r}")
-            right = self.scalar(comparator)[0]
-            parts.append(f"({left} {_COMPARE[type(op)]} {right})")
-            left = right
+            right, rt = self.scalar(comparator)
+            if is_unsigned(lt) or is_unsigned(rt):  # compared as NumPy promotes them, not as C converts them
+                t = promote(lt, rt)
+                parts.append(f"(({t})({left}) {_COMPARE[type(op)]} ({t})({right}))")
+            else:
+                parts.append(f"({left} {_COMPARE[type(op)]} {right})")
+            left, lt = right, rt
         return "(" + " && ".join(parts) + ")", BOOL
 
     def ex_IfExp(self, node):
@@ -512,13 +516,15 @@ class _FunctionTranslator:
             return f"((long long){name[5:]}((double)({codes[0]})))", INT
         if name == "round" and count == 1:
             return f"((long long)rint((double)({codes[0]})))", INT
+        if name == "abs" and count == 1 and is_unsigned(types_[0]):
+            return codes[0], types_[0]
         if name == "abs" and count == 1:
             t = join(types_[0], types_[0])
             return (f"fabs((double)({codes[0]}))", DOUBLE) if is_float(t) and t == DOUBLE else (f"mc_abs(({t})({codes[0]}))", t)
         if name in ("min", "max") and count >= 2:
             t = types_[0]
             for other in types_[1:]:
-                t = join(t, other)
+                t = promote(t, other)
             code = f"({t})({codes[0]})"
             for c in codes[1:]:
                 code = f"mc_{name}({code}, ({t})({c}))"
@@ -623,7 +629,7 @@ def _dtype_of(node, constants):
         return DOUBLE
     if isinstance(node, ast.Name) and node.id in ("float", "int"):
         return DOUBLE if node.id == "float" else INT
-    if isinstance(node, ast.Attribute) and node.attr in ("float64", "float32", "int32", "int64"):
+    if isinstance(node, ast.Attribute) and node.attr in ("float64", "float32", "int32", "int64", "uint32", "uint64"):
         return c_type(node.attr)
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         try:
