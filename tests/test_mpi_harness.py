@@ -289,6 +289,11 @@ BACKGROUND = """
     @pytest.mark.mpi(nprocs=3, timeout=60)
     def test_larger(comm):
         stamp(comm, "larger")
+
+
+    @pytest.mark.alone
+    def test_timed():
+        Path("timed.json").write_text(json.dumps(time.time()))
 """
 
 HANGS_WHILE_COLLECTING = """
@@ -432,11 +437,13 @@ def test_the_items_of_a_process_count_share_one_launch_across_files_unless_isola
 def test_small_runs_start_in_the_background_while_ordinary_tests_run_and_alone_ones_wait(tmp_path):
     directory = tmp_path / "background"
     cases = run_parent_pytest(directory, BACKGROUND, expect=0)
-    assert list(cases) == ["test_ordinary", "test_early[np2]", "test_measuring[np2]", "test_larger[np3]"]
-    assert [case["outcome"] for case in cases.values()] == ["passed"] * 4
+    assert list(cases) == ["test_ordinary", "test_early[np2]", "test_measuring[np2]", "test_larger[np3]",
+                           "test_timed"]
+    assert [case["outcome"] for case in cases.values()] == ["passed"] * 5
     times = {name: json.loads((directory / f"{name}.json").read_text())
-             for name in ("early", "ordinary", "measuring", "larger")}
+             for name in ("early", "ordinary", "measuring", "larger", "timed")}
     assert times["early"] < times["ordinary"] < min(times["measuring"], times["larger"])
+    assert times["timed"] > max(times["measuring"], times["larger"])  # an ordinary test marked alone: last
 
 
 @needs_mpiexec

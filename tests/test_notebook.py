@@ -24,6 +24,7 @@ print("PROBE" + json.dumps([{k: r[k] for k in ("workload", "per_loop", "ca", "me
 """
 
 
+@pytest.mark.alone  # measures CA against loop by loop: runs when no MPI test runs beside it
 @pytest.mark.timeout(900)
 def test_chain_profitability_notebook_executes_with_plausible_gains(monkeypatch, tmp_path):
     import nbformat

@@ -52,7 +52,8 @@ the other in the order the parent will reach them, so the MPI tests use the core
 ordinary ones leave idle; their launchers then find their outcomes recorded. Nothing more
 starts in the background once the parent reaches its first MPI item. The items of a test
 marked ``alone=True`` form groups of their own (after the other items of their process
-count), which never start in the background.  ``skip``/``skipif``/``xfail`` markers are judged by the parent (the
+count), which never start in the background; an ordinary test that measures times is
+marked ``@pytest.mark.alone`` and runs after every MPI item.  ``skip``/``skipif``/``xfail`` markers are judged by the parent (the
 child runs with ``--runxfail``).  ``pytest --mpi-isolate`` gives every item a
 run of its own.
 
@@ -153,9 +154,12 @@ from .launch import MISSING_FILE, NODEIDS_FILE, TERMINATE_GRACE, ChildResult, Ch
 #: Markers, with their default process counts and the ids of their parameters.
 MARKERS = {"parallel": ((3,), "nprocs={}"), "mpi": ((2,), "np{}")}
 MARKER_HELP = (
-    "{}(nprocs={}, timeout=120): run the test under `mpiexec -n N` for each N in "
-    "nprocs (an int or a sequence); timeout in seconds bounds the test on every rank"
+    "{}(nprocs={}, timeout=120, alone=False): run the test under `mpiexec -n N` for each N in "
+    "nprocs (an int or a sequence); timeout in seconds bounds the test on every rank; alone: it "
+    "measures times, so it runs when no other test does"
 )
+ALONE_HELP = ("alone: an ordinary test whose assertions depend on measured times runs after every other test, "
+              "when no MPI test runs beside it")
 DEFAULT_TIMEOUT = 120.0
 #: The plugin module (also the name of its pytest11 entry point).
 PLUGIN = "meshchain.testing.plugin"
@@ -326,6 +330,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the ``mpi`` marker and the parent's or the child's hooks."""
     for name, (nprocs, _) in MARKERS.items():
         config.addinivalue_line("markers", MARKER_HELP.format(name, nprocs[0]))
+    config.addinivalue_line("markers", ALONE_HELP)
     roles = [_ChildSession(config)] if is_child() else [_ParentSession(config), _LaunchOrder()]
     for role in roles:
         config.pluginmanager.register(role, f"{__name__}-{type(role).__name__}")
@@ -510,7 +515,8 @@ def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with the ``mpi`` items after the others, ordered by process count (those
     marked ``alone`` last within a count; otherwise in their order), so that those of one
     count are consecutive and one child run can take them all: starting ``mpiexec``, Python,
-    MPI and numba on every rank costs seconds.
+    MPI and numba on every rank costs seconds. Ordinary items marked ``alone`` come last of
+    all, when no child run goes on beside them.
 
     Parameters
     ----------
@@ -521,8 +527,10 @@ def in_launch_order(items: list[pytest.Item]) -> list[pytest.Item]:
     list of pytest.Item
     """
     others = [item for item in items if _mpi_nprocs_of(item) is None]
-    return others + sorted((item for item in items if _mpi_nprocs_of(item) is not None),
-                           key=lambda item: (_mpi_nprocs_of(item), _alone(item)))
+    measuring = [item for item in others if item.get_closest_marker("alone") is not None]
+    return [item for item in others if item.get_closest_marker("alone") is None] + sorted(
+        (item for item in items if _mpi_nprocs_of(item) is not None),
+        key=lambda item: (_mpi_nprocs_of(item), _alone(item))) + measuring
 
 
 def assign_groups(items: list[pytest.Item], *, isolate: bool = False) -> None:
