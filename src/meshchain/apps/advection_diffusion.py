@@ -62,7 +62,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import meshchain as mc
-from .poisson import _GEOMETRY
+from .poisson import SIMPLEX_GEOMETRY
 
 __all__ = ["AdvectionDiffusion", "declare", "assemble", "solve", "reference", "assemble_scipy",
            "element_matrices", "element_source", "mesh_size", "diffusion_for", "plume",
@@ -113,7 +113,7 @@ def _advection(i: int, j: int, n: int, upwind: bool) -> str:
 
 def _matrix_source(gdim: int, upwind: bool) -> str:
     """``advdiff(a, x, bc, k)``: the element matrix into the free-free entries."""
-    lines = ["def advdiff(a, x, bc, k):", _GEOMETRY[gdim].rstrip("\n"), element_source(gdim, upwind).rstrip("\n")]
+    lines = ["def advdiff(a, x, bc, k):", SIMPLEX_GEOMETRY[gdim].rstrip("\n"), element_source(gdim, upwind).rstrip("\n")]
     for i in range(gdim + 1):
         for j in range(gdim + 1):
             lines += [f"    if bc[{i}, 0] == 0 and bc[{j}, 0] == 0:", f"        a[{i}, {j}] += m{i}{j}"]
@@ -123,7 +123,7 @@ def _matrix_source(gdim: int, upwind: bool) -> str:
 def _rhs_source(gdim: int, upwind: bool) -> str:
     """``advdiff_rhs(b, x, bc, g, k)``: lumped ``f`` minus the Dirichlet columns, free rows."""
     n = gdim + 1
-    lines = ["def advdiff_rhs(b, x, bc, g, k):", _GEOMETRY[gdim].rstrip("\n"),
+    lines = ["def advdiff_rhs(b, x, bc, g, k):", SIMPLEX_GEOMETRY[gdim].rstrip("\n"),
              element_source(gdim, upwind).rstrip("\n"), f"    share = k[1] * vol / {n}.0"]
     for i in range(n):
         lift = " + ".join(f"m{i}{j} * (bc[{j}, 0] * g[{j}, 0])" for j in range(n))

@@ -34,11 +34,11 @@ import numpy as np
 
 import meshchain as mc
 
-__all__ = ["Poisson", "declare", "assemble", "solve", "error", "stiffness_source", "manufactured"]
+__all__ = ["Poisson", "declare", "assemble", "solve", "error", "stiffness_source", "manufactured", "SIMPLEX_GEOMETRY"]
 
 # per geometric dimension: how to compute the barycentric gradients g{i}{d} and the measure
 # ``vol`` of a simplex with vertices x[0..d] (``x`` the coordinates through the cell-to-node map)
-_GEOMETRY = {
+SIMPLEX_GEOMETRY = {
     2: """    ax = x[1, 0] - x[0, 0]
     ay = x[1, 1] - x[0, 1]
     bx = x[2, 0] - x[0, 0]
@@ -86,7 +86,7 @@ def stiffness_source(gdim: int) -> str:
     >>> "a[2, 1] +=" in stiffness_source(2), "a[3, 3] +=" in stiffness_source(3)
     (True, True)
     """
-    lines = ["def stiffness(a, x, bc):", _GEOMETRY[gdim].rstrip("\n")]
+    lines = ["def stiffness(a, x, bc):", SIMPLEX_GEOMETRY[gdim].rstrip("\n")]
     for i in range(gdim + 1):
         for j in range(gdim + 1):
             dot = " + ".join(f"g{i}{d} * g{j}{d}" for d in range(gdim))
@@ -97,7 +97,7 @@ def stiffness_source(gdim: int) -> str:
 
 def _load_source(gdim: int) -> str:
     """``load(b, f, x, bc)``: the lumped load ``f_i vol / (d + 1)`` into every free node."""
-    lines = ["def load(b, f, x, bc):", _GEOMETRY[gdim].rstrip("\n"), f"    share = vol / {gdim + 1}.0"]
+    lines = ["def load(b, f, x, bc):", SIMPLEX_GEOMETRY[gdim].rstrip("\n"), f"    share = vol / {gdim + 1}.0"]
     for i in range(gdim + 1):
         lines += [f"    if bc[{i}, 0] == 0:", f"        b[{i}, 0] += f[{i}, 0] * share"]
     return "\n".join(lines) + "\n"
@@ -105,7 +105,7 @@ def _load_source(gdim: int) -> str:
 
 def _error_source(gdim: int) -> str:
     """``squared(total, u, exact, x)``: the lumped-mass squared L2 error of the cell."""
-    lines = ["def squared(total, u, exact, x):", _GEOMETRY[gdim].rstrip("\n"), "    s = 0.0"]
+    lines = ["def squared(total, u, exact, x):", SIMPLEX_GEOMETRY[gdim].rstrip("\n"), "    s = 0.0"]
     for i in range(gdim + 1):
         lines.append(f"    s += (u[{i}, 0] - exact[{i}, 0]) ** 2")
     lines.append(f"    total[0] += s * vol / {gdim + 1}.0")

@@ -38,7 +38,7 @@ import numpy as np
 
 import meshchain as mc
 
-from .poisson import _GEOMETRY
+from .poisson import SIMPLEX_GEOMETRY
 
 __all__ = ["Stokes", "declare", "assemble", "solve", "errors", "element_source", "manufactured", "SCHUR"]
 
@@ -67,7 +67,7 @@ def element_source(beta: float) -> str:
     >>> "a[6, 7] +=" in source and "a[1, 8] +=" in source and "a[8, 5] +=" in source
     True
     """
-    lines = ["def stokes(a, x, bc):", _GEOMETRY[2].rstrip("\n"), "    third = vol / 3.0",
+    lines = ["def stokes(a, x, bc):", SIMPLEX_GEOMETRY[2].rstrip("\n"), "    third = vol / 3.0",
              f"    stab = -{float(beta)!r} * 2.0 * vol * vol"]
     for i in range(3):
         for j in range(3):
@@ -85,7 +85,7 @@ def element_source(beta: float) -> str:
 def _load_source() -> str:
     """``load(b, f, x, bc)``: the lumped body force into the velocity rows of free nodes
     (``b`` the flat view: six velocity values, then three pressure values, which stay 0)."""
-    lines = ["def load(b, f, x, bc):", _GEOMETRY[2].rstrip("\n"), "    share = vol / 3.0"]
+    lines = ["def load(b, f, x, bc):", SIMPLEX_GEOMETRY[2].rstrip("\n"), "    share = vol / 3.0"]
     for i in range(3):
         lines += [f"    if bc[{i}, 0] == 0:"]
         lines += [f"        b[{2 * i + c}] += f[{i}, {c}] * share" for c in range(2)]
@@ -95,7 +95,7 @@ def _load_source() -> str:
 def _error_source() -> str:
     """``squared(total, u, p, exact_u, exact_p, x)``: the cell's lumped-mass squared L2 errors
     of velocity (``total[0]``) and pressure (``total[1]``)."""
-    lines = ["def squared(total, u, p, exact_u, exact_p, x):", _GEOMETRY[2].rstrip("\n"), "    su = 0.0", "    sp = 0.0"]
+    lines = ["def squared(total, u, p, exact_u, exact_p, x):", SIMPLEX_GEOMETRY[2].rstrip("\n"), "    su = 0.0", "    sp = 0.0"]
     for i in range(3):
         lines += [f"    su += (u[{i}, 0] - exact_u[{i}, 0]) ** 2 + (u[{i}, 1] - exact_u[{i}, 1]) ** 2",
                   f"    sp += (p[{i}, 0] - exact_p[{i}, 0]) ** 2"]

@@ -102,6 +102,7 @@ class Kernel:
         self._helpers: tuple[Kernel, ...] = ()
         self._safety: dict = {}
         self._increment_uses: dict = {}
+        self.derived: dict = {}  # kernels generated from this one (mixed-argument wrappers), by structure
 
     @classmethod
     def from_source(cls, source: str, *, name=None, namespace=None) -> "Kernel":

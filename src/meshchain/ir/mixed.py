@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.access import Access
-from ..core.cache import memo
 from ..core.errors import ArgumentCountError
 from ..types.mixed import MixedArg
 from ..types.mixed_mat import MixedMatArg
@@ -37,9 +36,6 @@ from .kernel import Kernel
 from .loop import check_kernel, as_kernel
 
 __all__ = ["expanded", "has_mixed"]
-
-_wrappers = memo("wrapper kernels of loops with mixed arguments", weak=True)
-
 
 def has_mixed(args) -> bool:
     """True when one of ``args`` is a mixed argument."""
@@ -59,12 +55,9 @@ def expanded(kernel, args, name=None) -> tuple:
         check_kernel(kernel, args, name)  # the user's kernel on its own views (the wrapper is checked as a loop)
     groups = [a.parts() if type(a) in (MixedArg, MixedMatArg) else (a,) for a in args]
     structure = tuple(_structure(a, parts) for a, parts in zip(args, groups))
-    by_kernel = _wrappers.get(kernel)
-    if by_kernel is None:
-        by_kernel = _wrappers[kernel] = {}
-    wrapper = by_kernel.get(structure)
-    if wrapper is None:
-        wrapper = by_kernel[structure] = _wrapper(kernel, structure)
+    wrapper = kernel.derived.get(("mixed", structure))
+    if wrapper is None:  # kept with the kernel: the wrapper refers to it, so a weak memo would never let go
+        wrapper = kernel.derived[("mixed", structure)] = _wrapper(kernel, structure)
     return wrapper, tuple(p for parts in groups for p in parts), name
 
 
