@@ -26,7 +26,7 @@ import synthetic_chain  # noqa: E402
 
 START_REQUESTS = halo_exchange.start_requests
 # CountingComm sees Isend and starts of persistent sends, so the tests that count messages
-# pin a transport that sends that way ("auto" may take neighbour or rma from a calibration)
+# pin a transport that sends that way (an applied calibration may choose neighbour or rma)
 COUNTED_TRANSPORT = "persistent"
 
 

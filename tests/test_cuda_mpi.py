@@ -196,30 +196,27 @@ def test_a_calibration_that_chose_polling_runs_device_exchanges_without_a_poller
                                                                               tmp_path_factory):
     # host exchanges were measured fastest with a polling thread; device exchanges have no
     # poller protocol (a poller once raised AttributeError inside the communication and
-    # aborted the job): "auto" takes the fastest mode the backend has, an explicit "poll" is refused
+    # aborted the job): applied, the calibration switches the host backend to polling and
+    # leaves the device backend's mode as it was (and says so); an explicit "poll" is refused
     import dataclasses
-    import json
-
-    from meshchain.model.calibrate import calibration_path
 
     cache = comm.bcast(str(tmp_path_factory.mktemp("polling")) if comm.rank == 0 else None)
     mc.reset_runtime(comm=comm, cache_dir=cache)
-    measured = mc.model.calibrate(save=False, repeats=1, sizes=(8, 64))
-    if comm.rank == 0:
-        path = calibration_path(cache, comm.size)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dataclasses.replace(measured, progress="poll").as_dict()))
-    comm.Barrier()
+    polling = dataclasses.replace(mc.model.calibrate(save=False, repeats=1, sizes=(8, 64)), progress="poll")
     spec = (("quads", 6, 5), (("nodes", (("na", mc.RW, None, None),)),
                               ("cells", (("ca", mc.RW, None, None), ("na", mc.READ, "cell2node", None)))))
     serial = run_program(spec, self_comm(), None, meshchain_cache_dir, "reference").results()
     mc.reset_runtime(comm=comm, backend="numba", cache_dir=cache)
+    assert mc.model.apply(polling).applied["progress"] == ("none", "poll")
     Program(spec).run(None)
-    assert mc.stats().progress == "poll"  # the host backend takes the calibration's choice
-    program = run_program(spec, comm, None, cache, "cuda-emulation")
+    assert mc.stats().progress == "poll"  # the host backend takes the applied calibration's choice
+    mc.reset_runtime(comm=comm, backend="cuda-emulation", gpu_threads=32, cache_dir=cache)
+    assert mc.model.apply(polling).applied["progress"] == ("none", "none")
+    program = Program(spec)
+    program.run(None)
     assert mc.stats().progress == "none"
     got = program.results()
     assert everywhere(comm, all(g is None or np.array_equal(g, w) for g, w in zip(got, serial))), (got, serial)
     with pytest.raises(mc.ConfigurationError, match="progress mode 'poll' is not available"):
         mc.configure(progress="poll")
-    assert mc.get_runtime().config.progress == "auto"  # refused: the session keeps its options
+    assert mc.get_runtime().config.progress == "none"  # refused: the session keeps its (applied) options

@@ -208,11 +208,99 @@ def test_broken_calibration_file_is_an_error(tmp_path):
     mc.configure(cache_dir=str(tmp_path))
     from meshchain.model.calibrate import calibration_path
 
-    path = calibration_path(tmp_path, 1)  # this host, one rank
+    path = calibration_path(tmp_path, mc.get_runtime().calibration_key())  # this host, one rank, ...
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(mc.ConfigurationError, match="not a meshchain calibration"):
         mc.model.load_calibration()
+
+
+def test_a_calibration_taken_on_one_network_is_not_used_on_another(tmp_path, monkeypatch):
+    for name in ("MPIR_CVAR_NOLOCAL", "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER"):
+        monkeypatch.delenv(name, raising=False)
+    mc.configure(cache_dir=str(tmp_path))
+    shm = mc.model.calibrate(repeats=2, sizes=(8, 64))
+    assert shm.network == "default" and mc.model.load_calibration() == shm
+    monkeypatch.setenv("MPIR_CVAR_NOLOCAL", "1")
+    monkeypatch.setenv("MPIR_CVAR_CH4_NETMOD", "ofi")
+    monkeypatch.setenv("FI_PROVIDER", "tcp")
+    assert mc.model.load_calibration() is None  # saved under another network: not used
+    mc.reset_runtime(cache_dir=str(tmp_path))
+    assert mc.get_runtime().model.current_calibration() is None
+    tcp = mc.model.calibrate(repeats=2, sizes=(8, 64))
+    assert tcp.network == "nolocal.1-ch4_netmod.ofi-fi_provider.tcp"
+    assert mc.model.load_calibration() == tcp
+    assert "network nolocal.1-ch4_netmod.ofi-fi_provider.tcp" in tcp.describe()
+    monkeypatch.delenv("MPIR_CVAR_NOLOCAL")
+    monkeypatch.delenv("MPIR_CVAR_CH4_NETMOD")
+    monkeypatch.delenv("FI_PROVIDER")
+    mc.reset_runtime(cache_dir=str(tmp_path))
+    assert mc.model.load_calibration() == shm  # each kept apart
+    assert len(list((tmp_path / "model").glob("*.json"))) == 2
+
+
+def test_a_calibration_taken_with_other_threads_is_not_used(tmp_path):
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread only")
+    mc.configure(cache_dir=str(tmp_path), threads=1)
+    one = mc.model.calibrate(repeats=2, sizes=(8, 64))
+    assert one.threads == 1
+    mc.configure(threads=2)
+    assert mc.model.load_calibration() is None and mc.get_runtime().model.current_calibration() is None
+    mc.configure(threads=1)
+    assert mc.get_runtime().model.current_calibration() == one
+
+
+def test_the_overheads_are_fitted_under_the_measured_overlap(monkeypatch):
+    """Executions that ran with no overlap (φ = 0) and known overheads: fitted under the
+    measured φ, the overheads come out exact; fitted as if φ = 1 (the fault this replaced)
+    the message time that did not overlap would be counted as overhead a second time."""
+    import importlib
+
+    from mpi4py import MPI
+
+    from meshchain.model.keys import CalibrationKey
+
+    calibrate = importlib.import_module("meshchain.model.calibrate")  # the module (mc.model.calibrate is the function)
+
+    profile, g = _profile(), {"a": 1e-7, "b": 2e-7}
+    true = Machine(latency=10e-6, bandwidth=1e9, pack_cost=2e-9, round_overhead=11e-6, loop_overhead=3e-6,
+                   overlap=0.0)
+    observations = Observations()
+    for ca in (False, True):
+        for _ in range(3):
+            observations.add(Observation(ca, profile.ca_time(g, true) if ca else profile.per_loop_time(g, true),
+                                         profile))
+    monkeypatch.setattr(calibrate, "measure_network", lambda comm, **_: (10e-6, 1e9))
+    monkeypatch.setattr(calibrate, "measure_packing", lambda comm: 2e-9)
+    monkeypatch.setattr(calibrate, "measure_overlap", lambda comm, **_: ({"none": 1e-4, "poll": 5e-5},
+                                                                         {"none": 0.0, "poll": 0.9}))
+    monkeypatch.setattr(calibrate, "measure_copy_bandwidth", lambda comm: 1e10)
+    key = CalibrationKey("host", 1, "default", "persistent", "none", 1)
+    measured = calibrate.measure(MPI.COMM_SELF, costs=g, observations=observations, previous=None, path=None,
+                                 key=key, repeats=1)
+    assert measured.machine.overlap == 0.0  # the mode the session uses ("none"), not the fastest ("poll")
+    assert measured.progress == "poll" and measured.session_progress == "none" and measured.key == key
+    assert measured.machine.round_overhead == pytest.approx(11e-6, rel=1e-6)
+    assert measured.machine.loop_overhead == pytest.approx(3e-6, rel=1e-6)
+    as_if_overlapped = fit_overheads(observations.residuals(g, Machine(10e-6, 1e9, 2e-9, overlap=1.0)))
+    assert as_if_overlapped[0] + as_if_overlapped[1] > 11e-6 + 3e-6 + 1e-6  # what φ = 1 would have fitted
+
+
+def test_calibrate_changes_nothing_in_the_session_unless_applied(tmp_path):
+    mc.configure(cache_dir=str(tmp_path))
+    before = mc.get_runtime().config
+    calibration = mc.model.calibrate(repeats=2, sizes=(8, 64))
+    assert mc.get_runtime().config == before and calibration.applied == {}
+    assert "applied" not in calibration.describe()
+    applied = mc.model.calibrate(repeats=2, sizes=(8, 64), apply=True)
+    assert applied.applied == {"nothing": "one process sends no messages"}
+    assert "applied nothing: one process sends no messages" in applied.describe()
+    assert mc.get_runtime().config == before
+    loaded = mc.model.load_calibration()
+    assert loaded.applied == {}  # the file holds what was measured; applying is this session's
 
 
 def test_calibrate_rejects_bad_options():

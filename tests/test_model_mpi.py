@@ -35,12 +35,24 @@ def test_stats_carry_predictions_and_table_5_columns(comm, tmp_path_factory):
     # loop-by-loop plan is rebuilt once CA has built the deeper halo layers)
     for ca in (False, True) * 5:
         synthetic.step(problem, ca=ca)
-    mc.model.calibrate(repeats=5)
+    calibration = mc.model.calibrate(repeats=5)
+    assert mc.get_runtime().config.transport == "auto" and calibration.applied == {}  # nothing applied
     synthetic.step(problem, ca=True)
     chain = mc.stats().chains["synthetic"]
     assert chain.predicted_executions == 1
     assert chain.predicted_per_loop > 0 and chain.predicted_ca > 0
     assert np.isfinite(chain.predicted_gain)
+    # predicted from the calibration alone (fitted on the executions before it), never refitted on
+    # the executions it is compared with
+    expected = (chain.profile.per_loop_time(calibration.loop_costs, calibration.machine),
+                chain.profile.ca_time(calibration.loop_costs, calibration.machine))
+    for ca in (False, True) * 3:
+        synthetic.step(problem, ca=ca)
+    chain = mc.stats().chains["synthetic"]
+    assert chain.predicted_executions == 4  # the runs of CA plans are predicted (both ways)
+    assert chain.predicted_per_loop / 4 == pytest.approx(expected[0], rel=1e-12)
+    assert chain.predicted_ca / 4 == pytest.approx(expected[1], rel=1e-12)
+    assert "fitted on executions before the ones predicted" in chain.model
     # 8 loops: per loop, pres then every edge_flux's res (5 exchanges); CA one grouped message
     assert 0 < chain.comm_reduction < 100 and 0 <= chain.comp_increase < 50
     assert "model:" in str(mc.stats())
@@ -185,7 +197,16 @@ def test_calibration_measures_each_progress_mode_and_the_achieved_overlap(comm, 
     assert f"progress {calibration.progress}" in calibration.describe()
     comm.Barrier()
     assert mc.model.load_calibration() == calibration
-    mc.reset_runtime(comm=comm, cache_dir=mc.get_runtime().config.cache_dir)  # auto takes the calibrated mode
+    assert calibration.machine.overlap == calibration.overlaps["none"]  # φ of the mode in use, not the fastest's
+    mc.reset_runtime(comm=comm, cache_dir=mc.get_runtime().config.cache_dir)
     problem = synthetic.setup(per_rank=200, loops=2)
     synthetic.step(problem, ca=False)
-    assert mc.stats().progress == calibration.progress
+    assert mc.stats().progress == "none"  # a saved calibration changes nothing by itself
+    applied = mc.model.apply(mc.model.load_calibration())
+    assert mc.stats().progress == calibration.progress and mc.get_runtime().config.progress == calibration.progress
+    assert applied.applied["progress"] == ("none", calibration.progress)
+    assert applied.machine.overlap == calibration.overlaps[calibration.progress]
+    changed = applied.applied["progress"][1] != "none" or applied.applied["transport"][0] != applied.applied["transport"][1]
+    assert applied.overheads == (calibration.overheads and not changed)  # fitted under the old settings
+    synthetic.step(problem, ca=False)
+    assert comm.allgather(mc.stats().progress) == [calibration.progress] * comm.size

@@ -1,5 +1,5 @@
 """Halo-exchange transports through the whole library: every transport gives the bits of
-``"p2p"`` on random meshes, loops and chains (1-4 ranks); ``"auto"`` takes the calibrated
+``"p2p"`` on random meshes, loops and chains (1-4 ranks); an applied calibration takes the calibrated
 fastest; ``mc.stats()`` names the transport; bad choices are refused on every rank."""
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ def test_every_transport_gives_the_bits_of_p2p(comm, spec, mode):
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=300)
-def test_auto_takes_the_transport_calibration_measured_fastest(comm, tmp_path_factory):
+def test_an_applied_calibration_switches_to_the_transport_it_measured_fastest(comm, tmp_path_factory):
     cache = tmp_path_factory.mktemp(f"calibration{comm.rank}")
     mc.reset_runtime(comm=comm, cache_dir=str(cache))
-    calibration = mc.model.calibrate(save=False, repeats=3, sizes=(8, 4096))
+    measured = mc.model.calibrate(save=False, repeats=3, sizes=(8, 4096))
+    assert mc.get_runtime().config.transport == "auto" and measured.applied == {}
+    calibration = mc.model.apply(measured)
+    assert calibration.applied["transport"] == ("persistent", measured.transport)
+    assert mc.get_runtime().config.transport == measured.transport
+    assert f"applied transport {measured.transport} (was persistent)" in calibration.describe()
     assert set(calibration.transport_times) == set(transports.available_transports(comm))
     assert calibration.transport == min(calibration.transport_times, key=calibration.transport_times.get)
     spec = (("quads", 4, 4), (("cells", (("na", mc.INC, "cell2node", 0),)),

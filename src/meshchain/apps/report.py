@@ -5,17 +5,19 @@ starts one ``mpiexec`` job per rank count and per-rank size. Each job, for each 
 
 1. checks that the chain gives the same answer loop by loop and communication-avoiding
    (a fresh runtime for each, a few time steps, the workload's checksum);
-2. times ``iters`` steps each way, interleaved, ``repeats`` rounds (after warm-up steps
-   each way, so compilation and first inspection are never timed); the time is the
+2. runs warm-up steps each way (compilation and first inspection, then executions the
+   model learns from) and calibrates the model on the job's communicator
+   (:func:`meshchain.model.calibrate`: ``L``, ``B``, ``c``, ``φ`` measured, ``g_l`` and
+   the overheads from the warm-up executions);
+3. times ``iters`` steps each way, interleaved, ``repeats`` rounds; the time is the
    chain's own (``ChainStats.time_total``) per execution, slowest rank, and each variant
    reports the median of its rounds and their spread
    (:mod:`meshchain.model.timing`): a row whose spread exceeds ``noisy_spread`` is
    measured again, up to ``max_attempts`` times, and is marked noisy (``*`` after the
    gain) if it stays so;
-3. calibrates the model on the job's communicator (:func:`meshchain.model.calibrate`:
-   ``L``, ``B``, ``c`` measured, ``g_l`` and the overheads from the timed runs) and
-   predicts both variants for the chain as it ran (its :class:`ChainProfile`, per rank;
-   the slowest rank counts).
+4. predicts both variants for the chain as it ran (its :class:`ChainProfile`, per rank;
+   the slowest rank counts) from the calibration of step 2 alone: the model's "gain" is
+   fitted on other executions (the warm-up) than the timed ones it is compared with.
 
 The table has the paper's model components (summed over ranks, per chain execution):
 bytes ``Σ d·p·m^1`` vs ``p·m^r``, ``ΣS^c`` of each variant, ``ΣS^1`` vs ``ΣS^h``; the
@@ -50,6 +52,7 @@ from ..model.timing import MAX_ATTEMPTS, NOISY_SPREAD, measure_interleaved
 __all__ = ["main", "run_report", "format_table", "worker", "predicted", "WORKLOADS", "NETWORKS"]
 
 WORKLOADS = ("synthetic", "vertex", "airfoil")
+WARM_UP = 5  # warm-up steps each way before the calibration (the model's executions)
 #: How the ranks of a job talk: shared memory (MPICH's default on one host) or MPICH's TCP
 #: network module over loopback (latency like an Ethernet cluster's).
 NETWORKS = {"shm": {}, "tcp": {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}}
@@ -200,12 +203,15 @@ def _measure(app, workload, per_rank, loops, iters, repeats, check_steps, noisy_
     mc.reset_runtime()
     problem = app.setup(per_rank=per_rank, loops=loops)
     comm = mc.get_runtime().comm
-    for ca in (False, True, False, True):  # compile, build the halo layers, warm the caches: never timed
+    # compile, build the halo layers, warm the caches, then at least three timed executions each way
+    # (a plan's first run is never timed, and the loop-by-loop plan is rebuilt once CA has deepened
+    # the halo): the model is fitted on these, before and apart from the timed rounds it predicts
+    for ca in (False, True) * WARM_UP:
         app.step(problem, ca=ca)
+    calibration = mc.model.calibrate(repeats=20)
     timings = measure_interleaved({ca: (lambda ca=ca: _time_chain(mc, app, problem, ca, iters, comm))
                                    for ca in (False, True)},
                                   repeats=repeats, threshold=noisy_spread, max_attempts=max_attempts)
-    calibration = mc.model.calibrate(repeats=20)
     row = predicted(mc, comm, app.CHAIN, calibration)
     profiles = comm.gather(mc.stats().chains[app.CHAIN].profile.as_dict(), root=0)
     if comm.rank != 0:
@@ -250,17 +256,16 @@ def _time_chain(mc, app, problem, ca, iters, comm) -> float:
 
 
 def predicted(mc, comm, name: str, calibration) -> dict:
-    """Both variants predicted for the chain's latest profile (the slowest rank's), and the
-    model components summed over ranks."""
+    """Both variants predicted for the chain's latest profile (the slowest rank's) from
+    ``calibration`` alone (its loop costs and overheads, fitted before the timed runs), and
+    the model components summed over ranks."""
     import dataclasses
 
     import numpy as np
     from mpi4py import MPI
 
-    from ..model.calibrate import loop_costs
-
     profile = mc.stats().chains[name].profile
-    g = {**calibration.loop_costs, **loop_costs()}
+    g = calibration.loop_costs
     machine = calibration.machine
     paper = dataclasses.replace(machine, round_overhead=0.0, loop_overhead=0.0)
     times = np.array([profile.per_loop_time(g, machine), profile.ca_time(g, machine),
@@ -378,7 +383,8 @@ _DEMO_LEGEND = """
 Columns, per chain execution and summed over ranks: bytes sent loop by loop (Σdpm¹) and as one grouped
 message (pmʳ); core iterations overlapping communication (ΣS^c) and all iterations (ΣS¹ loop by loop, ΣS^h
 with the redundant halo work of CA); Table 5's comm reduction and comp increase; the gain of CA predicted by
-the paper's equations alone ('eq.') and with meshchain's own per-round and per-loop costs fitted ('model');
+the paper's equations alone ('eq.') and with meshchain's own per-round and per-loop costs fitted ('model';
+both from a calibration taken on warm-up executions, before and apart from the timed ones);
 then the measured times (medians of repeated rounds), their larger relative spread, and the gain
 (1 - T_ca / T_loop; '*': still noisy after re-measuring, not to be read as a fact). CA pays when the messages it saves cost more than the
 redundant halo work it adds: with many loops and small partitions; it does not with few loops on large ones.

@@ -87,6 +87,10 @@ class Backend(ABC):
         (or load from a cache) made while preparing. Errors in compiling raise here.
         """
 
+    def threads_in_use(self) -> int:
+        """Compute threads per rank (what a calibration's loop costs depend on)."""
+        return 1
+
     def chunk_workers(self) -> int:
         """Worker threads :meth:`chunked` uses beside the calling thread (0: it cannot chunk)."""
         return 0

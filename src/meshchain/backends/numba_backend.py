@@ -96,6 +96,10 @@ class NumbaBackend(Backend):
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs)
 
+    def threads_in_use(self) -> int:
+        """Numba's threads in use on this rank."""
+        return self._numba.get_num_threads()
+
     def chunk_workers(self) -> int:
         """Worker threads for :meth:`chunked` beside the calling thread: Numba's threads minus one."""
         return max(self._numba.get_num_threads() - 1, 0)

@@ -22,7 +22,7 @@ import os
 import sys
 
 __all__ = ["world_communicator", "async_progress_requested", "async_progress_at_init", "PROGRESS_VARIABLE",
-           "ASYNC_PROGRESS_VARIABLES"]
+           "ASYNC_PROGRESS_VARIABLES", "NETWORK_VARIABLES", "network_label"]
 
 _LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK", "HYDI_CONTROL_FD")
 
@@ -32,6 +32,12 @@ PROGRESS_VARIABLE = "MESHCHAIN_PROGRESS"
 ASYNC_PROGRESS_VARIABLES = ("MPICH_ASYNC_PROGRESS", "MPIR_PARAM_ASYNC_PROGRESS", "MPIR_CVAR_ASYNC_PROGRESS")
 """MPICH's spellings of its asynchronous-progress switch, in the order MPICH reads them (a
 later one that is set overrides an earlier one)."""
+
+NETWORK_VARIABLES = ("MPIR_CVAR_NOLOCAL", "MPIR_CVAR_CH4_NETMOD", "MPIR_CVAR_CH4_SHM", "MPIR_CVAR_DEVICE_COLLECTIVES",
+                     "FI_PROVIDER", "UCX_TLS", "UCX_NET_DEVICES", "OMPI_MCA_pml", "OMPI_MCA_btl", "OMPI_MCA_mtl",
+                     "I_MPI_FABRICS", "I_MPI_OFI_PROVIDER")
+"""Environment variables with which MPICH, libfabric, UCX, Open MPI and Intel MPI choose how
+ranks talk (shared memory, TCP, InfiniBand...): what :func:`network_label` reads."""
 
 _TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
 
@@ -48,6 +54,31 @@ def async_progress_requested(environ=None) -> bool:
         if value in _TRUE or value in _FALSE:
             requested = value in _TRUE
     return requested
+
+
+def network_label(environ=None) -> str:
+    """How this job's ranks talk, as far as the environment says (default ``os.environ``):
+    ``"default"`` when none of :data:`NETWORK_VARIABLES` is set, else each one that is, as
+    ``name.value`` (MPICH's ``MPIR_CVAR_`` and Open MPI's ``OMPI_MCA_`` prefixes dropped,
+    lower case, characters other than letters, digits, ``.`` and ``_`` replaced by ``_``),
+    joined by ``-``. Measurements of the network (a calibration) are kept per label.
+
+    >>> network_label({}), network_label({"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
+    ...                                     "FI_PROVIDER": "tcp"})
+    ('default', 'nolocal.1-ch4_netmod.ofi-fi_provider.tcp')
+    """
+    environ = os.environ if environ is None else environ
+    parts = []
+    for name in NETWORK_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value:
+            short = name.removeprefix("MPIR_CVAR_").removeprefix("OMPI_MCA_").lower()
+            parts.append(f"{short}.{_safe(value.lower())}")
+    return "-".join(parts) or "default"
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._" else "_" for c in text)
 
 
 def async_progress_at_init() -> bool | None:

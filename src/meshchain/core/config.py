@@ -76,10 +76,10 @@ class Config:
         ``"poll"`` (a communication thread tests the requests in flight while compiled code
         runs without the GIL), ``"thread"`` (MPICH's asynchronous progress thread; it must
         be switched on before MPI starts: ``MESHCHAIN_PROGRESS=thread`` in the environment)
-        or ``"auto"`` (default: what ``mc.model.calibrate()`` measured fastest, else
-        ``"none"``). ``mc.stats().progress`` says which one runs. The GPU backends take
-        ``"none"`` and ``"thread"`` (their kernels run while the host drives the messages);
-        ``"auto"`` chooses among those.
+        or ``"auto"`` (default: ``"none"``; ``mc.model.calibrate(apply=True)`` switches to
+        the mode it measured fastest). ``mc.stats().progress`` says which one runs. The GPU
+        backends take ``"none"`` and ``"thread"`` (their kernels run while the host drives
+        the messages); an applied calibration chooses among those.
     interior : str
         How the iterations that overlap messages are run: ``"static"`` (one compiled call,
         blocks of a colour on Numba's threads; default) or ``"dynamic"`` (blocks handed out
@@ -109,9 +109,9 @@ class Config:
         same bits): ``"p2p"`` (``Isend``/``Irecv`` each time), ``"persistent"`` (persistent
         requests made once per exchange plan, started each time), ``"neighbour"``
         (``Ineighbor_alltoallv`` on a distributed-graph communicator), ``"rma"`` (a window
-        per plan, ``Put`` with active-target synchronisation) or ``"auto"`` (default: the one
-        ``mc.model.calibrate()`` measured fastest on this host and rank count, else
-        ``"persistent"``). ``mc.stats().transport`` says which one runs.
+        per plan, ``Put`` with active-target synchronisation) or ``"auto"`` (default:
+        ``"persistent"``; ``mc.model.calibrate(apply=True)`` switches to the one it measured
+        fastest). ``mc.stats().transport`` says which one runs.
     profile : Path or None
         Write a Chrome trace-event file (Perfetto and ``chrome://tracing`` read it) of
         everything the session runs to this path when the process exits (``{rank}`` in the

@@ -4,9 +4,12 @@ timed executions the runtime's overheads are fitted from.
 Every chain execution on several ranks is kept as an
 :class:`~meshchain.model.overheads.Observation` (to fit the runtime's overheads ``o_r`` and
 ``o_l``). Once a calibration is known (``mc.model.calibrate()`` now, or saved by an
-earlier run on this host with as many ranks) the runs of communication-avoiding chain
-plans are predicted both ways; the model's work is done when statistics are read (or
-``ca="auto"`` decides), never on a chain's execution path.
+earlier run under the same :class:`~meshchain.model.keys.CalibrationKey`: host, rank count,
+network, transport, progress mode and threads) the runs of communication-avoiding chain
+plans from then on are predicted both ways, from the calibration alone: its constants,
+loop costs and overheads were fitted on executions *before* the runs they predict, never
+on the runs the prediction is compared with (``mc.stats()`` says so). The model's work is
+done when statistics are read (or ``ca="auto"`` decides), never on a chain's execution path.
 
 ``ca="auto"`` needs ``g_l`` for every loop and the overheads: until it has them it runs
 the chain each way to time it (the decision says so). Then it agrees on the slowest
@@ -44,7 +47,12 @@ from collections import deque
 
 import numpy as np
 
-from ..model.calibrate import calibration_path, load_calibration, loop_costs, measure
+import socket
+
+from ..comm.progress import async_progress_enabled
+from ..comm.world import network_label
+from ..model.calibrate import calibration_path, load_calibration, loop_costs, measure, overlap_of
+from ..model.keys import CalibrationKey
 from ..model.overheads import Observation, Observations, fit_overheads
 from ..model.policy import SWITCH_MARGIN, choose_ca, measuring, probing, recheck
 from .accounting import decided
@@ -64,7 +72,7 @@ class ModelState:
     def __init__(self, session):
         self.session = session
         self.calibration = None  # meshchain.model.Calibration, set by calibrate() or loaded
-        self.looked_up = False
+        self.looked_up = None  # the key the calibration was looked up (or measured) for
         self.observations = Observations()
         self._fitted = None  # (calibration, observations seen, g, Machine with fitted overheads)
         self.decisions = session.caches.cache("ca decisions", limit=1024,
@@ -72,35 +80,77 @@ class ModelState:
 
     # --- calibration ------------------------------------------------------------------------------
 
+    def key(self) -> CalibrationKey:
+        """The session's :class:`~meshchain.model.keys.CalibrationKey` now (no MPI call)."""
+        session = self.session
+        transport, progress = session.communication.planned() if session.distributed else ("-", "-")
+        return CalibrationKey(socket.gethostname(), session.size, network_label(), transport, progress,
+                              session.backend.threads_in_use())
+
     def current_calibration(self, *, measure_now: bool = False):
-        """The calibration set by ``mc.model.calibrate()``, else the saved one for this host and
-        rank count; with ``measure_now`` (collective) the network is measured now if neither
-        exists."""
-        if self.calibration is None and not self.looked_up:
-            self.calibration = load_calibration(self.session.size, cache_dir=self.session.config.cache_dir)
-            self.looked_up = True
+        """The calibration set by ``mc.model.calibrate()``, else the saved one for the session's
+        key (looked up again when the key changed: another transport, progress mode or
+        thread count); with ``measure_now`` (collective) the network is measured now if
+        neither exists."""
+        key = self.key()
+        if self.looked_up != key:
+            self.calibration = load_calibration(key, cache_dir=self.session.config.cache_dir)
+            self.looked_up = key
             if self.calibration is not None:
                 self._calibrated()
         if self.calibration is None and measure_now:
             self.calibrate(save=True, repeats=30, sizes=None)
         return self.calibration
 
-    def calibrate(self, *, save: bool, repeats: int, sizes):
-        """Measure the machine on the session's communicator (collective) and use the result."""
+    def calibrate(self, *, save: bool, repeats: int, sizes, apply: bool = False):
+        """Measure the machine on the session's communicator (collective) and use the result;
+        ``apply``: also switch to the fastest transport and progress mode (:meth:`apply`)."""
         session = self.session
         comm = session.comm
         if comm is None:
             from mpi4py import MPI
 
             comm = MPI.COMM_SELF
-        previous = load_calibration(comm.size, cache_dir=session.config.cache_dir)
-        path = calibration_path(session.config.cache_dir, comm.size) if save else None
+        key = self.key()
+        previous = load_calibration(key, cache_dir=session.config.cache_dir)
+        path = calibration_path(session.config.cache_dir, key) if save else None
         options = {} if sizes is None else {"sizes": sizes}
-        self.calibration = measure(comm, costs=loop_costs(session.recorder), observations=self.observations,
-                                   previous=previous, path=path, repeats=repeats, **options)
-        self.looked_up = True
+        calibration = measure(comm, costs=loop_costs(session.recorder), observations=self.observations,
+                              previous=previous, path=path, key=key, repeats=repeats, **options)
+        self._use(calibration)
+        return self.apply(calibration) if apply else calibration
+
+    def apply(self, calibration):
+        """Switch the session to ``calibration``'s fastest transport and progress mode (those
+        its backend can use; collective through ``mc.configure``) and use the calibration as
+        it holds afterwards: ``applied`` says what changed; where something did, ``φ`` is the
+        new progress mode's and the overheads (fitted under the old settings) are dropped."""
+        session = self.session
+        if not session.distributed:
+            return self._use(dataclasses.replace(calibration, applied={"nothing": "one process sends no messages"}))
+        before = session.communication.planned()
+        usable_progress = (calibration.progress in session.backend.progress_modes
+                           and (calibration.progress != "thread" or async_progress_enabled()))
+        wanted = (calibration.transport if calibration.transport in session.backend.transports else before[0],
+                  calibration.progress if usable_progress else before[1])
+        if not calibration.transport:
+            return self._use(dataclasses.replace(calibration, applied={"nothing": "no transport was measured"}))
+        session.reconfigure(transport=wanted[0], progress=wanted[1])
+        applied = {name: (old, new) for name, old, new in zip(("transport", "progress"), before, wanted)}
+        changed = wanted != before
+        machine = calibration.machine
+        if changed:
+            machine = dataclasses.replace(machine, overlap=overlap_of(wanted[1], calibration.overlaps),
+                                          round_overhead=0.0, loop_overhead=0.0)
+        return self._use(dataclasses.replace(calibration, machine=machine, applied=applied,
+                                             overheads=calibration.overheads and not changed,
+                                             session_transport=wanted[0], session_progress=wanted[1]))
+
+    def _use(self, calibration):
+        self.calibration = calibration
+        self.looked_up = calibration.key
         self._calibrated()
-        return self.calibration
+        return calibration
 
     def fitted(self, calibration, *, fresh: bool = False):
         """``(g, machine)``: loop costs (measured in this run where a loop ran, else calibrated)
@@ -140,19 +190,21 @@ class ModelState:
 
     def predict(self, accounts) -> None:
         """Set each account's predicted seconds per run, both ways, on this rank, from the
-        calibration and the overheads fitted so far (nothing where the model lacks numbers)."""
+        calibration alone (its loop costs and fitted overheads come from executions before
+        the runs it predicts; nothing where it lacks numbers)."""
         calibration = self.calibration
-        if calibration is None:
+        if calibration is None or not calibration.overheads:
             return
-        g, machine = self.fitted(calibration)
+        g = calibration.loop_costs
+        basis = f"{calibration.describe()}; fitted on executions before the ones predicted"
         for account in accounts:
             if account.predicted_from is None:
                 continue
             profile = account.chain.profile
             account.prediction = None
-            if machine is not None and not profile.missing(g):
-                account.prediction = (profile.per_loop_time(g, machine), profile.ca_time(g, machine),
-                                      calibration.describe(machine))
+            if not profile.missing(g):
+                account.prediction = (profile.per_loop_time(g, calibration.machine),
+                                      profile.ca_time(g, calibration.machine), basis)
 
     def _calibrated(self) -> None:
         """A calibration became known: the runs of live chain plans are predicted from now on."""

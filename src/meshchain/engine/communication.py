@@ -1,11 +1,12 @@
 """The communication settings in use: the halo-exchange transport and the progress mode.
 
-``config.transport`` and ``config.progress`` may be ``"auto"``: the calibration's fastest
-(``mc.model.calibrate()``, or the one saved for this host and rank count), else
-``"persistent"`` and ``"none"``, limited to what the backend's exchanges can use. On several
-ranks every rank must use the same, so rank 0's choice is agreed in one explicit collective
-(:meth:`CommunicationSettings.agree`, a broadcast of both) at the points every rank passes
-together: ``mc.partition``, ``mc.configure`` after partitioning, ``mc.model.calibrate``.
+``config.transport`` and ``config.progress`` may be ``"auto"``: ``"persistent"`` and
+``"none"``, limited to what the backend's exchanges can use. A calibration never changes
+them unless applied (``mc.model.calibrate(apply=True)``, ``mc.model.apply``: they then
+become explicit options). On several ranks every rank must use the same, so rank 0's
+choice is agreed in one explicit collective (:meth:`CommunicationSettings.agree`, a
+broadcast of both) at the points every rank passes together: ``mc.partition``,
+``mc.configure`` after partitioning.
 Reading :attr:`~CommunicationSettings.transport` or :attr:`~CommunicationSettings.progress`
 never communicates; on one process they are resolved locally when first read.
 
@@ -19,7 +20,7 @@ Examples
 
 from __future__ import annotations
 
-from ..comm.progress import async_progress_enabled, check_progress
+from ..comm.progress import check_progress
 from ..core.errors import MeshchainError
 
 __all__ = ["CommunicationSettings"]
@@ -66,6 +67,10 @@ class CommunicationSettings:
             self._progress = self._local(self._chosen_progress)
         return self._progress
 
+    def planned(self) -> tuple[str, str]:
+        """``(transport, progress)``: those in use, else those the options choose (no MPI call)."""
+        return self._transport or self._chosen_transport(), self._progress or self._chosen_progress()
+
     def reported(self, what: str) -> str:
         """What ``mc.stats()`` reports for ``what`` (``"transport"`` or ``"progress"``): the
         choice in use, or what will be chosen (no MPI call)."""
@@ -85,20 +90,12 @@ class CommunicationSettings:
         session = self._session
         chosen, allowed = session.config.transport, session.backend.transports
         if chosen == "auto":
-            calibration = session.model.current_calibration() if session.distributed else None
-            chosen = getattr(calibration, "transport", "")
-            if chosen not in allowed:
-                chosen = "persistent" if "persistent" in allowed else allowed[0]
+            chosen = "persistent" if "persistent" in allowed else allowed[0]
         return chosen
 
     def _chosen_progress(self) -> str:
         session = self._session
         chosen = session.config.progress
         if chosen == "auto":
-            calibration = session.model.current_calibration() if session.distributed else None
-            chosen = getattr(calibration, "progress", "") or "none"
-            if chosen == "thread" and not async_progress_enabled():
-                chosen = "none"  # measured with MPICH's progress thread, which this run did not start
-            if chosen not in session.backend.progress_modes:
-                chosen = "none"  # measured with host exchanges; this backend's exchanges cannot use it
+            chosen = "none"
         return chosen

@@ -362,16 +362,19 @@ class Session:
             self._copy_measured = measure_copy_bandwidth(self.comm if self.distributed else None)
         return self._copy_measured, "measured now, one thread per rank; mc.model.calibrate() keeps one"
 
-    def calibrate(self, *, save: bool, repeats: int, sizes):
+    def calibrate(self, *, save: bool, repeats: int, sizes, apply: bool = False):
         """``mc.model.calibrate()`` on this session (collective): pending loops run first."""
         self.flush()
-        calibration = self.model.calibrate(save=save, repeats=repeats, sizes=sizes)
-        chosen = (self.communication.reported("transport"), self.communication.reported("progress"))
-        self.communication.forget()
-        self.communication.agree()  # collective, like calibrate itself
-        if (self.communication.reported("transport"), self.communication.reported("progress")) != chosen:
-            self.caches.notify("configure")  # the next plans use what was measured fastest now
-        return calibration
+        return self.model.calibrate(save=save, repeats=repeats, sizes=sizes, apply=apply)
+
+    def apply_calibration(self, calibration):
+        """``mc.model.apply(calibration)`` on this session (collective)."""
+        self.flush()
+        return self.model.apply(calibration)
+
+    def calibration_key(self):
+        """What a calibration taken now would hold for (:class:`~meshchain.model.keys.CalibrationKey`)."""
+        return self.model.key()
 
     @property
     def calibration(self):

@@ -5,7 +5,8 @@
 * :mod:`~meshchain.model.profile`: a chain's model terms on one rank (``mc.stats()``
   keeps the latest in ``ChainStats.profile``);
 * :mod:`~meshchain.model.calibrate`: ``L``, ``B``, ``c`` measured on this machine and
-  ``g_l`` from timed runs, cached per host and rank count;
+  ``g_l`` from timed runs, saved per :class:`~meshchain.model.keys.CalibrationKey` (host,
+  rank count, network, transport, progress mode, threads);
 * :mod:`~meshchain.model.policy`: the decision of ``ca="auto"``;
 * :mod:`~meshchain.model.estimate`: a chain's model terms read off its schedules.
 
@@ -14,7 +15,8 @@ The engine consults this package through :mod:`~meshchain.model.policy`,
 ``python -m meshchain report`` (:mod:`meshchain.apps.report`) prints the profitability table.
 """
 
-from .calibrate import Calibration, calibrate, load_calibration, loop_costs, measure
+from .calibrate import Calibration, apply, calibrate, load_calibration, loop_costs, measure
+from .keys import CalibrationKey
 from .equations import (
     Machine,
     ca_segment_time,
@@ -31,5 +33,5 @@ from .profile import ChainProfile, LoopProfile, SegmentProfile
 __all__ = [
     "Machine", "op2_loop_time", "op2_chain_time", "ca_segment_time", "grouped_message_size", "gain_percent",
     "comm_reduction_percent", "comp_increase_percent", "ChainProfile", "LoopProfile", "SegmentProfile",
-    "Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "Decision", "choose_ca",
+    "Calibration", "CalibrationKey", "calibrate", "apply", "measure", "load_calibration", "loop_costs", "Decision", "choose_ca",
 ]

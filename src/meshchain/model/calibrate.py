@@ -1,15 +1,30 @@
-"""Calibrating the model on this machine: ``L``, ``B`` and ``c`` measured, ``g_l`` from timed runs.
+"""Calibrating the model on this machine: ``L``, ``B``, ``c`` and ``φ`` measured, ``g_l`` and the
+overheads from timed runs.
 
 :func:`calibrate` (collective on the current session's communicator; the session runs
-:func:`measure` with what it has timed) times ping-pong messages
-between pairs of ranks (``0 <-> 1``, ``2 <-> 3``, ...) at several sizes and fits
-``t = L + m / B`` to half the round trips; it times packing and unpacking rows of a
-dat as a grouped message does (``c`` per byte); and it takes each loop's cost per
-iteration ``g_l`` from the loops timed so far (:func:`loop_costs`). Every rank gets the
+:func:`measure` with what it has timed) times ping-pong messages between pairs of ranks
+(``0 <-> 1``, ``2 <-> 3``, ...) at several sizes and fits ``t = L + m / B`` to half the
+round trips; it times packing and unpacking rows of a dat as a grouped message does
+(``c`` per byte); it times a halo exchange with each transport and the overlap ``φ``
+achieved in each progress mode; it takes each loop's cost per iteration ``g_l`` from the
+loops timed so far (:func:`loop_costs`); and last it fits the runtime's overheads ``o_r``
+and ``o_l`` to what the equations, with all of the above (``φ`` of the progress mode the
+session uses), leave unexplained in the chain executions timed so far. Every rank gets the
 same numbers: the largest latency and pack cost and the smallest bandwidth measured.
 
-Results are saved as JSON in ``<cache_dir>/model/<host>-<N>ranks.json`` and used by
-``ca="auto"`` in later runs with the same host and rank count (:func:`load_calibration`).
+**What a calibration holds for.** The overheads and ``φ`` depend on the transport and the
+progress mode in use, the network on how the ranks talk, the loop costs on the threads:
+a calibration is kept per :class:`~meshchain.model.keys.CalibrationKey` (host, rank count,
+network, transport, progress mode, threads) in ``<cache_dir>/model/``, and a later run
+uses a saved one only when all of them match (:func:`load_calibration`).
+
+**What it changes.** Nothing, unless asked: ``calibrate(apply=True)`` (or
+:func:`apply` with a calibration) switches the session to the transport and progress mode
+measured fastest, and the returned calibration says what it applied
+(:attr:`Calibration.applied`). The overheads were fitted under the settings before; when
+applying changes them, the applied calibration carries no overheads (calibrate again once
+chains have run under the new settings).
+
 On one process the "messages" go to the process itself.
 
 Examples
@@ -19,6 +34,8 @@ Examples
 >>> m = calibration.machine
 >>> m.latency > 0 and m.bandwidth > 0 and m.pack_cost > 0
 True
+>>> calibration.applied    # nothing changed in the session
+{}
 """
 
 from __future__ import annotations
@@ -27,7 +44,6 @@ import dataclasses
 import datetime
 import json
 import os
-import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,9 +58,10 @@ from ..core import context
 from ..core.cache import memo
 from ..core.errors import ConfigurationError
 from .equations import Machine
+from .keys import CalibrationKey
 from .overheads import fit_overheads
 
-__all__ = ["Calibration", "calibrate", "measure", "load_calibration", "loop_costs", "calibration_path",
+__all__ = ["Calibration", "calibrate", "apply", "measure", "load_calibration", "loop_costs", "calibration_path",
            "measure_network", "measure_packing", "measure_transports", "measure_overlap",
            "measure_copy_bandwidth"]
 
@@ -55,7 +72,14 @@ SIZES = (8, 1024, 16384, 131072, 1048576)
 class Calibration:
     """A calibrated :class:`Machine` and loop costs ``g_l`` (seconds per iteration, by loop
     name) for ``ranks`` ranks on ``host``; ``overheads``: whether the machine's ``o_r`` and
-    ``o_l`` were fitted (from executions of both kinds) or are unknown."""
+    ``o_l`` were fitted (from executions of both kinds) or are unknown.
+
+    ``transport`` and ``progress`` are the fastest measured (``transport_times``,
+    ``progress_times``, and ``overlaps``: ``φ`` per progress mode); ``network``,
+    ``threads``, ``session_transport`` and ``session_progress`` what the session ran with
+    when it was measured (the machine's ``φ`` and overheads hold for those: :attr:`key`);
+    ``applied`` what :func:`apply` changed in the session (setting -> ``(before, after)``),
+    or why it changed nothing (``{"nothing": reason}``); empty when not applied."""
 
     machine: Machine
     loop_costs: dict = field(default_factory=dict)
@@ -69,13 +93,27 @@ class Calibration:
     progress_times: dict = field(default_factory=dict)
     overlaps: dict = field(default_factory=dict)
     copy_bandwidth: float = 0.0  # bytes per second of a large contiguous copy (read + write), 0: not measured
+    network: str = ""
+    threads: int = 0
+    session_transport: str = ""
+    session_progress: str = ""
+    applied: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> CalibrationKey:
+        """What this calibration holds for."""
+        return CalibrationKey(self.host, self.ranks, self.network, self.session_transport, self.session_progress,
+                              self.threads)
 
     def as_dict(self) -> dict:
         return {"machine": asdict(self.machine), "loop_costs": dict(self.loop_costs), "ranks": self.ranks,
                 "host": self.host, "created": self.created, "overheads": self.overheads,
                 "transport": self.transport, "transport_times": dict(self.transport_times),
                 "progress": self.progress, "progress_times": dict(self.progress_times),
-                "overlaps": dict(self.overlaps), "copy_bandwidth": self.copy_bandwidth}
+                "overlaps": dict(self.overlaps), "copy_bandwidth": self.copy_bandwidth, "network": self.network,
+                "threads": self.threads, "session_transport": self.session_transport,
+                "session_progress": self.session_progress,
+                "applied": {k: list(v) if isinstance(v, tuple) else v for k, v in self.applied.items()}}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
@@ -83,21 +121,35 @@ class Calibration:
                    data.get("host", ""), data.get("created", ""), bool(data.get("overheads", False)),
                    str(data.get("transport", "")), dict(data.get("transport_times", {})),
                    str(data.get("progress", "")), dict(data.get("progress_times", {})),
-                   dict(data.get("overlaps", {})), float(data.get("copy_bandwidth", 0.0)))
+                   dict(data.get("overlaps", {})), float(data.get("copy_bandwidth", 0.0)),
+                   str(data.get("network", "")), int(data.get("threads", 0)),
+                   str(data.get("session_transport", "")), str(data.get("session_progress", "")),
+                   {k: tuple(v) if isinstance(v, list) else v for k, v in data.get("applied", {}).items()})
 
     def describe(self, machine: Machine | None = None) -> str:
         """The constants in words (``machine``: these instead of the calibration's)."""
         m = machine or self.machine
         fastest = f"; fastest transport {self.transport}" if self.transport else ""
         progress = f", progress {self.progress}" if self.progress else ""
+        overheads = (f"o_r = {m.round_overhead * 1e6:.1f} µs, o_l = {m.loop_overhead * 1e6:.1f} µs"
+                     if self.overheads or machine is not None else "o_r, o_l not fitted")
         return (f"L = {m.latency * 1e6:.2f} µs, B = {m.bandwidth / 1e9:.2f} GB/s, c = {m.pack_cost * 1e9:.3f} ns/B, "
-                f"o_r = {m.round_overhead * 1e6:.1f} µs, o_l = {m.loop_overhead * 1e6:.1f} µs, "
-                f"overlap φ = {m.overlap:.2f}; {self.ranks} rank(s) on {self.host or '?'}{fastest}{progress}")
+                f"{overheads}, overlap φ = {m.overlap:.2f}; measured {self.created or 'at an unknown date'} for "
+                f"{self.key.describe()}{fastest}{progress}{self._applied_text()}")
+
+    def _applied_text(self) -> str:
+        if not self.applied:
+            return ""
+        if "nothing" in self.applied:
+            return f"; applied nothing: {self.applied['nothing']}"
+        return "; applied " + ", ".join(f"{name} {after} (was {before})" for name, (before, after) in self.applied.items())
 
 
-def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibration:
-    """Measure ``L``, ``B`` and ``c`` on the current session's communicator and take ``g_l``
-    from the loops timed so far; use the result for ``ca="auto"`` from now on. Collective.
+def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES, apply: bool = False) -> Calibration:
+    """Measure ``L``, ``B``, ``c`` and ``φ`` on the current session's communicator, take ``g_l``
+    from the loops timed so far and fit the overheads to the chain executions timed so far;
+    the model (``ca="auto"``, the predictions in ``mc.stats()``) uses the result from now on.
+    Collective.
 
     Parameters
     ----------
@@ -107,39 +159,61 @@ def calibrate(*, save: bool = True, repeats: int = 30, sizes=SIZES) -> Calibrati
         Round trips timed per message size (the median counts).
     sizes : sequence of int, keyword-only
         Message sizes in bytes; at least two different ones.
+    apply : bool, keyword-only
+        Also switch the session to the transport and progress mode measured fastest
+        (:func:`apply`); by default the calibration changes nothing in the session.
 
     Returns
     -------
     Calibration
-        Loop costs measured now replace saved ones of the same name; saved ones of loops
-        that did not run are kept.
+        Loop costs measured now replace saved ones of the same name (from the calibration
+        saved for the same :class:`~meshchain.model.keys.CalibrationKey`); saved ones of
+        loops that did not run are kept. ``applied`` says what ``apply`` changed.
     """
     sizes = sorted({int(s) for s in sizes})
     if len(sizes) < 2 or sizes[0] <= 0 or repeats < 1:
         raise ConfigurationError(f"calibrate: need at least two positive message sizes and repeats >= 1, got "
                                  f"sizes={sizes}, repeats={repeats}")
-    return context.current().calibrate(save=save, repeats=repeats, sizes=sizes)
+    return context.current().calibrate(save=save, repeats=repeats, sizes=sizes, apply=apply)
 
 
-def measure(comm, *, costs: dict, observations, previous, path: Path | None, repeats: int = 30,
-            sizes=SIZES) -> Calibration:
+def apply(calibration: Calibration) -> Calibration:
+    """Switch the current session to ``calibration``'s fastest transport and progress mode
+    (those the session's backend can use; collective on several ranks); returns the
+    calibration as it now holds, with :attr:`Calibration.applied` saying what changed.
+
+    >>> import meshchain as mc
+    >>> mc.model.apply(mc.model.calibrate(save=False, repeats=2)).applied
+    {'nothing': 'one process sends no messages'}
+    """
+    return context.current().apply_calibration(calibration)
+
+
+def measure(comm, *, costs: dict, observations, previous, path: Path | None, key: CalibrationKey,
+            repeats: int = 30, sizes=SIZES) -> Calibration:
     """A new :class:`Calibration` measured on ``comm`` (collective; ``comm`` may be
-    ``MPI.COMM_SELF``): ``costs`` are this rank's loop costs ``g_l`` so far, ``observations``
+    ``MPI.COMM_SELF``) for ``key`` (the session's settings: ``φ`` is the overlap of its
+    progress mode): ``costs`` are this rank's loop costs ``g_l`` so far, ``observations``
     the timed executions (:class:`~meshchain.model.overheads.Observations`), ``previous`` the
-    saved calibration or None; written to ``path`` by rank 0 unless ``path`` is None."""
+    saved calibration for ``key`` or None; written to ``path`` by rank 0 unless ``path`` is
+    None.
+
+    The overheads are fitted last, to what the equations leave unexplained with every other
+    constant measured, ``φ`` included (fitted as if ``φ = 1`` they would count the message
+    time that does not overlap a second time)."""
     latency, bandwidth = measure_network(comm, sizes=sizes, repeats=repeats)
-    machine = Machine(latency, bandwidth, measure_packing(comm))
-    costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
-    machine, fitted = _overheads(comm, observations, machine, costs, previous)
+    pack_cost = measure_packing(comm)
     times = measure_transports(comm, repeats=max(5, repeats // 2))
     progress_times, overlaps = measure_overlap(comm, repeats=max(5, repeats // 4))
-    progress = min(progress_times, key=progress_times.get) if progress_times else ""
-    if progress:
-        machine = dataclasses.replace(machine, overlap=overlaps[progress])
-    calibration = Calibration(machine, costs, comm.size, socket.gethostname(),
+    machine = Machine(latency, bandwidth, pack_cost, overlap=overlap_of(key.progress, overlaps))
+    costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
+    machine, fitted = _overheads(comm, observations, machine, costs, previous)
+    calibration = Calibration(machine, costs, comm.size, key.host,
                               datetime.datetime.now().isoformat(timespec="seconds"), fitted,
-                              min(times, key=times.get) if times else "", times, progress, progress_times, overlaps,
-                              measure_copy_bandwidth(comm))
+                              min(times, key=times.get) if times else "", times,
+                              min(progress_times, key=progress_times.get) if progress_times else "", progress_times,
+                              overlaps, measure_copy_bandwidth(comm), key.network, key.threads, key.transport,
+                              key.progress)
     if path is not None and comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -148,9 +222,22 @@ def measure(comm, *, costs: dict, observations, previous, path: Path | None, rep
     return calibration
 
 
+def overlap_of(progress: str, overlaps: dict) -> float:
+    """``φ`` of progress mode ``progress`` among the measured ``overlaps`` (1: none measured,
+    one process; a mode not measured counts as the worst one measured).
+
+    >>> overlap_of("none", {"none": 0.1, "poll": 0.8}), overlap_of("thread", {"none": 0.1, "poll": 0.8})
+    (0.1, 0.1)
+    """
+    if not overlaps:
+        return 1.0
+    return float(overlaps.get(progress, min(overlaps.values())))
+
+
 def _overheads(comm, observations, machine: Machine, costs: dict, previous) -> tuple[Machine, bool]:
     """``machine`` with ``o_r`` and ``o_l`` fitted from this run's timed executions (largest
-    over ranks) when they include both kinds, else the previous calibration's."""
+    over ranks) when they include both kinds, else the previous calibration's (saved for
+    the same key)."""
     from mpi4py import MPI
 
     have = np.array([0.0 if observations.missing() else 1.0])
@@ -175,22 +262,24 @@ def loop_costs(stats=None) -> dict:
             if s.iterations and s.time_compute > 0}
 
 
-def calibration_path(cache_dir, ranks: int) -> Path:
-    """Where the calibration for this host and ``ranks`` ranks is kept under ``cache_dir``."""
-    return Path(cache_dir) / "model" / f"{socket.gethostname()}-{ranks}ranks.json"
+def calibration_path(cache_dir, key: CalibrationKey) -> Path:
+    """Where the calibration for ``key`` is kept under ``cache_dir``."""
+    return Path(cache_dir) / "model" / key.filename()
 
 
-def load_calibration(ranks: int | None = None, *, cache_dir=None) -> Calibration | None:
-    """The saved calibration for this host and rank count (default: the current session's
-    cache directory and rank count), or None if there is none.
+def load_calibration(key: CalibrationKey | None = None, *, cache_dir=None) -> Calibration | None:
+    """The saved calibration for ``key`` (default: the current session's host, rank count,
+    network, transport, progress mode and threads) under ``cache_dir`` (default: the
+    session's), or None if there is none: a calibration taken under other settings is
+    never used.
 
     A file that cannot be read as a calibration is an error (it names the file), not
     silently ignored."""
-    if cache_dir is None or ranks is None:
+    if cache_dir is None or key is None:
         session = context.current()
         cache_dir = session.config.cache_dir if cache_dir is None else cache_dir
-        ranks = session.size if ranks is None else ranks
-    path = calibration_path(cache_dir, ranks)
+        key = session.calibration_key() if key is None else key
+    path = calibration_path(cache_dir, key)
     if not path.exists():
         return None
     try:

@@ -8,9 +8,10 @@ network, size per rank, loops) measured: both variants' median times, every rank
 in every swept dimension (another size per rank *and* another loop count), never from
 the row itself:
 
-* ``L``, ``B``, ``c`` and each ``g_l``: the medians over the calibration rows;
-* ``o_r`` and ``o_l``: fitted (:func:`~meshchain.model.overheads.fit_overheads`) to what
-  the equations leave unexplained in the calibration rows' measured times, both variants;
+* ``L``, ``B``, ``c``, ``φ`` and each ``g_l``: the medians over the calibration rows;
+* ``o_r`` and ``o_l``: fitted last (:func:`~meshchain.model.overheads.fit_overheads`) to
+  what the equations, with those constants (``φ`` included), leave unexplained in the
+  calibration rows' measured times, both variants;
 
 then predicts both variants for the row (the slowest rank's prediction counts) and
 compares the predicted gain with the measured one. Rows marked noisy are predicted but
@@ -35,8 +36,8 @@ Examples
 >>> [round(r["predicted_gain"], 1) for r in held_out(rows)]
 [37.1, 53.0, 5.3, 9.3]
 >>> s = summary(held_out(rows))
->>> s["rows"], s["right_choices"]
-(4, 4)
+>>> s["rows"], s["right_choices"], s["over_predicted"]
+(4, 4, 0)
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def fit(rows) -> tuple[dict, Machine]:
     machines = [r["calibration"]["machine"] for r in rows]
     base = Machine(latency=float(np.median([m["latency"] for m in machines])),
                    bandwidth=float(np.median([m["bandwidth"] for m in machines])),
-                   pack_cost=float(np.median([m.get("pack_cost", 0.0) for m in machines])))
+                   pack_cost=float(np.median([m.get("pack_cost", 0.0) for m in machines])),
+                   overlap=float(np.median([m.get("overlap", 1.0) for m in machines])))
     names = {name for r in rows for name in r["calibration"]["loop_costs"]}
     g = {name: float(np.median([r["calibration"]["loop_costs"][name] for r in rows
                                 if name in r["calibration"]["loop_costs"]])) for name in names}
@@ -114,12 +116,15 @@ def held_out(rows) -> list[dict]:
 
 
 def summary(rows) -> dict:
-    """Mean and worst absolute error (points), right choices (strict, and counting ties within
-    the measured spread as right) over the predicted rows of :func:`held_out`."""
+    """Mean and worst absolute error (points), the rows over-predicted (predicted gain above
+    the measured one: a systematic error shows as most rows on one side), right choices
+    (strict, and counting ties within the measured spread as right) over the predicted rows
+    of :func:`held_out`."""
     done = [r for r in rows if r.get("error") is not None]
     errors = [r["error"] for r in done]
     return {"rows": len(done), "mean_error": float(np.mean(errors)) if errors else float("nan"),
             "worst_error": max(errors, default=float("nan")),
+            "over_predicted": sum(r["predicted_gain"] > r["measured_gain"] for r in done),
             "right_choices": sum(bool(r["right_choice"]) for r in done),
             "right_or_tie": sum(bool(r["right_choice"] or r["tie"]) for r in done),
             "noisy": sum(bool(r.get("noisy")) for r in done)}
