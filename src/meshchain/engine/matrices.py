@@ -29,14 +29,15 @@ from ..backends.sparse import csr_halo, csr_owned, scatter_add, scatter_set
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.access import Access
-from ..core.errors import (AccessModeError, BackendUnavailableError, DataShapeError, DeclarationError, LoopError,
-                           SetMismatchError)
+from ..core.errors import (AccessModeError, BackendUnavailableError, DataShapeError, DeclarationError, InternalError,
+                           LoopError, SetMismatchError)
 from ..ir.kernel import Kernel
 from ..ir.loop import as_kernel
 from ..types import Dat, Subset
 from ..types.mat import MatArg
 from . import block_matrices
 from .boundary import layer_rows
+from .powers import powers, prepare, sequences
 
 __all__ = ["Matrices", "Pattern"]
 
@@ -45,12 +46,13 @@ class Pattern:
     """One matrix's CSR on this rank (see the module docstring)."""
 
     __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_cols", "n_owned_cols",
-                 "depth", "scatters", "layout", "keys", "assembled", "col_layout", "exchanges", "unsigned")
+                 "depth", "scatters", "layout", "keys", "assembled", "col_layout", "exchanges", "unsigned",
+                 "row_gids", "version")
     # ``unsigned``: (indptr, split, indices) as the narrowest unsigned integers that hold them; the
     # SpMV kernels run measurably faster on them (no wraparound tests, 32-bit loop counters)
 
     def __init__(self, keys: np.ndarray, n_rows: int, n_cols: int, n_owned_cols: int,
-                 depth: int, layout, col_layout):
+                 depth: int, layout, col_layout, row_gids: np.ndarray):
         self.keys = keys  # sorted row * n_cols + col of every stored entry
         rows, self.indices = np.divmod(keys, n_cols)
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))]).astype(np.int64)
@@ -62,6 +64,8 @@ class Pattern:
         self.n_rows, self.n_cols, self.n_owned_cols = n_rows, n_cols, n_owned_cols  # rows: the owned ones
         self.depth, self.layout, self.scatters, self.assembled = depth, layout, {}, False
         self.col_layout, self.exchanges = col_layout, {}  # the halo exchanges of the vectors multiplied
+        self.row_gids = row_gids  # global ids of the owned row elements, in local order
+        self.version = 0  # counts changes of the values (what copies of them are checked against)
 
     @property
     def rows(self) -> np.ndarray:
@@ -72,11 +76,11 @@ class _Record:
     """What the session keeps of one matrix: its pattern, the assemblies not yet added,
     the dummy dat that makes assembly loops run on the exec halo and the scratch dats."""
 
-    __slots__ = ("mat", "pattern", "pending", "touch", "scratch")
+    __slots__ = ("mat", "pattern", "pending", "touch", "scratch", "maps", "powers")
 
     def __init__(self, mat):
         self.mat, self.pattern, self.pending, self.touch = mat, None, [], None
-        self.scratch = {}
+        self.scratch, self.maps, self.powers = {}, {}, {}  # maps: key -> (row map, col map) of an assembly
 
 
 class Matrices:
@@ -102,7 +106,8 @@ class Matrices:
     def pattern(self, mat, *, discard: bool = False) -> Pattern:
         """The matrix's CSR, built at first use (after ``mc.partition`` on several ranks) and
         again after ``mc.repartition``: then the values assembled before are lost, so this
-        refuses unless ``discard`` (``A.zero()``)."""
+        refuses unless ``discard`` (``A.zero()``). Deeper halo layers (a communication-avoiding
+        chain, a matrix powers product) keep every rank's rows: the values move with them."""
         record = self.record(mat)
         session = self.session
         if session.distributed and not session.partitioned:
@@ -110,6 +115,10 @@ class Matrices:
                             f"assembling or using a matrix on several ranks.")
         pattern = record.pattern
         if pattern is not None and pattern.layout is not session.layout:
+            moved = self._relaid(mat, pattern)
+            if moved is not None:
+                record.pattern = moved
+                return moved
             if (pattern.assembled or record.pending) and not discard:
                 raise DeclarationError(f"Mat {mat.name!r} was assembled before the mesh was repartitioned; its rows "
                                        f"moved: call {mat.name}.zero() and assemble it again.")
@@ -137,7 +146,40 @@ class Matrices:
             keys.append(diagonal * n_cols + diagonal)
         depth = self._max(depth)
         return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_cols, depth,
-                       session.layout, cols_layout)
+                       session.layout, cols_layout, rows_layout.global_ids[:rows_layout.n_owned].copy())
+
+    def _relaid(self, mat, pattern: Pattern) -> Pattern | None:
+        """``pattern`` moved to the session's layout when it is the same partition with more
+        halo layers (the same owners, so every rank keeps its rows): columns renumbered by
+        global id, values kept; None after a repartition. The scatters of assemblies are
+        worked out again when used."""
+        session = self.session
+        if session.layout.owner_blocks is None or session.layout.owner_blocks is not pattern.layout.owner_blocks:
+            return None
+        rows_layout, cols_layout = session.layout_of(mat.row_set), session.layout_of(mat.col_set)
+        if not np.array_equal(rows_layout.global_ids[:rows_layout.n_owned], pattern.row_gids):
+            raise InternalError(f"Mat {mat.name!r}: owned rows moved when halo layers were added (please report it)")
+        col_dim = mat.col_dim
+        old_gids = pattern.col_layout.global_ids
+        order = np.argsort(cols_layout.global_ids, kind="stable")
+        rows, cols = np.divmod(pattern.keys, pattern.n_cols)
+        elements = old_gids[cols // col_dim]
+        found = np.minimum(np.searchsorted(cols_layout.global_ids, elements, sorter=order), len(order) - 1)
+        where = order[found] if len(order) else found
+        if elements.size and not np.array_equal(cols_layout.global_ids[where], elements):
+            raise InternalError(f"Mat {mat.name!r}: a column element left this rank's halo when layers were added "
+                                f"(please report it)")
+        new_cols = where * col_dim + cols % col_dim
+        n_cols = len(cols_layout.global_ids) * col_dim
+        keys = rows * n_cols + new_cols
+        sort = np.argsort(keys, kind="stable")
+        for _, exchange in pattern.exchanges.values():
+            exchange.close()
+        moved = Pattern(keys[sort], pattern.n_rows, n_cols, pattern.n_owned_cols, pattern.depth, session.layout,
+                        cols_layout, pattern.row_gids)
+        moved.values[:] = pattern.values[sort]
+        moved.assembled, moved.version = pattern.assembled, pattern.version + 1
+        return moved
 
     def _entries(self, mat, row_map, col_map):
         """Scalar rows and local columns of every entry the pair contributes to an owned row,
@@ -202,10 +244,8 @@ class Matrices:
         pattern = self.pattern(mat)
         self.settle(mat)
         key = (arg.row_map.uid, arg.col_map.uid)
-        if key not in pattern.scatters:
-            rows, cols, picks = self._entries(mat, arg.row_map, arg.col_map)
-            positions = np.searchsorted(pattern.keys, rows * pattern.n_cols + cols).astype(np.int64)
-            pattern.scatters[key] = (positions, picks.astype(np.int64))
+        record.maps[key] = (arg.row_map, arg.col_map)
+        self._scatter(mat, pattern, key)
         scratch = record.scratch.get(key)
         if scratch is None:
             size = arg.view_shape[0] * arg.view_shape[1]
@@ -214,6 +254,16 @@ class Matrices:
             record.touch = Dat(mat.row_set, 1, None, f"{mat.name}:assembled")
         pattern.assembled = True
         return scratch(Access.WRITE), record.touch(Access.INC, arg.row_map[0]), (mat, (key, scratch, arg.access))
+
+    def _scatter(self, mat, pattern: Pattern, key) -> tuple:
+        """``(positions in the values, picks in the element blocks)`` of map pair ``key``
+        (worked out at first use on this pattern and layout)."""
+        found = pattern.scatters.get(key)
+        if found is None:
+            rows, cols, picks = self._entries(mat, *self.record(mat).maps[key])
+            positions = np.searchsorted(pattern.keys, rows * pattern.n_cols + cols).astype(np.int64)
+            found = pattern.scatters[key] = (positions, picks.astype(np.int64))
+        return found
 
     @staticmethod
     def _check_kernel(kernel, args, position: int, name: str) -> None:
@@ -254,9 +304,10 @@ class Matrices:
             return
         pattern = self.pattern(mat)
         pending, record.pending = record.pending, []
+        pattern.version += 1
         for key, scratch, access in pending:
             blocks = self.session.dat_values(scratch, write=False, halos=True)
-            positions, picks = pattern.scatters[key]
+            positions, picks = self._scatter(mat, pattern, key)
             if access is Access.INC:
                 scatter_add(pattern.values, positions, blocks.reshape(-1), picks)
             else:
@@ -266,7 +317,9 @@ class Matrices:
 
     def zero(self, mat) -> None:
         self.record(mat).pending.clear()  # their loops still run; their blocks are not added
-        self.pattern(mat, discard=True).values.fill(0.0)
+        pattern = self.pattern(mat, discard=True)
+        pattern.values.fill(0.0)
+        pattern.version += 1
 
     def zero_rows(self, mat, rows, diagonal: float) -> None:
         pattern = self.pattern(mat)
@@ -283,6 +336,7 @@ class Matrices:
             error = exc
         raise_together(session.comm if session.distributed else None, error)
         scalar = (local[:, None] * mat.dim + np.arange(mat.dim)[None, :]).ravel()
+        pattern.version += 1
         starts, ends = pattern.indptr[scalar], pattern.indptr[scalar + 1]
         for begin, end in zip(starts, ends):
             pattern.values[begin:end] = 0.0
@@ -313,7 +367,7 @@ class Matrices:
         return np.unique(order[where[hit]])
 
     def diagonal(self, mat, d) -> None:
-        self._check_vector(mat, d, mat.row_set, "diagonal")
+        self.check_vector(mat, d, mat.row_set, "diagonal")
         self.session.dat_values(d, write=True)[...] = self.diagonal_values(mat).reshape(-1, mat.dim)
 
     def diagonal_values(self, mat) -> np.ndarray:
@@ -396,7 +450,7 @@ class Matrices:
 
     # --- SpMV ---------------------------------------------------------------------------------------------
 
-    def _check_vector(self, mat, dat, expected_set, what: str, dim: int | None = None) -> None:
+    def check_vector(self, mat, dat, expected_set, what: str, dim: int | None = None) -> None:
         dim = mat.dim if dim is None else dim
         if not isinstance(dat, Dat):
             raise DataShapeError(f"Mat {mat.name!r}.{what}: expected a meshchain.Dat, got {type(dat).__name__}.")
@@ -407,9 +461,21 @@ class Matrices:
             raise DataShapeError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} has dim {dat.dim} and dtype {dat.dtype}; "
                                  f"the matrix needs float64 dats of dim {dim}.")
 
+    def powers(self, mat, x, ys) -> None:
+        """``ys[k] = A^(k+1) x`` from one halo exchange (:mod:`.powers`; collective)."""
+        powers(self, mat, x, ys)
+
+    def products(self, mat, wanted, *, scale=None) -> None:
+        """Sequences of (shifted, scaled) products with one halo exchange (:func:`.powers.sequences`)."""
+        sequences(self, mat, wanted, scale=scale)
+
+    def prepare_products(self, mat, steps: int) -> None:
+        """Build what ``steps`` products need (halo layers, halo rows; collective)."""
+        prepare(self, mat, steps)
+
     def mult(self, mat, x, y) -> None:
-        self._check_vector(mat, x, mat.col_set, "mult", mat.col_dim)
-        self._check_vector(mat, y, mat.row_set, "mult")
+        self.check_vector(mat, x, mat.col_set, "mult", mat.col_dim)
+        self.check_vector(mat, y, mat.row_set, "mult")
         if x is y:
             raise DataShapeError(f"Mat {mat.name!r}.mult: x and y are the same Dat {x.name!r}; y = A x needs two.")
         session = self.session
@@ -521,7 +587,7 @@ class Matrices:
             raise SetMismatchError(f"Mat {mat.name!r}.{what}: Dat {dat.name!r} lives on {dat.dataset.name!r}, neither "
                                    f"the row set {mat.row_set.name!r} nor the column set {mat.col_set.name!r}.")
         rows = dat.dataset is mat.row_set and (dat.dim == mat.dim or dat.dataset is not mat.col_set)
-        self._check_vector(mat, dat, dat.dataset, what, mat.dim if rows else mat.col_dim)
+        self.check_vector(mat, dat, dat.dataset, what, mat.dim if rows else mat.col_dim)
         return dat.dataset
 
     # --- block matrices in PETSc (:mod:`.block_matrices`) --------------------------------------------------
@@ -561,6 +627,8 @@ class Matrices:
                 for _, exchange in record.pattern.exchanges.values():
                     exchange.close()
                 record.pattern.exchanges.clear()
+            for rows in record.powers.values():
+                rows.close()
 
 
 def square(mat) -> bool:

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 from ..api import engine_surface
 from .operators import LinearOperator
+from .powers import matrix_powers
 from .precond import PRECONDITIONERS, Preconditioner
 from .solve import METHODS, SolveInfo, solve_with
 
-__all__ = ["solve", "LinearOperator", "Preconditioner", "SolveInfo", "METHODS", "PRECONDITIONERS"]
+__all__ = ["solve", "matrix_powers", "LinearOperator", "Preconditioner", "SolveInfo", "METHODS", "PRECONDITIONERS"]
 
 
 def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float = 1e-8, atol: float = 0.0,
           maxiter: int = 10000, residual_replacement: bool | None = None, restart: int = 30, options: dict | None = None,
-          monitor=None) -> SolveInfo:
+          monitor=None, s: int | None = None, basis: str = "newton") -> SolveInfo:
     """Solve ``A x = b`` from the values ``x`` holds, with a Krylov method (collective).
 
     Parameters
@@ -50,13 +51,16 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         ``Mat`` over mixed spaces takes :class:`~meshchain.MixedDat` s instead, with
         ``method="petsc"`` (its components are PETSc's fields ``"0"``, ``"1"``, ... for
         ``pc_type fieldsplit``; see :mod:`meshchain.linalg.block_solve`).
-    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "gmres", "pipegmres", "bicgstab", \
+    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "sstep-cg", "gmres", "pipegmres", "bicgstab", \
 "pipebicgstab", "petsc"}, keyword-only
         Symmetric positive definite operators: ``"cg"``: classical preconditioned CG, two
         blocking reductions per iteration. ``"cg1"``: Chronopoulos/Gear, one blocking
         reduction. ``"pipecg"``: Ghysels-Vanroose pipelined CG, one non-blocking reduction
         in flight while the preconditioner and the SpMV run. ``"groppcg"``: Gropp's CG, two
         non-blocking reductions. ``"pipecr"``: pipelined conjugate residuals.
+        ``"sstep-cg"``: s-step (communication-avoiding) CG, ``s`` iterations per matrix
+        powers exchange and per reduction (assembled matrices, ``pc=None`` or ``"jacobi"``;
+        :mod:`meshchain.linalg.sstep`).
         Any operator (:mod:`meshchain.linalg.nonsymmetric`): ``"gmres"``: restarted GMRES,
         left-preconditioned (PETSc's default). ``"pipegmres"``: p(1)-GMRES, one
         non-blocking reduction per iteration. ``"bicgstab"``: BiCGStab, left-preconditioned.
@@ -97,6 +101,11 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         (``{"ksp_type": "cg", "pc_type": "gamg"}``; the KSP type defaults to ``"gmres"``).
         They win over ``rtol``, ``atol``, ``maxiter`` and ``pc`` (which PETSc gets as
         ``pc_type`` ``none``, ``jacobi``, or ``sor`` with local symmetric sweeps for ``"sgs"``).
+    s : int, keyword-only
+        ``"sstep-cg"``'s iterations per exchange and reduction (1 to 16; default 4).
+    basis : {"newton", "monomial"}, keyword-only
+        ``"sstep-cg"``'s Krylov basis: Newton polynomials with shifts from Ritz values (the
+        default, stable for larger ``s``) or monomials.
     monitor : callable, keyword-only
         ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` and
         ``"cg1"`` with an assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside
@@ -122,4 +131,4 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         When ``x`` or ``b`` live on another set than the operator's rows.
     """
     return solve_with(engine_surface(), A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
-                      residual_replacement=residual_replacement, restart=restart, options=options, monitor=monitor)
+                      residual_replacement=residual_replacement, restart=restart, options=options, monitor=monitor, s=s, basis=basis)

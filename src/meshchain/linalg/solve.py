@@ -31,6 +31,7 @@ from .operators import as_operator
 from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
 from .replacement import ReplacementBounds
+from .sstep import check_options, solve_sstep
 
 __all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
 
@@ -259,9 +260,9 @@ def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
 
 
 def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
-    if method not in METHODS and method != "petsc":
+    if method not in METHODS and method not in ("petsc", "sstep-cg"):
         raise SolverError(f"solve: unknown method {method!r}; choose one of "
-                          f"{', '.join(map(repr, (*METHODS, 'petsc')))}.")
+                          f"{', '.join(map(repr, (*METHODS, 'sstep-cg', 'petsc')))}.")
     if not isinstance(pc, Preconditioner) and pc not in PRECONDITIONERS:
         raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
     for what, dat in (("x", x), ("b", b)):
@@ -287,8 +288,11 @@ def _is_count(value, *, least: int) -> bool:
 
 
 def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
-               residual_replacement=None, restart=30, options=None, monitor=None) -> SolveInfo:
+               residual_replacement=None, restart=30, options=None, monitor=None, s=None,
+               basis="newton") -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there)."""
+    if method != "sstep-cg" and (s is not None or basis != "newton"):
+        raise SolverError(f"solve: s= and basis= are options of method='sstep-cg', not of {method!r}.")
     if is_block_system(A, x, b):
         return solve_blocks(engine, A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
                             residual_replacement=residual_replacement, restart=restart, options=options,
@@ -312,6 +316,12 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                           f"not for {method!r}.")
     if engine.backend_name in ("cupy", "cuda-emulation"):
         raise SolverError("solve: the Krylov methods run on host arrays; use the numba or reference backend.")
+    if method == "sstep-cg":
+        steps = check_options(A, pc, s, basis)
+        engine.run_pending(b)
+        with _not_nested(A, method):
+            return solve_sstep(engine, A, x, b, steps=steps, basis=basis, pc=pc, rtol=rtol, atol=atol,
+                               maxiter=int(maxiter), monitor=monitor)
     restart = int(restart)
     dats = dict(_work_dats(engine, A, operator, method, restart), x=x, b=b)
     engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale

@@ -168,6 +168,14 @@ class Mat:
         are multiplied while ``x``'s halo travels, the halo columns after it arrived."""
         context.current().matrices.mult(self, x, y)
 
+    def powers(self, x, ys) -> None:
+        """``ys[k] = A^(k+1) x`` for ``k = 0..s-1`` (``s = len(ys)``; square matrices): the
+        matrix powers kernel, one halo exchange of ``x`` ``s`` layers deep for all ``s``
+        products instead of one per product (see :mod:`meshchain.engine.powers`). The same
+        bits as ``s`` calls of :meth:`mult` on integer data; ``ys[s-1]`` is valid on the
+        owned rows, ``ys[k]`` also on ``s-1-k`` halo layers. Collective."""
+        context.current().matrices.powers(self, x, list(ys))
+
     def diagonal(self, d) -> None:
         """Write the diagonal into the dat ``d`` on ``row_set`` (dim ``self.dim``)."""
         context.current().matrices.diagonal(self, d)

@@ -1,0 +1,276 @@
+"""The matrix powers kernel: ``A x, A² x, ..., Aˢ x`` from one halo exchange.
+
+A product ``y = A x`` needs ``x`` on the columns of this rank's owned rows, which reach
+``d`` halo layers (the pattern's depth; 1 for a matrix assembled over a mesh). ``s``
+products in a row also need, on this rank, the rows of ``A`` in halo layers
+``1..(s-1) d``: product ``k`` is computed on the rows of layers ``0..(s-k) d`` (on the halo
+rows redundantly: their owners compute them too), so its result is valid that deep, and
+product ``k + 1`` finds its columns there. One exchange of ``x``, ``s d`` layers deep and
+one message per neighbour, replaces ``s`` exchanges: Hoemmen's matrix powers kernel, or
+the OP2 paper's communication-avoiding chain applied to a sparse matrix.
+
+The halo rows are copies of their owners' rows, fetched once (one exchange of rows of
+fixed width: global column ids and values, as wide as the longest row on any rank) and
+kept until the matrix's values change (:attr:`~.matrices.Pattern.version`) or the layout
+does; their columns are renumbered to this rank's elements. The owned rows are the
+matrix's own, summed in its order: with ``s = 1`` the product has the bits of
+``A.mult``; with any ``s`` the products have the bits of ``s`` calls of ``A.mult`` on
+integer data (floating-point sums of a halo row's copy may be ordered otherwise).
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> cells, nodes = mc.Set(2, "cells"), mc.Set(3, "nodes")
+>>> c2n = mc.Map(cells, nodes, 2, [[0, 1], [1, 2]], "c2n")
+>>> A = mc.Mat(nodes, nodes, [(c2n, c2n)], "A")
+>>> ones = mc.Kernel.from_source("def ones(a):\\n    for i in range(2):\\n        for j in range(2):\\n"
+...                              "            a[i, j] += 1.0\\n")
+>>> mc.par_loop(ones, cells, A(mc.INC, (c2n, c2n)))
+>>> x = mc.Dat(nodes, 1, np.array([1.0, 0.0, 0.0]), "x")
+>>> ys = [mc.Dat(nodes, 1, None, f"y{k}") for k in range(3)]
+>>> A.powers(x, ys)
+>>> [y.data[:, 0].tolist() for y in ys]
+[[1.0, 1.0, 0.0], [2.0, 3.0, 1.0], [5.0, 9.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.sparse import csr_rows
+from ..comm.agree import raise_together
+from ..comm.exchange import HaloExchange, HaloItem
+from ..core.errors import DataShapeError, DeclarationError
+from .boundary import layer_rows
+
+__all__ = ["PowersRows", "powers"]
+
+
+class PowersRows:
+    """The rows an ``s``-step product runs on this rank: owned rows first (the matrix's),
+    then those of halo layers ``1..(s-1) d`` by layer; ``targets`` the scalar row of a dat
+    each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
+
+    __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
+                 "ones")
+
+    def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout):
+        self.steps, self.indptr, self.split, self.indices, self.values = steps, indptr, split, indices, values
+        self.targets, self.ends, self.version, self.layout = targets, ends, version, layout
+        self.exchanges = {}  # ids of storages -> (storages, their exchange, s d layers deep)
+        self.ones = None  # the scale of an unscaled product
+
+    def count(self, layers: int) -> int:
+        """Rows in layers ``0..layers``."""
+        return int(self.ends[min(layers, len(self.ends) - 1)])
+
+    def close(self) -> None:
+        for _, exchange in self.exchanges.values():
+            exchange.close()
+        self.exchanges.clear()
+
+
+def powers(matrices, mat, x, ys) -> None:
+    """``ys[k] = A^(k+1) x`` for ``k = 0..s-1`` (collective; see the module docstring)."""
+    sequences(matrices, mat, [(x, list(ys), None)])
+
+
+def sequences(matrices, mat, wanted, *, scale=None) -> None:
+    """Several sequences of products with one halo exchange (collective): for each
+    ``(x, ys, shifts)`` of ``wanted``, ``ys[k] = (S A S - shifts[k] I) ys[k-1]`` with
+    ``ys[-1] = x`` (``shifts`` None: zeros; ``scale``: the dat of ``S``'s diagonal, None:
+    the identity). Every sequence has the same length ``s``; every ``x`` (and ``scale``,
+    where stale) travels in the one exchange, ``s`` layers deep. With no shifts and no
+    scale the products have the bits of :func:`powers`' (a shift of 0 and a scale of 1 change
+    no bit). The s-step Krylov methods build their bases with it (Newton shifts, Jacobi
+    scaling)."""
+    session = matrices.session
+    steps = _checked_all(matrices, mat, wanted, scale)
+    pattern, rows = prepare(matrices, mat, steps)
+    depth = pattern.depth
+    for x, ys, _ in wanted:
+        session.force_read(x)
+        for y in ys:
+            session.force_write(y)
+    if scale is not None:
+        session.force_read(scale)
+    wanted = [(session.storage(x), ys, shifts) for x, ys, shifts in wanted if ys]
+    scaled = session.storage(scale) if scale is not None else None
+    if session.distributed:
+        sources = [xs for xs, _, _ in wanted] + ([scaled] if scaled is not None else [])
+        stale = tuple(storage for storage in sources if storage.valid_depth < steps * depth)
+        if stale:
+            exchange = _exchange(session, pattern, rows, stale, steps * depth)
+            exchange.begin()
+            exchange.end()
+            for storage in stale:
+                storage.valid_depth = steps * depth
+    factors = _ones(rows, len(wanted[0][0].host.reshape(-1))) if scaled is None else scaled.host.reshape(-1)
+    for xs, ys, shifts in wanted:
+        previous = xs.host.reshape(-1)
+        for k, y in enumerate(ys, start=1):
+            storage = session.storage(y)
+            out = storage.host.reshape(-1)
+            shift = 0.0 if shifts is None else float(shifts[k - 1])
+            csr_rows(rows.indptr, rows.split, rows.indices, rows.values, rows.targets,
+                     rows.count((steps - k) * depth), previous, out, shift, factors)
+            storage.valid_depth = (steps - k) * depth if session.distributed else 0
+            previous = out
+
+
+def prepare(matrices, mat, steps: int):
+    """``(pattern, rows)`` for ``steps`` products: the halo layers built (collective: every
+    dat's storage moves), the assemblies added, the halo rows fetched. A solver calls it
+    before it takes views of its vectors, so that its iterations only exchange vectors."""
+    session = matrices.session
+    pattern = matrices.pattern(mat)
+    if session.distributed and steps * pattern.depth > session.layout.depth:
+        session.ensure_depth(steps * pattern.depth)  # collective: every rank asks for the same depth
+        pattern = matrices.pattern(mat)
+    matrices.settle(mat)
+    return pattern, _rows(matrices, mat, pattern, steps)
+
+
+def _ones(rows, n: int) -> np.ndarray:
+    if rows.ones is None or len(rows.ones) != n:
+        rows.ones = np.ones(n)
+    return rows.ones
+
+
+def _checked_all(matrices, mat, wanted, scale) -> int:
+    """The longest sequence's length (at least 1) after checking every dat and shift list."""
+    steps = max((len(ys) for _, ys, _ in wanted), default=0)
+    _checked(matrices, mat, [d for x, ys, _ in wanted for d in (x, *ys)], steps)
+    for _, ys, shifts in wanted:
+        if shifts is not None and len(shifts) < len(ys):
+            raise DataShapeError(f"Mat {mat.name!r}: {len(shifts)} shifts for {len(ys)} products.")
+    if scale is not None:
+        matrices.check_vector(mat, scale, mat.row_set, "powers scale")
+    return steps
+
+
+def _checked(matrices, mat, dats, steps: int) -> None:
+    """Checks the matrix and the dats (inputs and outputs) of ``steps`` products."""
+    if mat.row_set is not mat.col_set or mat.dim != mat.col_dim:
+        raise DataShapeError(f"Mat {mat.name!r}.powers: A^k x needs a square matrix (rows and columns on one set, one "
+                             f"dim); {mat.name!r} is {mat.row_set.name!r} x {mat.col_set.name!r}, dims {mat.dim} x "
+                             f"{mat.col_dim}.")
+    if steps < 1:
+        raise DataShapeError(f"Mat {mat.name!r}.powers: give at least one output dat (s = len(ys) >= 1).")
+    for d in dats:
+        matrices.check_vector(mat, d, mat.row_set, "powers")
+    ids = [id(d) for d in dats]
+    if len(set(ids)) != len(ids):
+        raise DataShapeError(f"Mat {mat.name!r}.powers: x and the output dats must be distinct dats (each product "
+                             f"reads the one before).")
+
+
+def _rows(matrices, mat, pattern, steps: int) -> PowersRows:
+    """The rows of an ``steps``-step product, fetched at first use and again when the matrix's
+    values or the layout changed (collective then)."""
+    record = matrices.record(mat)
+    found = record.powers.get(steps)
+    if found is not None and found.version == pattern.version and found.layout is pattern.layout:
+        return found
+    if found is not None:
+        found.close()
+    built = record.powers[steps] = _build(matrices, mat, pattern, steps)
+    return built
+
+
+def _build(matrices, mat, pattern, steps: int) -> PowersRows:
+    session, dim = matrices.session, mat.dim
+    layout = session.layout_of(mat.row_set)
+    reach = (steps - 1) * pattern.depth if session.distributed else 0
+    layers = layout.data_layers
+    halo = np.flatnonzero((layers >= 1) & (layers <= reach))
+    halo = halo[np.argsort(layers[halo], kind="stable")]
+    error, fetched = None, _fetch(matrices, mat, pattern, layout, reach)
+    try:
+        extra = _halo_rows(mat, pattern, fetched, halo)
+    except DeclarationError as exc:
+        error, extra = exc, None
+    raise_together(session.comm if session.distributed else None, error)
+    indptr_h, split_h, indices_h, values_h = extra
+    n_owned_entries = pattern.indptr[-1]
+    indptr = np.concatenate([pattern.indptr, n_owned_entries + indptr_h[1:]]).astype(np.int64)
+    split = np.concatenate([pattern.split, n_owned_entries + split_h]).astype(np.int64)
+    indices = np.concatenate([pattern.indices, indices_h]).astype(np.int64)
+    values = np.concatenate([pattern.values, values_h])
+    targets = np.concatenate([np.arange(pattern.n_rows, dtype=np.int64),
+                              (halo[:, None] * dim + np.arange(dim)[None, :]).ravel()]).astype(np.int64)
+    per_layer = np.bincount(layers[halo], minlength=reach + 1)[: reach + 1] * dim
+    per_layer[0] = pattern.n_rows
+    return PowersRows(steps, indptr, split, indices, values, targets, np.cumsum(per_layer), pattern.version,
+                      pattern.layout)
+
+
+def _fetch(matrices, mat, pattern, layout, reach: int):
+    """``(global columns, values)`` per local element of the row set, ``dim`` rows of
+    ``width`` entries each (``-1``: none): the owned rows filled here, those of halo layers
+    ``1..reach`` received from their owners (collective on several ranks)."""
+    session, dim, col_dim = matrices.session, mat.dim, mat.col_dim
+    lengths = np.diff(pattern.indptr)
+    width = max(1, int(matrices.max_over_ranks([int(lengths.max()) if lengths.size else 0])[0]))
+    n_local = len(layout.global_ids)
+    columns = np.full((n_local, dim * width), -1.0)
+    values = np.zeros((n_local, dim * width))
+    rows = np.repeat(np.arange(pattern.n_rows), lengths)
+    position = np.arange(len(rows)) - pattern.indptr[rows]
+    global_columns = pattern.col_layout.global_ids[pattern.indices // col_dim] * col_dim + pattern.indices % col_dim
+    where = (rows // dim, (rows % dim) * width + position)
+    columns[where] = global_columns
+    values[where] = pattern.values
+    if session.distributed and reach:
+        exports, imports = layer_rows(layout.exports, 0, reach), layer_rows(layout.imports, 0, reach)
+        exchange = HaloExchange(session.comm, [HaloItem(columns, exports, imports), HaloItem(values, exports, imports)],
+                                tag=7, transport="p2p")
+        try:
+            exchange.begin()
+            exchange.end()
+        finally:
+            exchange.close()
+    return columns, values, width
+
+
+def _halo_rows(mat, pattern, fetched, halo: np.ndarray) -> tuple:
+    """The halo elements' rows as split CSR over this rank's columns (see :func:`_fetch`)."""
+    columns, values, width = fetched
+    dim, col_dim = mat.dim, mat.col_dim
+    table = columns[halo].reshape(len(halo) * dim, width)
+    numbers = values[halo].reshape(len(halo) * dim, width)
+    present = table >= 0
+    row_of, _ = np.nonzero(present)
+    wanted = table[present].astype(np.int64)
+    gids = pattern.col_layout.global_ids
+    order = np.argsort(gids, kind="stable")
+    found = np.searchsorted(gids, wanted // col_dim, sorter=order)
+    found = np.minimum(found, max(len(order) - 1, 0))
+    local = order[found] if len(order) else found
+    missing = ~np.equal(gids[local], wanted // col_dim) if len(order) else np.ones(len(wanted), dtype=bool)
+    if wanted.size and missing.any():
+        raise DeclarationError(f"Mat {mat.name!r}.powers: a halo row couples to global column "
+                               f"{int(wanted[missing][0])}, which this rank's halo layers do not hold: the matrix "
+                               f"reaches further than the mesh its maps describe (lower s).")
+    local_columns = local * col_dim + wanted % col_dim
+    keys = row_of * pattern.n_cols + local_columns
+    sort = np.argsort(keys, kind="stable")
+    row_of, local_columns, entries = row_of[sort], local_columns[sort], numbers[present][sort]
+    n_rows = len(halo) * dim
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(row_of, minlength=n_rows))]).astype(np.int64)
+    owned = np.bincount(row_of[local_columns < pattern.n_owned_cols], minlength=n_rows)
+    return indptr, (indptr[:-1] + owned).astype(np.int64), local_columns.astype(np.int64), entries
+
+
+def _exchange(session, pattern, rows: PowersRows, storages: tuple, depth: int):
+    """One halo exchange of ``storages``, ``depth`` layers deep, one message per neighbour (kept)."""
+    key = tuple(id(storage) for storage in storages)
+    found = rows.exchanges.get(key)
+    if found is not None and all(a is b for a, b in zip(found[0], storages)):
+        return found[1]
+    layout = pattern.col_layout
+    exports, imports = layer_rows(layout.exports, 0, depth), layer_rows(layout.imports, 0, depth)
+    exchange = session.backend.halo_exchange(session.comm, [(storage, exports, imports) for storage in storages],
+                                             tag=storages[0].tag, transport="p2p")
+    rows.exchanges[key] = (storages, exchange)
+    return exchange

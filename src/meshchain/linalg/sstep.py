@@ -1,0 +1,494 @@
+"""s-step ("communication-avoiding") CG: ``s`` iterations per halo exchange and per reduction.
+
+Classical CG exchanges a halo and reduces at least once per iteration; pipelining hides a
+reduction's latency but sends as many messages. The s-step CG of Chronopoulos and Gear, in
+the form of Hoemmen's and Carson's CA-CG, runs ``s`` iterations from
+
+* one matrix powers exchange (:meth:`~meshchain.Mat.powers`, :mod:`meshchain.engine.powers`):
+  the basis ``Y = [P, R]`` of ``s + 1`` vectors ``ρ_j(Â) p`` and ``s`` vectors ``ρ_j(Â) r``,
+  one message per neighbour for all of them;
+* one block reduction: the Gram matrices ``G = Yᵀ Y`` and ``Yᵀ W Y`` (``W``: what the
+  convergence norm weighs the residual with), in one ``Allreduce``;
+
+after which the ``s`` iterations update the coordinates of ``x``, ``r`` and ``p`` in the
+basis (vectors of ``2s + 1`` numbers: no communication), using ``Â Y = Y B`` for the
+basis-change matrix ``B``; then ``x``, ``r`` and ``p`` are formed from the basis.
+
+**Basis.** ``ρ_{j+1}(z) = (z - θ_j) ρ_j(z)``. The monomial basis (``θ = 0``,
+``basis="monomial"``) loses rank for ``s`` beyond a few; the default Newton basis takes its
+shifts ``θ`` from Ritz values of the operator, from a few classical CG iterations at the
+start (``s`` iterations, which count: they make progress), in Leja order.
+
+**Preconditioning.** ``pc="jacobi"`` runs CA-CG on the symmetrically scaled system
+``Â = D^-1/2 A D^-1/2`` (``x = D^-1/2 x̂``): the same iterates as Jacobi-preconditioned CG in
+exact arithmetic, with the matrix powers kernel scaling as it multiplies. The convergence
+test is the other methods' (``||B r|| <= max(rtol ||B r0||, atol)``), its norm taken from the
+weighted Gram matrix.
+
+**Accuracy.** The residual the coordinates carry drifts from the true one. When it meets the
+tolerance, the true residual is computed; where it does not, it replaces the recursive one
+(Carson and Demmel's residual replacement) and the method goes on; a replacement that does
+not lower the residual ends the solve as ``stagnated``. A curvature ``(p, Â p) <= 0`` in the
+coordinates restarts the basis from the true residual; twice in a row ends the solve as
+``breakdown``. At exit ``||b - A x||`` is computed, as for every method.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> nodes, edges = mc.Set(30, "nodes"), mc.Set(29, "edges")
+>>> e2n = mc.Map(edges, nodes, 2, [[i, i + 1] for i in range(29)], "e2n")
+>>> A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+>>> spring = mc.Kernel.from_source("def spring(a):\\n    a[0, 0] += 2.1\\n    a[0, 1] -= 1.0\\n"
+...                                "    a[1, 0] -= 1.0\\n    a[1, 1] += 2.1\\n")
+>>> mc.par_loop(spring, edges, A(mc.INC, (e2n, e2n)))
+>>> x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.ones(30), "b")
+>>> info = mc.solve(A, x, b, method="sstep-cg", s=4, rtol=1e-10)
+>>> info.converged, info.true_residual < 1e-8
+(True, True)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+
+import numba
+import numpy as np
+
+from ..core.cache import memo
+from ..core.errors import SolverError
+from ..types import Dat, Mat
+from .fused import dot
+from .info import SolveInfo
+from .recovery import FALSE_CONVERGENCE_FACTOR
+
+__all__ = ["solve_sstep", "BASES", "DEFAULT_STEPS", "MAX_STEPS", "leja", "basis_change", "tridiagonal_eigenvalues"]
+
+BASES = ("newton", "monomial")
+DEFAULT_STEPS = 4
+MAX_STEPS = 16
+STAGNATION = 0.9  # a residual replacement must lower the true residual below this fraction of the last one
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+_workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, steps) -> dats
+
+
+@_jit
+def _gram(Y, w, G, Gw):
+    """``G = Y Yᵀ`` and ``Gw = Y diag(w) Yᵀ`` for the basis vectors in the rows of ``Y``."""
+    m, n = Y.shape
+    for a in range(m):
+        for c in range(a, m):
+            plain = 0.0
+            weighted = 0.0
+            for i in range(n):
+                t = Y[a, i] * Y[c, i]
+                plain += t
+                weighted += t * w[i]
+            G[a, c] = plain
+            G[c, a] = plain
+            Gw[a, c] = weighted
+            Gw[c, a] = weighted
+
+
+@_jit
+def _combine(Y, coefficients, out, add):
+    """``out (+)= Yᵀ coefficients``: a vector from its coordinates in the basis."""
+    m, n = Y.shape
+    for i in range(n):
+        total = out[i] if add else 0.0
+        for a in range(m):
+            total += coefficients[a] * Y[a, i]
+        out[i] = total
+
+
+@_jit
+def _weighted_dot(a, w):
+    total = 0.0
+    for i in range(len(a)):
+        total += a[i] * a[i] * w[i]
+    return total
+
+
+@_jit
+def _quadratic(u, M, v):
+    """``uᵀ M v`` for a small dense ``M`` (no BLAS: it would start its threads beside Numba's)."""
+    total = 0.0
+    for a in range(len(u)):
+        if u[a] != 0.0:
+            row = 0.0
+            for c in range(len(v)):
+                row += M[a, c] * v[c]
+            total += u[a] * row
+    return total
+
+
+@_jit
+def _times(M, v):
+    """``M v`` for a small dense ``M``."""
+    out = np.zeros(M.shape[0])
+    for a in range(M.shape[0]):
+        for c in range(M.shape[1]):
+            out[a] += M[a, c] * v[c]
+    return out
+
+
+@_jit
+def _below(diagonal, off, value):
+    """How many eigenvalues of the symmetric tridiagonal matrix lie below ``value`` (Sturm)."""
+    count = 0
+    d = 1.0
+    for i in range(len(diagonal)):
+        e = off[i - 1] * off[i - 1] if i else 0.0
+        d = diagonal[i] - value - (e / d if i else 0.0)
+        if d == 0.0:
+            d = -1e-300
+        if d < 0.0:
+            count += 1
+    return count
+
+
+@_jit
+def tridiagonal_eigenvalues(diagonal, off):
+    """Eigenvalues of the symmetric tridiagonal matrix (``diagonal``, ``off``) in increasing
+    order, by bisection on Sturm counts (no LAPACK).
+
+    >>> tridiagonal_eigenvalues(np.array([2.0, 2.0]), np.array([1.0])).round(12).tolist()
+    [1.0, 3.0]
+    """
+    n = len(diagonal)
+    radius = 0.0
+    for i in range(n):
+        r = abs(off[i - 1]) if i else 0.0
+        if i < n - 1:
+            r += abs(off[i])
+        radius = max(radius, abs(diagonal[i]) + r)
+    out = np.empty(n)
+    for k in range(n):
+        lo, hi = -radius - 1.0, radius + 1.0
+        for _ in range(200):
+            middle = 0.5 * (lo + hi)
+            if middle == lo or middle == hi:
+                break
+            if _below(diagonal, off, middle) > k:
+                hi = middle
+            else:
+                lo = middle
+        out[k] = 0.5 * (lo + hi)
+    return out
+
+
+def leja(values, count: int) -> np.ndarray:
+    """``count`` shifts from ``values`` (Ritz values) in Leja order: the largest first, then
+    each the farthest (by the product of distances) from those before; values are reused
+    cyclically when fewer than ``count``.
+
+    >>> leja([1.0, 2.0, 3.0, 4.0], 4).tolist()
+    [4.0, 1.0, 2.0, 3.0]
+    """
+    pool = [float(v) for v in values]
+    if not pool:
+        return np.zeros(count)
+    chosen: list[float] = []
+    while len(chosen) < count:
+        left = [v for v in pool if v not in chosen] or pool
+        if not chosen:
+            pick = max(left, key=abs)
+        else:
+            pick = max(left, key=lambda v: math.prod(abs(v - c) for c in chosen[-len(pool):]))
+        chosen.append(pick)
+    return np.array(chosen)
+
+
+def basis_change(shifts, steps: int) -> np.ndarray:
+    """``B`` with ``Â Y = Y B`` on the columns the iterations use, for ``Y = [P, R]`` of
+    ``steps + 1`` and ``steps`` Newton vectors with ``shifts`` (``Â ρ_j = ρ_{j+1} + θ_j ρ_j``).
+
+    >>> basis_change([0.5, 0.25], 2).tolist()[:3]
+    [[0.5, 0.0, 0.0, 0.0, 0.0], [1.0, 0.25, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]]
+    """
+    m = 2 * steps + 1
+    B = np.zeros((m, m))
+    for start, count in ((0, steps + 1), (steps + 1, steps)):
+        for j in range(count - 1):
+            B[start + j, start + j] = shifts[j]
+            B[start + j + 1, start + j] = 1.0
+    return B
+
+
+class _Run:
+    """One s-step solve: vectors (owned rows), reductions, products, the convergence test."""
+
+    def __init__(self, engine, A, dats: dict, steps: int, *, jacobi: bool, rtol, atol, maxiter, monitor):
+        self.engine, self.A, self.dats, self.steps = engine, A, dats, steps
+        self.comm = engine.comm
+        self.n, self.jacobi = engine.n_owned(A.row_set) * A.dim, jacobi
+        self.v, self.hosts = {}, {}
+        self.views()
+        self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
+        self.history, self.reductions, self.exchanges, self.iterations = [], 0, 0, 0
+        self.Y = np.empty((2 * steps + 1, self.n))
+        self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
+        self.target = None
+
+    def views(self) -> None:
+        """The owned rows of every work vector (again when a storage got a new array: halo
+        layers added by the first product of an ``s``-step basis move every dat)."""
+        for name, d in self.dats.items():
+            host = self.engine.storage(d).host
+            if self.hosts.get(name) is not host:
+                self.hosts[name], self.v[name] = host, host.reshape(-1)[:self.n]
+
+    # --- communication -------------------------------------------------------------------------
+
+    def total(self, values: np.ndarray) -> np.ndarray:
+        """``values`` summed over the ranks (one reduction)."""
+        self.reductions += 1
+        if self.comm is not None:
+            from mpi4py import MPI
+
+            self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        return values
+
+    def products(self, wanted) -> None:
+        """Sequences of products of ``Â`` (one matrix powers exchange): ``(x, ys, shifts)``
+        by work-vector name."""
+        dats = self.dats
+        self.exchanges += 1
+        self.engine.matrices.products(self.A, [(dats[x], [dats[y] for y in ys], shifts) for x, ys, shifts in wanted],
+                                      scale=dats["scale"] if self.jacobi else None)
+        self.views()
+
+    def fresh(self, name: str) -> None:
+        """The owned rows of work vector ``name`` were changed here: its halo is stale."""
+        self.engine.halos_stale(self.dats[name])
+
+    # --- the convergence test ----------------------------------------------------------------------
+
+    def norm(self, residual: np.ndarray) -> float:
+        """``||B r||`` of a scaled residual ``r̂`` (``B r = D^-1/2 r̂`` with Jacobi), summed over ranks."""
+        local = _weighted_dot(residual, self.v["weight"])
+        return math.sqrt(max(float(self.total(np.array([local]))[0]), 0.0))
+
+    def tested(self, norm: float) -> bool:
+        """Record the norm of this iteration; whether it meets the tolerance."""
+        if self.target is None:
+            self.target = max(self.rtol * norm, self.atol)
+        self.history.append(norm)
+        if self.monitor is not None:
+            self.monitor(len(self.history) - 1, norm)
+        return norm <= self.target
+
+    # --- pieces of the method ------------------------------------------------------------------------
+
+    def residual(self, into: str) -> None:
+        """``into = b̂ - Â x̂`` (one exchange)."""
+        self.products([("x", ["t"], None)])
+        np.subtract(self.v["b"], self.v["t"], out=self.v[into])
+        self.fresh(into)
+
+    def replace_residual(self) -> float:
+        """``r̂ = b̂ - Â x̂``: the true residual replaces the recursive one; its norm ``||B r||``."""
+        self.residual("r")
+        return self.norm(self.v["r"])
+
+    def ritz_values(self, count: int) -> tuple[np.ndarray, bool]:
+        """``count`` classical CG iterations (they advance ``x``, ``r``, ``p``): the Ritz values
+        of their Lanczos matrix, and whether the tolerance was met."""
+        v = self.v
+        alphas, betas = [], []
+        rr = float(self.total(np.array([dot(v["r"], v["r"])]))[0])
+        for _ in range(count):
+            if self.iterations >= self.maxiter or rr == 0.0:
+                break
+            self.products([("p", ["t"], None)])
+            pap = float(self.total(np.array([dot(v["p"], v["t"])]))[0])
+            if not pap > 0:
+                break
+            alpha = rr / pap
+            v["x"] += alpha * v["p"]
+            v["r"] -= alpha * v["t"]
+            sums = self.total(np.array([dot(v["r"], v["r"]), _weighted_dot(v["r"], v["weight"])]))
+            self.iterations += 1
+            alphas.append(alpha)
+            beta = float(sums[0]) / rr
+            rr = float(sums[0])
+            v["p"] *= beta
+            v["p"] += v["r"]
+            betas.append(beta)
+            for name in ("x", "r", "p"):
+                self.fresh(name)
+            if self.tested(math.sqrt(max(float(sums[1]), 0.0))):
+                return np.zeros(0), True
+        return _lanczos_eigenvalues(alphas, betas), False
+
+    def outer(self, shifts: np.ndarray) -> str | None:
+        """One outer iteration: basis, Gram matrices, up to ``s`` iterations in coordinates, then
+        ``x``, ``r``, ``p`` formed. ``"converged"`` when the recursive residual met the
+        tolerance, ``"curvature"`` when a curvature came out ``<= 0``, else None."""
+        s, v = self.steps, self.v
+        np.copyto(v["P0"], v["p"])
+        np.copyto(v["R0"], v["r"])
+        self.fresh("P0")
+        self.fresh("R0")
+        self.products([("P0", [f"P{j}" for j in range(1, s + 1)], shifts[:s]),
+                       ("R0", [f"R{j}" for j in range(1, s)], shifts[:s - 1])])
+        Y = self.Y
+        for j in range(s + 1):
+            Y[j] = v[f"P{j}"]
+        for j in range(s):
+            Y[s + 1 + j] = v[f"R{j}"]
+        G = self.G
+        _gram(Y, v["weight"], G[0], G[1])
+        self.total(G.reshape(-1))
+        gram, weighted = G[0], G[1]
+        B = basis_change(shifts, s)
+        m = 2 * s + 1
+        p, r, x = np.zeros(m), np.zeros(m), np.zeros(m)
+        p[0], r[s + 1] = 1.0, 1.0
+        outcome = None
+        rr = _quadratic(r, gram, r)
+        for _ in range(s):
+            if self.iterations >= self.maxiter:
+                break
+            bp = _times(B, p)
+            pap = _quadratic(p, gram, bp)
+            if not pap > 0 or not rr > 0:
+                outcome = "curvature"
+                break
+            alpha = rr / pap
+            x += alpha * p
+            r = r - alpha * bp
+            rr_new = _quadratic(r, gram, r)
+            p = r + (rr_new / rr) * p
+            rr = rr_new
+            self.iterations += 1
+            if self.tested(math.sqrt(max(_quadratic(r, weighted, r), 0.0))):
+                outcome = "converged"
+                break
+        _combine(Y, x, v["x"], True)
+        _combine(Y, r, v["r"], False)
+        _combine(Y, p, v["p"], False)
+        for name in ("x", "r", "p"):
+            self.fresh(name)
+        return outcome
+
+
+def _lanczos_eigenvalues(alphas, betas) -> np.ndarray:
+    """Eigenvalues of the Lanczos tridiagonal matrix of CG's coefficients."""
+    k = len(alphas)
+    if k == 0:
+        return np.zeros(0)
+    diagonal = np.array([1.0 / alphas[j] + (betas[j - 1] / alphas[j - 1] if j else 0.0) for j in range(k)])
+    off = np.array([math.sqrt(max(betas[j], 0.0)) / alphas[j] for j in range(k - 1)] or [0.0])
+    return tridiagonal_eigenvalues(diagonal, off)
+
+
+def check_options(A, pc, steps, basis) -> int:
+    """``steps`` as an int after checking the s-step options (the same on every rank)."""
+    if not isinstance(A, Mat):
+        raise SolverError(f"solve: method='sstep-cg' runs the matrix powers kernel of an assembled mc.Mat; "
+                          f"{type(A).__name__} {getattr(A, 'name', '')!r} is not one (use method='cg' or 'pipecg').")
+    if pc not in (None, "jacobi"):
+        raise SolverError(f"solve: method='sstep-cg' takes pc=None or 'jacobi' (a symmetric scaling the matrix powers "
+                          f"kernel applies), got {pc!r}.")
+    if basis not in BASES:
+        raise SolverError(f"solve: unknown s-step basis {basis!r}; choose one of {', '.join(map(repr, BASES))}.")
+    if steps is None:
+        steps = DEFAULT_STEPS
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
+        raise SolverError(f"solve: s must be an integer from 1 to {MAX_STEPS} (iterations per exchange and "
+                          f"reduction), got {steps!r}.")
+    return int(steps)
+
+
+def _work(engine, A, steps: int) -> dict:
+    per_matrix = _workspaces.setdefault(A, {})
+    key = (id(engine), steps)
+    found = per_matrix.get(key)
+    if found is None or found[0] is not engine:
+        names = ["x", "b", "r", "p", "t", "scale", "weight", *[f"P{j}" for j in range(steps + 1)],
+                 *[f"R{j}" for j in range(steps)]]
+        found = per_matrix[key] = (engine, {name: Dat(A.row_set, A.dim, None, f"{A.name}:sstep:{name}")
+                                            for name in names})
+    return found[1]
+
+
+def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
+    """``mc.solve(A, x, b, method="sstep-cg")`` (see the module docstring; collective)."""
+    dats = _work(engine, A, steps)
+    for count in {1, steps}:  # halo layers and halo rows now: the iterations exchange vectors only
+        engine.matrices.prepare_products(A, count)
+    run = _Run(engine, A, dats, steps, jacobi=pc == "jacobi", rtol=rtol, atol=atol, maxiter=maxiter, monitor=monitor)
+    v = run.v
+    engine.dat_values(x, write=True)
+    user_x = engine.storage(x).host.reshape(-1)[:run.n]
+    user_b = engine.dat_values(b, write=False).reshape(-1)[:run.n]
+    if pc == "jacobi":
+        diagonal = engine.matrices.diagonal_values(A)
+        bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
+        if bad:
+            raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; Mat {A.name!r} has {bad} non-positive "
+                              f"diagonal entries.")
+        np.copyto(v["scale"], 1.0 / np.sqrt(diagonal))
+    else:
+        v["scale"].fill(1.0)
+    np.multiply(v["scale"], v["scale"], out=v["weight"])  # ||B r||² = r̂ᵀ D^-1 r̂ with Jacobi
+    run.fresh("scale")
+    np.divide(user_x, v["scale"], out=v["x"])
+    np.multiply(user_b, v["scale"], out=v["b"])
+    run.fresh("x")
+    began = time.perf_counter()
+    run.residual("r")
+    np.copyto(v["p"], v["r"])
+    run.fresh("p")
+    reason, replacements, curvatures, last_true = None, 0, 0, math.inf
+    if run.tested(run.norm(v["r"])):
+        reason = "converged"
+    shifts = np.zeros(steps)
+    if reason is None and basis == "newton":
+        ritz, met = run.ritz_values(steps)
+        reason = "converged" if met else None
+        shifts = leja(ritz, steps)
+    while reason is None:
+        if run.iterations >= maxiter:
+            reason = f"diverged: maxiter {maxiter} reached"
+            break
+        outcome = run.outer(shifts)
+        if outcome is None:
+            curvatures = 0
+            continue
+        true = run.replace_residual()
+        if outcome == "curvature":
+            np.copyto(v["p"], v["r"])  # restart the directions from the true residual
+            run.fresh("p")
+            curvatures += 1
+            if curvatures > 1:
+                reason = "breakdown: the curvature (p, A p) in the s-step coordinates was <= 0 twice in a row"
+        elif true <= run.target * FALSE_CONVERGENCE_FACTOR:
+            reason = "converged"
+        else:
+            replacements += 1
+            if true > STAGNATION * last_true:
+                reason = (f"stagnated: the true residual {true:.3e} after a residual replacement did not fall "
+                          f"below {STAGNATION} times the last one ({last_true:.3e})")
+        last_true = true
+    stopped = time.perf_counter()
+    user_x = engine.storage(x).host.reshape(-1)[:run.n]  # its array too may have moved (halo layers added)
+    np.multiply(v["x"], v["scale"], out=user_x)
+    engine.halos_stale(x)
+    true, true_preconditioned = _true_residual(engine, A, x, b, run)
+    return SolveInfo(iterations=run.iterations, converged=reason == "converged", reason=reason,
+                     residual_history=run.history, true_residual=true, true_residual_preconditioned=true_preconditioned,
+                     time_per_iteration=(stopped - began) / max(run.iterations, 1), time_reduction_wait=0.0,
+                     reductions=run.reductions, replacements=replacements, method="sstep-cg", pc=pc,
+                     restarts=0)
+
+
+def _true_residual(engine, A, x, b, run) -> tuple[float, float]:
+    """``(||b - A x||, ||B (b - A x)||)`` at exit (``B = D^-1`` with Jacobi: weights ``scale⁴``)."""
+    A.mult(x, run.dats["t"])
+    r = engine.dat_values(b, write=False).reshape(-1) - run.v["t"]
+    sums = run.total(np.array([dot(r, r), _weighted_dot(r, run.v["weight"] * run.v["weight"])]))
+    return math.sqrt(max(float(sums[0]), 0.0)), math.sqrt(max(float(sums[1]), 0.0))

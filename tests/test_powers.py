@@ -1,0 +1,192 @@
+"""The matrix powers kernel (issue 36): ``A x, ..., A^s x`` from one halo exchange equals ``s``
+separate products, bit for bit on integer data, on 1-4 ranks, for an assembled matrix and a
+matrix-free operator; its halo rows are valid as deep as it says; bad input is refused on
+every rank; a matrix keeps its values when a chain adds halo layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import meshchain as mc
+from meshchain.meshes import jittered_delaunay, structured_quads
+from test_mat import copy_kernel
+from test_solvers import matrix_free
+
+MESHES = st.one_of(st.builds(jittered_delaunay, st.integers(8, 50), seed=st.integers(0, 99)),
+                   st.builds(structured_quads, st.integers(2, 7), st.integers(2, 7)))
+
+
+class Problem:
+    """An assembled matrix of element blocks with entries in {-1, 0, 1} (powers up to 8 of
+    integer vectors in {-1, 0, 1} stay below 2^53: every sum is exact in any order)."""
+
+    def __init__(self, mesh, *, dim: int, seed: int):
+        d = self.mesh = mesh.declare()
+        rng = np.random.default_rng(seed)
+        width = d.cell2node.arity * dim
+        self.k = mc.Dat(d.cells, width * width, rng.integers(-1, 2, size=(mesh.ncell, width * width)).astype(float),
+                        "k")
+        self.x = mc.Dat(d.nodes, dim, rng.integers(-1, 2, size=(mesh.nnode, dim)).astype(float), "x")
+        mc.partition("kway", coords=d.coords, seed_set=d.cells, seed=seed)
+        self.A = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A", dim=dim)
+        mc.par_loop(copy_kernel(width, width), d.cells, self.A(mc.INC, (d.cell2node, d.cell2node)), self.k(mc.READ))
+        self.dim = dim
+
+    def vectors(self, count: int, name: str):
+        return [mc.Dat(self.mesh.nodes, self.dim, None, f"{name}{i}") for i in range(count)]
+
+
+def cell_sums(problem, y):
+    """A loop that reads ``y`` through the cell-to-node map (its first halo layer)."""
+    d = problem.mesh
+    lines = ["def cell_sum(y, c):"] + [f"    c[0] += y[{n}, {j}]" for n in range(d.cell2node.arity)
+                                        for j in range(problem.dim)]
+    out = mc.Dat(d.cells, 1, None, f"sum-{y.name}")
+    mc.par_loop(mc.Kernel.from_source("\n".join(lines) + "\n"), d.cells, y(mc.READ, d.cell2node), out(mc.WRITE))
+    return out.gather()
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 8))
+def test_powers_of_an_assembled_matrix_equal_repeated_products(comm, mesh, dim, seed, steps):
+    mc.reset_runtime(comm=comm)
+    problem = Problem(mesh, dim=dim, seed=seed)
+    single = problem.vectors(steps, "single")
+    previous = problem.x
+    for y in single:
+        problem.A.mult(previous, y)
+        previous = y
+    expected = [y.gather() for y in single]
+    powered = problem.vectors(steps, "powered")
+    problem.A.powers(problem.x, powered)
+    got = [y.gather() for y in powered]
+    # the halo rows powers computed redundantly are what it says they are: a loop reading them
+    # through the map (no exchange when the product is valid deep enough) sums the same
+    sums = [cell_sums(problem, y) for y in (single[0], powered[0])]
+    if comm.rank == 0:
+        for want, have in zip(expected, got):
+            np.testing.assert_array_equal(have, want)
+        np.testing.assert_array_equal(sums[1], sums[0])
+        assert np.abs(expected[-1]).max() < 2.0**53
+    # again (the halo rows kept), from a vector a direct loop wrote (its halo stale): exchanged first
+    start = problem.vectors(1, "start")[0]
+    negate = mc.Kernel.from_source("def negate(a, b):\n" + "".join(f"    b[{j}] = -a[{j}]\n" for j in range(dim)))
+    mc.par_loop(negate, problem.mesh.nodes, problem.x(mc.READ), start(mc.WRITE))
+    problem.A.powers(start, single)
+    again = [y.gather() for y in single]
+    previous = start
+    for y in powered:
+        problem.A.mult(previous, y)
+        previous = y
+    expected = [y.gather() for y in powered]
+    if comm.rank == 0:
+        for want, have in zip(expected, again):
+            np.testing.assert_array_equal(have, want)
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 8))
+def test_powers_of_a_matrix_free_operator_equal_repeated_applications(comm, mesh, dim, seed, steps):
+    mc.reset_runtime(comm=comm)
+    problem = Problem(mesh, dim=dim, seed=seed)
+    op = matrix_free(problem, dim)
+    single = problem.vectors(steps, "single")
+    previous = problem.x
+    for y in single:
+        op.apply(previous, y)
+        previous = y
+    expected = [y.gather() for y in single]
+    powered = problem.vectors(steps, "powered")
+    mc.matrix_powers(op, problem.x, powered)
+    got = [y.gather() for y in powered]
+    chain = mc.stats().chains["element-by-element.powers"]
+    if comm.rank == 0:
+        for want, have in zip(expected, got):
+            np.testing.assert_array_equal(have, want)
+    if comm.size > 1:
+        assert chain.mode == "ca" and chain.executions == 1
+        assert chain.segments == 1  # one grouped exchange for all s applications
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_bad_input_is_refused_on_every_rank(comm):
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_quads(4, 3), dim=1, seed=3)
+    d = problem.mesh
+    y = problem.vectors(2, "y")
+    wide = mc.Dat(d.nodes, 2, None, "wide")
+    on_cells = mc.Dat(d.cells, 1, None, "on_cells")
+    rectangular = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "rectangular", col_dim=2)
+    cases = [(lambda: problem.A.powers(problem.x, []), "at least one output"),
+             (lambda: problem.A.powers(problem.x, [y[0], y[0]]), "distinct"),
+             (lambda: problem.A.powers(problem.x, [problem.x]), "distinct"),
+             (lambda: problem.A.powers(problem.x, [wide]), "dim"),
+             (lambda: problem.A.powers(on_cells, y), "on_cells"),
+             (lambda: rectangular.powers(problem.x, y), "square"),
+             (lambda: mc.matrix_powers("A", problem.x, y), "Mat or a meshchain.LinearOperator")]
+    for call, message in cases:
+        with pytest.raises(mc.MeshchainError, match=message):
+            call()
+    problem.A.powers(problem.x, y)  # the session goes on
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_an_assembled_matrix_keeps_its_values_when_a_chain_adds_halo_layers(comm):
+    """Deeper halo layers renumber the halo columns; the values move with them (before, the
+    matrix said it had been assembled before a repartition and refused to multiply)."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(30, seed=4), dim=2, seed=5)
+    before = problem.vectors(1, "before")[0]
+    problem.A.mult(problem.x, before)
+    depth = mc.get_runtime().layout.depth
+    mc.matrix_powers(matrix_free(problem, 2), problem.x, problem.vectors(4, "deep"))  # a CA chain, 4 layers deep
+    assert mc.get_runtime().layout.depth > depth
+    after = problem.vectors(1, "after")[0]
+    problem.A.mult(problem.x, after)
+    again = problem.vectors(1, "again")[0]
+    problem.A.zero()  # assembled again on the deeper layout: the scatters are worked out anew
+    width = problem.mesh.cell2node.arity * 2
+    mc.par_loop(copy_kernel(width, width), problem.mesh.cells,
+                problem.A(mc.INC, (problem.mesh.cell2node, problem.mesh.cell2node)), problem.k(mc.READ))
+    problem.A.mult(problem.x, again)
+    gathered = [v.gather() for v in (before, after, again)]
+    if comm.rank == 0:
+        np.testing.assert_array_equal(gathered[1], gathered[0])
+        np.testing.assert_array_equal(gathered[2], gathered[0])
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("steps", [2, 5])
+def test_powers_send_one_message_per_neighbour_for_all_products(comm, steps, monkeypatch):
+    import collections
+
+    from test_chains_mpi import CountingComm
+
+    counting = CountingComm(comm, monkeypatch)
+    mc.reset_runtime(comm=counting)
+    problem = Problem(jittered_delaunay(40, seed=2), dim=1, seed=8)
+    warm = problem.vectors(steps, "warm")
+    problem.A.powers(problem.x, warm)  # builds the halo layers and fetches the halo rows once
+    start, again = problem.vectors(2, "start")
+    problem.A.mult(warm[-1], start)  # owned rows only: the next product from them exchanges
+    problem.A.mult(warm[-1], again)
+    counting.sends.clear()
+    problem.A.powers(start, problem.vectors(steps, "y"))
+    sends = collections.Counter(dest for dest, _ in counting.sends)
+    assert set(sends.values()) <= {1}, sends  # one message to each neighbour for all the products
+    counting.sends.clear()
+    previous = again
+    for y in problem.vectors(steps, "single"):
+        problem.A.mult(previous, y)
+        previous = y
+    singles = collections.Counter(dest for dest, _ in counting.sends)
+    # s products send s messages to each depth-1 neighbour; the s-deep halo may have a few more
+    # neighbours (ranks only a deeper layer reaches), each sent one message too
+    assert set(singles) <= set(sends) and all(count == steps for count in singles.values())
