@@ -33,6 +33,7 @@ Usage::
     .venv/bin/python benchmarks/krylov.py                       # shm and tcp, 1 2 4 ranks
     .venv/bin/python benchmarks/krylov.py --environment user pinned   # and rows with threads pinned to 1
     .venv/bin/python benchmarks/krylov.py --quick               # seconds
+    .venv/bin/python benchmarks/krylov.py --only sstep --network tcp --ranks 2 4 --per-rank 2000 20000
 
 Jobs run in the environment a user has: no thread variables set. ``--environment pinned``
 adds rows, labelled "threads pinned", with every library's threads set to one.
@@ -194,6 +195,9 @@ def worker(config: dict) -> dict:
         if config.get("only") == "nonsymmetric":
             out.append({"per_rank": per_rank, "nonsymmetric": nonsymmetric_row(per_rank, ranks, config)})
             continue
+        if config.get("only") == "sstep":
+            out.append({"per_rank": per_rank, "sstep": sstep_row(per_rank, ranks, config)})
+            continue
         n = cube_for(per_rank, ranks)
         mc.reset_runtime()  # a new mesh: on several ranks it is declared and partitioned afresh
         problem = poisson.declare(structured_tets(n, n, n))
@@ -220,6 +224,69 @@ def worker(config: dict) -> dict:
         row["nonsymmetric"] = nonsymmetric_row(per_rank, ranks, config)
         out.append(row)
     return {"rows": out}
+
+
+SSTEP = (("cg", {}), ("pipecg", {}), ("sstep-cg", {"s": 2}), ("sstep-cg", {"s": 4}), ("sstep-cg", {"s": 8}))
+"""The methods of the time-to-solution table (``--only sstep``), with Jacobi."""
+
+
+def solve_seconds(problem, method: str, config: dict, **options) -> dict:
+    """Seconds of a whole ``mc.solve`` to ``--rtol`` (median of ``--repeats``, slowest rank)."""
+    import meshchain as mc
+
+    comm = mc.get_runtime().comm
+    times, info = [], None
+    for repeat in range(config["repeats"] + 1):  # the first compiles, builds halo layers: not counted
+        problem.u.data[...] = 0.0
+        if comm is not None:
+            comm.Barrier()
+        began = time.perf_counter()
+        info = mc.solve(problem.A, problem.u, problem.b, method=method, pc="jacobi", rtol=config["rtol"], **options)
+        if repeat:
+            times.append(slowest(comm, time.perf_counter() - began))
+    return {"iterations": info.iterations, "converged": bool(info.converged), "reductions": info.reductions,
+            "seconds": statistics.median(times)}
+
+
+def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
+    """Time to solution of cg, pipecg and s-step CG against PETSc's cg and pipecg (Poisson P1)."""
+    import meshchain as mc
+    from meshchain.apps import poisson
+    from meshchain.meshes import structured_tets
+
+    n = cube_for(per_rank, ranks)
+    mc.reset_runtime()
+    problem = poisson.declare(structured_tets(n, n, n))
+    found = {"unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
+    for method, options in SSTEP:
+        found["meshchain"][method + "".join(f" s={v}" for v in options.values())] = solve_seconds(
+            problem, method, config, **options)
+    for name in ("cg", "pipecg"):
+        theirs = petsc_runs(problem, *PETSC[name], config)
+        found["petsc"][name] = dict(theirs, seconds=theirs["time_per_iteration"] * max(theirs["iterations"], 1))
+    return found
+
+
+def sstep_table(results: list) -> str:
+    lines = ["| network | ranks | unknowns | method | its | reductions | ms to solution | x pipecg | x PETSc's best |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for row in result["rows"]:
+            found = row.get("sstep")
+            if not found:
+                continue
+            best = min(p["seconds"] for p in found["petsc"].values())
+            pipecg = found["meshchain"]["pipecg"]["seconds"]
+            over = " (over)" if result["ranks"] > result["cores"] else ""
+            for name, m in found["meshchain"].items():
+                lines.append(f"| {label(result)} | {result['ranks']}{over} | {found['unknowns']} | {name} | "
+                             f"{m['iterations']}{'' if m['converged'] else '*'} | {m['reductions']} | "
+                             f"{m['seconds'] * 1e3:.2f} | {m['seconds'] / pipecg:.2f} | {m['seconds'] / best:.2f} |")
+            for name, p in found["petsc"].items():
+                lines.append(f"| {label(result)} | {result['ranks']}{over} | {found['unknowns']} | PETSc {name} | "
+                             f"{p['iterations']} | | {p['seconds'] * 1e3:.2f} | {p['seconds'] / pipecg:.2f} | "
+                             f"{p['seconds'] / best:.2f} |")
+    return "\n".join(lines)
 
 
 def nonsymmetric_row(per_rank: int, ranks: int, config: dict) -> dict:
@@ -328,7 +395,7 @@ def main(argv=None) -> int:
                              "OPENBLAS_NUM_THREADS), labelled 'threads pinned'")
     parser.add_argument("--repeats", type=int, help="solves per method; the median counts (default 5)")
     parser.add_argument("--rtol", type=float, help="relative tolerance (default 1e-8)")
-    parser.add_argument("--only", choices=("nonsymmetric",), help="run only that part (its table)")
+    parser.add_argument("--only", choices=("nonsymmetric", "sstep"), help="run only that part (its table)")
     parser.add_argument("--out", default=str(HERE / "results" / "krylov.json"))
     parser.add_argument("--cache-dir", default=str(HERE / "build" / "krylov-cache"))
     parser.add_argument("--timeout", type=float, default=3600)
@@ -360,11 +427,20 @@ def main(argv=None) -> int:
           f"median of {config['repeats']} solves "
           f"(slowest rank); whole run {total:.0f} s. '(over)': more ranks than cores. No thread variables set, "
           f"except in rows labelled 'threads pinned' ({', '.join(f'{k}={v}' for k, v in PINNED.items())}).\n")
+    if args.only == "sstep":
+        print("Time to solution (rtol, Jacobi) of cg, pipecg and s-step CG against PETSc's KSPCG and KSPPIPECG "
+              "(their time per iteration times their iterations); '*': not converged.\n")
+        print(sstep_table(results))
+        return _write(args, info, config, total, results)
     if args.only != "nonsymmetric":
         print_symmetric(results)
     print(f"\nNonsymmetric: upwinded advection-diffusion (structured_tris, cell Péclet number {PECLET:g}), "
           f"rtol {config['rtol']}, time per iteration against PETSc's same method and preconditioner:\n")
     print(nonsymmetric_table(results))
+    return _write(args, info, config, total, results)
+
+
+def _write(args, info, config, total, results) -> int:
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
