@@ -77,13 +77,14 @@ def powers(matrices, mat, x, ys) -> None:
 
 def sequences(matrices, mat, wanted, *, scale=None) -> None:
     """Several sequences of products with one halo exchange (collective): for each
-    ``(x, ys, shifts)`` of ``wanted``, ``ys[k] = (S A S - shifts[k] I) ys[k-1]`` with
-    ``ys[-1] = x`` (``shifts`` None: zeros; ``scale``: the dat of ``S``'s diagonal, None:
-    the identity). Every sequence has the same length ``s``; every ``x`` (and ``scale``,
-    where stale) travels in the one exchange, ``s`` layers deep. With no shifts and no
-    scale the products have the bits of :func:`powers`' (a shift of 0 and a scale of 1 change
-    no bit). The s-step Krylov methods build their bases with it (Newton shifts, Jacobi
-    scaling)."""
+    ``(x, ys, shifts)`` of ``wanted``, ``ys[0] = (S A S - shifts[0] I) x`` and ``ys[k] =
+    (S A S - shifts[k] I) ys[k-1]`` (``shifts`` None: zeros; ``scale``: the dat of ``S``'s
+    diagonal, None: the identity). ``s``, the longest sequence's length, sets the depth:
+    every ``x`` of a sequence with products (and ``scale``, where stale) travels in the one
+    exchange, ``s`` layers deep; a shorter sequence's products are valid deeper than
+    needed. With no shifts and no scale the products have the bits of :func:`powers`' (a
+    shift of 0 and a scale of 1 change no bit). The s-step Krylov methods build their bases
+    with it (Newton shifts, Jacobi scaling)."""
     session = matrices.session
     steps = _checked_all(matrices, mat, wanted, scale)
     pattern, rows = prepare(matrices, mat, steps)

@@ -75,32 +75,75 @@ _workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, ste
 
 
 @_jit
-def _gram(Y, w, G, Gw):
-    """``G = Y Yᵀ`` and ``Gw = Y diag(w) Yᵀ`` for the basis vectors in the rows of ``Y``."""
-    m, n = Y.shape
+def _gram(Y, w, G, Gw, weighted):
+    """``G = Yᵀ Y`` and, when ``weighted``, ``Gw = Yᵀ diag(w) Y`` (else ``Gw = G``), for the
+    basis vectors in the columns of ``Y`` (one pass over its rows)."""
+    n, m = Y.shape
+    G[:] = 0.0
+    Gw[:] = 0.0
+    for i in range(n):
+        wi = w[i]
+        for a in range(m):
+            ya = Y[i, a]
+            for c in range(a, m):
+                t = ya * Y[i, c]
+                G[a, c] += t
+                if weighted:
+                    Gw[a, c] += t * wi
     for a in range(m):
         for c in range(a, m):
-            plain = 0.0
-            weighted = 0.0
-            for i in range(n):
-                t = Y[a, i] * Y[c, i]
-                plain += t
-                weighted += t * w[i]
-            G[a, c] = plain
-            G[c, a] = plain
-            Gw[a, c] = weighted
-            Gw[c, a] = weighted
+            G[c, a] = G[a, c]
+            Gw[a, c] = Gw[a, c] if weighted else G[a, c]
+            Gw[c, a] = Gw[a, c]
 
 
 @_jit
-def _combine(Y, coefficients, out, add):
-    """``out (+)= Yᵀ coefficients``: a vector from its coordinates in the basis."""
-    m, n = Y.shape
+def _combine(Y, x, r, p, X, R, P):
+    """``X += Y x``, ``R = Y r``, ``P = Y p``: the vectors from their coordinates (one pass)."""
+    n, m = Y.shape
     for i in range(n):
-        total = out[i] if add else 0.0
+        sx = X[i]
+        sr = 0.0
+        sp = 0.0
         for a in range(m):
-            total += coefficients[a] * Y[a, i]
-        out[i] = total
+            y = Y[i, a]
+            sx += x[a] * y
+            sr += r[a] * y
+            sp += p[a] * y
+        X[i] = sx
+        R[i] = sr
+        P[i] = sp
+
+
+@_jit
+def _inner(gram, weighted, B, steps, budget, target):
+    """Up to ``min(steps, budget)`` CG iterations on coordinates in the basis: ``(x, r, p, norms,
+    outcome)`` with ``norms`` the ``||B r||`` of each iteration done and ``outcome`` 0 (all
+    done), 1 (the tolerance ``target`` met) or 2 (a curvature ``<= 0``)."""
+    m = gram.shape[0]
+    x, r, p = np.zeros(m), np.zeros(m), np.zeros(m)
+    p[0] = 1.0
+    r[steps + 1] = 1.0
+    norms = np.zeros(steps)
+    rr = _quadratic(r, gram, r)
+    for j in range(min(steps, budget)):
+        bp = _times(B, p)
+        pap = _quadratic(p, gram, bp)
+        if not pap > 0 or not rr > 0:
+            return x, r, p, norms[:j], 2
+        alpha = rr / pap
+        for a in range(m):
+            x[a] += alpha * p[a]
+            r[a] -= alpha * bp[a]
+        rr_new = _quadratic(r, gram, r)
+        beta = rr_new / rr
+        for a in range(m):
+            p[a] = r[a] + beta * p[a]
+        rr = rr_new
+        norms[j] = np.sqrt(max(_quadratic(r, weighted, r), 0.0))
+        if norms[j] <= target:
+            return x, r, p, norms[:j + 1], 1
+    return x, r, p, norms[:min(steps, budget)], 0
 
 
 @_jit
@@ -228,7 +271,7 @@ class _Run:
         self.views()
         self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
         self.history, self.reductions, self.exchanges, self.iterations = [], 0, 0, 0
-        self.Y = np.empty((2 * steps + 1, self.n))
+        self.Y = np.empty((self.n, 2 * steps + 1))
         self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
         self.target = None
 
@@ -336,40 +379,21 @@ class _Run:
                        ("R0", [f"R{j}" for j in range(1, s)], shifts[:s - 1])])
         Y = self.Y
         for j in range(s + 1):
-            Y[j] = v[f"P{j}"]
+            Y[:, j] = v[f"P{j}"]
         for j in range(s):
-            Y[s + 1 + j] = v[f"R{j}"]
+            Y[:, s + 1 + j] = v[f"R{j}"]
         G = self.G
-        _gram(Y, v["weight"], G[0], G[1])
-        self.total(G.reshape(-1))
-        gram, weighted = G[0], G[1]
-        B = basis_change(shifts, s)
-        m = 2 * s + 1
-        p, r, x = np.zeros(m), np.zeros(m), np.zeros(m)
-        p[0], r[s + 1] = 1.0, 1.0
-        outcome = None
-        rr = _quadratic(r, gram, r)
-        for _ in range(s):
-            if self.iterations >= self.maxiter:
-                break
-            bp = _times(B, p)
-            pap = _quadratic(p, gram, bp)
-            if not pap > 0 or not rr > 0:
-                outcome = "curvature"
-                break
-            alpha = rr / pap
-            x += alpha * p
-            r = r - alpha * bp
-            rr_new = _quadratic(r, gram, r)
-            p = r + (rr_new / rr) * p
-            rr = rr_new
+        _gram(Y, v["weight"], G[0], G[1], self.jacobi)
+        self.total(G.reshape(-1) if self.jacobi else G[0].reshape(-1))
+        if not self.jacobi:
+            G[1] = G[0]
+        x, r, p, norms, code = _inner(G[0], G[1], basis_change(shifts, s), s, self.maxiter - self.iterations,
+                                      self.target)
+        outcome = {0: None, 1: "converged", 2: "curvature"}[code]
+        for norm in norms:
             self.iterations += 1
-            if self.tested(math.sqrt(max(_quadratic(r, weighted, r), 0.0))):
-                outcome = "converged"
-                break
-        _combine(Y, x, v["x"], True)
-        _combine(Y, r, v["r"], False)
-        _combine(Y, p, v["p"], False)
+            self.tested(float(norm))
+        _combine(Y, x, r, p, v["x"], v["r"], v["p"])
         for name in ("x", "r", "p"):
             self.fresh(name)
         return outcome
