@@ -137,3 +137,20 @@ def test_leja_shifts_and_the_basis_change_matrix():
     B = sstep.basis_change(theta, steps)
     used = [j for j in range(2 * steps + 1) if j not in (steps, 2 * steps)]  # the last of each block is not multiplied
     np.testing.assert_allclose((A @ Y)[:, used], (Y @ B)[:, used], atol=1e-10)
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_a_basis_that_loses_rank_ends_with_its_reason_and_never_claims_convergence(comm):
+    """The monomial basis of 16 steps loses rank on a 961-node Poisson problem: the solve ends
+    as a breakdown or stagnation, the same on every rank, x finite; the Newton basis of 16
+    steps converges in CG's iterations."""
+    mc.reset_runtime(comm=comm)
+    p = poisson.declare(structured_tris(30, 30))
+    for pc in (None, "jacobi"):
+        cg = poisson.solve(p, method="cg", pc=pc, rtol=1e-10)
+        lost = poisson.solve(p, method="sstep-cg", pc=pc, rtol=1e-10, s=16, basis="monomial", maxiter=2000)
+        assert not lost.converged and lost.reason.split(":")[0] in ("breakdown", "stagnated"), lost.reason
+        assert comm.allgather(lost.reason) == [lost.reason] * comm.size
+        assert np.isfinite(p.u.data_ro).all() and np.isfinite(lost.true_residual)
+        newton = poisson.solve(p, method="sstep-cg", pc=pc, rtol=1e-10, s=16)
+        assert newton.converged and abs(newton.iterations - cg.iterations) <= 2, (newton.iterations, cg.iterations)
