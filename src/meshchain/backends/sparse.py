@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "scatter_add", "scatter_set", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
+__all__ = ["csr_owned", "csr_halo", "csr_rows", "scaled_values", "scatter_add", "scatter_set", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
            "ilu_apply", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -54,37 +54,50 @@ def csr_halo(indptr, split, indices, values, x, y):
 
 
 @_jit
-def csr_rows(indptr, split, indices, values, targets, count, x, y, shift, scale):
-    """``y[t] = scale[t] (owned + halo) - shift x[t]`` with ``t = targets[r]``, for rows
-    ``r < count``, where ``owned`` and ``halo`` are the row's sums of ``values[k] scale[j]
-    x[j]`` over its owned-column and halo-column entries: ``(S A S - shift I) x`` on a
-    prefix of the rows. With ``shift = 0`` and ``scale`` all ones the bits of :func:`csr_owned`
-    then :func:`csr_halo` (multiplying by 1 and subtracting 0 change no bit). The matrix
-    powers kernel's product.
+def csr_rows(indptr, split, indices, values, targets, count, x, y, shift):
+    """``y[t] = owned + halo - shift x[t]`` with ``t = targets[r]``, for rows ``r < count``,
+    where ``owned`` and ``halo`` are the row's sums of ``values[k] x[j]`` over its
+    owned-column and halo-column entries: ``(A - shift I) x`` on a prefix of the rows. With
+    ``shift = 0`` the bits of :func:`csr_owned` then :func:`csr_halo` (subtracting 0 changes no
+    bit). The matrix powers kernel's product; unsigned indices run fastest.
 
     >>> indptr, split = np.array([0, 2, 3]), np.array([1, 3])
     >>> indices, values = np.array([0, 2, 1]), np.array([2.0, 1.0, 3.0])
     >>> x, y = np.array([1.0, 1.0, 10.0]), np.zeros(3)
-    >>> csr_rows(indptr, split, indices, values, np.array([2, 0]), 2, x, y, 0.0, np.ones(3)); y.tolist()
+    >>> csr_rows(indptr, split, indices, values, np.array([2, 0]), 2, x, y, 0.0); y.tolist()
     [3.0, 0.0, 12.0]
-    >>> csr_rows(indptr, split, indices, values, np.array([2, 0]), 2, x, y, 1.0, np.ones(3)); y.tolist()
+    >>> csr_rows(indptr, split, indices, values, np.array([2, 0]), 2, x, y, 1.0); y.tolist()
     [2.0, 0.0, 2.0]
     """
     for r in range(count):
         total = 0.0
         k, end = indptr[r], split[r]
         while k < end:
-            j = indices[k]
-            total += values[k] * (scale[j] * x[j])
+            total += values[k] * x[indices[k]]
             k += 1
         halo = 0.0
         k, end = split[r], indptr[r + 1]
         while k < end:
-            j = indices[k]
-            halo += values[k] * (scale[j] * x[j])
+            halo += values[k] * x[indices[k]]
             k += 1
         t = targets[r]
-        y[t] = scale[t] * (total + halo) - shift * x[t]
+        y[t] = total + halo - shift * x[t]
+
+
+@_jit
+def scaled_values(indptr, indices, values, targets, scale, out):
+    """``out[k] = scale[t] values[k] scale[j]`` for entry ``k`` of row ``r`` (``t = targets[r]``,
+    ``j`` its column): the rows of ``S A S`` for a diagonal ``S``.
+
+    >>> out = np.zeros(3)
+    >>> scaled_values(np.array([0, 2, 3]), np.array([0, 2, 1]), np.array([2.0, 1.0, 3.0]), np.array([2, 0]),
+    ...               np.array([1.0, 2.0, 3.0]), out); out.tolist()
+    [6.0, 9.0, 6.0]
+    """
+    for r in range(len(indptr) - 1):
+        row = scale[targets[r]]
+        for k in range(indptr[r], indptr[r + 1]):
+            out[k] = row * values[k] * scale[indices[k]]
 
 
 @_jit

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.sparse import csr_rows
+from ..backends.sparse import csr_rows, scaled_values
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.errors import DataShapeError, DeclarationError
@@ -52,13 +52,17 @@ class PowersRows:
     each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
 
     __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
-                 "ones")
+                 "unsigned", "scaled")
 
     def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout):
         self.steps, self.indptr, self.split, self.indices, self.values = steps, indptr, split, indices, values
         self.targets, self.ends, self.version, self.layout = targets, ends, version, layout
         self.exchanges = {}  # ids of storages -> (storages, their exchange, s d layers deep)
-        self.ones = None  # the scale of an unscaled product
+        wide = np.uint32 if max(len(targets), len(values), int(indices.max(initial=0)) + 1,
+                                int(targets.max(initial=0)) + 1) < 2**32 else np.uint64
+        # (indptr, split, indices, targets) as the narrowest unsigned integers that hold them (faster)
+        self.unsigned = tuple(a.astype(wide) for a in (indptr, split, indices, targets))
+        self.scaled = None  # the values of S A S, worked out per call that scales
 
     def count(self, layers: int) -> int:
         """Rows in layers ``0..layers``."""
@@ -106,15 +110,20 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
             exchange.end()
             for storage in stale:
                 storage.valid_depth = steps * depth
-    factors = _ones(rows, len(wanted[0][0].host.reshape(-1))) if scaled is None else scaled.host.reshape(-1)
+    values = rows.values
+    indptr, split, indices, targets = rows.unsigned
+    if scaled is not None:
+        if rows.scaled is None:
+            rows.scaled = np.empty_like(rows.values)
+        values = rows.scaled
+        scaled_values(indptr, indices, rows.values, targets, scaled.host.reshape(-1), values)
     for xs, ys, shifts in wanted:
         previous = xs.host.reshape(-1)
         for k, y in enumerate(ys, start=1):
             storage = session.storage(y)
             out = storage.host.reshape(-1)
             shift = 0.0 if shifts is None else float(shifts[k - 1])
-            csr_rows(rows.indptr, rows.split, rows.indices, rows.values, rows.targets,
-                     rows.count((steps - k) * depth), previous, out, shift, factors)
+            csr_rows(indptr, split, indices, values, targets, rows.count((steps - k) * depth), previous, out, shift)
             storage.valid_depth = (steps - k) * depth if session.distributed else 0
             previous = out
 
@@ -130,12 +139,6 @@ def prepare(matrices, mat, steps: int):
         pattern = matrices.pattern(mat)
     matrices.settle(mat)
     return pattern, _rows(matrices, mat, pattern, steps)
-
-
-def _ones(rows, n: int) -> np.ndarray:
-    if rows.ones is None or len(rows.ones) != n:
-        rows.ones = np.ones(n)
-    return rows.ones
 
 
 def _checked_all(matrices, mat, wanted, scale) -> int:

@@ -27,8 +27,10 @@ weighted Gram matrix.
 
 **Accuracy.** The residual the coordinates carry drifts from the true one. When it meets the
 tolerance, the true residual is computed; where it does not, it replaces the recursive one
-(Carson and Demmel's residual replacement) and the method goes on; a replacement that does
-not lower the residual ends the solve as ``stagnated``. A curvature ``(p, Â p) <= 0`` in the
+(Carson and Demmel's residual replacement) and the method goes on; so it does after
+:data:`PATIENCE` outer iterations without a new smallest residual (a basis that lost rank
+stops making progress); a replacement that does not lower the residual ends the solve as
+``stagnated``. A curvature ``(p, Â p) <= 0`` in the
 coordinates restarts the basis from the true residual; twice in a row ends the solve as
 ``breakdown``. At exit ``||b - A x||`` is computed, as for every method.
 
@@ -69,50 +71,53 @@ BASES = ("newton", "monomial")
 DEFAULT_STEPS = 4
 MAX_STEPS = 16
 STAGNATION = 0.9  # a residual replacement must lower the true residual below this fraction of the last one
+PATIENCE = 4  # outer iterations without a new smallest residual before the true residual is looked at
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 _workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, steps) -> dats
 
 
-@_jit
+_fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reordered (vectorised): not bit-exact
+
+
+@_fast
 def _gram(Y, w, G, Gw, weighted):
-    """``G = Yᵀ Y`` and, when ``weighted``, ``Gw = Yᵀ diag(w) Y`` (else ``Gw = G``), for the
-    basis vectors in the columns of ``Y`` (one pass over its rows)."""
-    n, m = Y.shape
-    G[:] = 0.0
-    Gw[:] = 0.0
-    for i in range(n):
-        wi = w[i]
-        for a in range(m):
-            ya = Y[i, a]
-            for c in range(a, m):
-                t = ya * Y[i, c]
-                G[a, c] += t
-                if weighted:
-                    Gw[a, c] += t * wi
+    """``G = Y Yᵀ`` and, when ``weighted``, ``Gw = Y diag(w) Yᵀ`` (else ``Gw = G``), for the
+    basis vectors in the rows of ``Y``: ``(m + 1) m / 2`` dot products, vectorised."""
+    m, n = Y.shape
     for a in range(m):
+        ya = Y[a]
         for c in range(a, m):
-            G[c, a] = G[a, c]
-            Gw[a, c] = Gw[a, c] if weighted else G[a, c]
-            Gw[c, a] = Gw[a, c]
+            yc = Y[c]
+            plain = 0.0
+            for i in range(n):
+                plain += ya[i] * yc[i]
+            G[a, c] = plain
+            G[c, a] = plain
+            if weighted:
+                heavy = 0.0
+                for i in range(n):
+                    heavy += ya[i] * yc[i] * w[i]
+                Gw[a, c] = heavy
+                Gw[c, a] = heavy
+            else:
+                Gw[a, c] = plain
+                Gw[c, a] = plain
 
 
 @_jit
 def _combine(Y, x, r, p, X, R, P):
-    """``X += Y x``, ``R = Y r``, ``P = Y p``: the vectors from their coordinates (one pass)."""
-    n, m = Y.shape
-    for i in range(n):
-        sx = X[i]
-        sr = 0.0
-        sp = 0.0
-        for a in range(m):
-            y = Y[i, a]
-            sx += x[a] * y
-            sr += r[a] * y
-            sp += p[a] * y
-        X[i] = sx
-        R[i] = sr
-        P[i] = sp
+    """``X += Yᵀ x``, ``R = Yᵀ r``, ``P = Yᵀ p``: the vectors from their coordinates."""
+    m, n = Y.shape
+    R[:n] = 0.0
+    P[:n] = 0.0
+    for a in range(m):
+        ya = Y[a]
+        xa, ra, pa = x[a], r[a], p[a]
+        for i in range(n):
+            X[i] += xa * ya[i]
+            R[i] += ra * ya[i]
+            P[i] += pa * ya[i]
 
 
 @_jit
@@ -271,7 +276,7 @@ class _Run:
         self.views()
         self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
         self.history, self.reductions, self.exchanges, self.iterations = [], 0, 0, 0
-        self.Y = np.empty((self.n, 2 * steps + 1))
+        self.Y = np.empty((2 * steps + 1, self.n))
         self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
         self.target = None
 
@@ -379,9 +384,9 @@ class _Run:
                        ("R0", [f"R{j}" for j in range(1, s)], shifts[:s - 1])])
         Y = self.Y
         for j in range(s + 1):
-            Y[:, j] = v[f"P{j}"]
+            Y[j] = v[f"P{j}"]
         for j in range(s):
-            Y[:, s + 1 + j] = v[f"R{j}"]
+            Y[s + 1 + j] = v[f"R{j}"]
         G = self.G
         _gram(Y, v["weight"], G[0], G[1], self.jacobi)
         self.total(G.reshape(-1) if self.jacobi else G[0].reshape(-1))
@@ -468,6 +473,7 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
     np.copyto(v["p"], v["r"])
     run.fresh("p")
     reason, replacements, curvatures, last_true = None, 0, 0, math.inf
+    best, idle = math.inf, 0
     if run.tested(run.norm(v["r"])):
         reason = "converged"
     shifts = np.zeros(steps)
@@ -482,7 +488,10 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
         outcome = run.outer(shifts)
         if outcome is None:
             curvatures = 0
-            continue
+            best, idle = (min(run.history), 0) if min(run.history) < best else (best, idle + 1)
+            if idle < PATIENCE:
+                continue
+            outcome, idle = "idle", 0  # no new smallest residual for PATIENCE outer iterations: look at the true one
         true = run.replace_residual()
         if outcome == "curvature":
             np.copyto(v["p"], v["r"])  # restart the directions from the true residual
@@ -495,8 +504,10 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
         else:
             replacements += 1
             if true > STAGNATION * last_true:
+                why = ("; the s-step basis may have lost rank: try basis='newton' or a smaller s"
+                       if outcome == "idle" else "")
                 reason = (f"stagnated: the true residual {true:.3e} after a residual replacement did not fall "
-                          f"below {STAGNATION} times the last one ({last_true:.3e})")
+                          f"below {STAGNATION} times the last one ({last_true:.3e}){why}")
         last_true = true
     stopped = time.perf_counter()
     user_x = engine.storage(x).host.reshape(-1)[:run.n]  # its array too may have moved (halo layers added)
