@@ -190,3 +190,33 @@ def test_powers_send_one_message_per_neighbour_for_all_products(comm, steps, mon
     # s products send s messages to each depth-1 neighbour; the s-deep halo may have a few more
     # neighbours (ranks only a deeper layer reaches), each sent one message too
     assert set(singles) <= set(sends) and all(count == steps for count in singles.values())
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_shifted_and_scaled_products_equal_scipys(comm, scaled):
+    """The s-step bases' products, ``y_k = (S A S - θ_k I) y_(k-1)`` for two sequences of
+    different lengths in one exchange, against SciPy on the gathered matrix (the scaled rows
+    are worked out once per call, so their sums may round otherwise: 1e-12)."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=9)
+    d = problem.mesh
+    rng = np.random.default_rng(1)
+    scale = mc.Dat(d.nodes, 2, rng.uniform(0.5, 2.0, (d.nodes.size, 2)), "scale")
+    other = mc.Dat(d.nodes, 2, rng.standard_normal((d.nodes.size, 2)), "other")
+    shifts = [0.75, -1.5, 2.0, 0.25]
+    first, second = problem.vectors(4, "first"), problem.vectors(2, "second")
+    mc.api.engine_surface().matrices.products(problem.A, [(problem.x, first, shifts), (other, second, shifts)],
+                                              scale=scale if scaled else None)
+    A, got = problem.A.to_scipy(), [y.gather() for y in first + second]
+    starts, s = [problem.x.gather(), other.gather()], scale.gather()
+    if comm.rank == 0:
+        S = s.ravel() if scaled else np.ones(A.shape[0])
+        want = []
+        for start, count in zip(starts, (4, 2)):
+            y = start.ravel()
+            for k in range(count):
+                y = S * (A @ (S * y)) - shifts[k] * y
+                want.append(y)
+        for have, expected in zip(got, want):
+            np.testing.assert_allclose(have.ravel(), expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())

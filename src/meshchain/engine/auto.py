@@ -43,11 +43,10 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections import deque
 
 import numpy as np
-
-import socket
 
 from ..comm.progress import async_progress_enabled
 from ..comm.world import network_label
@@ -128,13 +127,13 @@ class ModelState:
         session = self.session
         if not session.distributed:
             return self._use(dataclasses.replace(calibration, applied={"nothing": "one process sends no messages"}))
+        if not calibration.transport:
+            return self._use(dataclasses.replace(calibration, applied={"nothing": "no transport was measured"}))
         before = session.communication.planned()
         usable_progress = (calibration.progress in session.backend.progress_modes
                            and (calibration.progress != "thread" or async_progress_enabled()))
         wanted = (calibration.transport if calibration.transport in session.backend.transports else before[0],
                   calibration.progress if usable_progress else before[1])
-        if not calibration.transport:
-            return self._use(dataclasses.replace(calibration, applied={"nothing": "no transport was measured"}))
         session.reconfigure(transport=wanted[0], progress=wanted[1])
         applied = {name: (old, new) for name, old, new in zip(("transport", "progress"), before, wanted)}
         changed = wanted != before

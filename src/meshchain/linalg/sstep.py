@@ -82,8 +82,8 @@ _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reorder
 
 @_fast
 def _gram(Y, w, G, Gw, weighted):
-    """``G = Y Yᵀ`` and, when ``weighted``, ``Gw = Y diag(w) Yᵀ`` (else ``Gw = G``), for the
-    basis vectors in the rows of ``Y``: ``(m + 1) m / 2`` dot products, vectorised."""
+    """``G = Y Yᵀ`` and, when ``weighted``, ``Gw = Y diag(w) Yᵀ`` (else ``Gw`` is left as it
+    is), for the basis vectors in the rows of ``Y``: ``(m + 1) m / 2`` dot products, vectorised."""
     m, n = Y.shape
     for a in range(m):
         ya = Y[a]
@@ -100,9 +100,6 @@ def _gram(Y, w, G, Gw, weighted):
                     heavy += ya[i] * yc[i] * w[i]
                 Gw[a, c] = heavy
                 Gw[c, a] = heavy
-            else:
-                Gw[a, c] = plain
-                Gw[c, a] = plain
 
 
 @_jit
@@ -275,7 +272,7 @@ class _Run:
         self.v, self.hosts = {}, {}
         self.views()
         self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
-        self.history, self.reductions, self.exchanges, self.iterations = [], 0, 0, 0
+        self.history, self.reductions, self.iterations = [], 0, 0
         self.Y = np.empty((2 * steps + 1, self.n))
         self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
         self.target = None
@@ -303,7 +300,6 @@ class _Run:
         """Sequences of products of ``Â`` (one matrix powers exchange): ``(x, ys, shifts)``
         by work-vector name."""
         dats = self.dats
-        self.exchanges += 1
         self.engine.matrices.products(self.A, [(dats[x], [dats[y] for y in ys], shifts) for x, ys, shifts in wanted],
                                       scale=dats["scale"] if self.jacobi else None)
         self.views()
@@ -391,7 +387,7 @@ class _Run:
         _gram(Y, v["weight"], G[0], G[1], self.jacobi)
         self.total(G.reshape(-1) if self.jacobi else G[0].reshape(-1))
         if not self.jacobi:
-            G[1] = G[0]
+            G[1] = G[0]  # unweighted: the norm is the plain one
         x, r, p, norms, code = _inner(G[0], G[1], basis_change(shifts, s), s, self.maxiter - self.iterations,
                                       self.target)
         outcome = {0: None, 1: "converged", 2: "curvature"}[code]
