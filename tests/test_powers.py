@@ -124,13 +124,20 @@ def test_bad_input_is_refused_on_every_rank(comm):
     wide = mc.Dat(d.nodes, 2, None, "wide")
     on_cells = mc.Dat(d.cells, 1, None, "on_cells")
     rectangular = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "rectangular", col_dim=2)
+
+    def products(wanted):
+        mc.api.engine_surface().matrices.products(problem.A, wanted)
+
     cases = [(lambda: problem.A.powers(problem.x, []), "at least one output"),
              (lambda: problem.A.powers(problem.x, [y[0], y[0]]), "distinct"),
              (lambda: problem.A.powers(problem.x, [problem.x]), "distinct"),
              (lambda: problem.A.powers(problem.x, [wide]), "dim"),
              (lambda: problem.A.powers(on_cells, y), "on_cells"),
              (lambda: rectangular.powers(problem.x, y), "square"),
-             (lambda: mc.matrix_powers("A", problem.x, y), "Mat or a meshchain.LinearOperator")]
+             (lambda: mc.matrix_powers("A", problem.x, y), "Mat or a meshchain.LinearOperator"),
+             (lambda: products([(problem.x, y, [0.0])]), "1 shifts for 2 products"),
+             (lambda: products([(problem.x, y, [0.0, 0.0], [1.0, 0.0])]), "no vector two before it"),
+             (lambda: products([(problem.x, y, None, [0.0])]), "1 pulls for 2 products")]
     for call, message in cases:
         with pytest.raises(mc.MeshchainError, match=message):
             call()
@@ -195,28 +202,29 @@ def test_powers_send_one_message_per_neighbour_for_all_products(comm, steps, mon
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
 @pytest.mark.parametrize("scaled", [False, True])
 def test_shifted_and_scaled_products_equal_scipys(comm, scaled):
-    """The s-step bases' products, ``y_k = (S A S - θ_k I) y_(k-1)`` for two sequences of
-    different lengths in one exchange, against SciPy on the gathered matrix (the scaled rows
-    are worked out once per call, so their sums may round otherwise: 1e-12)."""
+    """The s-step bases' products, ``y_k = (S A S - θ_k I) y_(k-1) + γ_k y_(k-2)`` for two
+    sequences of different lengths in one exchange (the first with the pulls ``γ`` of complex
+    conjugate Newton shifts, the second without), against SciPy on the gathered matrix (the
+    scaled rows are worked out once per call, so their sums may round otherwise: 1e-12)."""
     mc.reset_runtime(comm=comm)
     problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=9)
     d = problem.mesh
     rng = np.random.default_rng(1)
     scale = mc.Dat(d.nodes, 2, rng.uniform(0.5, 2.0, (d.nodes.size, 2)), "scale")
     other = mc.Dat(d.nodes, 2, rng.standard_normal((d.nodes.size, 2)), "other")
-    shifts = [0.75, -1.5, 2.0, 0.25]
+    shifts, pulls = [0.75, -1.5, 2.0, 0.25], [0.0, 0.5, 0.0, 3.0]
     first, second = problem.vectors(4, "first"), problem.vectors(2, "second")
-    mc.api.engine_surface().matrices.products(problem.A, [(problem.x, first, shifts), (other, second, shifts)],
+    mc.api.engine_surface().matrices.products(problem.A, [(problem.x, first, shifts, pulls), (other, second, shifts)],
                                               scale=scale if scaled else None)
     A, got = problem.A.to_scipy(), [y.gather() for y in first + second]
     starts, s = [problem.x.gather(), other.gather()], scale.gather()
     if comm.rank == 0:
         S = s.ravel() if scaled else np.ones(A.shape[0])
         want = []
-        for start, count in zip(starts, (4, 2)):
-            y = start.ravel()
+        for start, count, gammas in zip(starts, (4, 2), (pulls, [0.0, 0.0])):
+            before, y = None, start.ravel()
             for k in range(count):
-                y = S * (A @ (S * y)) - shifts[k] * y
+                before, y = y, S * (A @ (S * y)) - shifts[k] * y + (gammas[k] * before if gammas[k] else 0.0)
                 want.append(y)
         for have, expected in zip(got, want):
             np.testing.assert_allclose(have.ravel(), expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "scaled_values", "scatter_add", "scatter_set", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
+__all__ = ["csr_owned", "csr_halo", "csr_rows", "add_scaled", "scaled_values", "scatter_add", "scatter_set", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
            "ilu_apply", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -82,6 +82,19 @@ def csr_rows(indptr, split, indices, values, targets, count, x, y, shift):
             k += 1
         t = targets[r]
         y[t] = total + halo - shift * x[t]
+
+
+@_jit
+def add_scaled(targets, count, source, factor, y):
+    """``y[t] += factor source[t]`` for ``t = targets[r]``, ``r < count`` (the rows
+    :func:`csr_rows` wrote).
+
+    >>> y = np.ones(3); add_scaled(np.array([2, 0]), 2, np.array([1.0, 2.0, 3.0]), 0.5, y); y.tolist()
+    [1.5, 1.0, 2.5]
+    """
+    for r in range(count):
+        t = targets[r]
+        y[t] += factor * source[t]
 
 
 @_jit

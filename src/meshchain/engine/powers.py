@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.sparse import csr_rows, scaled_values
+from ..backends.sparse import add_scaled, csr_rows, scaled_values
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.errors import DataShapeError, DeclarationError
@@ -83,26 +83,29 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
     """Several sequences of products with one halo exchange (collective): for each
     ``(x, ys, shifts)`` of ``wanted``, ``ys[0] = (S A S - shifts[0] I) x`` and ``ys[k] =
     (S A S - shifts[k] I) ys[k-1]`` (``shifts`` None: zeros; ``scale``: the dat of ``S``'s
-    diagonal, None: the identity). ``s``, the longest sequence's length, sets the depth:
-    every ``x`` of a sequence with products (and ``scale``, where stale) travels in the one
-    exchange, ``s`` layers deep; a shorter sequence's products are valid deeper than
+    diagonal, None: the identity). A sequence may carry ``pulls`` as a fourth item: ``ys[k] +=
+    pulls[k] ys[k-2]`` (``ys[-1]`` is ``x``; ``pulls[0]`` must be 0), the three-term recurrence
+    of a Newton basis with complex conjugate shifts. ``s``, the longest sequence's length,
+    sets the depth: every ``x`` of a sequence with products (and ``scale``, where stale)
+    travels in the one exchange, ``s`` layers deep; a shorter sequence's products are valid deeper than
     needed. With no shifts and no scale the products have the bits of :func:`powers`' (a
     shift of 0 and a scale of 1 change no bit). The s-step Krylov methods build their bases
     with it (Newton shifts, Jacobi scaling)."""
     session = matrices.session
+    wanted = [(x, ys, shifts, pulls[0] if pulls else None) for x, ys, shifts, *pulls in wanted]
     steps = _checked_all(matrices, mat, wanted, scale)
     pattern, rows = prepare(matrices, mat, steps)
     depth = pattern.depth
-    for x, ys, _ in wanted:
+    for x, ys, _, _ in wanted:
         session.force_read(x)
         for y in ys:
             session.force_write(y)
     if scale is not None:
         session.force_read(scale)
-    wanted = [(session.storage(x), ys, shifts) for x, ys, shifts in wanted if ys]
+    wanted = [(session.storage(x), ys, shifts, pulls) for x, ys, shifts, pulls in wanted if ys]
     scaled = session.storage(scale) if scale is not None else None
     if session.distributed:
-        sources = [xs for xs, _, _ in wanted] + ([scaled] if scaled is not None else [])
+        sources = [xs for xs, _, _, _ in wanted] + ([scaled] if scaled is not None else [])
         stale = tuple(storage for storage in sources if storage.valid_depth < steps * depth)
         if stale:
             exchange = _exchange(session, pattern, rows, stale, steps * depth)
@@ -117,15 +120,18 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
             rows.scaled = np.empty_like(rows.values)
         values = rows.scaled
         scaled_values(indptr, indices, rows.values, targets, scaled.host.reshape(-1), values)
-    for xs, ys, shifts in wanted:
-        previous = xs.host.reshape(-1)
+    for xs, ys, shifts, pulls in wanted:
+        before, previous = None, xs.host.reshape(-1)
         for k, y in enumerate(ys, start=1):
             storage = session.storage(y)
             out = storage.host.reshape(-1)
             shift = 0.0 if shifts is None else float(shifts[k - 1])
-            csr_rows(indptr, split, indices, values, targets, rows.count((steps - k) * depth), previous, out, shift)
+            count = rows.count((steps - k) * depth)
+            csr_rows(indptr, split, indices, values, targets, count, previous, out, shift)
+            if pulls is not None and pulls[k - 1] != 0.0:
+                add_scaled(targets, count, before, float(pulls[k - 1]), out)
             storage.valid_depth = (steps - k) * depth if session.distributed else 0
-            previous = out
+            before, previous = previous, out
 
 
 def prepare(matrices, mat, steps: int):
@@ -143,11 +149,15 @@ def prepare(matrices, mat, steps: int):
 
 def _checked_all(matrices, mat, wanted, scale) -> int:
     """The longest sequence's length (at least 1) after checking every dat and shift list."""
-    steps = max((len(ys) for _, ys, _ in wanted), default=0)
-    _checked(matrices, mat, [d for x, ys, _ in wanted for d in (x, *ys)], steps)
-    for _, ys, shifts in wanted:
-        if shifts is not None and len(shifts) < len(ys):
-            raise DataShapeError(f"Mat {mat.name!r}: {len(shifts)} shifts for {len(ys)} products.")
+    steps = max((len(ys) for _, ys, _, _ in wanted), default=0)
+    _checked(matrices, mat, [d for x, ys, _, _ in wanted for d in (x, *ys)], steps)
+    for _, ys, shifts, pulls in wanted:
+        for what, given in (("shifts", shifts), ("pulls", pulls)):
+            if given is not None and len(given) < len(ys):
+                raise DataShapeError(f"Mat {mat.name!r}: {len(given)} {what} for {len(ys)} products.")
+        if pulls is not None and len(ys) and pulls[0] != 0.0:
+            raise DataShapeError(f"Mat {mat.name!r}: the first product of a sequence has no vector two before it "
+                                 f"to pull (pulls[0] = {pulls[0]}, not 0).")
     if scale is not None:
         matrices.check_vector(mat, scale, mat.row_set, "powers scale")
     return steps

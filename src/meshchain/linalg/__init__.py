@@ -51,8 +51,8 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         ``Mat`` over mixed spaces takes :class:`~meshchain.MixedDat` s instead, with
         ``method="petsc"`` (its components are PETSc's fields ``"0"``, ``"1"``, ... for
         ``pc_type fieldsplit``; see :mod:`meshchain.linalg.block_solve`).
-    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "sstep-cg", "gmres", "pipegmres", "bicgstab", \
-"pipebicgstab", "petsc"}, keyword-only
+    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "sstep-cg", "gmres", "pipegmres", "ca-gmres", \
+"bicgstab", "pipebicgstab", "petsc"}, keyword-only
         Symmetric positive definite operators: ``"cg"``: classical preconditioned CG, two
         blocking reductions per iteration. ``"cg1"``: Chronopoulos/Gear, one blocking
         reduction. ``"pipecg"``: Ghysels-Vanroose pipelined CG, one non-blocking reduction
@@ -63,7 +63,10 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         :mod:`meshchain.linalg.sstep`).
         Any operator (:mod:`meshchain.linalg.nonsymmetric`): ``"gmres"``: restarted GMRES,
         left-preconditioned (PETSc's default). ``"pipegmres"``: p(1)-GMRES, one
-        non-blocking reduction per iteration. ``"bicgstab"``: BiCGStab, left-preconditioned.
+        non-blocking reduction per iteration. ``"ca-gmres"``: communication-avoiding GMRES,
+        ``s`` Arnoldi columns per matrix powers exchange and per reduction (assembled
+        matrices, ``pc=None`` or ``"jacobi"`` as a symmetric scaling, so the norm tested is
+        ``||D^-1/2 r||``; :mod:`meshchain.linalg.cagmres`). ``"bicgstab"``: BiCGStab, left-preconditioned.
         ``"pipebicgstab"``: pipelined BiCGStab, right-preconditioned (the norm tested is
         ``||b - A x||``), two non-blocking reductions.
         ``"petsc"``: PETSc's KSP and PC, chosen with ``options`` (needs petsc4py:
@@ -94,18 +97,20 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         while the true one did not) restarts the method from the current ``x``
         (:mod:`meshchain.linalg.recovery`).
     restart : int, keyword-only
-        The basis size of ``"gmres"`` and ``"pipegmres"`` (restarted every ``restart``
-        iterations, PETSc's default 30).
+        The basis size of ``"gmres"``, ``"pipegmres"`` and ``"ca-gmres"`` (restarted every
+        ``restart`` iterations, PETSc's default 30).
     options : dict, keyword-only
         For ``method="petsc"`` only: PETSc options in PETSc's names without the dash
         (``{"ksp_type": "cg", "pc_type": "gamg"}``; the KSP type defaults to ``"gmres"``).
         They win over ``rtol``, ``atol``, ``maxiter`` and ``pc`` (which PETSc gets as
         ``pc_type`` ``none``, ``jacobi``, or ``sor`` with local symmetric sweeps for ``"sgs"``).
     s : int, keyword-only
-        ``"sstep-cg"``'s iterations per exchange and reduction (1 to 16; default 4).
+        ``"sstep-cg"``'s and ``"ca-gmres"``'s iterations per exchange and reduction (1 to 16;
+        default 4).
     basis : {"newton", "monomial"}, keyword-only
-        ``"sstep-cg"``'s Krylov basis: Newton polynomials with shifts from Ritz values (the
-        default, stable for larger ``s``) or monomials.
+        The s-step methods' Krylov basis: Newton polynomials with shifts from Ritz values
+        (the default, stable for larger ``s``; complex Ritz pairs as real three-term steps in
+        ``"ca-gmres"``) or monomials.
     monitor : callable, keyword-only
         ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` and
         ``"cg1"`` with an assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside

@@ -22,6 +22,7 @@ from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat
 from .block_solve import is_block_system, solve_blocks
+from .cagmres import solve_cagmres
 from .fused import dot, residual
 from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
@@ -41,6 +42,8 @@ solve as diverged (PETSc's default ``dtol``). The CG family stops on a curvature
 (and ``cg``/``cg1`` iterate inside compiled calls that test what the Python loop tests)."""
 
 METHODS = {**SYMMETRIC, **NONSYMMETRIC}
+S_STEP = ("sstep-cg", "ca-gmres")
+"""The communication-avoiding methods (:mod:`.sstep`, :mod:`.cagmres`): matrix powers kernel, assembled Mat."""
 """Every Krylov method by name (``method="petsc"`` hands the problem to PETSc instead)."""
 
 
@@ -260,9 +263,9 @@ def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
 
 
 def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
-    if method not in METHODS and method not in ("petsc", "sstep-cg"):
+    if method not in METHODS and method not in ("petsc", *S_STEP):
         raise SolverError(f"solve: unknown method {method!r}; choose one of "
-                          f"{', '.join(map(repr, (*METHODS, 'sstep-cg', 'petsc')))}.")
+                          f"{', '.join(map(repr, (*METHODS, *S_STEP, 'petsc')))}.")
     if not isinstance(pc, Preconditioner) and pc not in PRECONDITIONERS:
         raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
     for what, dat in (("x", x), ("b", b)):
@@ -291,8 +294,8 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                residual_replacement=None, restart=30, options=None, monitor=None, s=None,
                basis="newton") -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there)."""
-    if method != "sstep-cg" and (s is not None or basis != "newton"):
-        raise SolverError(f"solve: s= and basis= are options of method='sstep-cg', not of {method!r}.")
+    if method not in S_STEP and (s is not None or basis != "newton"):
+        raise SolverError(f"solve: s= and basis= are options of method='sstep-cg' and 'ca-gmres', not of {method!r}.")
     if is_block_system(A, x, b):
         return solve_blocks(engine, A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
                             residual_replacement=residual_replacement, restart=restart, options=options,
@@ -309,19 +312,22 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                                 maxiter=int(maxiter), monitor=monitor)
     if not _is_count(restart, least=1):
         raise SolverError(f"solve: restart must be a positive integer (GMRES's basis size), got {restart!r}.")
-    if method not in ("gmres", "pipegmres") and restart != 30:
-        raise SolverError(f"solve: restart= is the basis size of 'gmres' and 'pipegmres', not of {method!r}.")
+    if method not in ("gmres", "pipegmres", "ca-gmres") and restart != 30:
+        raise SolverError(f"solve: restart= is the basis size of 'gmres', 'pipegmres' and 'ca-gmres', not of "
+                          f"{method!r}.")
     if residual_replacement and method != "pipecg":
         raise SolverError(f"solve: residual_replacement is implemented for method='pipecg' (as PETSc's PIPECGRR), "
                           f"not for {method!r}.")
     if engine.backend_name in ("cupy", "cuda-emulation"):
         raise SolverError("solve: the Krylov methods run on host arrays; use the numba or reference backend.")
-    if method == "sstep-cg":
-        steps = check_options(A, pc, s, basis)
+    if method in S_STEP:
+        steps = check_options(A, pc, s, basis, method)
         engine.run_pending(b)
+        options = dict(steps=steps, basis=basis, pc=pc, rtol=rtol, atol=atol, maxiter=int(maxiter), monitor=monitor)
         with _not_nested(A, method):
-            return solve_sstep(engine, A, x, b, steps=steps, basis=basis, pc=pc, rtol=rtol, atol=atol,
-                               maxiter=int(maxiter), monitor=monitor)
+            if method == "ca-gmres":
+                return solve_cagmres(engine, A, x, b, restart=int(restart), **options)
+            return solve_sstep(engine, A, x, b, **options)
     restart = int(restart)
     dats = dict(_work_dats(engine, A, operator, method, restart), x=x, b=b)
     engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale

@@ -58,12 +58,12 @@ import time
 import numba
 import numpy as np
 
-from ..core.cache import memo
 from ..core.errors import SolverError
-from ..types import Dat, Mat
 from .fused import dot
 from .info import SolveInfo
+from .eigen import leja, tridiagonal_eigenvalues
 from .recovery import FALSE_CONVERGENCE_FACTOR
+from .scaled import ScaledRun, check_matrix, enter, leave, work_dats
 
 __all__ = ["solve_sstep", "BASES", "DEFAULT_STEPS", "MAX_STEPS", "leja", "basis_change", "tridiagonal_eigenvalues"]
 
@@ -74,7 +74,6 @@ STAGNATION = 0.9  # a residual replacement must lower the true residual below th
 PATIENCE = 4  # outer iterations without a new smallest residual before the true residual is looked at
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-_workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, steps) -> dats
 
 
 _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reordered (vectorised): not bit-exact
@@ -179,73 +178,6 @@ def _times(M, v):
     return out
 
 
-@_jit
-def _below(diagonal, off, value):
-    """How many eigenvalues of the symmetric tridiagonal matrix lie below ``value`` (Sturm)."""
-    count = 0
-    d = 1.0
-    for i in range(len(diagonal)):
-        e = off[i - 1] * off[i - 1] if i else 0.0
-        d = diagonal[i] - value - (e / d if i else 0.0)
-        if d == 0.0:
-            d = -1e-300
-        if d < 0.0:
-            count += 1
-    return count
-
-
-@_jit
-def tridiagonal_eigenvalues(diagonal, off):
-    """Eigenvalues of the symmetric tridiagonal matrix (``diagonal``, ``off``) in increasing
-    order, by bisection on Sturm counts (no LAPACK).
-
-    >>> tridiagonal_eigenvalues(np.array([2.0, 2.0]), np.array([1.0])).round(12).tolist()
-    [1.0, 3.0]
-    """
-    n = len(diagonal)
-    radius = 0.0
-    for i in range(n):
-        r = abs(off[i - 1]) if i else 0.0
-        if i < n - 1:
-            r += abs(off[i])
-        radius = max(radius, abs(diagonal[i]) + r)
-    out = np.empty(n)
-    for k in range(n):
-        lo, hi = -radius - 1.0, radius + 1.0
-        for _ in range(200):
-            middle = 0.5 * (lo + hi)
-            if middle == lo or middle == hi:
-                break
-            if _below(diagonal, off, middle) > k:
-                hi = middle
-            else:
-                lo = middle
-        out[k] = 0.5 * (lo + hi)
-    return out
-
-
-def leja(values, count: int) -> np.ndarray:
-    """``count`` shifts from ``values`` (Ritz values) in Leja order: the largest first, then
-    each the farthest (by the product of distances) from those before; values are reused
-    cyclically when fewer than ``count``.
-
-    >>> leja([1.0, 2.0, 3.0, 4.0], 4).tolist()
-    [4.0, 1.0, 2.0, 3.0]
-    """
-    pool = [float(v) for v in values]
-    if not pool:
-        return np.zeros(count)
-    chosen: list[float] = []
-    while len(chosen) < count:
-        left = [v for v in pool if v not in chosen] or pool
-        if not chosen:
-            pick = max(left, key=abs)
-        else:
-            pick = max(left, key=lambda v: math.prod(abs(v - c) for c in chosen[-len(pool):]))
-        chosen.append(pick)
-    return np.array(chosen)
-
-
 def basis_change(shifts, steps: int) -> np.ndarray:
     """``B`` with ``Â Y = Y B`` on the columns the iterations use, for ``Y = [P, R]`` of
     ``steps + 1`` and ``steps`` Newton vectors with ``shifts`` (``Â ρ_j = ρ_{j+1} + θ_j ρ_j``).
@@ -262,75 +194,19 @@ def basis_change(shifts, steps: int) -> np.ndarray:
     return B
 
 
-class _Run:
-    """One s-step solve: vectors (owned rows), reductions, products, the convergence test."""
+class _Run(ScaledRun):
+    """One s-step CG solve: the scaled system's run, its basis and Gram matrices."""
 
-    def __init__(self, engine, A, dats: dict, steps: int, *, jacobi: bool, rtol, atol, maxiter, monitor):
-        self.engine, self.A, self.dats, self.steps = engine, A, dats, steps
-        self.comm = engine.comm
-        self.n, self.jacobi = engine.n_owned(A.row_set) * A.dim, jacobi
-        self.v, self.hosts = {}, {}
-        self.views()
-        self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
-        self.history, self.reductions, self.iterations = [], 0, 0
+    def __init__(self, engine, A, dats: dict, steps: int, **options):
+        super().__init__(engine, A, dats, **options)
+        self.steps = steps
         self.Y = np.empty((2 * steps + 1, self.n))
         self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
-        self.target = None
-
-    def views(self) -> None:
-        """The owned rows of every work vector (again when a storage got a new array: halo
-        layers added by the first product of an ``s``-step basis move every dat)."""
-        for name, d in self.dats.items():
-            host = self.engine.storage(d).host
-            if self.hosts.get(name) is not host:
-                self.hosts[name], self.v[name] = host, host.reshape(-1)[:self.n]
-
-    # --- communication -------------------------------------------------------------------------
-
-    def total(self, values: np.ndarray) -> np.ndarray:
-        """``values`` summed over the ranks (one reduction)."""
-        self.reductions += 1
-        if self.comm is not None:
-            from mpi4py import MPI
-
-            self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
-        return values
-
-    def products(self, wanted) -> None:
-        """Sequences of products of ``Â`` (one matrix powers exchange): ``(x, ys, shifts)``
-        by work-vector name."""
-        dats = self.dats
-        self.engine.matrices.products(self.A, [(dats[x], [dats[y] for y in ys], shifts) for x, ys, shifts in wanted],
-                                      scale=dats["scale"] if self.jacobi else None)
-        self.views()
-
-    def fresh(self, name: str) -> None:
-        """The owned rows of work vector ``name`` were changed here: its halo is stale."""
-        self.engine.halos_stale(self.dats[name])
-
-    # --- the convergence test ----------------------------------------------------------------------
 
     def norm(self, residual: np.ndarray) -> float:
         """``||B r||`` of a scaled residual ``r̂`` (``B r = D^-1/2 r̂`` with Jacobi), summed over ranks."""
         local = _weighted_dot(residual, self.v["weight"])
         return math.sqrt(max(float(self.total(np.array([local]))[0]), 0.0))
-
-    def tested(self, norm: float) -> bool:
-        """Record the norm of this iteration; whether it meets the tolerance."""
-        if self.target is None:
-            self.target = max(self.rtol * norm, self.atol)
-        self.history.append(norm)
-        if self.monitor is not None:
-            self.monitor(len(self.history) - 1, norm)
-        return norm <= self.target
-
-    # --- pieces of the method ------------------------------------------------------------------------
-
-    def residual(self, into: str) -> None:
-        """``into = b̂ - Â x̂`` (one exchange)."""
-        self.products([("x", ["t"], None)])
-        np.subtract(self.v["b"], self.v["t"], out=self.v[into])
-        self.fresh(into)
 
     def replace_residual(self) -> float:
         """``r̂ = b̂ - Â x̂``: the true residual replaces the recursive one; its norm ``||B r||``."""
@@ -410,14 +286,9 @@ def _lanczos_eigenvalues(alphas, betas) -> np.ndarray:
     return tridiagonal_eigenvalues(diagonal, off)
 
 
-def check_options(A, pc, steps, basis) -> int:
+def check_options(A, pc, steps, basis, method: str = "sstep-cg") -> int:
     """``steps`` as an int after checking the s-step options (the same on every rank)."""
-    if not isinstance(A, Mat):
-        raise SolverError(f"solve: method='sstep-cg' runs the matrix powers kernel of an assembled mc.Mat; "
-                          f"{type(A).__name__} {getattr(A, 'name', '')!r} is not one (use method='cg' or 'pipecg').")
-    if pc not in (None, "jacobi"):
-        raise SolverError(f"solve: method='sstep-cg' takes pc=None or 'jacobi' (a symmetric scaling the matrix powers "
-                          f"kernel applies), got {pc!r}.")
+    check_matrix(A, pc, method)
     if basis not in BASES:
         raise SolverError(f"solve: unknown s-step basis {basis!r}; choose one of {', '.join(map(repr, BASES))}.")
     if steps is None:
@@ -429,15 +300,9 @@ def check_options(A, pc, steps, basis) -> int:
 
 
 def _work(engine, A, steps: int) -> dict:
-    per_matrix = _workspaces.setdefault(A, {})
-    key = (id(engine), steps)
-    found = per_matrix.get(key)
-    if found is None or found[0] is not engine:
-        names = ["x", "b", "r", "p", "t", "scale", "weight", *[f"P{j}" for j in range(steps + 1)],
-                 *[f"R{j}" for j in range(steps)]]
-        found = per_matrix[key] = (engine, {name: Dat(A.row_set, A.dim, None, f"{A.name}:sstep:{name}")
-                                            for name in names})
-    return found[1]
+    names = ["x", "b", "r", "p", "t", "scale", "weight", *[f"P{j}" for j in range(steps + 1)],
+             *[f"R{j}" for j in range(steps)]]
+    return work_dats(engine, A, "sstep", steps, names)
 
 
 def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
@@ -447,23 +312,8 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
         engine.matrices.prepare_products(A, count)
     run = _Run(engine, A, dats, steps, jacobi=pc == "jacobi", rtol=rtol, atol=atol, maxiter=maxiter, monitor=monitor)
     v = run.v
-    engine.dat_values(x, write=True)
-    user_x = engine.storage(x).host.reshape(-1)[:run.n]
-    user_b = engine.dat_values(b, write=False).reshape(-1)[:run.n]
-    if pc == "jacobi":
-        diagonal = engine.matrices.diagonal_values(A)
-        bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
-        if bad:
-            raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; Mat {A.name!r} has {bad} non-positive "
-                              f"diagonal entries.")
-        np.copyto(v["scale"], 1.0 / np.sqrt(diagonal))
-    else:
-        v["scale"].fill(1.0)
+    enter(engine, A, x, b, run)
     np.multiply(v["scale"], v["scale"], out=v["weight"])  # ||B r||² = r̂ᵀ D^-1 r̂ with Jacobi
-    run.fresh("scale")
-    np.divide(user_x, v["scale"], out=v["x"])
-    np.multiply(user_b, v["scale"], out=v["b"])
-    run.fresh("x")
     began = time.perf_counter()
     run.residual("r")
     np.copyto(v["p"], v["r"])
@@ -506,9 +356,7 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
                           f"below {STAGNATION} times the last one ({last_true:.3e}){why}")
         last_true = true
     stopped = time.perf_counter()
-    user_x = engine.storage(x).host.reshape(-1)[:run.n]  # its array too may have moved (halo layers added)
-    np.multiply(v["x"], v["scale"], out=user_x)
-    engine.halos_stale(x)
+    leave(engine, x, run)
     true, true_preconditioned = _true_residual(engine, A, x, b, run)
     return SolveInfo(iterations=run.iterations, converged=reason == "converged", reason=reason,
                      residual_history=run.history, true_residual=true, true_residual_preconditioned=true_preconditioned,

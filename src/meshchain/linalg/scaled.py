@@ -1,0 +1,151 @@
+"""What the s-step Krylov methods (:mod:`.sstep`, :mod:`.cagmres`) share: a solve of the
+symmetrically scaled system ``Â x̂ = b̂`` (``Â = S A S``, ``x = S x̂``, ``b̂ = S b``; ``S =
+D^-1/2`` with ``pc="jacobi"``, else the identity) whose products come from the matrix powers
+kernel (:meth:`~meshchain.engine.matrices.Matrices.products`, which scales as it
+multiplies), its work vectors' owned rows, its reductions and its convergence test.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> nodes, edges = mc.Set(6, "nodes"), mc.Set(5, "edges")
+>>> e2n = mc.Map(edges, nodes, 2, [[i, i + 1] for i in range(5)], "e2n")
+>>> A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+>>> spring = mc.Kernel.from_source("def spring(a):\\n    a[0, 0] += 3.0\\n    a[0, 1] -= 1.0\\n"
+...                                "    a[1, 0] -= 1.0\\n    a[1, 1] += 3.0\\n")
+>>> mc.par_loop(spring, edges, A(mc.INC, (e2n, e2n)))
+>>> x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.ones(6), "b")
+>>> info = mc.solve(A, x, b, method="ca-gmres", s=3, restart=6)
+>>> info.converged
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..core.cache import memo
+from ..core.errors import SolverError
+from ..types import Dat, Mat
+from .fused import dot
+
+__all__ = ["ScaledRun", "work_dats", "enter", "leave", "check_matrix"]
+
+_workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, method, steps) -> dats
+
+
+def check_matrix(A, pc, method: str) -> None:
+    """Refuse what the matrix powers kernel cannot run (the same on every rank)."""
+    if not isinstance(A, Mat):
+        raise SolverError(f"solve: method={method!r} runs the matrix powers kernel of an assembled mc.Mat; "
+                          f"{type(A).__name__} {getattr(A, 'name', '')!r} is not one (use method='cg', 'pipecg' or "
+                          f"'gmres').")
+    if pc not in (None, "jacobi"):
+        raise SolverError(f"solve: method={method!r} takes pc=None or 'jacobi' (a symmetric scaling the matrix "
+                          f"powers kernel applies), got {pc!r}.")
+
+
+def work_dats(engine, A, method: str, steps: int, names) -> dict:
+    """The work vectors ``names`` of ``method`` with ``steps`` for ``A`` (declared once per
+    matrix, engine, method and ``steps``)."""
+    per_matrix = _workspaces.setdefault(A, {})
+    key = (id(engine), method, steps)
+    found = per_matrix.get(key)
+    if found is None or found[0] is not engine:
+        found = per_matrix[key] = (engine, {name: Dat(A.row_set, A.dim, None, f"{A.name}:{method}:{name}")
+                                            for name in names})
+    return found[1]
+
+
+class ScaledRun:
+    """One solve of the scaled system: vectors (owned rows), reductions, products, the
+    convergence test on the norms it is given."""
+
+    def __init__(self, engine, A, dats: dict, *, jacobi: bool, rtol, atol, maxiter, monitor):
+        self.engine, self.A, self.dats = engine, A, dats
+        self.comm = engine.comm
+        self.n, self.jacobi = engine.n_owned(A.row_set) * A.dim, jacobi
+        self.v, self.hosts = {}, {}
+        self.views()
+        self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
+        self.history, self.reductions, self.iterations = [], 0, 0
+        self.target = None
+
+    def views(self) -> None:
+        """The owned rows of every work vector (again when a storage got a new array: halo
+        layers added by the first product of an ``s``-step basis move every dat)."""
+        for name, d in self.dats.items():
+            host = self.engine.storage(d).host
+            if self.hosts.get(name) is not host:
+                self.hosts[name], self.v[name] = host, host.reshape(-1)[:self.n]
+
+    def total(self, values: np.ndarray) -> np.ndarray:
+        """``values`` summed over the ranks (one reduction)."""
+        self.reductions += 1
+        if self.comm is not None:
+            from mpi4py import MPI
+
+            self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        return values
+
+    def products(self, wanted) -> None:
+        """Sequences of products of ``Â`` (one matrix powers exchange): ``(x, ys, shifts)``
+        or ``(x, ys, shifts, pulls)`` by work-vector name."""
+        dats = self.dats
+        self.engine.matrices.products(self.A, [(dats[x], [dats[y] for y in ys], *rest) for x, ys, *rest in wanted],
+                                      scale=dats["scale"] if self.jacobi else None)
+        self.views()
+
+    def fresh(self, name: str) -> None:
+        """The owned rows of work vector ``name`` were changed here: its halo is stale."""
+        self.engine.halos_stale(self.dats[name])
+
+    def tested(self, norm: float) -> bool:
+        """Record the norm of this iteration; whether it meets the tolerance."""
+        if self.target is None:
+            self.target = max(self.rtol * norm, self.atol)
+        self.history.append(norm)
+        if self.monitor is not None:
+            self.monitor(len(self.history) - 1, norm)
+        return norm <= self.target
+
+    def residual(self, into: str) -> None:
+        """``into = b̂ - Â x̂`` (one exchange)."""
+        self.products([("x", ["t"], None)])
+        np.subtract(self.v["b"], self.v["t"], out=self.v[into])
+        self.fresh(into)
+
+    def plain_norm(self, name: str) -> float:
+        """``||v||`` of work vector ``name``, summed over the ranks (one reduction)."""
+        v = self.v[name]
+        return math.sqrt(max(float(self.total(np.array([dot(v, v)]))[0]), 0.0))
+
+
+def enter(engine, A, x, b, run: ScaledRun) -> None:
+    """Set up the scaled system: ``scale`` (``S``'s diagonal), ``x̂ = S^-1 x``, ``b̂ = S b``
+    (collective: a non-positive diagonal with Jacobi is refused on every rank)."""
+    v = run.v
+    engine.dat_values(x, write=True)
+    user_x = engine.storage(x).host.reshape(-1)[:run.n]
+    user_b = engine.dat_values(b, write=False).reshape(-1)[:run.n]
+    if run.jacobi:
+        diagonal = engine.matrices.diagonal_values(A)
+        bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
+        if bad:
+            raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; Mat {A.name!r} has {bad} non-positive "
+                              f"diagonal entries.")
+        np.copyto(v["scale"], 1.0 / np.sqrt(diagonal))
+    else:
+        v["scale"].fill(1.0)
+    run.fresh("scale")
+    np.divide(user_x, v["scale"], out=v["x"])
+    np.multiply(user_b, v["scale"], out=v["b"])
+    run.fresh("x")
+
+
+def leave(engine, x, run: ScaledRun) -> None:
+    """``x = S x̂`` into the user's dat."""
+    user_x = engine.storage(x).host.reshape(-1)[:run.n]  # its array too may have moved (halo layers added)
+    np.multiply(run.v["x"], run.v["scale"], out=user_x)
+    engine.halos_stale(x)
