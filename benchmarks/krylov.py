@@ -34,6 +34,7 @@ Usage::
     .venv/bin/python benchmarks/krylov.py --environment user pinned   # and rows with threads pinned to 1
     .venv/bin/python benchmarks/krylov.py --quick               # seconds
     .venv/bin/python benchmarks/krylov.py --only sstep --network tcp --ranks 2 4 --per-rank 2000 20000
+    .venv/bin/python benchmarks/krylov.py --only cagmres --network tcp shm --ranks 2 4 --per-rank 2000 20000
 
 Jobs run in the environment a user has: no thread variables set. ``--environment pinned``
 adds rows, labelled "threads pinned", with every library's threads set to one.
@@ -195,8 +196,9 @@ def worker(config: dict) -> dict:
         if config.get("only") == "nonsymmetric":
             out.append({"per_rank": per_rank, "nonsymmetric": nonsymmetric_row(per_rank, ranks, config)})
             continue
-        if config.get("only") == "sstep":
-            out.append({"per_rank": per_rank, "sstep": sstep_row(per_rank, ranks, config)})
+        if config.get("only") in ("sstep", "cagmres"):
+            row = (sstep_row if config["only"] == "sstep" else cagmres_row)(per_rank, ranks, config)
+            out.append({"per_rank": per_rank, config["only"]: row})
             continue
         n = cube_for(per_rank, ranks)
         mc.reset_runtime()  # a new mesh: on several ranks it is declared and partitioned afresh
@@ -236,12 +238,13 @@ def solve_seconds(problem, method: str, config: dict, **options) -> dict:
 
     comm = mc.get_runtime().comm
     times, info = [], None
+    x = problem.u if hasattr(problem, "u") else problem.x
     for repeat in range(config["repeats"] + 1):  # the first compiles, builds halo layers: not counted
-        problem.u.data[...] = 0.0
+        x.data[...] = 0.0
         if comm is not None:
             comm.Barrier()
         began = time.perf_counter()
-        info = mc.solve(problem.A, problem.u, problem.b, method=method, pc="jacobi", rtol=config["rtol"], **options)
+        info = mc.solve(problem.A, x, problem.b, method=method, pc="jacobi", rtol=config["rtol"], **options)
         if repeat:
             times.append(slowest(comm, time.perf_counter() - began))
     return {"iterations": info.iterations, "converged": bool(info.converged), "reductions": info.reductions,
@@ -267,16 +270,41 @@ def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
     return found
 
 
-def sstep_table(results: list) -> str:
-    lines = ["| network | ranks | unknowns | method | its | reductions | ms to solution | x pipecg | x PETSc's best |",
-             "|---|---|---|---|---|---|---|---|---|"]
+CAGMRES = (("gmres", {}), ("pipegmres", {}), ("ca-gmres", {"s": 2}), ("ca-gmres", {"s": 4}), ("ca-gmres", {"s": 8}))
+"""The methods of the CA-GMRES time-to-solution table (``--only cagmres``), with Jacobi."""
+
+
+def cagmres_row(per_rank: int, ranks: int, config: dict) -> dict:
+    """Time to solution of gmres, pipegmres and CA-GMRES against PETSc's gmres and pgmres
+    (the advection-diffusion operator)."""
+    import meshchain as mc
+    from meshchain.apps import advection_diffusion
+    from meshchain.meshes import structured_tris
+
+    side = max(2, round((per_rank * ranks) ** 0.5) - 1)
+    mc.reset_runtime()
+    problem = advection_diffusion.declare(structured_tris(side, side), peclet=PECLET)
+    found = {"unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
+    for method, options in CAGMRES:
+        found["meshchain"][method + "".join(f" s={v}" for v in options.values())] = solve_seconds(
+            problem, method, config, **options)
+    for name, key in (("gmres", ("gmres", "jacobi")), ("pgmres", ("pipegmres", "jacobi"))):
+        ksp_type, pc, options = NONSYMMETRIC[key]
+        theirs = petsc_runs(problem, ksp_type, options, config, pc=pc)
+        found["petsc"][name] = dict(theirs, seconds=theirs["time_per_iteration"] * max(theirs["iterations"], 1))
+    return found
+
+
+def sstep_table(results: list, *, part: str = "sstep", reference: str = "pipecg") -> str:
+    lines = [f"| network | ranks | unknowns | method | its | reductions | ms to solution | x {reference} | "
+             f"x PETSc's best |", "|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for row in result["rows"]:
-            found = row.get("sstep")
+            found = row.get(part)
             if not found:
                 continue
             best = min(p["seconds"] for p in found["petsc"].values())
-            pipecg = found["meshchain"]["pipecg"]["seconds"]
+            pipecg = found["meshchain"][reference]["seconds"]
             over = " (over)" if result["ranks"] > result["cores"] else ""
             for name, m in found["meshchain"].items():
                 lines.append(f"| {label(result)} | {result['ranks']}{over} | {found['unknowns']} | {name} | "
@@ -395,7 +423,7 @@ def main(argv=None) -> int:
                              "OPENBLAS_NUM_THREADS), labelled 'threads pinned'")
     parser.add_argument("--repeats", type=int, help="solves per method; the median counts (default 5)")
     parser.add_argument("--rtol", type=float, help="relative tolerance (default 1e-8)")
-    parser.add_argument("--only", choices=("nonsymmetric", "sstep"), help="run only that part (its table)")
+    parser.add_argument("--only", choices=("nonsymmetric", "sstep", "cagmres"), help="run only that part (its table)")
     parser.add_argument("--out", default=str(HERE / "results" / "krylov.json"))
     parser.add_argument("--cache-dir", default=str(HERE / "build" / "krylov-cache"))
     parser.add_argument("--timeout", type=float, default=3600)
@@ -431,6 +459,13 @@ def main(argv=None) -> int:
         print("Time to solution (rtol, Jacobi) of cg, pipecg and s-step CG against PETSc's KSPCG and KSPPIPECG "
               "(their time per iteration times their iterations); '*': not converged.\n")
         print(sstep_table(results))
+        return _write(args, info, config, total, results)
+    if args.only == "cagmres":
+        print(f"Time to solution (rtol, Jacobi) of gmres, pipegmres and CA-GMRES against PETSc's KSPGMRES and "
+              f"KSPPGMRES (their time per iteration times their iterations) on the upwinded advection-diffusion "
+              f"operator (structured_tris, cell Péclet number {PECLET:g}); restart 30. gmres and PETSc test "
+              f"||D^-1 r|| (left Jacobi), CA-GMRES ||D^-1/2 r|| (symmetric scaling); '*': not converged.\n")
+        print(sstep_table(results, part="cagmres", reference="pipegmres"))
         return _write(args, info, config, total, results)
     if args.only != "nonsymmetric":
         print_symmetric(results)
