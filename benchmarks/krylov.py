@@ -248,7 +248,7 @@ def solve_seconds(problem, method: str, config: dict, **options) -> dict:
         if repeat:
             times.append(slowest(comm, time.perf_counter() - began))
     return {"iterations": info.iterations, "converged": bool(info.converged), "reductions": info.reductions,
-            "seconds": statistics.median(times)}
+            "seconds": statistics.median(times), "steps": info.steps, "predicted": info.predicted}
 
 
 def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
@@ -264,6 +264,7 @@ def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
     for method, options in SSTEP:
         found["meshchain"][method + "".join(f" s={v}" for v in options.values())] = solve_seconds(
             problem, method, config, **options)
+    found["meshchain"]["sstep-cg s=auto"] = solve_seconds(problem, "sstep-cg", config, s="auto")
     for name in ("cg", "pipecg"):
         theirs = petsc_runs(problem, *PETSC[name], config)
         found["petsc"][name] = dict(theirs, seconds=theirs["time_per_iteration"] * max(theirs["iterations"], 1))
@@ -272,6 +273,15 @@ def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
 
 CAGMRES = (("gmres", {}), ("pipegmres", {}), ("ca-gmres", {"s": 2}), ("ca-gmres", {"s": 4}), ("ca-gmres", {"s": 8}))
 """The methods of the CA-GMRES time-to-solution table (``--only cagmres``), with Jacobi."""
+
+
+MODEL_NOTE = ("'model ms': the Krylov model's predicted time per iteration (meshchain.model.krylov, from the costs "
+              "s='auto' measured on the matrix) times the iterations measured; 's=auto (k)': the s it chose.")
+
+
+def part_method(part: str) -> str:
+    """The s-step method of a table part."""
+    return {"sstep": "sstep-cg", "cagmres": "ca-gmres"}[part]
 
 
 def cagmres_row(per_rank: int, ranks: int, config: dict) -> dict:
@@ -288,6 +298,7 @@ def cagmres_row(per_rank: int, ranks: int, config: dict) -> dict:
     for method, options in CAGMRES:
         found["meshchain"][method + "".join(f" s={v}" for v in options.values())] = solve_seconds(
             problem, method, config, **options)
+    found["meshchain"]["ca-gmres s=auto"] = solve_seconds(problem, "ca-gmres", config, s="auto")
     for name, key in (("gmres", ("gmres", "jacobi")), ("pgmres", ("pipegmres", "jacobi"))):
         ksp_type, pc, options = NONSYMMETRIC[key]
         theirs = petsc_runs(problem, ksp_type, options, config, pc=pc)
@@ -296,8 +307,8 @@ def cagmres_row(per_rank: int, ranks: int, config: dict) -> dict:
 
 
 def sstep_table(results: list, *, part: str = "sstep", reference: str = "pipecg") -> str:
-    lines = [f"| network | ranks | unknowns | method | its | reductions | ms to solution | x {reference} | "
-             f"x PETSc's best |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| network | ranks | unknowns | method | its | reductions | ms to solution | model ms | x {reference} | "
+             f"x PETSc's best |", "|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for row in result["rows"]:
             found = row.get(part)
@@ -306,13 +317,19 @@ def sstep_table(results: list, *, part: str = "sstep", reference: str = "pipecg"
             best = min(p["seconds"] for p in found["petsc"].values())
             pipecg = found["meshchain"][reference]["seconds"]
             over = " (over)" if result["ranks"] > result["cores"] else ""
+            auto = found["meshchain"].get(f"{part_method(part)} s=auto", {})
+            model = auto.get("predicted") or {}
             for name, m in found["meshchain"].items():
-                lines.append(f"| {label(result)} | {result['ranks']}{over} | {found['unknowns']} | {name} | "
+                shown = name if not name.endswith("auto") else f"{name} ({m.get('steps')})"
+                modelled = model.get(name if not name.endswith("auto") else f"{part_method(part)} s={m.get('steps')}")
+                predicted = f"{modelled * m['iterations'] * 1e3:.2f}" if modelled else ""
+                lines.append(f"| {label(result)} | {result['ranks']}{over} | {found['unknowns']} | {shown} | "
                              f"{m['iterations']}{'' if m['converged'] else '*'} | {m['reductions']} | "
-                             f"{m['seconds'] * 1e3:.2f} | {m['seconds'] / pipecg:.2f} | {m['seconds'] / best:.2f} |")
+                             f"{m['seconds'] * 1e3:.2f} | {predicted} | {m['seconds'] / pipecg:.2f} | "
+                             f"{m['seconds'] / best:.2f} |")
             for name, p in found["petsc"].items():
                 lines.append(f"| {label(result)} | {result['ranks']}{over} | {found['unknowns']} | PETSc {name} | "
-                             f"{p['iterations']} | | {p['seconds'] * 1e3:.2f} | {p['seconds'] / pipecg:.2f} | "
+                             f"{p['iterations']} | | {p['seconds'] * 1e3:.2f} | | {p['seconds'] / pipecg:.2f} | "
                              f"{p['seconds'] / best:.2f} |")
     return "\n".join(lines)
 
@@ -457,14 +474,14 @@ def main(argv=None) -> int:
           f"except in rows labelled 'threads pinned' ({', '.join(f'{k}={v}' for k, v in PINNED.items())}).\n")
     if args.only == "sstep":
         print("Time to solution (rtol, Jacobi) of cg, pipecg and s-step CG against PETSc's KSPCG and KSPPIPECG "
-              "(their time per iteration times their iterations); '*': not converged.\n")
+              "(their time per iteration times their iterations); '*': not converged. " + MODEL_NOTE + "\n")
         print(sstep_table(results))
         return _write(args, info, config, total, results)
     if args.only == "cagmres":
         print(f"Time to solution (rtol, Jacobi) of gmres, pipegmres and CA-GMRES against PETSc's KSPGMRES and "
               f"KSPPGMRES (their time per iteration times their iterations) on the upwinded advection-diffusion "
               f"operator (structured_tris, cell Péclet number {PECLET:g}); restart 30. gmres and PETSc test "
-              f"||D^-1 r|| (left Jacobi), CA-GMRES ||D^-1/2 r|| (symmetric scaling); '*': not converged.\n")
+              f"||D^-1 r|| (left Jacobi), CA-GMRES ||D^-1/2 r|| (symmetric scaling); '*': not converged. " + MODEL_NOTE + "\n")
         print(sstep_table(results, part="cagmres", reference="pipegmres"))
         return _write(args, info, config, total, results)
     if args.only != "nonsymmetric":

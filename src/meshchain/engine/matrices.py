@@ -469,9 +469,10 @@ class Matrices:
         """Sequences of (shifted, scaled) products with one halo exchange (:func:`.powers.sequences`)."""
         sequences(self, mat, wanted, scale=scale)
 
-    def prepare_products(self, mat, steps: int) -> None:
-        """Build what ``steps`` products need (halo layers, halo rows; collective)."""
-        prepare(self, mat, steps)
+    def prepare_products(self, mat, steps: int):
+        """Build what ``steps`` products need (halo layers, halo rows; collective):
+        ``(pattern, rows)``, the :class:`~meshchain.engine.powers.PowersRows` they run on."""
+        return prepare(self, mat, steps)
 
     def mult(self, mat, x, y) -> None:
         self.check_vector(mat, x, mat.col_set, "mult", mat.col_dim)

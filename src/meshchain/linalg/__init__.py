@@ -106,7 +106,9 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         ``pc_type`` ``none``, ``jacobi``, or ``sor`` with local symmetric sweeps for ``"sgs"``).
     s : int, keyword-only
         ``"sstep-cg"``'s and ``"ca-gmres"``'s iterations per exchange and reduction (1 to 16;
-        default 4).
+        default 4), or ``"auto"``: the ``s`` the Krylov model predicts fastest from costs
+        measured on ``A`` (:mod:`meshchain.linalg.tune`; ``SolveInfo.steps`` says which, and
+        ``SolveInfo.predicted`` the predicted time per iteration of every method).
     basis : {"newton", "monomial"}, keyword-only
         The s-step methods' Krylov basis: Newton polynomials with shifts from Ritz values
         (the default, stable for larger ``s``; complex Ritz pairs as real three-term steps in

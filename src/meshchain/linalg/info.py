@@ -45,6 +45,13 @@ class SolveInfo:
     restarts : int
         Restarts from the current ``x`` after rounding broke a recurrence down
         (:mod:`meshchain.linalg.recovery`).
+    steps : int or None
+        The ``s`` of ``"sstep-cg"`` and ``"ca-gmres"`` (chosen by the model with
+        ``s="auto"``); None for the other methods.
+    predicted : dict
+        With ``s="auto"``: the Krylov model's predicted seconds per iteration of every
+        method on this problem (``"cg"``, ``"pipecg"``, ``"gmres"``, ``"sstep-cg s=4"``, ...;
+        :mod:`meshchain.model.krylov`), to set beside ``time_per_iteration``; else empty.
     """
 
     iterations: int
@@ -60,3 +67,5 @@ class SolveInfo:
     method: str
     pc: str | None
     restarts: int = 0
+    steps: int | None = None
+    predicted: dict = dataclasses.field(default_factory=dict)

@@ -33,6 +33,7 @@ from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
 from .replacement import ReplacementBounds
 from .sstep import check_options, solve_sstep
+from .tune import choose_steps
 
 __all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
 
@@ -323,11 +324,17 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     if method in S_STEP:
         steps = check_options(A, pc, s, basis, method)
         engine.run_pending(b)
+        predicted = {}
+        if steps == "auto":  # the Krylov model's choice, from costs measured on A (collective)
+            steps, predicted = choose_steps(engine, A, method, jacobi=pc == "jacobi", restart=int(restart))
         options = dict(steps=steps, basis=basis, pc=pc, rtol=rtol, atol=atol, maxiter=int(maxiter), monitor=monitor)
         with _not_nested(A, method):
             if method == "ca-gmres":
-                return solve_cagmres(engine, A, x, b, restart=int(restart), **options)
-            return solve_sstep(engine, A, x, b, **options)
+                info = solve_cagmres(engine, A, x, b, restart=int(restart), **options)
+            else:
+                info = solve_sstep(engine, A, x, b, **options)
+        info.steps, info.predicted = steps, predicted
+        return info
     restart = int(restart)
     dats = dict(_work_dats(engine, A, operator, method, restart), x=x, b=b)
     engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale

@@ -286,16 +286,19 @@ def _lanczos_eigenvalues(alphas, betas) -> np.ndarray:
     return tridiagonal_eigenvalues(diagonal, off)
 
 
-def check_options(A, pc, steps, basis, method: str = "sstep-cg") -> int:
-    """``steps`` as an int after checking the s-step options (the same on every rank)."""
+def check_options(A, pc, steps, basis, method: str = "sstep-cg") -> int | str:
+    """``steps`` as an int (or ``"auto"``) after checking the s-step options (the same on
+    every rank)."""
     check_matrix(A, pc, method)
     if basis not in BASES:
         raise SolverError(f"solve: unknown s-step basis {basis!r}; choose one of {', '.join(map(repr, BASES))}.")
     if steps is None:
         steps = DEFAULT_STEPS
+    if steps == "auto":
+        return "auto"
     if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
         raise SolverError(f"solve: s must be an integer from 1 to {MAX_STEPS} (iterations per exchange and "
-                          f"reduction), got {steps!r}.")
+                          f"reduction) or 'auto', got {steps!r}.")
     return int(steps)
 
 

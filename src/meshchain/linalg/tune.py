@@ -1,0 +1,133 @@
+"""``s="auto"``: the s-step methods' ``s`` chosen by the Krylov model
+(:mod:`meshchain.model.krylov`) from costs measured on the problem itself.
+
+:func:`measure_costs` times, on every rank, the pieces a Krylov iteration is made of on
+this matrix (a product's entries, a vector pass, the matrix powers exchanges for each
+candidate ``s``, a reduction of one and of many numbers) and keeps the slowest rank's
+(collective; a few milliseconds, once per matrix values and layout). :func:`choose_steps`
+predicts the time per iteration of every method and ``s`` from them and picks the ``s``
+with the least.
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> nodes, edges = mc.Set(40, "nodes"), mc.Set(39, "edges")
+>>> e2n = mc.Map(edges, nodes, 2, [[i, i + 1] for i in range(39)], "e2n")
+>>> A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+>>> spring = mc.Kernel.from_source("def spring(a):\\n    a[0, 0] += 2.1\\n    a[0, 1] -= 1.0\\n"
+...                                "    a[1, 0] -= 1.0\\n    a[1, 1] += 2.1\\n")
+>>> mc.par_loop(spring, edges, A(mc.INC, (e2n, e2n)))
+>>> x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.ones(40), "b")
+>>> info = mc.solve(A, x, b, method="sstep-cg", s="auto", rtol=1e-10)
+>>> info.converged, info.steps in (1, 2, 3, 4, 5, 6, 8), sorted(info.predicted)[:2]
+(True, True, ['ca-gmres s=1', 'ca-gmres s=2'])
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from ..core.cache import memo
+from ..model.krylov import STEP_CANDIDATES, KrylovCosts, best_steps, predict
+from .fused import axpy, dot
+from .scaled import work_dats
+
+__all__ = ["measure_costs", "choose_steps", "REPEATS"]
+
+REPEATS = 7  # timings per piece; the median counts
+_measured = memo("Krylov costs", weak=True)  # per matrix: key -> KrylovCosts
+
+
+def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int) -> tuple[int, dict]:
+    """``(s, predicted)``: the ``s`` the model predicts fastest for ``method`` on ``A``, and
+    its predicted seconds per iteration of every method (collective)."""
+    costs = measure_costs(engine, A)
+    return (best_steps(costs, method, jacobi=jacobi, restart=restart),
+            predict(costs, jacobi=jacobi, restart=restart))
+
+
+def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
+    """The costs of a Krylov iteration's pieces on ``A`` (collective; kept per matrix until its
+    values or the layout change)."""
+    deepest = max(candidates)
+    pattern, rows = engine.matrices.prepare_products(A, deepest)
+    key = (id(engine), pattern.version, id(pattern.layout), tuple(candidates))
+    per_matrix = _measured.setdefault(A, {})
+    if key in per_matrix:
+        return per_matrix[key]
+    for steps in candidates:
+        engine.matrices.prepare_products(A, steps)
+    dats = work_dats(engine, A, "tune", deepest, ["x", *[f"y{k}" for k in range(deepest)]])
+    comm = engine.comm
+    n = engine.n_owned(A.row_set) * A.dim
+    x, ys = dats["x"], [dats[f"y{k}"] for k in range(deepest)]
+    engine.storage(x).host[...] = 1.0
+    engine.halos_stale(x)
+    entries = {layer: int(rows.indptr[rows.count(layer)]) for layer in range((deepest - 1) * pattern.depth + 1)}
+
+    def products(count: int, stale: bool) -> float:
+        if stale:
+            engine.halos_stale(x)
+        if comm is not None:
+            comm.Barrier()
+        began = time.perf_counter()
+        engine.matrices.products(A, [(x, ys[:count], None)])
+        return time.perf_counter() - began
+
+    products(1, True)
+    product = _median(lambda: products(1, False))  # x's halo is valid: the owned rows' product only
+    entry = product / max(entries[0], 1)
+    vector, other = np.ones(n), np.ones(n)
+    stream = _median(lambda: _timed(axpy, 1e-30, vector, other)) / max(3 * n, 1)
+    measured = [entry, stream]
+    for steps in candidates:
+        whole = _median(lambda: products(steps, True))
+        compute = sum(entries[(steps - k) * pattern.depth] for k in range(1, steps + 1)) * entry
+        measured.append(max(whole - compute, 0.0) if comm is not None else 0.0)
+    one, many = _reduction_times(comm, dot(vector, other))
+    measured += [one, many]
+    values = np.array(measured)
+    if comm is not None:
+        from mpi4py import MPI
+
+        comm.Allreduce(MPI.IN_PLACE, values, op=MPI.MAX)
+    entry, stream, *exchanges, one, many = (float(v) for v in values)
+    costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=stream,
+                        exchange=dict(zip(candidates, exchanges)), reduction=one,
+                        per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth,
+                        measured={"product": product})
+    per_matrix[key] = costs
+    return costs
+
+
+MANY = 600  # numbers in the larger timed reduction
+
+
+def _timed(function, *arguments) -> float:
+    began = time.perf_counter()
+    function(*arguments)
+    return time.perf_counter() - began
+
+
+def _median(timing) -> float:
+    return statistics.median(timing() for _ in range(REPEATS))
+
+
+def _reduction_times(comm, seed: float) -> tuple[float, float]:
+    """Seconds of an ``Allreduce`` of one and of :data:`MANY` numbers (0 on one process)."""
+    if comm is None:
+        return 0.0, 0.0
+    from mpi4py import MPI
+
+    def reduce(count: int) -> float:
+        values = np.full(count, seed)
+        comm.Barrier()
+        began = time.perf_counter()
+        comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        return time.perf_counter() - began
+
+    reduce(MANY)
+    return _median(lambda: reduce(1)), _median(lambda: reduce(MANY))

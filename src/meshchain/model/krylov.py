@@ -1,0 +1,154 @@
+"""Time per iteration of the Krylov methods, predicted from a problem's measured costs: what
+``s="auto"`` chooses ``s`` by (issue 36, item 3).
+
+An iteration of a Krylov method is products (matrix entries), vector passes (elements
+streamed), halo exchanges and reductions. :class:`KrylovCosts` holds what one of each
+costs on one problem (measured by :func:`meshchain.linalg.tune.measure_costs`, slowest
+rank), and the functions here count how many of each a method does per iteration:
+
+* ``cg``: one product, one depth-1 exchange, two reductions, about 16 streamed elements per
+  row (two dots, three updates, the Jacobi scaling);
+* ``pipecg``: one product, one exchange, one reduction of three numbers (in flight during
+  the product; ``overlap`` is the fraction of it hidden, 0 without asynchronous progress),
+  about 36 streamed elements per row;
+* ``sstep-cg`` with ``s``: per ``s`` iterations one exchange ``s`` layers deep, one
+  reduction of the Gram matrices (``2 (2s+1)²`` numbers with Jacobi), the ``2s - 1``
+  products of the matrix powers kernel on the owned rows and the halo rows it recomputes
+  (``entries[j]``: the entries of the rows of halo layers ``0..j``), the Gram matrices
+  (``m (m + 1)`` streamed elements per row, ``m = 2s + 1``, twice that with Jacobi) and
+  forming ``x``, ``r``, ``p`` (``3m`` plus copies);
+* ``gmres`` with ``restart``: one product, one exchange, two reductions (Gram-Schmidt and
+  the norm) and Gram-Schmidt against the mean basis size ``k = (restart + 1) / 2``;
+* ``ca-gmres`` with ``s``: per block one exchange ``s`` deep, one reduction of ``s (k + s)``
+  numbers, ``s`` products, the block's dots and projection against ``k`` vectors; per cycle
+  the true residual and the update of ``x``.
+
+The counts of streamed elements are the kernels' (fused passes read and write several
+vectors at once); the initial Ritz iterations of the Newton basis (``s`` iterations at CG's
+cost) are not counted. ``benchmarks/krylov.py`` shows predicted against measured.
+
+Examples
+--------
+>>> costs = KrylovCosts(rows=1000, entries={0: 7000, 1: 7600, 2: 8200, 3: 8800}, entry=1e-9, stream=1e-9,
+...                     exchange={1: 20e-6, 2: 22e-6, 4: 25e-6}, reduction=30e-6, per_number=1e-8)
+>>> round(cg_iteration(costs) * 1e6, 1)
+103.0
+>>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
+81.0
+>>> best_steps(costs, "sstep-cg", jacobi=True, candidates=(1, 2, 4))
+2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["KrylovCosts", "cg_iteration", "pipecg_iteration", "sstep_iteration", "gmres_iteration",
+           "cagmres_iteration", "predict", "best_steps", "STEP_CANDIDATES"]
+
+STEP_CANDIDATES = (1, 2, 3, 4, 5, 6, 8)
+"""The ``s`` that ``s="auto"`` chooses among."""
+
+
+@dataclass(frozen=True)
+class KrylovCosts:
+    """What one of each piece of a Krylov iteration costs on one problem (seconds, slowest
+    rank): ``entry`` per matrix entry of a product, ``stream`` per vector element read or
+    written by a vector pass, ``exchange[k]`` a halo exchange for ``k`` products (``k``
+    layers of the pattern's depth), ``reduction`` an ``Allreduce`` of one number and
+    ``per_number`` each number more; ``rows`` this rank's owned scalar rows and
+    ``entries[j]`` the entries of the rows of halo layers ``0..j`` (``entries[0]``: the owned
+    rows')."""
+
+    rows: int
+    entries: dict
+    entry: float
+    stream: float
+    exchange: dict
+    reduction: float
+    per_number: float
+    depth: int = 1
+    measured: dict = field(default_factory=dict)
+
+    def allreduce(self, numbers: int) -> float:
+        return self.reduction + self.per_number * max(numbers - 1, 0)
+
+    def exchanged(self, steps: int) -> float:
+        """An exchange for ``steps`` products (measured, or the nearest measured deeper one)."""
+        deeper = [k for k in self.exchange if k >= steps]
+        return self.exchange[min(deeper)] if deeper else self.exchange[max(self.exchange)]
+
+    def powers_entries(self, lengths) -> float:
+        """Entries multiplied by sequences of these lengths in one matrix powers call."""
+        steps = max(lengths)
+        rows = sorted(self.entries)
+        total = 0
+        for length in lengths:
+            for k in range(1, length + 1):
+                layer = (steps - k) * self.depth
+                total += self.entries[max([j for j in rows if j <= layer], default=0)]
+        return total
+
+
+def cg_iteration(costs: KrylovCosts) -> float:
+    """Seconds per iteration of ``cg``."""
+    return (costs.entries[0] * costs.entry + costs.exchanged(1) + 2 * costs.allreduce(1)
+            + 16 * costs.rows * costs.stream)
+
+
+def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
+    """Seconds per iteration of ``pipecg`` (``overlap``: the fraction of its reduction hidden)."""
+    product = costs.entries[0] * costs.entry
+    return (product + costs.exchanged(1) + max((1.0 - overlap) * costs.allreduce(3), 0.0)
+            + 36 * costs.rows * costs.stream)
+
+
+def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
+    """Seconds per iteration of ``sstep-cg`` with ``s = steps`` (an outer iteration over ``s``)."""
+    m = 2 * steps + 1
+    gram = m * (m + 1) * (2 if jacobi else 1)
+    outer = (costs.exchanged(steps) + costs.allreduce(m * m * (2 if jacobi else 1))
+             + costs.powers_entries([steps, steps - 1]) * costs.entry
+             + (gram + 3 * m + 4) * costs.rows * costs.stream)
+    return outer / steps
+
+
+def gmres_iteration(costs: KrylovCosts, *, restart: int = 30) -> float:
+    """Seconds per iteration of ``gmres`` (classical Gram-Schmidt against the mean basis)."""
+    basis = (restart + 1) / 2
+    return (costs.entries[0] * costs.entry + costs.exchanged(1) + costs.allreduce(int(basis) + 1)
+            + costs.allreduce(1) + (4 * (basis + 1) + 8) * costs.rows * costs.stream)
+
+
+def cagmres_iteration(costs: KrylovCosts, steps: int, *, restart: int = 30) -> float:
+    """Seconds per iteration of ``ca-gmres`` with ``s = steps``."""
+    basis = (restart + 1) / 2
+    block = (costs.exchanged(steps) + costs.allreduce(int(steps * (basis + steps)))
+             + costs.powers_entries([steps]) * costs.entry
+             + (2 * steps * (basis + steps) + 2 * steps * basis + steps * steps + 2 * steps) * costs.rows * costs.stream)
+    cycle = (costs.exchanged(1) + costs.entries[0] * costs.entry + costs.allreduce(1)
+             + (restart + 4) * costs.rows * costs.stream)
+    return block / steps + cycle / restart
+
+
+def predict(costs: KrylovCosts, *, jacobi: bool = True, restart: int = 30, overlap: float = 0.0,
+            candidates=STEP_CANDIDATES) -> dict:
+    """Predicted seconds per iteration by method (``"sstep-cg s=4"`` and the like)."""
+    out = {"cg": cg_iteration(costs), "pipecg": pipecg_iteration(costs, overlap=overlap),
+           "gmres": gmres_iteration(costs, restart=restart)}
+    for steps in candidates:
+        out[f"sstep-cg s={steps}"] = sstep_iteration(costs, steps, jacobi=jacobi)
+        out[f"ca-gmres s={steps}"] = cagmres_iteration(costs, steps, restart=restart)
+    return out
+
+
+def best_steps(costs: KrylovCosts, method: str, *, jacobi: bool = True, restart: int = 30,
+               candidates=STEP_CANDIDATES) -> int:
+    """The ``s`` with the least predicted time per iteration for ``method``
+    (``"sstep-cg"`` or ``"ca-gmres"``); the smaller on a tie."""
+    def time(steps: int) -> float:
+        if method == "sstep-cg":
+            return sstep_iteration(costs, steps, jacobi=jacobi)
+        return cagmres_iteration(costs, steps, restart=restart)
+
+    return min(candidates, key=lambda steps: (time(steps), steps))

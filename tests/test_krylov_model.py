@@ -1,0 +1,92 @@
+"""The Krylov model (issue 36, item 3): what it counts per iteration, how its choice of ``s``
+follows the costs, the costs it measures on a matrix (the same on every rank), and
+``s="auto"`` in ``mc.solve``. No test asserts a time: the predictions are checked against
+the counts they are made of, and against measured times in ``benchmarks/krylov.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import meshchain as mc
+from meshchain.apps import advection_diffusion as ad, poisson
+from meshchain.linalg.tune import measure_costs
+from meshchain.meshes import jittered_delaunay, structured_tris
+from meshchain.model.krylov import (STEP_CANDIDATES, KrylovCosts, best_steps, cagmres_iteration, cg_iteration,
+                                    predict, sstep_iteration)
+
+pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
+
+COSTS = KrylovCosts(rows=2000, entries={j: 14000 + 900 * j for j in range(8)}, entry=1e-9, stream=4e-10,
+                    exchange={k: 20e-6 + 1e-6 * k for k in STEP_CANDIDATES}, reduction=30e-6, per_number=2e-9)
+
+
+def test_the_counts_of_an_iteration():
+    """cg: one product, one exchange, two reductions, 16 streams per row; s-step CG with s = 1:
+    one product of p and none of r, one exchange, one reduction of 2 (2s+1)² numbers."""
+    c = COSTS
+    assert cg_iteration(c) == pytest.approx(14000e-9 + 21e-6 + 60e-6 + 16 * 2000 * 4e-10)
+    gram = 3 * 4 * 2
+    assert sstep_iteration(c, 1, jacobi=True) == pytest.approx(
+        21e-6 + (30e-6 + 2e-9 * (18 - 1)) + 14000e-9 + (gram + 9 + 4) * 2000 * 4e-10)
+    # s = 3: the p sequence runs on layers 2, 1, 0, the r sequence on 2, 1 (its products are the deep ones)
+    assert c.powers_entries([3, 2]) == (15800 + 14900 + 14000) + (15800 + 14900)
+    assert set(predict(c, candidates=(2, 4))) == {"cg", "pipecg", "gmres", "sstep-cg s=2", "sstep-cg s=4",
+                                                  "ca-gmres s=2", "ca-gmres s=4"}
+
+
+def test_the_chosen_s_grows_with_the_cost_of_a_message_and_falls_with_the_cost_of_work():
+    cheap = dataclasses.replace(COSTS, exchange={k: 1e-7 for k in STEP_CANDIDATES}, reduction=1e-7)
+    costly = dataclasses.replace(COSTS, exchange={k: 500e-6 for k in STEP_CANDIDATES}, reduction=500e-6)
+    for method in ("sstep-cg", "ca-gmres"):
+        low, middle, high = (best_steps(c, method) for c in (cheap, COSTS, costly))
+        assert low <= middle <= high and low < high, (method, low, middle, high)
+        assert high == max(STEP_CANDIDATES) or method == "sstep-cg"
+    assert best_steps(cheap, "sstep-cg") == 1  # messages free: the basis work does not pay
+    assert cagmres_iteration(costly, 8) < cagmres_iteration(costly, 1) / 4
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_the_measured_costs_are_the_matrixs_and_the_same_on_every_rank(comm):
+    mc.reset_runtime(comm=comm)
+    p = poisson.declare(jittered_delaunay(600, seed=3))
+    costs = measure_costs(mc.api.engine_surface(), p.A)
+    A = p.A.to_scipy()  # on rank 0
+    owned = comm.allreduce(costs.entries[0])  # each rank's owned rows' entries: together the matrix's
+    assert owned == comm.bcast(A.nnz if comm.rank == 0 else None)
+    assert all(costs.entries[j] <= costs.entries[j + 1] for j in range(len(costs.entries) - 1))
+    assert costs.entry > 0 and costs.stream > 0
+    if comm.size == 1:
+        assert set(costs.exchange.values()) == {0.0} and costs.reduction == 0.0
+    else:
+        assert costs.reduction > 0 and all(t >= 0 for t in costs.exchange.values())
+        assert costs.entries[max(costs.entries)] > costs.entries[0]  # halo rows the powers kernel recomputes
+    shared = (costs.entry, costs.stream, tuple(costs.exchange.values()), costs.reduction, costs.per_number)
+    assert comm.allgather(shared) == [shared] * comm.size
+    assert measure_costs(mc.api.engine_surface(), p.A) is costs  # kept until the values or the layout change
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_s_auto_solves_with_the_s_the_model_chose(comm):
+    def problem(method):
+        mc.reset_runtime(comm=comm)  # a new mesh: declared and partitioned afresh
+        if method == "sstep-cg":
+            p = poisson.declare(structured_tris(20, 20))
+            return p, lambda **o: poisson.solve(p, **o)
+        q = ad.declare(jittered_delaunay(300, seed=4), peclet=10.0)
+        return q, lambda **o: ad.solve(q, **o)
+
+    for method in ("ca-gmres", "sstep-cg"):
+        p, solve = problem(method)
+        info = solve(method=method, pc="jacobi", rtol=1e-10, s="auto")
+        assert info.converged, info.reason
+        assert info.steps in STEP_CANDIDATES and comm.allgather(info.steps) == [info.steps] * comm.size
+        chosen = min(STEP_CANDIDATES, key=lambda k: (info.predicted[f"{method} s={k}"], k))
+        assert info.steps == chosen and info.predicted["cg"] > 0
+        fixed = solve(method=method, pc="jacobi", rtol=1e-10, s=3)
+        assert fixed.steps == 3 and fixed.predicted == {}
+    with pytest.raises(mc.SolverError, match="or 'auto'"):
+        poisson.solve(p, method="sstep-cg", s="fast")
+    assert np.isfinite(p.u.data_ro).all()  # the Poisson problem, after the refused call
