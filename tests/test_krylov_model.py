@@ -28,7 +28,7 @@ def test_the_counts_of_an_iteration():
     one product of p and none of r, one exchange, one reduction of 2 (2s+1)² numbers."""
     c = COSTS
     assert cg_iteration(c) == pytest.approx(14000e-9 + 21e-6 + 60e-6 + 16 * 2000 * 4e-10)
-    gram = 3 * 4 * 2
+    gram = 3 * 4 // 2 * 3  # the pairs of 3 vectors, each pair read with the Jacobi weights
     assert sstep_iteration(c, 1, jacobi=True) == pytest.approx(
         21e-6 + (30e-6 + 2e-9 * (18 - 1)) + 14000e-9 + (gram + 9 + 4) * 2000 * 4e-10)
     # s = 3: the p sequence runs on layers 2, 1, 0, the r sequence on 2, 1 (its products are the deep ones)

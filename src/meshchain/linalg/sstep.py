@@ -89,16 +89,19 @@ def _gram(Y, w, G, Gw, weighted):
         for c in range(a, m):
             yc = Y[c]
             plain = 0.0
-            for i in range(n):
-                plain += ya[i] * yc[i]
-            G[a, c] = plain
-            G[c, a] = plain
-            if weighted:
+            if weighted:  # both sums in one pass over the two vectors and the weights
                 heavy = 0.0
                 for i in range(n):
-                    heavy += ya[i] * yc[i] * w[i]
+                    product = ya[i] * yc[i]
+                    plain += product
+                    heavy += product * w[i]
                 Gw[a, c] = heavy
                 Gw[c, a] = heavy
+            else:
+                for i in range(n):
+                    plain += ya[i] * yc[i]
+            G[a, c] = plain
+            G[c, a] = plain
 
 
 @_jit

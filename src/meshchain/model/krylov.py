@@ -15,7 +15,8 @@ rank), and the functions here count how many of each a method does per iteration
   reduction of the Gram matrices (``2 (2s+1)²`` numbers with Jacobi), the ``2s - 1``
   products of the matrix powers kernel on the owned rows and the halo rows it recomputes
   (``entries[j]``: the entries of the rows of halo layers ``0..j``), the Gram matrices
-  (``m (m + 1)`` streamed elements per row, ``m = 2s + 1``, twice that with Jacobi) and
+  (``m (m + 1) / 2`` pairs of vectors, ``m = 2s + 1``, each read once, with the Jacobi
+  weights a third stream) and
   forming ``x``, ``r``, ``p`` (``3m`` plus copies);
 * ``gmres`` with ``restart``: one product, one exchange, two reductions (Gram-Schmidt and
   the norm) and Gram-Schmidt against the mean basis size ``k = (restart + 1) / 2``;
@@ -34,7 +35,7 @@ Examples
 >>> round(cg_iteration(costs) * 1e6, 1)
 103.0
 >>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
-81.0
+69.7
 >>> best_steps(costs, "sstep-cg", jacobi=True, candidates=(1, 2, 4))
 2
 """
@@ -106,7 +107,7 @@ def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
 def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
     """Seconds per iteration of ``sstep-cg`` with ``s = steps`` (an outer iteration over ``s``)."""
     m = 2 * steps + 1
-    gram = m * (m + 1) * (2 if jacobi else 1)
+    gram = m * (m + 1) // 2 * (3 if jacobi else 2)  # pairs of vectors (and the weights) read once per pair
     outer = (costs.exchanged(steps) + costs.allreduce(m * m * (2 if jacobi else 1))
              + costs.powers_entries([steps, steps - 1]) * costs.entry
              + (gram + 3 * m + 4) * costs.rows * costs.stream)
