@@ -96,7 +96,7 @@ def test_gmres_restart_length_and_bad_input(comm):
             ad.solve(problem, method="gmres", restart=bad)
     with pytest.raises(mc.errors.SolverError, match="unknown method 'gmress'"):
         ad.solve(problem, method="gmress")
-    with pytest.raises(mc.errors.SolverError, match="restart= is the basis size of 'gmres' and 'pipegmres'"):
+    with pytest.raises(mc.errors.SolverError, match="restart= is the basis size of 'gmres', 'pipegmres' and 'ca-gmres'"):
         ad.solve(problem, method="bicgstab", restart=10)
     with pytest.raises(mc.errors.SolverError, match="pass PETSc's own options"):
         ad.solve(problem, method="petsc", restart=10)

@@ -13,13 +13,15 @@ import sys
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"report": "main", "report-worker": "worker_main", "demo": "demo_main"}
+    commands = {"report": ("report", "main"), "report-worker": ("report", "worker_main"),
+                "demo": ("report", "demo_main"), "krylov-worker": ("krylov_report", "worker_main")}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    from .apps import report
+    import importlib
 
-    return getattr(report, commands[argv[0]])(argv[1:])
+    module, function = commands[argv[0]]
+    return getattr(importlib.import_module(f".apps.{module}", __package__), function)(argv[1:])
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ class KrylovCosts:
     reduction: float
     per_number: float
     depth: int = 1
+    call: float = 0.0
     measured: dict = field(default_factory=dict)
 
     def allreduce(self, numbers: int) -> float:
