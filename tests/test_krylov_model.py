@@ -14,8 +14,8 @@ import meshchain as mc
 from meshchain.apps import advection_diffusion as ad, poisson
 from meshchain.linalg.tune import measure_costs
 from meshchain.meshes import jittered_delaunay, structured_tris
-from meshchain.model.krylov import (STEP_CANDIDATES, KrylovCosts, best_steps, cagmres_iteration, cg_iteration,
-                                    predict, sstep_iteration)
+from meshchain.model.krylov import (DRIVER, STEP_CANDIDATES, KrylovCosts, best_steps, cagmres_iteration,
+                                    cg_iteration, predict, sstep_iteration)
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
 
@@ -35,6 +35,17 @@ def test_the_counts_of_an_iteration():
     assert c.powers_entries([3, 2]) == (15800 + 14900 + 14000) + (15800 + 14900)
     assert set(predict(c, candidates=(2, 4))) == {"cg", "pipecg", "gmres", "sstep-cg s=2", "sstep-cg s=4",
                                                   "ca-gmres s=2", "ca-gmres s=4"}
+
+
+def test_a_larger_working_set_streams_at_its_own_rate_and_the_driver_counts_in_calls():
+    rates = dataclasses.replace(COSTS, stream={6: 1e-10, 24: 5e-10}, call=10e-6)
+    assert rates.streamed(10, 6) == pytest.approx(10 * 2000 * 1e-10)
+    assert rates.streamed(10, 7) == rates.streamed(10, 24) == pytest.approx(10 * 2000 * 5e-10)
+    assert rates.streamed(10, 100) == rates.streamed(10, 24)  # beyond the largest measured: its rate
+    base = dataclasses.replace(rates, call=0.0)
+    assert cg_iteration(rates) - cg_iteration(base) == pytest.approx(DRIVER["cg"] * 10e-6)
+    assert sstep_iteration(rates, 4, jacobi=True) - sstep_iteration(base, 4, jacobi=True) == pytest.approx(
+        DRIVER["sstep-cg"] * 10e-6 / 4)
 
 
 def test_the_chosen_s_grows_with_the_cost_of_a_message_and_falls_with_the_cost_of_work():
@@ -57,13 +68,14 @@ def test_the_measured_costs_are_the_matrixs_and_the_same_on_every_rank(comm):
     owned = comm.allreduce(costs.entries[0])  # each rank's owned rows' entries: together the matrix's
     assert owned == comm.bcast(A.nnz if comm.rank == 0 else None)
     assert all(costs.entries[j] <= costs.entries[j + 1] for j in range(len(costs.entries) - 1))
-    assert costs.entry > 0 and costs.stream > 0
+    assert costs.entry > 0 and costs.call >= 0 and all(rate > 0 for rate in costs.stream.values())
     if comm.size == 1:
         assert set(costs.exchange.values()) == {0.0} and costs.reduction == 0.0
     else:
         assert costs.reduction > 0 and all(t >= 0 for t in costs.exchange.values())
         assert costs.entries[max(costs.entries)] > costs.entries[0]  # halo rows the powers kernel recomputes
-    shared = (costs.entry, costs.stream, tuple(costs.exchange.values()), costs.reduction, costs.per_number)
+    shared = (costs.entry, tuple(costs.stream.values()), costs.call, tuple(costs.exchange.values()), costs.reduction,
+              costs.per_number)
     assert comm.allgather(shared) == [shared] * comm.size
     assert measure_costs(mc.api.engine_surface(), p.A) is costs  # kept until the values or the layout change
 

@@ -28,17 +28,19 @@ from __future__ import annotations
 import statistics
 import time
 
+import numba
 import numpy as np
 
 from ..backends.sparse import csr_rows
 from ..core.cache import memo
 from ..model.krylov import STEP_CANDIDATES, KrylovCosts, best_steps, predict
-from .fused import axpy, dot
+from .fused import dot
 from .scaled import work_dats
 
 __all__ = ["measure_costs", "choose_steps", "REPEATS"]
 
 REPEATS = 7  # timings per piece; the median counts
+WORKING_SETS = (6, 12, 24, 48)  # vectors a pass works among: CG's, pipelined CG's, s-step bases, GMRES's basis
 _measured = memo("Krylov costs", weak=True)  # per matrix: key -> KrylovCosts
 
 
@@ -85,8 +87,12 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
     entry = kernel / max(entries[0], 1)
     call = max(product - kernel, 0.0)  # the engine's work around the kernel, per products() call
     vector, other = np.ones(n), np.ones(n)
-    stream = _median(lambda: _timed(axpy, 1e-30, vector, other)) / max(3 * n, 1)
-    measured = [entry, stream, call]
+    streams = []
+    for vectors in WORKING_SETS:  # a sweep of dots among this many vectors: the basis's working set
+        block = np.ones((vectors, n))
+        _sweep(block)
+        streams.append(_median(lambda: _timed(_sweep, block)) / max(2 * vectors * n, 1))
+    measured = [entry, call, *streams]
     for steps in candidates:
         whole = _median(lambda: products(steps, True))
         compute = sum(entries[(steps - k) * pattern.depth] for k in range(1, steps + 1)) * entry
@@ -98,8 +104,9 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
         from mpi4py import MPI
 
         comm.Allreduce(MPI.IN_PLACE, values, op=MPI.MAX)
-    entry, stream, call, *exchanges, one, many = (float(v) for v in values)
-    costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=stream, call=call,
+    entry, call, *rest = (float(v) for v in values)
+    streams, exchanges, (one, many) = rest[:len(WORKING_SETS)], rest[len(WORKING_SETS):-2], rest[-2:]
+    costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=dict(zip(WORKING_SETS, streams)), call=call,
                         exchange=dict(zip(candidates, exchanges)), reduction=one,
                         per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth,
                         measured={"product": product, "kernel": kernel})
@@ -108,6 +115,18 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
 
 
 MANY = 600  # numbers in the larger timed reduction
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _sweep(block):
+    """``sum_a block[a] · block[a + 1]``: every vector read twice, as the Gram dots read them."""
+    total = 0.0
+    count, n = block.shape
+    for a in range(count):
+        first, second = block[a], block[(a + 1) % count]
+        for i in range(n):
+            total += first[i] * second[i]
+    return total
 
 
 def _product_kernel(rows, x, y) -> float:

@@ -25,8 +25,10 @@ rank), and the functions here count how many of each a method does per iteration
   the true residual and the update of ``x``.
 
 The counts of streamed elements are the kernels' (fused passes read and write several
-vectors at once); the initial Ritz iterations of the Newton basis (``s`` iterations at CG's
-cost) are not counted. ``benchmarks/krylov.py`` shows predicted against measured.
+vectors at once); the driver's own work (Python between compiled calls) is counted in units
+of one call's overhead, :data:`DRIVER`. The initial Ritz iterations of the Newton basis
+(``s`` iterations at CG's cost) are not counted. ``benchmarks/krylov.py`` and the
+profitability notebook show predicted against measured.
 
 Examples
 --------
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["KrylovCosts", "cg_iteration", "pipecg_iteration", "sstep_iteration", "gmres_iteration",
+__all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "gmres_iteration",
            "cagmres_iteration", "predict", "best_steps", "STEP_CANDIDATES"]
 
 STEP_CANDIDATES = (1, 2, 3, 4, 5, 6, 8)
@@ -54,17 +56,21 @@ STEP_CANDIDATES = (1, 2, 3, 4, 5, 6, 8)
 @dataclass(frozen=True)
 class KrylovCosts:
     """What one of each piece of a Krylov iteration costs on one problem (seconds, slowest
-    rank): ``entry`` per matrix entry of a product, ``stream`` per vector element read or
-    written by a vector pass, ``exchange[k]`` a halo exchange for ``k`` products (``k``
-    layers of the pattern's depth), ``reduction`` an ``Allreduce`` of one number and
-    ``per_number`` each number more; ``rows`` this rank's owned scalar rows and
-    ``entries[j]`` the entries of the rows of halo layers ``0..j`` (``entries[0]``: the owned
-    rows')."""
+    rank): ``entry`` per matrix entry of a product; ``stream`` per vector element read or
+    written by a vector pass, by the number of vectors the pass works among (a float: the
+    same for every working set; a dict ``{vectors: seconds}``: the rate of the smallest
+    measured working set at least that large, since a basis of many vectors leaves the
+    caches); ``exchange[k]`` a halo exchange for ``k`` products (``k`` layers of the
+    pattern's depth); ``reduction`` an ``Allreduce`` of one number and ``per_number`` each
+    number more; ``call`` the engine's and the interpreter's work around one compiled
+    call (the driver overhead unit, :data:`DRIVER`); ``rows`` this rank's owned scalar rows
+    and ``entries[j]`` the entries of the rows of halo layers ``0..j`` (``entries[0]``: the
+    owned rows')."""
 
     rows: int
     entries: dict
     entry: float
-    stream: float
+    stream: float | dict
     exchange: dict
     reduction: float
     per_number: float
@@ -80,6 +86,14 @@ class KrylovCosts:
         deeper = [k for k in self.exchange if k >= steps]
         return self.exchange[min(deeper)] if deeper else self.exchange[max(self.exchange)]
 
+    def streamed(self, per_row: float, vectors: int) -> float:
+        """Seconds of ``per_row`` elements per row streamed among ``vectors`` vectors."""
+        rate = self.stream
+        if isinstance(rate, dict):
+            larger = [k for k in rate if k >= vectors]
+            rate = rate[min(larger)] if larger else rate[max(rate)]
+        return per_row * self.rows * rate
+
     def powers_entries(self, lengths) -> float:
         """Entries multiplied by sequences of these lengths in one matrix powers call."""
         steps = max(lengths)
@@ -92,17 +106,26 @@ class KrylovCosts:
         return total
 
 
+DRIVER = {"cg": 0.0, "pipecg": 1.0, "gmres": 2.0, "sstep-cg": 2.5, "ca-gmres": 1.5, "ca-gmres column": 0.3}
+"""Driver overhead in units of :attr:`KrylovCosts.call`: per iteration of ``pipecg`` and
+``gmres`` (their loops run in Python), per outer iteration of ``sstep-cg`` and per block of
+``ca-gmres``, plus per column of ``ca-gmres`` (its Givens rotations); ``cg`` iterates inside
+compiled calls. Fitted once on one rank at 500 unknowns (Poisson and advection-diffusion,
+2026-11-29); the other sizes and rank counts in ``benchmarks/krylov.py`` and the notebook are
+predicted with them unchanged."""
+
+
 def cg_iteration(costs: KrylovCosts) -> float:
     """Seconds per iteration of ``cg``."""
     return (costs.entries[0] * costs.entry + costs.exchanged(1) + 2 * costs.allreduce(1)
-            + 16 * costs.rows * costs.stream)
+            + costs.streamed(16, 6) + DRIVER["cg"] * costs.call)
 
 
 def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
     """Seconds per iteration of ``pipecg`` (``overlap``: the fraction of its reduction hidden)."""
     product = costs.entries[0] * costs.entry
     return (product + costs.exchanged(1) + max((1.0 - overlap) * costs.allreduce(3), 0.0)
-            + 36 * costs.rows * costs.stream)
+            + costs.streamed(36, 12) + DRIVER["pipecg"] * costs.call)
 
 
 def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
@@ -111,7 +134,7 @@ def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
     gram = m * (m + 1) // 2 * (3 if jacobi else 2)  # pairs of vectors (and the weights) read once per pair
     outer = (costs.exchanged(steps) + costs.allreduce(m * m * (2 if jacobi else 1))
              + costs.powers_entries([steps, steps - 1]) * costs.entry
-             + (gram + 3 * m + 4) * costs.rows * costs.stream)
+             + costs.streamed(gram + 3 * m + 4, m + 5) + DRIVER["sstep-cg"] * costs.call)
     return outer / steps
 
 
@@ -119,7 +142,7 @@ def gmres_iteration(costs: KrylovCosts, *, restart: int = 30) -> float:
     """Seconds per iteration of ``gmres`` (classical Gram-Schmidt against the mean basis)."""
     basis = (restart + 1) / 2
     return (costs.entries[0] * costs.entry + costs.exchanged(1) + costs.allreduce(int(basis) + 1)
-            + costs.allreduce(1) + (4 * (basis + 1) + 8) * costs.rows * costs.stream)
+            + costs.allreduce(1) + costs.streamed(4 * (basis + 1) + 8, restart + 3) + DRIVER["gmres"] * costs.call)
 
 
 def cagmres_iteration(costs: KrylovCosts, steps: int, *, restart: int = 30) -> float:
@@ -127,10 +150,12 @@ def cagmres_iteration(costs: KrylovCosts, steps: int, *, restart: int = 30) -> f
     basis = (restart + 1) / 2
     block = (costs.exchanged(steps) + costs.allreduce(int(steps * (basis + steps)))
              + costs.powers_entries([steps]) * costs.entry
-             + (2 * steps * (basis + steps) + 2 * steps * basis + steps * steps + 2 * steps) * costs.rows * costs.stream)
+             + costs.streamed(2 * steps * (basis + steps) + 2 * steps * basis + steps * steps + 2 * steps,
+                              restart + steps + 2)
+             + DRIVER["ca-gmres"] * costs.call)
     cycle = (costs.exchanged(1) + costs.entries[0] * costs.entry + costs.allreduce(1)
-             + (restart + 4) * costs.rows * costs.stream)
-    return block / steps + cycle / restart
+             + costs.streamed(restart + 4, restart + 2))
+    return block / steps + cycle / restart + DRIVER["ca-gmres column"] * costs.call
 
 
 def predict(costs: KrylovCosts, *, jacobi: bool = True, restart: int = 30, overlap: float = 0.0,
