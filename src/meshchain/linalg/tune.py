@@ -54,7 +54,8 @@ def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int) -> tuple
 
 def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
     """The costs of a Krylov iteration's pieces on ``A`` (collective; kept per matrix until its
-    values or the layout change)."""
+    values or the layout change): the slowest rank's times and the largest part's rows and
+    entries, the same on every rank (so is the ``s`` chosen from them)."""
     deepest = max(candidates)
     pattern, rows = engine.matrices.prepare_products(A, deepest)
     key = (id(engine), pattern.version, id(pattern.layout), tuple(candidates))
@@ -99,12 +100,15 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
         measured.append(max(whole - compute - call, 0.0) if comm is not None else 0.0)
     one, many = _reduction_times(comm, dot(vector, other))
     measured += [one, many]
-    values = np.array(measured)
-    if comm is not None:
+    layers = sorted(entries)
+    values = np.array(measured + [float(n)] + [float(entries[j]) for j in layers])
+    if comm is not None:  # the slowest rank's costs and the largest part's sizes: the same on every rank
         from mpi4py import MPI
 
         comm.Allreduce(MPI.IN_PLACE, values, op=MPI.MAX)
-    entry, call, *rest = (float(v) for v in values)
+    sizes = values[len(measured):]
+    n, entries = int(sizes[0]), {j: int(e) for j, e in zip(layers, sizes[1:])}
+    entry, call, *rest = (float(v) for v in values[:len(measured)])
     streams, exchanges, (one, many) = rest[:len(WORKING_SETS)], rest[len(WORKING_SETS):-2], rest[-2:]
     costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=dict(zip(WORKING_SETS, streams)), call=call,
                         exchange=dict(zip(candidates, exchanges)), reduction=one,
