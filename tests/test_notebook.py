@@ -21,6 +21,7 @@ import json
 print("PROBE" + json.dumps([{k: r[k] for k in ("workload", "per_loop", "ca", "measured_gain", "predicted_gain",
                                                 "per_loop_spread", "ca_spread", "noisy", "equal")}
                             for r in rows + vertex_rows + airfoil_rows]))
+print("KRYLOV" + json.dumps(krylov_rows))
 """
 
 
@@ -44,11 +45,19 @@ def test_chain_profitability_notebook_executes_with_plausible_gains(monkeypatch,
                       for o in cell.get("outputs", []))
     assert "synthetic" in outputs and "vertex" in outputs and "airfoil" in outputs
     assert "held-out prediction error of the gain" in outputs
+    assert "Krylov model: predicted / measured time per iteration" in outputs and "the model chose sstep-cg" in outputs
     images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) >= 3  # the synthetic and vertex gain plots and the scatter plot
+    assert len(images) >= 4  # the synthetic and vertex gain plots, the scatter plot and the Krylov model's
 
     text = "".join(o.get("text", "") for o in probe.outputs)
+    krylov = json.loads(text[text.index("KRYLOV") + len("KRYLOV"):])
+    text = text[:text.index("KRYLOV")]
     rows = json.loads(text[text.index("PROBE") + len("PROBE"):])
+    assert {r["network"] for r in krylov} == {"shm", "tcp"}
+    for r in krylov:  # predicted and measured seconds per iteration of converged solves
+        assert r["converged"] and 0 < r["measured"] < 1 and 0 < r["predicted"] < 1, r
+    for network in ("shm", "tcp"):
+        assert sum(r["chosen"] for r in krylov if r["network"] == network) == 1
     assert {r["workload"] for r in rows} == {"synthetic", "vertex", "airfoil"}
     for r in rows:
         assert r["equal"]
@@ -67,7 +76,8 @@ def test_the_committed_notebook_shows_its_outputs():
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.execution_count is not None for cell in code)
-    assert sum("image/png" in o.get("data", {}) for cell in code for o in cell.outputs) >= 3
+    assert sum("image/png" in o.get("data", {}) for cell in code for o in cell.outputs) >= 4
     assert not any(o.get("output_type") == "error" for cell in code for o in cell.outputs)
     text = "".join(o.get("text", "") for cell in code for o in cell.outputs)
     assert "MESHCHAIN_NOTEBOOK_SMALL" not in text and "held-out prediction error" in text
+    assert "Krylov model: predicted / measured" in text
