@@ -4,7 +4,9 @@
 :func:`measure_costs` times, on every rank, the pieces a Krylov iteration is made of on
 this matrix (a product's entries, a vector pass, the matrix powers exchanges for each
 candidate ``s``, a reduction of one and of many numbers) and keeps the slowest rank's
-(collective; a few milliseconds, once per matrix values and layout). :func:`choose_steps`
+(collective; a few milliseconds, once per matrix values and layout; it builds the halo
+layers of the deepest candidate, 8 products deep, as an s-step solve with that ``s``
+would). :func:`choose_steps`
 predicts the time per iteration of every method and ``s`` from them and picks the ``s``
 with the least.
 
