@@ -10,9 +10,11 @@ per iteration, and whether the model chose it. The profitability notebook plots 
 
 Examples
 --------
->>> rows = run_krylov_report(ranks=[1], per_rank=[300], repeats=1)  # doctest: +SKIP
->>> sorted({row["method"] for row in rows})  # doctest: +SKIP
-['cg', 'pipecg', 'sstep-cg s=2', 'sstep-cg s=4', 'sstep-cg s=8', ...]
+``run_krylov_report(ranks=[2], per_rank=[2000], network="tcp")`` starts one job (the
+notebook's section runs it); each of its rows names one of these methods:
+
+>>> [name if steps is None else f"{name} s={steps}" for name, steps in METHODS]
+['cg', 'pipecg', 'sstep-cg s=2', 'sstep-cg s=4', 'sstep-cg s=8']
 """
 
 from __future__ import annotations
