@@ -8,7 +8,10 @@ network, size per rank, loops) measured: both variants' median times, every rank
 in every swept dimension (another size per rank *and* another loop count), never from
 the row itself:
 
-* ``L``, ``B``, ``c``, ``φ`` and each ``g_l``: the medians over the calibration rows;
+* ``L``, ``B``, ``c`` and ``φ``: the medians over the calibration rows; each ``g_l``:
+  their medians per size interpolated in ``log(size)`` to the row's size per rank
+  (:func:`loop_costs_at`: a loop's cost per iteration depends on its size through the
+  caches);
 * ``o_r`` and ``o_l``: fitted last (:func:`~meshchain.model.overheads.fit_overheads`) to
   what the equations, with those constants (``φ`` included), leave unexplained in the
   calibration rows' measured times, both variants;
@@ -50,7 +53,7 @@ from .equations import Machine, gain_percent
 from .overheads import Observation, fit_overheads
 from .profile import ChainProfile
 
-__all__ = ["held_out", "calibration_rows", "predict", "summary"]
+__all__ = ["held_out", "calibration_rows", "fit", "loop_costs_at", "predict", "summary"]
 
 _GROUP = ("workload", "ranks", "network")
 _SWEPT = ("per_rank", "loops")
@@ -64,25 +67,50 @@ def calibration_rows(row: dict, rows) -> list[dict]:
     return [r for r in group if r is not row and not r.get("noisy") and all(r[k] != row[k] for k in swept)]
 
 
-def fit(rows) -> tuple[dict, Machine]:
-    """``(g, machine)`` from calibration ``rows``: medians of their measured constants, and
-    the overheads fitted to what the equations leave unexplained in their times."""
+def fit(rows, *, size=None) -> tuple[dict, Machine]:
+    """``(g, machine)`` from calibration ``rows``: medians of their measured constants, the
+    loop costs at ``size`` per rank (see :func:`loop_costs_at`; None: their medians), and
+    the overheads fitted to what the equations leave unexplained in their times (each row
+    with the loop costs at its own size)."""
     machines = [r["calibration"]["machine"] for r in rows]
     base = Machine(latency=float(np.median([m["latency"] for m in machines])),
                    bandwidth=float(np.median([m["bandwidth"] for m in machines])),
                    pack_cost=float(np.median([m.get("pack_cost", 0.0) for m in machines])),
                    overlap=float(np.median([m.get("overlap", 1.0) for m in machines])))
-    names = {name for r in rows for name in r["calibration"]["loop_costs"]}
-    g = {name: float(np.median([r["calibration"]["loop_costs"][name] for r in rows
-                                if name in r["calibration"]["loop_costs"]])) for name in names}
     residuals = []
     for r in rows:
+        g_r = loop_costs_at(rows, r.get("per_rank") if size is not None else None)
         profiles = [ChainProfile.from_dict(p) for p in r["profiles"]]
         for ca, measured in ((False, r["per_loop"]), (True, r["ca"])):
-            equations = max(p.ca_time(g, base) if ca else p.per_loop_time(g, base) for p in profiles)
+            equations = max(p.ca_time(g_r, base) if ca else p.per_loop_time(g_r, base) for p in profiles)
             residuals.append((*Observation(ca, measured, profiles[0]).terms(), measured - equations))
     o_r, o_l = fit_overheads(residuals)
-    return g, dataclasses.replace(base, round_overhead=o_r, loop_overhead=o_l)
+    return loop_costs_at(rows, size), dataclasses.replace(base, round_overhead=o_r, loop_overhead=o_l)
+
+
+def loop_costs_at(rows, size=None) -> dict:
+    """Each loop's cost per iteration ``g_l`` at ``size`` per rank, from the calibration
+    ``rows``: the median per size, interpolated linearly in ``log(size)`` (the nearest
+    size's beyond their range), since a loop's cost per iteration depends on its size
+    through the caches; ``size`` None: the median over all rows.
+
+    >>> rows = [{"per_rank": 1000, "calibration": {"loop_costs": {"a": 1.0}}},
+    ...         {"per_rank": 100000, "calibration": {"loop_costs": {"a": 3.0}}}]
+    >>> loop_costs_at(rows, 10000), loop_costs_at(rows, 10), loop_costs_at(rows)
+    ({'a': 2.0}, {'a': 1.0}, {'a': 2.0})
+    """
+    names = {name for r in rows for name in r["calibration"]["loop_costs"]}
+    out = {}
+    for name in names:
+        found = [(r.get("per_rank"), r["calibration"]["loop_costs"][name]) for r in rows
+                 if name in r["calibration"]["loop_costs"]]
+        if size is None or any(at is None for at, _ in found):
+            out[name] = float(np.median([cost for _, cost in found]))
+            continue
+        sizes = sorted({at for at, _ in found})
+        medians = [float(np.median([cost for at, cost in found if at == s])) for s in sizes]
+        out[name] = float(np.interp(np.log(size), np.log(sizes), medians))
+    return out
 
 
 def predict(row: dict, g: dict, machine: Machine) -> tuple[float, float]:
@@ -102,7 +130,7 @@ def held_out(rows) -> list[dict]:
         basis = calibration_rows(row, rows)
         result = dict(row, calibrated_on=len(basis), predicted_gain=None, error=None, right_choice=None, tie=None)
         if basis:
-            g, machine = fit(basis)
+            g, machine = fit(basis, size=row.get("per_rank"))
             per_loop, ca = predict(row, g, machine)
             predicted = gain_percent(per_loop, ca)
             measured = gain_percent(row["per_loop"], row["ca"])
