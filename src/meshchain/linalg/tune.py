@@ -114,8 +114,7 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
     streams, exchanges, (one, many) = rest[:len(WORKING_SETS)], rest[len(WORKING_SETS):-2], rest[-2:]
     costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=dict(zip(WORKING_SETS, streams)), call=call,
                         exchange=dict(zip(candidates, exchanges)), reduction=one,
-                        per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth,
-                        measured={"product": product, "kernel": kernel})
+                        per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth)
     per_matrix[key] = costs
     return costs
 

@@ -44,7 +44,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "gmres_iteration",
            "cagmres_iteration", "predict", "best_steps", "STEP_CANDIDATES"]
@@ -76,7 +76,6 @@ class KrylovCosts:
     per_number: float
     depth: int = 1
     call: float = 0.0
-    measured: dict = field(default_factory=dict)
 
     def allreduce(self, numbers: int) -> float:
         return self.reduction + self.per_number * max(numbers - 1, 0)
