@@ -73,6 +73,17 @@ def test_powers_of_an_assembled_matrix_equal_repeated_products(comm, mesh, dim, 
             np.testing.assert_array_equal(have, want)
         np.testing.assert_array_equal(sums[1], sums[0])
         assert np.abs(expected[-1]).max() < 2.0**53
+    # a sequence plan (the block s-step CG's bases) makes the same products into the rows of an array
+    plan = mc.api.engine_surface().matrices.sequence_plan(problem.A, problem.x, steps)
+    rows = np.empty((steps + 1, plan.width))
+    plan.run(np.zeros(steps), rows)
+    planned = problem.vectors(steps, "planned")
+    for k, y in enumerate(planned, start=1):
+        y.data[...] = rows[k, :y.data.size].reshape(y.data.shape)
+    got = [y.gather() for y in planned]
+    if comm.rank == 0:
+        for want, have in zip(expected, got):
+            np.testing.assert_array_equal(have, want)
     # again (the halo rows kept), from a vector a direct loop wrote (its halo stale): exchanged first
     start = problem.vectors(1, "start")[0]
     negate = mc.Kernel.from_source("def negate(a, b):\n" + "".join(f"    b[{j}] = -a[{j}]\n" for j in range(dim)))
@@ -228,3 +239,37 @@ def test_shifted_and_scaled_products_equal_scipys(comm, scaled):
                 want.append(y)
         for have, expected in zip(got, want):
             np.testing.assert_allclose(have.ravel(), expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
+    """A plan's products ``(S A S - θ_k I) y_(k-1)`` against SciPy on the gathered matrix,
+    run twice with other shifts and with ``x`` changed in between (its halo exchanged again);
+    a plan whose dat's storage moved (deeper halo layers added since) is refused."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=9)
+    d = problem.mesh
+    rng = np.random.default_rng(1)
+    scale = mc.Dat(d.nodes, 2, rng.uniform(0.5, 2.0, (d.nodes.size, 2)), "scale")
+    matrices = mc.api.engine_surface().matrices
+    plan = matrices.sequence_plan(problem.A, problem.x, 3, scale=scale)
+    A, s = problem.A.to_scipy(), scale.gather()
+    rows = np.empty((4, plan.width))
+    for shifts in ([0.75, -1.5, 2.0], [0.0, 0.5, 0.25]):
+        plan.run(np.array(shifts), rows)
+        got = []
+        for k in range(1, 4):
+            y = problem.vectors(1, f"got{k}")[0]
+            y.data[...] = rows[k, :y.data.size].reshape(y.data.shape)
+            got.append(y.gather())
+        start = problem.x.gather()
+        if comm.rank == 0:
+            y = start.ravel()
+            for k in range(3):
+                y = s.ravel() * (A @ (s.ravel() * y)) - shifts[k] * y
+                np.testing.assert_allclose(got[k].ravel(), y, rtol=1e-12, atol=1e-12 * np.abs(y).max())
+        problem.x.data[...] *= -2.0  # written in place: its halo is stale, the next run exchanges it
+    if comm.size > 1:
+        matrices.prepare_products(problem.A, 6)  # deeper halo layers: every dat's storage moves
+        with pytest.raises(mc.DeclarationError, match="storage moved"):
+            plan.run(np.zeros(3), rows)

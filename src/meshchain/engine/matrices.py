@@ -37,7 +37,7 @@ from ..types import Dat, Subset
 from ..types.mat import MatArg
 from . import block_matrices
 from .boundary import layer_rows
-from .powers import powers, prepare, sequences
+from .powers import SequencePlan, powers, prepare, sequences
 
 __all__ = ["Matrices", "Pattern"]
 
@@ -468,6 +468,18 @@ class Matrices:
     def products(self, mat, wanted, *, scale=None) -> None:
         """Sequences of (shifted, scaled) products with one halo exchange (:func:`.powers.sequences`)."""
         sequences(self, mat, wanted, scale=scale)
+
+    def values_stamp(self, mat) -> tuple:
+        """What changes whenever ``mat``'s values or layout change (pending assemblies run
+        first): equal stamps, equal matrices. The same on every rank."""
+        self.settle(mat)
+        pattern = self.pattern(mat)
+        return pattern, pattern.version
+
+    def sequence_plan(self, mat, x, steps: int, *, scale=None):
+        """A :class:`~meshchain.engine.powers.SequencePlan` of ``steps`` products of ``x``
+        (collective: halo layers and rows are prepared)."""
+        return SequencePlan(self, mat, x, steps, scale=scale)
 
     def prepare_products(self, mat, steps: int):
         """Build what ``steps`` products need (halo layers, halo rows; collective):

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.sparse import add_scaled, csr_rows, scaled_values
+from ..backends.sparse import add_scaled, csr_rows, csr_sequence, scaled_values
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.errors import DataShapeError, DeclarationError
 from .boundary import layer_rows
 
-__all__ = ["PowersRows", "powers"]
+__all__ = ["PowersRows", "SequencePlan", "powers"]
 
 
 class PowersRows:
@@ -52,7 +52,7 @@ class PowersRows:
     each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
 
     __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
-                 "unsigned", "scaled")
+                 "unsigned", "scaled", "scaled_by")
 
     def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout):
         self.steps, self.indptr, self.split, self.indices, self.values = steps, indptr, split, indices, values
@@ -62,7 +62,8 @@ class PowersRows:
                                 int(targets.max(initial=0)) + 1) < 2**32 else np.uint64
         # (indptr, split, indices, targets) as the narrowest unsigned integers that hold them (faster)
         self.unsigned = tuple(a.astype(wide) for a in (indptr, split, indices, targets))
-        self.scaled = None  # the values of S A S, worked out per call that scales
+        self.scaled = None  # the values of S A S ...
+        self.scaled_by = None  # ... for this copy of S's diagonal (worked out again when it changes)
 
     def count(self, layers: int) -> int:
         """Rows in layers ``0..layers``."""
@@ -116,10 +117,7 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
     values = rows.values
     indptr, split, indices, targets = rows.unsigned
     if scaled is not None:
-        if rows.scaled is None:
-            rows.scaled = np.empty_like(rows.values)
-        values = rows.scaled
-        scaled_values(indptr, indices, rows.values, targets, scaled.host.reshape(-1), values)
+        values = _scaled(rows, scaled.host.reshape(-1))
     for xs, ys, shifts, pulls in wanted:
         before, previous = None, xs.host.reshape(-1)
         for k, y in enumerate(ys, start=1):
@@ -132,6 +130,86 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
                 add_scaled(targets, count, before, float(pulls[k - 1]), out)
             storage.valid_depth = (steps - k) * depth if session.distributed else 0
             before, previous = previous, out
+
+
+def _scaled(rows: PowersRows, scale: np.ndarray) -> np.ndarray:
+    """The values of ``S A S`` on ``rows`` for ``S = diag(scale)``, worked out when ``scale``
+    differs from the last one's copy."""
+    if rows.scaled is None or rows.scaled_by is None or not np.array_equal(rows.scaled_by, scale):
+        if rows.scaled is None:
+            rows.scaled = np.empty_like(rows.values)
+        indptr, _, indices, targets = rows.unsigned
+        scaled_values(indptr, indices, rows.values, targets, scale, rows.scaled)
+        rows.scaled_by = scale.copy()
+    return rows.scaled
+
+
+class SequencePlan:
+    """``s`` shifted (and scaled) products of one dat, ``Y[k] = (S A S - θ_k I) Y[k-1]`` with
+    ``Y[0] = x``, into the rows of an array: checked and prepared once (collective), then run
+    again and again by a solver while nothing else changes the layout or the matrix
+    (:meth:`run`: one exchange of ``x`` when its halo is stale, the products in one call).
+    The block s-step CG (:mod:`meshchain.linalg.blockcg`) runs its bases with it.
+
+    >>> import numpy as np, meshchain as mc
+    >>> cells, nodes = mc.Set(2, "cells"), mc.Set(3, "nodes")
+    >>> c2n = mc.Map(cells, nodes, 2, [[0, 1], [1, 2]], "c2n")
+    >>> A = mc.Mat(nodes, nodes, [(c2n, c2n)], "A")
+    >>> ones = mc.Kernel.from_source("def ones(a):\\n    for i in range(2):\\n        for j in range(2):\\n"
+    ...                              "            a[i, j] += 1.0\\n")
+    >>> mc.par_loop(ones, cells, A(mc.INC, (c2n, c2n)))
+    >>> x = mc.Dat(nodes, 1, np.array([1.0, 0.0, 0.0]), "x")
+    >>> plan = mc.get_runtime().surface.matrices.sequence_plan(A, x, 2)
+    >>> Y = np.empty((3, plan.width)); plan.run(np.zeros(2), Y); Y[:, :3].tolist()
+    [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [2.0, 3.0, 1.0]]
+    """
+
+    def __init__(self, matrices, mat, x, steps: int, *, scale=None):
+        _checked(matrices, mat, [x], steps)
+        if scale is not None:
+            matrices.check_vector(mat, scale, mat.row_set, "powers scale")
+        self.session, self.steps = matrices.session, steps
+        self.pattern, self.rows = prepare(matrices, mat, steps)
+        for d in (x, scale):
+            if d is not None:
+                self.session.force_read(d)
+        self.x = self.session.storage(x)
+        self.scale = self.session.storage(scale) if scale is not None else None
+        self.host = self.x.host
+        self.width = self.host.size
+        depth = self.pattern.depth
+        self.counts = np.array([self.rows.count((steps - k) * depth) for k in range(1, steps + 1)], dtype=np.int64)
+        self.values, self.exchanges = None, {}  # the matrix's values as multiplied; exchanges by what travels
+
+    def run(self, shifts: np.ndarray, Y: np.ndarray) -> None:
+        """``Y[0] = x`` (its local rows), ``Y[1..s]`` its products with ``shifts`` (collective
+        when ``x``'s halo is stale); row ``k`` of ``Y`` is valid on the rows of halo layers
+        ``0..(s - k) d``. The scale's values are read at the first run."""
+        if self.x.host is not self.host:
+            raise DeclarationError("SequencePlan.run: the dat's storage moved (halo layers were added) after the "
+                                   "plan was made; make a new plan.")
+        rows, depth = self.rows, self.steps * self.pattern.depth
+        if self.session.distributed and (self.x.valid_depth < depth or self.values is None):
+            self._exchanged(depth)
+        if self.values is None:  # S A S: the scale is that of the whole solve
+            self.values = rows.values if self.scale is None else _scaled(rows, self.scale.host.reshape(-1))
+        indptr, split, indices, targets = rows.unsigned
+        np.copyto(Y[0, :self.width], self.host.reshape(-1))
+        csr_sequence(indptr, split, indices, self.values, targets, self.counts, np.asarray(shifts, dtype=np.float64),
+                     Y)
+
+    def _exchanged(self, depth: int) -> None:
+        """One exchange of ``x`` (and of the scale the first time), ``depth`` layers deep."""
+        stale = tuple(storage for storage in (self.x, self.scale) if storage is not None and storage.valid_depth < depth)
+        if not stale:
+            return
+        exchange = self.exchanges.get(len(stale))
+        if exchange is None:
+            exchange = self.exchanges[len(stale)] = _exchange(self.session, self.pattern, self.rows, stale, depth)
+        exchange.begin()
+        exchange.end()
+        for storage in stale:
+            storage.valid_depth = depth
 
 
 def prepare(matrices, mat, steps: int):
