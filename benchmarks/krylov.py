@@ -228,7 +228,8 @@ def worker(config: dict) -> dict:
     return {"rows": out}
 
 
-SSTEP = (("cg", {}), ("pipecg", {}), ("sstep-cg", {"s": 2}), ("sstep-cg", {"s": 4}), ("sstep-cg", {"s": 8}))
+SSTEP = (("cg", {}), ("pipecg", {}), ("sstep-cg", {"s": 2}), ("sstep-cg", {"s": 4}), ("sstep-cg", {"s": 8}),
+         ("ca-cg", {"s": 4}))
 """The methods of the time-to-solution table (``--only sstep``), with Jacobi."""
 
 

@@ -194,7 +194,7 @@ def test_bad_ca_gmres_options_are_refused_on_every_rank(comm):
              (dict(method="ca-gmres", basis="chebyshev"), "unknown s-step basis 'chebyshev'"),
              (dict(method="ca-gmres", pc="bjacobi-ilu"), "takes pc=None or 'jacobi'"),
              (dict(method="ca-gmres", restart=0), "restart must be a positive integer"),
-             (dict(method="bicgstab", s=4), "options of method='sstep-cg' and 'ca-gmres'"),
+             (dict(method="bicgstab", s=4), "options of method='sstep-cg', 'ca-cg' and 'ca-gmres'"),
              (dict(method="sstep-cg", restart=10), "restart= is the basis size")]
     for options, message in cases:
         with pytest.raises(mc.SolverError, match=message):

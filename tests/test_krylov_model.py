@@ -14,8 +14,8 @@ import meshchain as mc
 from meshchain.apps import advection_diffusion as ad, poisson
 from meshchain.linalg.tune import measure_costs
 from meshchain.meshes import jittered_delaunay, structured_tris
-from meshchain.model.krylov import (DRIVER, STEP_CANDIDATES, KrylovCosts, best_steps, cagmres_iteration,
-                                    cg_iteration, predict, sstep_iteration)
+from meshchain.model.krylov import (DRIVER, STEP_CANDIDATES, KrylovCosts, best_steps, cacg_iteration,
+                                    cagmres_iteration, candidates_of, cg_iteration, predict, sstep_iteration)
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
 
@@ -24,17 +24,24 @@ COSTS = KrylovCosts(rows=2000, entries={j: 14000 + 900 * j for j in range(8)}, e
 
 
 def test_the_counts_of_an_iteration():
-    """cg: one product, one exchange, two reductions, 16 streams per row; s-step CG with s = 1:
-    one product of p and none of r, one exchange, one reduction of 2 (2s+1)² numbers."""
+    """cg: one product, one exchange, two reductions, 16 streams per row; CA-CG with s = 1:
+    one product of p and none of r, one exchange, one reduction of 2 (2s+1)² numbers; the
+    block s-step CG with s = 2: two products (layers 1, 0), one exchange, one reduction of
+    s (s + 1) + s² + 1 numbers, 9 dots, the block update."""
     c = COSTS
     assert cg_iteration(c) == pytest.approx(14000e-9 + 21e-6 + 60e-6 + 16 * 2000 * 4e-10)
     gram = 3 * 4 // 2 * 3  # the pairs of 3 vectors, each pair read with the Jacobi weights
-    assert sstep_iteration(c, 1, jacobi=True) == pytest.approx(
+    assert cacg_iteration(c, 1, jacobi=True) == pytest.approx(
         21e-6 + (30e-6 + 2e-9 * (18 - 1)) + 14000e-9 + (gram + 9 + 4) * 2000 * 4e-10)
+    dots = 3 + 2 + 4  # R^T V (symmetric part once), (A P_old)^T R
+    assert sstep_iteration(c, 2, jacobi=False) == pytest.approx(
+        (22e-6 + (30e-6 + 2e-9 * (11 - 1)) + (14900 + 14000) * 1e-9 + (2 * dots + 2 * 22 + 2) * 2000 * 4e-10) / 2)
     # s = 3: the p sequence runs on layers 2, 1, 0, the r sequence on 2, 1 (its products are the deep ones)
     assert c.powers_entries([3, 2]) == (15800 + 14900 + 14000) + (15800 + 14900)
     assert set(predict(c, candidates=(2, 4))) == {"cg", "pipecg", "gmres", "sstep-cg s=2", "sstep-cg s=4",
-                                                  "ca-gmres s=2", "ca-gmres s=4"}
+                                                  "ca-cg s=2", "ca-cg s=4", "ca-gmres s=2", "ca-gmres s=4"}
+    assert {k for k in predict(c) if k.startswith("sstep-cg")} == {f"sstep-cg s={k}" for k in candidates_of("sstep-cg")}
+    assert max(candidates_of("sstep-cg")) == 5 and candidates_of("ca-cg") == STEP_CANDIDATES
 
 
 def test_a_larger_working_set_streams_at_its_own_rate_and_the_driver_counts_in_calls():
@@ -51,11 +58,12 @@ def test_a_larger_working_set_streams_at_its_own_rate_and_the_driver_counts_in_c
 def test_the_chosen_s_grows_with_the_cost_of_a_message_and_falls_with_the_cost_of_work():
     cheap = dataclasses.replace(COSTS, exchange={k: 1e-7 for k in STEP_CANDIDATES}, reduction=1e-7)
     costly = dataclasses.replace(COSTS, exchange={k: 500e-6 for k in STEP_CANDIDATES}, reduction=500e-6)
-    for method in ("sstep-cg", "ca-gmres"):
+    for method in ("sstep-cg", "ca-cg", "ca-gmres"):
         low, middle, high = (best_steps(c, method) for c in (cheap, COSTS, costly))
         assert low <= middle <= high and low < high, (method, low, middle, high)
-        assert high == max(STEP_CANDIDATES) or method == "sstep-cg"
-    assert best_steps(cheap, "sstep-cg") == 1  # messages free: the basis work does not pay
+        assert high == max(candidates_of(method)) or method == "ca-cg"
+    for method in ("sstep-cg", "ca-cg"):
+        assert best_steps(cheap, method) == 1  # messages free: the basis work does not pay
     assert cagmres_iteration(costly, 8) < cagmres_iteration(costly, 1) / 4
 
 
@@ -89,18 +97,18 @@ def test_s_auto_solves_with_the_s_the_model_chose(comm):
     reduce Gram matrices of different sizes)."""
     def problem(method):
         mc.reset_runtime(comm=comm)  # a new mesh: declared and partitioned afresh
-        if method == "sstep-cg":
+        if method in ("sstep-cg", "ca-cg"):
             p = poisson.declare(structured_tris(20, 20))
             return p, lambda **o: poisson.solve(p, **o)
         q = ad.declare(jittered_delaunay(300, seed=4), peclet=10.0)
         return q, lambda **o: ad.solve(q, **o)
 
-    for method in ("ca-gmres", "sstep-cg"):
+    for method in ("ca-gmres", "sstep-cg", "ca-cg"):
         p, solve = problem(method)
         info = solve(method=method, pc="jacobi", rtol=1e-10, s="auto")
         assert info.converged, info.reason
-        assert info.steps in STEP_CANDIDATES and comm.allgather(info.steps) == [info.steps] * comm.size
-        chosen = min(STEP_CANDIDATES, key=lambda k: (info.predicted[f"{method} s={k}"], k))
+        assert info.steps in candidates_of(method) and comm.allgather(info.steps) == [info.steps] * comm.size
+        chosen = min(candidates_of(method), key=lambda k: (info.predicted[f"{method} s={k}"], k))
         assert info.steps == chosen and info.predicted["cg"] > 0
         fixed = solve(method=method, pc="jacobi", rtol=1e-10, s=3)
         assert fixed.steps == 3 and fixed.predicted == {}

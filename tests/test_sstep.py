@@ -1,6 +1,7 @@
-"""s-step CG (issue 36): ``method="sstep-cg"`` reaches SciPy's direct solution on SPD P1 and
-random SPD problems on 1-4 ranks, takes about CG's iterations, sends one message per
-neighbour and makes one reduction per ``s`` iterations, and refuses bad options on every rank."""
+"""s-step CG (issue 36): the block form (``method="sstep-cg"``) and CA-CG (``method="ca-cg"``)
+reach SciPy's direct solution on SPD P1 and random SPD problems on 1-4 ranks, take about CG's
+iterations, send one message per neighbour and make one reduction per ``s`` iterations, keep
+a matrix's Newton shifts for its next solves, and refuse bad options on every rank."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
+import meshchain.linalg.blockcg as blockcg
 import meshchain.linalg.sstep as sstep
 from meshchain.apps import poisson
 from meshchain.meshes import jittered_delaunay, structured_tris
@@ -28,13 +30,13 @@ def relative_error(got, want) -> float:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 8),
        basis=st.sampled_from(["newton", "monomial"]), pc=st.sampled_from([None, "jacobi"]))
-def test_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc):
+def test_ca_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc):
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed)
     cg, _ = problem.solve("cg", pc, rtol=1e-12)
     if basis == "monomial" and steps > 4:
         steps = 4  # the monomial basis loses rank beyond a few steps: the Newton basis is the default
-    info, x = problem.solve("sstep-cg", pc, rtol=1e-12, s=steps, basis=basis)
+    info, x = problem.solve("ca-cg", pc, rtol=1e-12, s=steps, basis=basis)
     assert info.converged, info.reason
     assert info.true_residual_preconditioned <= 1e-12 * info.residual_history[0] * 10
     assert info.iterations <= 1.2 * cg.iterations + steps, (info.iterations, cg.iterations)
@@ -42,34 +44,59 @@ def test_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh,
         assert relative_error(x, problem.expected) < 1e-8
 
 
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 4),
+       basis=st.sampled_from(["newton", "monomial"]), pc=st.sampled_from([None, "jacobi"]))
+def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc):
+    """The block form to rtol 1e-10 with ``s <= 4`` on these meshes of 8-60 nodes (its attainable
+    accuracy on them is about 1e-11, and larger ``s`` exhaust their Krylov spaces in a few
+    blocks: the Poisson test below runs ``s = 8``); the iterations are CG's rounded up to a
+    multiple of ``s``, at most 1.2 times CG's plus ``s``."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(mesh, dim=dim, seed=seed)
+    cg, _ = problem.solve("cg", pc, rtol=1e-10)
+    info, x = problem.solve("sstep-cg", pc, rtol=1e-10, s=steps, basis=basis)
+    assert info.converged, info.reason
+    assert info.true_residual_preconditioned <= 1e-10 * info.residual_history[0] * 10
+    assert info.iterations <= 1.2 * cg.iterations + steps, (info.iterations, cg.iterations)
+    if comm.rank == 0:
+        assert relative_error(x, problem.expected) < 1e-8
+
+
 @pytest.mark.mpi(nprocs=(1, 2, 4), timeout=600)
+@pytest.mark.parametrize("method", ["sstep-cg", "ca-cg"])
 @pytest.mark.parametrize("steps", [2, 4, 8])
-def test_sstep_cg_solves_the_poisson_problem_like_cg(comm, steps):
+def test_sstep_cg_solves_the_poisson_problem_like_cg(comm, method, steps):
     mc.reset_runtime(comm=comm)
     p = poisson.declare(jittered_delaunay(400, seed=11))
     cg = poisson.solve(p, method="cg", pc="jacobi", rtol=1e-12)
     reference = p.u.gather()
-    info = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-12, s=steps)
-    assert info.converged, info.reason
-    assert abs(info.iterations - cg.iterations) <= max(2, 0.2 * cg.iterations), (info.iterations, cg.iterations)
-    x = p.u.gather()
-    A = p.A.to_scipy()
-    b = p.b.gather()
-    if comm.rank == 0:
-        direct = spla.spsolve(A.tocsc(), b.ravel())
-        assert relative_error(x, direct) < 1e-8 and relative_error(reference, direct) < 1e-8
+    for _ in range(2):  # the second solve starts from the Newton shifts the first one found
+        info = poisson.solve(p, method=method, pc="jacobi", rtol=1e-12, s=steps)
+        assert info.converged, info.reason
+        assert abs(info.iterations - cg.iterations) <= max(2, 0.2 * cg.iterations), (info.iterations, cg.iterations)
+        x = p.u.gather()
+        A = p.A.to_scipy()
+        b = p.b.gather()
+        if comm.rank == 0:
+            direct = spla.spsolve(A.tocsc(), b.ravel())
+            assert relative_error(x, direct) < 1e-8 and relative_error(reference, direct) < 1e-8
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=300)
+@pytest.mark.parametrize("method", ["sstep-cg", "ca-cg"])
 @pytest.mark.parametrize("steps", [3, 6])
-def test_each_outer_iteration_sends_one_message_per_neighbour_and_reduces_once(comm, steps, monkeypatch):
+def test_each_outer_iteration_sends_one_message_per_neighbour_and_reduces_once(comm, method, steps, monkeypatch):
     from test_chains_mpi import CountingComm
 
     counting = CountingComm(comm, monkeypatch)
     mc.reset_runtime(comm=counting)
     problem = Problem(structured_tris(12, 12), dim=1, seed=4)
     per_outer = []
-    outer = sstep._Run.outer
+    run_class = blockcg._BlockRun if method == "sstep-cg" else sstep._Run
+    outer = run_class.outer
 
     def counted(self, shifts):
         counting.sends.clear()
@@ -78,8 +105,8 @@ def test_each_outer_iteration_sends_one_message_per_neighbour_and_reduces_once(c
         per_outer.append((collections.Counter(dest for dest, _ in counting.sends), self.reductions - reductions))
         return outcome
 
-    monkeypatch.setattr(sstep._Run, "outer", counted)
-    info, _ = problem.solve("sstep-cg", "jacobi", rtol=1e-10, s=steps)
+    monkeypatch.setattr(run_class, "outer", counted)
+    info, _ = problem.solve(method, "jacobi", rtol=1e-10, s=steps)
     assert info.converged and len(per_outer) >= 2
     for sends, reductions in per_outer:
         assert reductions == 1  # the Gram matrices, in one Allreduce
@@ -100,12 +127,15 @@ def test_bad_sstep_options_are_refused_on_every_rank(comm):
              (dict(method="sstep-cg", basis="chebyshev"), "unknown s-step basis 'chebyshev'"),
              (dict(method="sstep-cg", pc="sgs"), "takes pc=None or 'jacobi'"),
              (dict(method="sstep-cg", residual_replacement=True), "residual_replacement is implemented for method='pipecg'"),
-             (dict(method="cg", s=4), "options of method='sstep-cg'")]
+             (dict(method="ca-cg", s=0), "s must be an integer from 1 to 16"),
+             (dict(method="ca-cg", basis="chebyshev"), "unknown s-step basis 'chebyshev'"),
+             (dict(method="cg", s=4), "options of method='sstep-cg', 'ca-cg' and 'ca-gmres'")]
     for options, message in cases:
         with pytest.raises(mc.SolverError, match=message):
             mc.solve(A, x, b, **options)
-    with pytest.raises(mc.SolverError, match="assembled mc.Mat"):
-        mc.solve(op, x, b, method="sstep-cg")
+    for method in ("sstep-cg", "ca-cg"):
+        with pytest.raises(mc.SolverError, match="assembled mc.Mat"):
+            mc.solve(op, x, b, method=method)
     assert mc.solve(A, x, b, method="sstep-cg", s=2).converged  # the session goes on
 
 
@@ -141,16 +171,139 @@ def test_leja_shifts_and_the_basis_change_matrix():
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
 def test_a_basis_that_loses_rank_ends_with_its_reason_and_never_claims_convergence(comm):
-    """The monomial basis of 16 steps loses rank on a 961-node Poisson problem: the solve ends
-    as a breakdown or stagnation, the same on every rank, x finite; the Newton basis of 16
-    steps converges in CG's iterations."""
+    """CA-CG's monomial basis of 16 steps loses rank on a 961-node Poisson problem: the solve
+    ends as a breakdown or stagnation, the same on every rank, x finite; the Newton basis of
+    16 steps converges in CG's iterations."""
     mc.reset_runtime(comm=comm)
     p = poisson.declare(structured_tris(30, 30))
     for pc in (None, "jacobi"):
         cg = poisson.solve(p, method="cg", pc=pc, rtol=1e-10)
-        lost = poisson.solve(p, method="sstep-cg", pc=pc, rtol=1e-10, s=16, basis="monomial", maxiter=2000)
+        lost = poisson.solve(p, method="ca-cg", pc=pc, rtol=1e-10, s=16, basis="monomial", maxiter=2000)
         assert not lost.converged and lost.reason.split(":")[0] in ("breakdown", "stagnated"), lost.reason
         assert comm.allgather(lost.reason) == [lost.reason] * comm.size
         assert np.isfinite(p.u.data_ro).all() and np.isfinite(lost.true_residual)
-        newton = poisson.solve(p, method="sstep-cg", pc=pc, rtol=1e-10, s=16)
+        newton = poisson.solve(p, method="ca-cg", pc=pc, rtol=1e-10, s=16)
         assert newton.converged and abs(newton.iterations - cg.iterations) <= 2, (newton.iterations, cg.iterations)
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_the_block_form_halves_s_where_its_basis_cannot_progress_and_never_claims_convergence(comm):
+    """Springs of stiffness 1e-6..1e6 (condition number about 1e12): residual replacements stop
+    lowering the residual, ``s`` is halved with a warning down to 1, then the solve ends as
+    stagnated, the same on every rank, long before ``maxiter``, with x finite."""
+    mc.reset_runtime(comm=comm)
+    n = 200
+    nodes, edges = mc.Set(n, "nodes"), mc.Set(n - 1, "edges")
+    e2n = mc.Map(edges, nodes, 2, [[i, i + 1] for i in range(n - 1)], "e2n")
+    k = mc.Dat(edges, 1, np.logspace(-6, 6, n - 1)[np.random.default_rng(0).permutation(n - 1)], "k")
+    mc.partition("block", seed_set=nodes)
+    A = mc.Mat(nodes, nodes, [(e2n, e2n)], "A")
+    spring = mc.Kernel.from_source("def spring(a, k):\n    a[0, 0] += k[0] + 1e-6\n    a[0, 1] -= k[0]\n"
+                                   "    a[1, 0] -= k[0]\n    a[1, 1] += k[0] + 1e-6\n")
+    mc.par_loop(spring, edges, A(mc.INC, (e2n, e2n)), k(mc.READ))
+    x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.random.default_rng(1).standard_normal(n), "b")
+    with pytest.warns(mc.MeshchainWarning, match="going on with s=4") as caught:
+        info = mc.solve(A, x, b, method="sstep-cg", rtol=1e-10, s=8, maxiter=5000)
+    assert [str(w.message).split("going on with ")[1][:3] for w in caught
+            if "going on" in str(w.message)] == ["s=4", "s=2", "s=1"]
+    assert not info.converged and info.reason.startswith("stagnated"), info.reason
+    assert comm.allgather(info.reason) == [info.reason] * comm.size
+    assert info.iterations < 1000 and np.isfinite(x.data_ro).all()
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.parametrize("method", ["sstep-cg", "ca-cg"])
+def test_a_matrix_keeps_its_newton_shifts_until_its_values_change(comm, method, monkeypatch):
+    """The Ritz iterations run in the first solve only; the second starts from the kept shifts
+    (and converges as well); a new assembly into the matrix makes the next solve find new ones."""
+    mc.reset_runtime(comm=comm)
+    p = poisson.declare(jittered_delaunay(300, seed=3))
+    found = []
+    ritz = sstep.CGRun.ritz_values
+
+    def counted(self, count):
+        found.append(count)
+        return ritz(self, count)
+
+    monkeypatch.setattr(sstep.CGRun, "ritz_values", counted)
+    cg = poisson.solve(p, method="cg", pc="jacobi", rtol=1e-10)
+    infos = [poisson.solve(p, method=method, pc="jacobi", rtol=1e-10, s=4) for _ in range(2)]
+    assert found == [4]
+    poisson.solve(p, method=method, pc="jacobi", rtol=1e-10, s=2)  # another s: its own shifts
+    assert found == [4, 2]
+    d = p.mesh
+    bump = mc.Kernel.from_source("def bump(a):\n" + "".join(f"    a[{i}, {i}] += 0.5\n" for i in range(3)))
+    mc.par_loop(bump, d.cells, p.A(mc.INC, (d.cell2node, d.cell2node)))
+    infos.append(poisson.solve(p, method=method, pc="jacobi", rtol=1e-10, s=4))
+    assert found == [4, 2, 4]
+    for info in infos:
+        assert info.converged, info.reason
+        assert info.iterations <= 1.2 * cg.iterations + 4, (info.iterations, cg.iterations)
+
+
+@pytest.mark.mpi(nprocs=(1,), timeout=120)
+def test_a_block_that_raises_the_residual_a_hundredfold_is_undone(comm, monkeypatch):
+    """On 8 nodes CG's Krylov space is exhausted after 9 iterations; the block after that
+    (``s = 3``) starts from a residual of rounding noise and raised it a hundredfold before
+    blocks were undone; now ``x`` and ``r`` go back and the solve converges in CG's iterations."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(8, seed=0), dim=1, seed=0)
+    undone = []
+    undo = blockcg._BlockRun.undo
+
+    def counted(self):
+        undone.append(self.iterations)
+        return undo(self)
+
+    monkeypatch.setattr(blockcg._BlockRun, "undo", counted)
+    cg, _ = problem.solve("cg", None, rtol=1e-12)
+    info, x = problem.solve("sstep-cg", None, rtol=1e-12, s=3)
+    assert undone, "the case no longer raises the residual: choose another"
+    assert info.converged and info.iterations <= 1.2 * cg.iterations + 3, (info.iterations, cg.iterations)
+    assert relative_error(x, problem.expected) < 1e-9
+
+
+def test_the_block_kernels_equal_numpys():
+    """``block_sums``, ``coefficients`` (with the Cholesky factor of the last block's ``W``) and
+    ``block_update`` against the formulas in NumPy on a random SPD operator; a dependent
+    direction ends the block."""
+    rng = np.random.default_rng(3)
+    n, m, count = 50, 3, 2
+    M = rng.standard_normal((n, n))
+    A = M @ M.T / n + np.eye(n)
+    shifts = np.array([0.3, 1.7, 1.1])
+    Y = np.zeros((m + 1, n + 7))  # rows longer than the owned part, as a plan's are
+    Y[0, :n] = rng.standard_normal(n)
+    for j in range(m):
+        Y[j + 1, :n] = A @ Y[j, :n] - shifts[j] * Y[j, :n]
+    P_old = rng.standard_normal((count, n))
+    AQ, w = P_old @ A, rng.uniform(0.5, 2, n)
+    sums = np.empty(m * (m + 1) + count * m + 1)
+    blockcg.block_sums(Y, m, AQ, count, w, True, sums)
+    V, R = Y[:, :n], Y[:m, :n]
+    np.testing.assert_allclose(sums[:m * (m + 1)], (R @ V.T).ravel(), rtol=1e-12)
+    np.testing.assert_allclose(sums[m * (m + 1):-1], (AQ @ R.T).ravel(), rtol=1e-12)
+    np.testing.assert_allclose(sums[-1], (V[0] ** 2 * w).sum(), rtol=1e-12)
+    W_old = P_old @ A @ P_old.T
+    old = np.linalg.cholesky(W_old)
+    B, W, L, a = np.zeros((m, m)), np.zeros((m, m)), np.zeros((m, m)), np.zeros(m)
+    kept = blockcg.coefficients(sums, m, count, shifts, old, B, W, L, a)
+    AR = V[1:] + shifts[:, None] * R
+    B_want = -np.linalg.solve(W_old, AQ @ R.T)
+    P_want = R + B_want.T @ P_old
+    W_want = P_want @ A @ P_want.T
+    assert kept == m
+    np.testing.assert_allclose(B[:count], B_want, rtol=1e-9)
+    np.testing.assert_allclose(W, W_want, rtol=1e-9, atol=1e-9 * np.abs(W_want).max())
+    np.testing.assert_allclose(a, np.linalg.solve(W_want, R @ V[0]), rtol=1e-8)  # g = Rᵀ r: r ⟂ P_old in CG
+    P, AQn = np.empty((m, n)), np.empty((m, n))
+    x, r = rng.standard_normal(n), rng.standard_normal(n)
+    x0, r0 = x.copy(), r.copy()
+    blockcg.block_update(Y, shifts, m, P_old, AQ, count, B, a, P, AQn, x, r)
+    np.testing.assert_allclose(P, P_want, rtol=1e-9)
+    np.testing.assert_allclose(AQn, AR + B[:count].T @ AQ, rtol=1e-12)
+    np.testing.assert_allclose(AQn, P_want @ A, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(x, x0 + P.T @ a, rtol=1e-12)
+    np.testing.assert_allclose(r, r0 - AQn.T @ a, rtol=1e-12)
+    dependent = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])  # second row: half the first
+    assert blockcg.cholesky(dependent, 3, np.zeros((3, 3))) == 1

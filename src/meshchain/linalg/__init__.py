@@ -51,16 +51,19 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         ``Mat`` over mixed spaces takes :class:`~meshchain.MixedDat` s instead, with
         ``method="petsc"`` (its components are PETSc's fields ``"0"``, ``"1"``, ... for
         ``pc_type fieldsplit``; see :mod:`meshchain.linalg.block_solve`).
-    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "sstep-cg", "gmres", "pipegmres", "ca-gmres", \
+    method : {"cg", "cg1", "pipecg", "groppcg", "pipecr", "sstep-cg", "ca-cg", "gmres", "pipegmres", "ca-gmres", \
 "bicgstab", "pipebicgstab", "petsc"}, keyword-only
         Symmetric positive definite operators: ``"cg"``: classical preconditioned CG, two
         blocking reductions per iteration. ``"cg1"``: Chronopoulos/Gear, one blocking
         reduction. ``"pipecg"``: Ghysels-Vanroose pipelined CG, one non-blocking reduction
         in flight while the preconditioner and the SpMV run. ``"groppcg"``: Gropp's CG, two
         non-blocking reductions. ``"pipecr"``: pipelined conjugate residuals.
-        ``"sstep-cg"``: s-step (communication-avoiding) CG, ``s`` iterations per matrix
-        powers exchange and per reduction (assembled matrices, ``pc=None`` or ``"jacobi"``;
-        :mod:`meshchain.linalg.sstep`).
+        ``"sstep-cg"``: s-step (communication-avoiding) CG in block form, ``s`` iterations
+        from ``s`` products, one matrix powers exchange and one reduction (assembled
+        matrices, ``pc=None`` or ``"jacobi"``; the residual is tested every ``s``
+        iterations; ``s <= 5`` advised; :mod:`meshchain.linalg.blockcg`). ``"ca-cg"``:
+        CA-CG, CG's own iterations and residuals from ``2s - 1`` products per exchange and
+        reduction (:mod:`meshchain.linalg.sstep`).
         Any operator (:mod:`meshchain.linalg.nonsymmetric`): ``"gmres"``: restarted GMRES,
         left-preconditioned (PETSc's default). ``"pipegmres"``: p(1)-GMRES, one
         non-blocking reduction per iteration. ``"ca-gmres"``: communication-avoiding GMRES,
@@ -105,8 +108,8 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         They win over ``rtol``, ``atol``, ``maxiter`` and ``pc`` (which PETSc gets as
         ``pc_type`` ``none``, ``jacobi``, or ``sor`` with local symmetric sweeps for ``"sgs"``).
     s : int, keyword-only
-        ``"sstep-cg"``'s and ``"ca-gmres"``'s iterations per exchange and reduction (1 to 16;
-        default 4), or ``"auto"``: the ``s`` the Krylov model predicts fastest from costs
+        ``"sstep-cg"``'s, ``"ca-cg"``'s and ``"ca-gmres"``'s iterations per exchange and
+        reduction (1 to 16; default 4), or ``"auto"``: the ``s`` the Krylov model predicts fastest from costs
         measured on ``A`` (:mod:`meshchain.linalg.tune`; ``SolveInfo.steps`` says which, and
         ``SolveInfo.predicted`` the predicted time per iteration of every method).
     basis : {"newton", "monomial"}, keyword-only

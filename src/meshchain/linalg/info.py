@@ -46,7 +46,7 @@ class SolveInfo:
         Restarts from the current ``x`` after rounding broke a recurrence down
         (:mod:`meshchain.linalg.recovery`).
     steps : int or None
-        The ``s`` of ``"sstep-cg"`` and ``"ca-gmres"`` (chosen by the model with
+        The ``s`` of ``"sstep-cg"``, ``"ca-cg"`` and ``"ca-gmres"`` (chosen by the model with
         ``s="auto"``); None for the other methods.
     predicted : dict
         With ``s="auto"``: the Krylov model's predicted seconds per iteration of every

@@ -1,4 +1,4 @@
-"""What the s-step Krylov methods (:mod:`.sstep`, :mod:`.cagmres`) share: a solve of the
+"""What the s-step Krylov methods (:mod:`.blockcg`, :mod:`.sstep`, :mod:`.cagmres`) share: a solve of the
 symmetrically scaled system ``Â x̂ = b̂`` (``Â = S A S``, ``x = S x̂``, ``b̂ = S b``; ``S =
 D^-1/2`` with ``pc="jacobi"``, else the identity) whose products come from the matrix powers
 kernel (:meth:`~meshchain.engine.matrices.Matrices.products`, which scales as it
@@ -101,13 +101,14 @@ class ScaledRun:
         """The owned rows of work vector ``name`` were changed here: its halo is stale."""
         self.engine.halos_stale(self.dats[name])
 
-    def tested(self, norm: float) -> bool:
-        """Record the norm of this iteration; whether it meets the tolerance."""
+    def tested(self, norm: float, iteration: int | None = None) -> bool:
+        """Record the norm of this iteration (``iteration``; None: one norm per iteration so
+        far); whether it meets the tolerance."""
         if self.target is None:
             self.target = max(self.rtol * norm, self.atol)
         self.history.append(norm)
         if self.monitor is not None:
-            self.monitor(len(self.history) - 1, norm)
+            self.monitor(len(self.history) - 1 if iteration is None else iteration, norm)
         return norm <= self.target
 
     def residual(self, into: str) -> None:

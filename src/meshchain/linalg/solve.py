@@ -32,7 +32,8 @@ from .operators import as_operator
 from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
 from .replacement import ReplacementBounds
-from .sstep import check_options, solve_sstep
+from .blockcg import solve_block
+from .sstep import check_options, solve_cacg
 from .tune import choose_steps
 
 __all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
@@ -43,8 +44,9 @@ solve as diverged (PETSc's default ``dtol``). The CG family stops on a curvature
 (and ``cg``/``cg1`` iterate inside compiled calls that test what the Python loop tests)."""
 
 METHODS = {**SYMMETRIC, **NONSYMMETRIC}
-S_STEP = ("sstep-cg", "ca-gmres")
-"""The communication-avoiding methods (:mod:`.sstep`, :mod:`.cagmres`): matrix powers kernel, assembled Mat."""
+S_STEP = ("sstep-cg", "ca-cg", "ca-gmres")
+"""The communication-avoiding methods (:mod:`.blockcg`, :mod:`.sstep`, :mod:`.cagmres`): matrix powers kernel,
+assembled Mat."""
 """Every Krylov method by name (``method="petsc"`` hands the problem to PETSc instead)."""
 
 
@@ -296,7 +298,8 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                basis="newton") -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there)."""
     if method not in S_STEP and (s is not None or basis != "newton"):
-        raise SolverError(f"solve: s= and basis= are options of method='sstep-cg' and 'ca-gmres', not of {method!r}.")
+        raise SolverError(f"solve: s= and basis= are options of method='sstep-cg', 'ca-cg' and 'ca-gmres', not of "
+                          f"{method!r}.")
     if is_block_system(A, x, b):
         return solve_blocks(engine, A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
                             residual_replacement=residual_replacement, restart=restart, options=options,
@@ -332,7 +335,7 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
             if method == "ca-gmres":
                 info = solve_cagmres(engine, A, x, b, restart=int(restart), **options)
             else:
-                info = solve_sstep(engine, A, x, b, **options)
+                info = (solve_block if method == "sstep-cg" else solve_cacg)(engine, A, x, b, **options)
         info.steps, info.predicted = steps, predicted
         return info
     restart = int(restart)

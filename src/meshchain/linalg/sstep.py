@@ -1,8 +1,9 @@
-"""s-step ("communication-avoiding") CG: ``s`` iterations per halo exchange and per reduction.
+"""CA-CG (``method="ca-cg"``): ``s`` iterations per halo exchange and per reduction, CG's own
+iterates; and what it shares with the block s-step CG (:mod:`.blockcg`, ``method="sstep-cg"``).
 
 Classical CG exchanges a halo and reduces at least once per iteration; pipelining hides a
-reduction's latency but sends as many messages. The s-step CG of Chronopoulos and Gear, in
-the form of Hoemmen's and Carson's CA-CG, runs ``s`` iterations from
+reduction's latency but sends as many messages. Hoemmen's and Carson's CA-CG (the s-step CG
+of Chronopoulos and Gear on coordinates) runs ``s`` iterations from
 
 * one matrix powers exchange (:meth:`~meshchain.Mat.powers`, :mod:`meshchain.engine.powers`):
   the basis ``Y = [P, R]`` of ``s + 1`` vectors ``ρ_j(Â) p`` and ``s`` vectors ``ρ_j(Â) r``,
@@ -12,12 +13,17 @@ the form of Hoemmen's and Carson's CA-CG, runs ``s`` iterations from
 
 after which the ``s`` iterations update the coordinates of ``x``, ``r`` and ``p`` in the
 basis (vectors of ``2s + 1`` numbers: no communication), using ``Â Y = Y B`` for the
-basis-change matrix ``B``; then ``x``, ``r`` and ``p`` are formed from the basis.
+basis-change matrix ``B``; then ``x``, ``r`` and ``p`` are formed from the basis. Its
+residual norm is known at every iteration, and its iterations are CG's; it pays for that
+with ``2s - 1`` products per ``s`` iterations (the block form: ``s``) and a Gram matrix of
+``2s + 1`` vectors.
 
 **Basis.** ``ρ_{j+1}(z) = (z - θ_j) ρ_j(z)``. The monomial basis (``θ = 0``,
 ``basis="monomial"``) loses rank for ``s`` beyond a few; the default Newton basis takes its
 shifts ``θ`` from Ritz values of the operator, from a few classical CG iterations at the
-start (``s`` iterations, which count: they make progress), in Leja order.
+start (``s`` iterations, which count: they make progress), in Leja order. The shifts are
+kept with the matrix: a later solve with the same values (no assembly since), scaling and
+``s`` starts with the s-step iterations at once.
 
 **Preconditioning.** ``pc="jacobi"`` runs CA-CG on the symmetrically scaled system
 ``Â = D^-1/2 A D^-1/2`` (``x = D^-1/2 x̂``): the same iterates as Jacobi-preconditioned CG in
@@ -44,7 +50,7 @@ Examples
 ...                                "    a[1, 0] -= 1.0\\n    a[1, 1] += 2.1\\n")
 >>> mc.par_loop(spring, edges, A(mc.INC, (e2n, e2n)))
 >>> x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.ones(30), "b")
->>> info = mc.solve(A, x, b, method="sstep-cg", s=4, rtol=1e-10)
+>>> info = mc.solve(A, x, b, method="ca-cg", s=4, rtol=1e-10)
 >>> info.converged, info.true_residual < 1e-8
 (True, True)
 """
@@ -58,6 +64,7 @@ import time
 import numba
 import numpy as np
 
+from ..core.cache import memo
 from ..core.errors import SolverError
 from .fused import dot
 from .info import SolveInfo
@@ -65,7 +72,7 @@ from .eigen import leja, tridiagonal_eigenvalues
 from .recovery import FALSE_CONVERGENCE_FACTOR
 from .scaled import ScaledRun, check_matrix, enter, leave, work_dats
 
-__all__ = ["solve_sstep", "BASES", "DEFAULT_STEPS", "MAX_STEPS", "leja", "basis_change", "tridiagonal_eigenvalues"]
+__all__ = ["solve_cacg", "drive", "CGRun", "BASES", "DEFAULT_STEPS", "MAX_STEPS", "leja", "basis_change", "tridiagonal_eigenvalues"]
 
 BASES = ("newton", "monomial")
 DEFAULT_STEPS = 4
@@ -74,6 +81,7 @@ STAGNATION = 0.9  # a residual replacement must lower the true residual below th
 PATIENCE = 4  # outer iterations without a new smallest residual before the true residual is looked at
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+_shifts = memo("s-step Newton shifts", weak=True)  # per matrix: (engine, jacobi, s) -> (values stamp, shifts)
 
 
 _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reordered (vectorised): not bit-exact
@@ -197,14 +205,16 @@ def basis_change(shifts, steps: int) -> np.ndarray:
     return B
 
 
-class _Run(ScaledRun):
-    """One s-step CG solve: the scaled system's run, its basis and Gram matrices."""
+class CGRun(ScaledRun):
+    """What both s-step CG methods do on the scaled system: the norm of the convergence test,
+    residual replacement, the classical CG iterations whose Ritz values give the Newton shifts."""
 
-    def __init__(self, engine, A, dats: dict, steps: int, **options):
-        super().__init__(engine, A, dats, **options)
-        self.steps = steps
-        self.Y = np.empty((2 * steps + 1, self.n))
-        self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
+    fresh_residual = False  # the block form: r changed and its norm is not recorded yet
+    progress = 1.0  # a new smallest residual is below this fraction of the last one
+
+    def patience(self) -> int:
+        """Outer iterations without a new smallest residual before the true one is looked at."""
+        return PATIENCE
 
     def norm(self, residual: np.ndarray) -> float:
         """``||B r||`` of a scaled residual ``r̂`` (``B r = D^-1/2 r̂`` with Jacobi), summed over ranks."""
@@ -214,7 +224,28 @@ class _Run(ScaledRun):
     def replace_residual(self) -> float:
         """``r̂ = b̂ - Â x̂``: the true residual replaces the recursive one; its norm ``||B r||``."""
         self.residual("r")
+        self.fresh_residual = False
         return self.norm(self.v["r"])
+
+    def restart_directions(self) -> None:
+        """The search directions start again from the residual."""
+        np.copyto(self.v["p"], self.v["r"])
+        self.fresh("p")
+
+    def settle(self) -> str | None:
+        """At ``maxiter``: ``"converged"`` when a residual not yet tested meets the tolerance."""
+        return None
+
+    def replaced(self) -> None:
+        """The true residual replaced the recursive one (the search directions are kept)."""
+
+    def fewer_steps(self, true: float, last_true: float) -> bool:
+        """After a residual replacement that did not lower the residual: whether the run goes
+        on with a smaller ``s`` (else the solve ends as stagnated)."""
+        return False
+
+    def direction_taken(self, pap: float) -> None:
+        """A Ritz iteration steps along ``p`` (``t = Â p``, ``pap = pᵀ Â p``)."""
 
     def ritz_values(self, count: int) -> tuple[np.ndarray, bool]:
         """``count`` classical CG iterations (they advance ``x``, ``r``, ``p``): the Ritz values
@@ -230,6 +261,7 @@ class _Run(ScaledRun):
             if not pap > 0:
                 break
             alpha = rr / pap
+            self.direction_taken(pap)
             v["x"] += alpha * v["p"]
             v["r"] -= alpha * v["t"]
             sums = self.total(np.array([dot(v["r"], v["r"]), _weighted_dot(v["r"], v["weight"])]))
@@ -245,6 +277,16 @@ class _Run(ScaledRun):
             if self.tested(math.sqrt(max(float(sums[1]), 0.0))):
                 return np.zeros(0), True
         return _lanczos_eigenvalues(alphas, betas), False
+
+
+class _Run(CGRun):
+    """One CA-CG solve: the scaled system's run, its basis and Gram matrices."""
+
+    def __init__(self, engine, A, dats: dict, steps: int, **options):
+        super().__init__(engine, A, dats, **options)
+        self.steps = steps
+        self.Y = np.empty((2 * steps + 1, self.n))
+        self.G = np.empty((2, 2 * steps + 1, 2 * steps + 1))
 
     def outer(self, shifts: np.ndarray) -> str | None:
         """One outer iteration: basis, Gram matrices, up to ``s`` iterations in coordinates, then
@@ -289,7 +331,7 @@ def _lanczos_eigenvalues(alphas, betas) -> np.ndarray:
     return tridiagonal_eigenvalues(diagonal, off)
 
 
-def check_options(A, pc, steps, basis, method: str = "sstep-cg") -> int | str:
+def check_options(A, pc, steps, basis, method: str) -> int | str:
     """``steps`` as an int (or ``"auto"``) after checking the s-step options (the same on
     every rank)."""
     check_matrix(A, pc, method)
@@ -308,16 +350,24 @@ def check_options(A, pc, steps, basis, method: str = "sstep-cg") -> int | str:
 def _work(engine, A, steps: int) -> dict:
     names = ["x", "b", "r", "p", "t", "scale", "weight", *[f"P{j}" for j in range(steps + 1)],
              *[f"R{j}" for j in range(steps)]]
-    return work_dats(engine, A, "sstep", steps, names)
+    return work_dats(engine, A, "ca-cg", steps, names)
 
 
-def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
-    """``mc.solve(A, x, b, method="sstep-cg")`` (see the module docstring; collective)."""
-    dats = _work(engine, A, steps)
+def solve_cacg(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
+    """``mc.solve(A, x, b, method="ca-cg")`` (see the module docstring; collective)."""
+    run = _Run(engine, A, _work(engine, A, steps), steps, jacobi=pc == "jacobi", rtol=rtol, atol=atol,
+               maxiter=maxiter, monitor=monitor)
+    return drive(run, A, x, b, steps=steps, basis=basis, pc=pc, method="ca-cg")
+
+
+def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> SolveInfo:
+    """An s-step CG solve with ``run``'s outer iterations: the scaled system set up, the Ritz
+    iterations for the Newton shifts, outer iterations with residual replacement, recovery and
+    the true residual at exit (collective)."""
+    engine, v, maxiter = run.engine, run.v, run.maxiter
     for count in {1, steps}:  # halo layers and halo rows now: the iterations exchange vectors only
         engine.matrices.prepare_products(A, count)
-    run = _Run(engine, A, dats, steps, jacobi=pc == "jacobi", rtol=rtol, atol=atol, maxiter=maxiter, monitor=monitor)
-    v = run.v
+    run.views()
     enter(engine, A, x, b, run)
     np.multiply(v["scale"], v["scale"], out=v["weight"])  # ||B r||² = r̂ᵀ D^-1 r̂ with Jacobi
     began = time.perf_counter()
@@ -330,24 +380,32 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
         reason = "converged"
     shifts = np.zeros(steps)
     if reason is None and basis == "newton":
-        ritz, met = run.ritz_values(steps)
-        reason = "converged" if met else None
-        shifts = leja(ritz, steps)
+        shifts = _known_shifts(engine, A, run.jacobi, steps)
+        if shifts is None:
+            ritz, met = run.ritz_values(steps)
+            reason = "converged" if met else None
+            shifts = leja(ritz, steps)
+            if not met:
+                _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (engine.matrices.values_stamp(A), shifts)
     while reason is None:
         if run.iterations >= maxiter:
-            reason = f"diverged: maxiter {maxiter} reached"
-            break
-        outcome = run.outer(shifts)
+            outcome = run.settle()
+            if outcome is None:
+                reason = f"diverged: maxiter {maxiter} reached"
+                break
+        else:
+            mark = len(run.history)
+            outcome = run.outer(shifts)
         if outcome is None:
             curvatures = 0
-            best, idle = (min(run.history), 0) if min(run.history) < best else (best, idle + 1)
-            if idle < PATIENCE:
+            recent = min(run.history[mark:], default=math.inf)  # this outer iteration's (the start's may lie lower)
+            best, idle = (recent, 0) if recent < run.progress * best else (best, idle + 1)
+            if idle < run.patience():
                 continue
-            outcome, idle = "idle", 0  # no new smallest residual for PATIENCE outer iterations: look at the true one
+            outcome, idle = "idle", 0  # no new smallest residual for a while: look at the true one
         true = run.replace_residual()
         if outcome == "curvature":
-            np.copyto(v["p"], v["r"])  # restart the directions from the true residual
-            run.fresh("p")
+            run.restart_directions()
             curvatures += 1
             if curvatures > 1:
                 reason = "breakdown: the curvature (p, A p) in the s-step coordinates was <= 0 twice in a row"
@@ -355,7 +413,8 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
             reason = "converged"
         else:
             replacements += 1
-            if true > STAGNATION * last_true:
+            run.replaced()
+            if true > STAGNATION * last_true and not run.fewer_steps(true, last_true):
                 why = ("; the s-step basis may have lost rank: try basis='newton' or a smaller s"
                        if outcome == "idle" else "")
                 reason = (f"stagnated: the true residual {true:.3e} after a residual replacement did not fall "
@@ -367,8 +426,16 @@ def solve_sstep(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monit
     return SolveInfo(iterations=run.iterations, converged=reason == "converged", reason=reason,
                      residual_history=run.history, true_residual=true, true_residual_preconditioned=true_preconditioned,
                      time_per_iteration=(stopped - began) / max(run.iterations, 1), time_reduction_wait=0.0,
-                     reductions=run.reductions, replacements=replacements, method="sstep-cg", pc=pc,
+                     reductions=run.reductions, replacements=replacements, method=method, pc=pc,
                      restarts=0)
+
+
+def _known_shifts(engine, A, jacobi: bool, steps: int) -> np.ndarray | None:
+    """The Newton shifts an earlier solve found for ``A`` with these values, scaling and ``s``."""
+    found = _shifts.get(A, {}).get((id(engine), jacobi, steps))
+    if found is None or found[0] != engine.matrices.values_stamp(A):
+        return None
+    return found[1]
 
 
 def _true_residual(engine, A, x, b, run) -> tuple[float, float]:

@@ -11,12 +11,16 @@ rank), and the functions here count how many of each a method does per iteration
 * ``pipecg``: one product, one exchange, one reduction of three numbers (in flight during
   the product; ``overlap`` is the fraction of it hidden, 0 without asynchronous progress),
   about 36 streamed elements per row;
-* ``sstep-cg`` with ``s``: per ``s`` iterations one exchange ``s`` layers deep, one
+* ``sstep-cg`` (the block form) with ``s``: per ``s`` iterations one exchange ``s`` layers
+  deep, one reduction of ``s (s + 1) + s² + 1`` numbers, the ``s`` products of the matrix
+  powers kernel on the owned rows and the halo rows it recomputes (``entries[j]``: the
+  entries of the rows of halo layers ``0..j``), ``s (s + 1) / 2 + s + s²`` dots (two
+  streams each) and the block update (``s (10 + 6 s)`` streamed elements per row: the new
+  directions from the last block's, then ``x`` and ``r``);
+* ``ca-cg`` with ``s``: per ``s`` iterations one exchange ``s`` layers deep, one
   reduction of the Gram matrices (``2 (2s+1)²`` numbers with Jacobi), the ``2s - 1``
-  products of the matrix powers kernel on the owned rows and the halo rows it recomputes
-  (``entries[j]``: the entries of the rows of halo layers ``0..j``), the Gram matrices
-  (``m (m + 1) / 2`` pairs of vectors, ``m = 2s + 1``, each read once, with the Jacobi
-  weights a third stream) and
+  products of the matrix powers kernel, the Gram matrices (``m (m + 1) / 2`` pairs of
+  vectors, ``m = 2s + 1``, each read once, with the Jacobi weights a third stream) and
   forming ``x``, ``r``, ``p`` (``3m`` plus copies);
 * ``gmres`` with ``restart``: one product, one exchange, two reductions (Gram-Schmidt and
   the norm) and Gram-Schmidt against the mean basis size ``k = (restart + 1) / 2``;
@@ -27,7 +31,8 @@ rank), and the functions here count how many of each a method does per iteration
 The counts of streamed elements are the kernels' (fused passes read and write several
 vectors at once); the driver's own work (Python between compiled calls) is counted in units
 of one call's overhead, :data:`DRIVER`. The initial Ritz iterations of the Newton basis
-(``s`` iterations at CG's cost) are not counted. ``benchmarks/krylov.py`` and the
+(``s`` iterations at CG's cost, in a matrix's first solve) and the block form's last outer
+iteration (whose basis only tests the residual) are not counted. ``benchmarks/krylov.py`` and the
 profitability notebook show predicted against measured.
 
 Examples
@@ -36,21 +41,33 @@ Examples
 ...                     exchange={1: 20e-6, 2: 22e-6, 4: 25e-6}, reduction=30e-6, per_number=1e-8)
 >>> round(cg_iteration(costs) * 1e6, 1)
 103.0
->>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
+>>> round(cacg_iteration(costs, 4, jacobi=True) * 1e6, 1)
 69.7
->>> best_steps(costs, "sstep-cg", jacobi=True, candidates=(1, 2, 4))
+>>> best_steps(costs, "ca-cg", jacobi=True, candidates=(1, 2, 4))
 2
+>>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
+72.0
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "gmres_iteration",
-           "cagmres_iteration", "predict", "best_steps", "STEP_CANDIDATES"]
+__all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "cacg_iteration",
+           "gmres_iteration", "cagmres_iteration", "predict", "best_steps", "candidates_of", "STEP_CANDIDATES",
+           "BLOCK_CANDIDATES"]
 
 STEP_CANDIDATES = (1, 2, 3, 4, 5, 6, 8)
-"""The ``s`` that ``s="auto"`` chooses among."""
+"""The ``s`` that ``s="auto"`` chooses among for ``ca-cg`` and ``ca-gmres``."""
+
+BLOCK_CANDIDATES = (1, 2, 3, 4, 5)
+"""The ``s`` of the block s-step CG's ``s="auto"``: beyond 5 its basis is too ill-conditioned
+for CG's iterations on problems that need many (:mod:`meshchain.linalg.blockcg`)."""
+
+
+def candidates_of(method: str) -> tuple:
+    """The ``s`` that ``s="auto"`` chooses among for ``method``."""
+    return BLOCK_CANDIDATES if method == "sstep-cg" else STEP_CANDIDATES
 
 
 @dataclass(frozen=True)
@@ -105,13 +122,14 @@ class KrylovCosts:
         return total
 
 
-DRIVER = {"cg": 0.0, "pipecg": 1.0, "gmres": 2.0, "sstep-cg": 2.5, "ca-gmres": 1.5, "ca-gmres column": 0.3}
+DRIVER = {"cg": 0.0, "pipecg": 1.0, "gmres": 2.0, "sstep-cg": 0.8, "ca-cg": 2.5, "ca-gmres": 1.5,
+          "ca-gmres column": 0.3}
 """Driver overhead in units of :attr:`KrylovCosts.call`: per iteration of ``pipecg`` and
-``gmres`` (their loops run in Python), per outer iteration of ``sstep-cg`` and per block of
-``ca-gmres``, plus per column of ``ca-gmres`` (its Givens rotations); ``cg`` iterates inside
-compiled calls. Fitted once on one rank at 500 unknowns (Poisson and advection-diffusion,
-2026-11-29); the other sizes and rank counts in ``benchmarks/krylov.py`` and the notebook are
-predicted with them unchanged."""
+``gmres`` (their loops run in Python), per outer iteration of ``sstep-cg`` and ``ca-cg`` and
+per block of ``ca-gmres``, plus per column of ``ca-gmres`` (its Givens rotations); ``cg``
+iterates inside compiled calls. Fitted once on one rank at 500 unknowns (Poisson and
+advection-diffusion, 2026-11-29); the other sizes and rank counts in ``benchmarks/krylov.py``
+and the notebook are predicted with them unchanged."""
 
 
 def cg_iteration(costs: KrylovCosts) -> float:
@@ -128,12 +146,23 @@ def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
 
 
 def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
-    """Seconds per iteration of ``sstep-cg`` with ``s = steps`` (an outer iteration over ``s``)."""
+    """Seconds per iteration of the block ``sstep-cg`` with ``s = steps`` (an outer iteration
+    over ``s``; its last block of directions as long as this one)."""
+    s = steps
+    dots = s * (s + 1) // 2 + s + s * s
+    streams = 2 * dots + (3 if jacobi else 0) + s * (10 + 6 * s) + 2
+    outer = (costs.exchanged(s) + costs.allreduce(s * (s + 1) + s * s + 1) + costs.powers_entries([s]) * costs.entry
+             + costs.streamed(streams, 4 * s + 5) + DRIVER["sstep-cg"] * costs.call)
+    return outer / s
+
+
+def cacg_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
+    """Seconds per iteration of ``ca-cg`` with ``s = steps`` (an outer iteration over ``s``)."""
     m = 2 * steps + 1
     gram = m * (m + 1) // 2 * (3 if jacobi else 2)  # pairs of vectors (and the weights) read once per pair
     outer = (costs.exchanged(steps) + costs.allreduce(m * m * (2 if jacobi else 1))
              + costs.powers_entries([steps, steps - 1]) * costs.entry
-             + costs.streamed(gram + 3 * m + 4, m + 5) + DRIVER["sstep-cg"] * costs.call)
+             + costs.streamed(gram + 3 * m + 4, m + 5) + DRIVER["ca-cg"] * costs.call)
     return outer / steps
 
 
@@ -158,23 +187,29 @@ def cagmres_iteration(costs: KrylovCosts, steps: int, *, restart: int = 30) -> f
 
 
 def predict(costs: KrylovCosts, *, jacobi: bool = True, restart: int = 30, overlap: float = 0.0,
-            candidates=STEP_CANDIDATES) -> dict:
-    """Predicted seconds per iteration by method (``"sstep-cg s=4"`` and the like)."""
+            candidates=None) -> dict:
+    """Predicted seconds per iteration by method (``"sstep-cg s=4"`` and the like; each s-step
+    method over its own candidates, or over ``candidates``)."""
     out = {"cg": cg_iteration(costs), "pipecg": pipecg_iteration(costs, overlap=overlap),
            "gmres": gmres_iteration(costs, restart=restart)}
-    for steps in candidates:
-        out[f"sstep-cg s={steps}"] = sstep_iteration(costs, steps, jacobi=jacobi)
-        out[f"ca-gmres s={steps}"] = cagmres_iteration(costs, steps, restart=restart)
+    for method in ("sstep-cg", "ca-cg", "ca-gmres"):
+        for steps in candidates or candidates_of(method):
+            out[f"{method} s={steps}"] = _iteration(costs, method, steps, jacobi=jacobi, restart=restart)
     return out
 
 
-def best_steps(costs: KrylovCosts, method: str, *, jacobi: bool = True, restart: int = 30,
-               candidates=STEP_CANDIDATES) -> int:
-    """The ``s`` with the least predicted time per iteration for ``method``
-    (``"sstep-cg"`` or ``"ca-gmres"``); the smaller on a tie."""
-    def time(steps: int) -> float:
-        if method == "sstep-cg":
-            return sstep_iteration(costs, steps, jacobi=jacobi)
-        return cagmres_iteration(costs, steps, restart=restart)
+def _iteration(costs: KrylovCosts, method: str, steps: int, *, jacobi: bool, restart: int) -> float:
+    if method == "sstep-cg":
+        return sstep_iteration(costs, steps, jacobi=jacobi)
+    if method == "ca-cg":
+        return cacg_iteration(costs, steps, jacobi=jacobi)
+    return cagmres_iteration(costs, steps, restart=restart)
 
-    return min(candidates, key=lambda steps: (time(steps), steps))
+
+def best_steps(costs: KrylovCosts, method: str, *, jacobi: bool = True, restart: int = 30,
+               candidates=None) -> int:
+    """The ``s`` with the least predicted time per iteration for ``method``
+    (``"sstep-cg"``, ``"ca-cg"`` or ``"ca-gmres"``; over its candidates, or ``candidates``);
+    the smaller on a tie."""
+    return min(candidates or candidates_of(method),
+               key=lambda steps: (_iteration(costs, method, steps, jacobi=jacobi, restart=restart), steps))
