@@ -35,12 +35,15 @@ Examples
 
 from __future__ import annotations
 
+import functools
+
+import numba
 import numpy as np
 
-from ..backends.sparse import add_scaled, csr_rows, csr_sequence, scaled_values
-from ..comm.agree import raise_together
+from ..backends.sparse import add_scaled, csr_listed, csr_rows, csr_sequence, scaled_values
+from ..comm.agree import abort_all, raise_together
 from ..comm.exchange import HaloExchange, HaloItem
-from ..core.errors import DataShapeError, DeclarationError
+from ..core.errors import DataShapeError, DeclarationError, MeshchainError
 from .boundary import layer_rows
 
 __all__ = ["PowersRows", "SequencePlan", "powers"]
@@ -180,6 +183,7 @@ class SequencePlan:
         depth = self.pattern.depth
         self.counts = np.array([self.rows.count((steps - k) * depth) for k in range(1, steps + 1)], dtype=np.int64)
         self.values, self.exchanges = None, {}  # the matrix's values as multiplied; exchanges by what travels
+        self.dim, self.inside = mat.dim, None  # the exchange and rows of runs inside one compiled call
 
     def run(self, shifts: np.ndarray, Y: np.ndarray) -> None:
         """``Y[0] = x`` (its local rows), ``Y[1..s]`` its products with ``shifts`` (collective
@@ -189,14 +193,56 @@ class SequencePlan:
             raise DeclarationError("SequencePlan.run: the dat's storage moved (halo layers were added) after the "
                                    "plan was made; make a new plan.")
         rows, depth = self.rows, self.steps * self.pattern.depth
+        if self.session.distributed and self.values is not None and self.x.valid_depth < depth and _compiled_mpi():
+            self._run_inside(shifts, Y, depth)
+            return
         if self.session.distributed and (self.x.valid_depth < depth or self.values is None):
             self._exchanged(depth)
         if self.values is None:  # S A S: the scale is that of the whole solve
             self.values = rows.values if self.scale is None else _scaled(rows, self.scale.host.reshape(-1))
-        indptr, split, indices, targets = rows.unsigned
+        indptr, _, indices, targets = rows.unsigned
         np.copyto(Y[0, :self.width], self.host.reshape(-1))
-        csr_sequence(indptr, split, indices, self.values, targets, self.counts, np.asarray(shifts, dtype=np.float64),
-                     Y)
+        csr_sequence(indptr, indices, self.values, targets, self.counts, np.asarray(shifts, dtype=np.float64), Y)
+
+    def _run_inside(self, shifts: np.ndarray, Y: np.ndarray, depth: int) -> None:
+        """:meth:`run` in one compiled call that calls MPI (:mod:`meshchain.comm.compiled`): the
+        exchange of ``x`` started, the first product's rows that read no halo column computed
+        while its messages travel, then the rest."""
+        if self.inside is None:
+            self.inside = self._inside(depth)
+        exchange, inner, outer = self.inside
+        indptr, _, indices, targets = self.rows.unsigned
+        error = _sequence_on_ranks()(self.host.reshape(-1), exchange.send_at, exchange.send, exchange.receive_at,
+                                     exchange.receive, exchange.requests, exchange.statuses, indptr, indices,
+                                     self.values, targets, inner, outer, self.counts,
+                                     np.asarray(shifts, dtype=np.float64), Y)
+        if error:
+            from mpi4py import MPI
+
+            abort_all(self.session.comm, "the matrix powers exchange inside a compiled call",
+                      MeshchainError(f"MPI error {error}: {MPI.Get_error_string(error)}"))
+        self.x.valid_depth = depth
+
+    def _inside(self, depth: int):
+        """``(exchange, inner, outer)``: a compiled exchange of ``x`` ``depth`` layers deep, and
+        the first product's rows that read no halo column and the others."""
+        from ..comm.compiled import CompiledExchange
+
+        layout = self.pattern.col_layout
+        exports, imports = layer_rows(layout.exports, 0, depth), layer_rows(layout.imports, 0, depth)
+        exchange = CompiledExchange(self.session.comm, exports, imports, self.dim, tag=self.x.tag)
+        indptr, split = self.rows.indptr, self.rows.split
+        first = np.arange(int(self.counts[0]))
+        owned = int(self.rows.count(0))
+        reads_halo = (first >= owned) | (split[first] < indptr[first + 1])
+        wide = self.rows.unsigned[0].dtype
+        return exchange, first[~reads_halo].astype(wide), first[reads_halo].astype(wide)
+
+    def close(self) -> None:
+        """Free the compiled exchange's persistent requests."""
+        if self.inside is not None:
+            self.inside[0].close()
+            self.inside = None
 
     def _exchanged(self, depth: int) -> None:
         """One exchange of ``x`` (and of the scale the first time), ``depth`` layers deep."""
@@ -210,6 +256,36 @@ class SequencePlan:
         exchange.end()
         for storage in stale:
             storage.valid_depth = depth
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_mpi() -> bool:
+    """Whether compiled code can call the MPI library here."""
+    from ..comm.compiled import available
+
+    return available()
+
+
+@functools.lru_cache(maxsize=None)
+def _sequence_on_ranks():
+    """The compiled :meth:`SequencePlan.run` on several ranks (calls MPI: compiled once per
+    process, not cached on disk)."""
+    from ..comm.compiled import finish_rows, start_rows
+
+    @numba.njit(nogil=True)
+    def run(x, send_at, send, receive_at, receive, requests, statuses, indptr, indices, values, targets, inner,
+            outer, counts, shifts, Y):
+        Y[0, :len(x)] = x  # the owned rows; the halo rows are stale until the messages arrive
+        error = start_rows(x, send_at, send, requests)
+        csr_listed(indptr, indices, values, targets, inner, Y[0], Y[1], shifts[0])
+        error = error or finish_rows(x, receive_at, receive, requests, statuses)
+        for k in range(len(receive_at)):
+            Y[0, receive_at[k]] = x[receive_at[k]]
+        csr_listed(indptr, indices, values, targets, outer, Y[0], Y[1], shifts[0])
+        csr_sequence(indptr, indices, values, targets, counts[1:], shifts[1:], Y[1:])
+        return error
+
+    return run
 
 
 def prepare(matrices, mat, steps: int):

@@ -244,6 +244,9 @@ class CGRun(ScaledRun):
         on with a smaller ``s`` (else the solve ends as stagnated)."""
         return False
 
+    def close(self) -> None:
+        """Free what the run holds beyond the solve (compiled exchanges)."""
+
     def direction_taken(self, pap: float) -> None:
         """A Ritz iteration steps along ``p`` (``t = Â p``, ``pap = pᵀ Â p``)."""
 
@@ -374,8 +377,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
     run.residual("r")
     np.copyto(v["p"], v["r"])
     run.fresh("p")
-    reason, replacements, curvatures, last_true = None, 0, 0, math.inf
-    best, idle = math.inf, 0
+    reason = None
     if run.tested(run.norm(v["r"])):
         reason = "converged"
     shifts = np.zeros(steps)
@@ -387,6 +389,25 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
             shifts = leja(ritz, steps)
             if not met:
                 _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (engine.matrices.values_stamp(A), shifts)
+    try:
+        reason, replacements = _iterate(run, shifts, reason, maxiter)
+    finally:
+        run.close()
+    stopped = time.perf_counter()
+    leave(engine, x, run)
+    true, true_preconditioned = _true_residual(engine, A, x, b, run)
+    return SolveInfo(iterations=run.iterations, converged=reason == "converged", reason=reason,
+                     residual_history=run.history, true_residual=true, true_residual_preconditioned=true_preconditioned,
+                     time_per_iteration=(stopped - began) / max(run.iterations, 1), time_reduction_wait=0.0,
+                     reductions=run.reductions, replacements=replacements, method=method, pc=pc,
+                     restarts=0)
+
+
+def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
+    """Outer iterations with residual replacement and recovery until a reason to stop:
+    ``(reason, replacements)``."""
+    replacements, curvatures, last_true = 0, 0, math.inf
+    best, idle, mark = math.inf, 0, 0
     while reason is None:
         if run.iterations >= maxiter:
             outcome = run.settle()
@@ -420,14 +441,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
                 reason = (f"stagnated: the true residual {true:.3e} after a residual replacement did not fall "
                           f"below {STAGNATION} times the last one ({last_true:.3e}){why}")
         last_true = true
-    stopped = time.perf_counter()
-    leave(engine, x, run)
-    true, true_preconditioned = _true_residual(engine, A, x, b, run)
-    return SolveInfo(iterations=run.iterations, converged=reason == "converged", reason=reason,
-                     residual_history=run.history, true_residual=true, true_residual_preconditioned=true_preconditioned,
-                     time_per_iteration=(stopped - began) / max(run.iterations, 1), time_reduction_wait=0.0,
-                     reductions=run.reductions, replacements=replacements, method=method, pc=pc,
-                     restarts=0)
+    return reason, replacements
 
 
 def _known_shifts(engine, A, jacobi: bool, steps: int) -> np.ndarray | None:
