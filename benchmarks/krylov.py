@@ -253,7 +253,10 @@ def solve_seconds(problem, method: str, config: dict, **options) -> dict:
 
 
 def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
-    """Time to solution of cg, pipecg and s-step CG against PETSc's cg and pipecg (Poisson P1)."""
+    """Time to solution of cg, pipecg and the s-step CGs against PETSc's cg and pipecg (Poisson
+    P1), the methods taking turns: every round solves once with each, so that the machine's
+    drift (a shared VM's speed wanders by tens of percent within a minute) touches all alike;
+    the first round (compiling, halo layers, the Newton shifts, PETSc's set-up) is not counted."""
     import meshchain as mc
     from meshchain.apps import poisson
     from meshchain.meshes import structured_tets
@@ -261,15 +264,70 @@ def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
     n = cube_for(per_rank, ranks)
     mc.reset_runtime()
     problem = poisson.declare(structured_tets(n, n, n))
-    found = {"unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
-    for method, options in SSTEP:
-        found["meshchain"][method + "".join(f" s={v}" for v in options.values())] = solve_seconds(
-            problem, method, config, **options)
-    found["meshchain"]["sstep-cg s=auto"] = solve_seconds(problem, "sstep-cg", config, s="auto")
-    for name in ("cg", "pipecg"):
-        theirs = petsc_runs(problem, *PETSC[name], config)
-        found["petsc"][name] = dict(theirs, seconds=theirs["time_per_iteration"] * max(theirs["iterations"], 1))
-    return found
+    comm = mc.get_runtime().comm
+    solvers = {method + "".join(f" s={v}" for v in options.values()): _meshchain_solver(problem, method, config, options)
+               for method, options in (*SSTEP, ("sstep-cg", {"s": "auto"}))}
+    solvers.update({f"PETSc {name}": _petsc_solver(problem, *PETSC[name], config) for name in ("cg", "pipecg")})
+    times = {name: [] for name in solvers}
+    found = {}
+    for repeat in range(config["repeats"] + 1):
+        for name, solve in solvers.items():
+            if comm is not None:
+                comm.Barrier()
+            began = time.perf_counter()
+            found[name] = solve()
+            if repeat:
+                times[name].append(slowest(comm, time.perf_counter() - began))
+    row = {"unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
+    for name, result in found.items():
+        result = dict(result, seconds=statistics.median(times[name]))
+        if name.startswith("PETSc "):
+            row["petsc"][name[len("PETSc "):]] = result
+        else:
+            row["meshchain"][name] = result
+    return row
+
+
+def _meshchain_solver(problem, method: str, config: dict, options: dict):
+    """One ``mc.solve`` to ``--rtol`` from ``x = 0``, as a call returning what the table shows."""
+    import meshchain as mc
+
+    x = problem.u if hasattr(problem, "u") else problem.x
+
+    def solve() -> dict:
+        x.data[...] = 0.0
+        info = mc.solve(problem.A, x, problem.b, method=method, pc="jacobi", rtol=config["rtol"], **options)
+        return {"iterations": info.iterations, "converged": bool(info.converged), "reductions": info.reductions,
+                "steps": info.steps, "predicted": info.predicted}
+
+    return solve
+
+
+def _petsc_solver(problem, ksp_type: str, options: dict, config: dict):
+    """One PETSc KSP solve (Jacobi, ``--rtol``) from ``x = 0``, its set-up done at the first call."""
+    from petsc4py import PETSc
+
+    A = problem.A.to_petsc()
+    b = problem.A.petsc_vec(problem.b)
+    x = b.duplicate()
+    opts = PETSc.Options()
+    for key, value in dict(options, options_suppress_deprecated_warnings=None).items():
+        opts[key] = value
+    ksp = PETSc.KSP().create(comm=A.getComm())
+    ksp.setOperators(A)
+    ksp.setType(ksp_type)
+    ksp.getPC().setType("jacobi")
+    ksp.setTolerances(rtol=config["rtol"], atol=0.0, max_it=100000)
+    ksp.setFromOptions()
+    for key in (*options, "options_suppress_deprecated_warnings"):
+        opts.delValue(key)
+
+    def solve() -> dict:
+        x.set(0.0)
+        ksp.solve(b, x)
+        return {"iterations": ksp.getIterationNumber(), "converged": ksp.getConvergedReason() > 0}
+
+    return solve
 
 
 CAGMRES = (("gmres", {}), ("pipegmres", {}), ("ca-gmres", {"s": 2}), ("ca-gmres", {"s": 4}), ("ca-gmres", {"s": 8}))
@@ -474,8 +532,9 @@ def main(argv=None) -> int:
           f"(slowest rank); whole run {total:.0f} s. '(over)': more ranks than cores. No thread variables set, "
           f"except in rows labelled 'threads pinned' ({', '.join(f'{k}={v}' for k, v in PINNED.items())}).\n")
     if args.only == "sstep":
-        print("Time to solution (rtol, Jacobi) of cg, pipecg and s-step CG against PETSc's KSPCG and KSPPIPECG "
-              "(their time per iteration times their iterations); '*': not converged. " + MODEL_NOTE + "\n")
+        print("Time to solution (rtol, Jacobi) of cg, pipecg, the block s-step CG (sstep-cg) and CA-CG against "
+              "PETSc's KSPCG and KSPPIPECG (their whole solves), the methods taking turns (each round solves once "
+              "with each; the first round not counted); '*': not converged. " + MODEL_NOTE + "\n")
         print(sstep_table(results))
         return _write(args, info, config, total, results)
     if args.only == "cagmres":

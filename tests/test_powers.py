@@ -244,8 +244,9 @@ def test_shifted_and_scaled_products_equal_scipys(comm, scaled):
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
 def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
     """A plan's products ``(S A S - θ_k I) y_(k-1)`` against SciPy on the gathered matrix,
-    run twice with other shifts and with ``x`` changed in between (its halo exchanged again);
-    a plan whose dat's storage moved (deeper halo layers added since) is refused."""
+    run three times with other shifts, ``x`` changed in between (its halo exchanged again)
+    and once the scale; the plan is kept with the matrix until its values change; a plan
+    whose dat's storage moved (deeper halo layers added since) is refused."""
     mc.reset_runtime(comm=comm)
     problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=9)
     d = problem.mesh
@@ -253,9 +254,11 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
     scale = mc.Dat(d.nodes, 2, rng.uniform(0.5, 2.0, (d.nodes.size, 2)), "scale")
     matrices = mc.api.engine_surface().matrices
     plan = matrices.sequence_plan(problem.A, problem.x, 3, scale=scale)
-    A, s = problem.A.to_scipy(), scale.gather()
+    assert matrices.sequence_plan(problem.A, problem.x, 3, scale=scale) is plan  # kept with the matrix's rows
+    A = problem.A.to_scipy()
     rows = np.empty((4, plan.width))
-    for shifts in ([0.75, -1.5, 2.0], [0.0, 0.5, 0.25]):
+    for shifts in ([0.75, -1.5, 2.0], [0.0, 0.5, 0.25], [1.0, 0.0, -0.5]):
+        s = scale.gather()
         plan.run(np.array(shifts), rows)
         got = []
         for k in range(1, 4):
@@ -269,6 +272,11 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
                 y = s.ravel() * (A @ (s.ravel() * y)) - shifts[k] * y
                 np.testing.assert_allclose(got[k].ravel(), y, rtol=1e-12, atol=1e-12 * np.abs(y).max())
         problem.x.data[...] *= -2.0  # written in place: its halo is stale, the next run exchanges it
+        if shifts[0] == 0.0:
+            scale.data[...] *= 1.5  # so is the scale's: the next run exchanges it and scales the matrix again
+    bump = mc.Kernel.from_source("def bump(a):\n" + "".join(f"    a[{i}, {i}] += 1.0\n" for i in range(6)))
+    mc.par_loop(bump, d.cells, problem.A(mc.INC, (d.cell2node, d.cell2node)))
+    assert matrices.sequence_plan(problem.A, problem.x, 3, scale=scale) is not plan  # new values: a new plan
     if comm.size > 1:
         matrices.prepare_products(problem.A, 6)  # deeper halo layers: every dat's storage moves
         with pytest.raises(mc.DeclarationError, match="storage moved"):

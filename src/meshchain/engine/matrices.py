@@ -37,7 +37,7 @@ from ..types import Dat, Subset
 from ..types.mat import MatArg
 from . import block_matrices
 from .boundary import layer_rows
-from .powers import SequencePlan, powers, prepare, sequences
+from .powers import powers, prepare, sequence_plan, sequences
 
 __all__ = ["Matrices", "Pattern"]
 
@@ -477,9 +477,9 @@ class Matrices:
         return pattern, pattern.version
 
     def sequence_plan(self, mat, x, steps: int, *, scale=None):
-        """A :class:`~meshchain.engine.powers.SequencePlan` of ``steps`` products of ``x``
-        (collective: halo layers and rows are prepared)."""
-        return SequencePlan(self, mat, x, steps, scale=scale)
+        """The :class:`~meshchain.engine.powers.SequencePlan` of ``steps`` products of ``x``
+        (collective: halo layers and rows are prepared; kept with the matrix's rows)."""
+        return sequence_plan(self, mat, x, steps, scale=scale)
 
     def prepare_products(self, mat, steps: int):
         """Build what ``steps`` products need (halo layers, halo rows; collective):

@@ -46,7 +46,7 @@ from ..comm.exchange import HaloExchange, HaloItem
 from ..core.errors import DataShapeError, DeclarationError, MeshchainError
 from .boundary import layer_rows
 
-__all__ = ["PowersRows", "SequencePlan", "powers"]
+__all__ = ["PowersRows", "SequencePlan", "sequence_plan", "powers"]
 
 
 class PowersRows:
@@ -55,12 +55,13 @@ class PowersRows:
     each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
 
     __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
-                 "unsigned", "scaled", "scaled_by")
+                 "unsigned", "scaled", "scaled_by", "plans")
 
     def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout):
         self.steps, self.indptr, self.split, self.indices, self.values = steps, indptr, split, indices, values
         self.targets, self.ends, self.version, self.layout = targets, ends, version, layout
         self.exchanges = {}  # ids of storages -> (storages, their exchange, s d layers deep)
+        self.plans = {}  # (ids of x's and the scale's storages) -> the SequencePlan on these rows
         wide = np.uint32 if max(len(targets), len(values), int(indices.max(initial=0)) + 1,
                                 int(targets.max(initial=0)) + 1) < 2**32 else np.uint64
         # (indptr, split, indices, targets) as the narrowest unsigned integers that hold them (faster)
@@ -76,6 +77,9 @@ class PowersRows:
         for _, exchange in self.exchanges.values():
             exchange.close()
         self.exchanges.clear()
+        for plan in self.plans.values():
+            plan.close()
+        self.plans.clear()
 
 
 def powers(matrices, mat, x, ys) -> None:
@@ -188,18 +192,23 @@ class SequencePlan:
     def run(self, shifts: np.ndarray, Y: np.ndarray) -> None:
         """``Y[0] = x`` (its local rows), ``Y[1..s]`` its products with ``shifts`` (collective
         when ``x``'s halo is stale); row ``k`` of ``Y`` is valid on the rows of halo layers
-        ``0..(s - k) d``. The scale's values are read at the first run."""
+        ``0..(s - k) d``. ``S A S`` is worked out again when the scale's values changed."""
         if self.x.host is not self.host:
             raise DeclarationError("SequencePlan.run: the dat's storage moved (halo layers were added) after the "
                                    "plan was made; make a new plan.")
         rows, depth = self.rows, self.steps * self.pattern.depth
-        if self.session.distributed and self.values is not None and self.x.valid_depth < depth and _compiled_mpi():
-            self._run_inside(shifts, Y, depth)
-            return
-        if self.session.distributed and (self.x.valid_depth < depth or self.values is None):
+        distributed = self.session.distributed
+        if self.scale is not None:
+            if distributed and self.scale.valid_depth < depth:  # it travels with x (this run in Python)
+                self._exchanged(depth)
+            self.values = _scaled(rows, self.scale.host.reshape(-1))  # S A S, worked out again where the scale changed
+        elif self.values is None:
+            self.values = rows.values
+        if distributed and self.x.valid_depth < depth:
+            if _compiled_mpi():
+                self._run_inside(shifts, Y, depth)
+                return
             self._exchanged(depth)
-        if self.values is None:  # S A S: the scale is that of the whole solve
-            self.values = rows.values if self.scale is None else _scaled(rows, self.scale.host.reshape(-1))
         indptr, _, indices, targets = rows.unsigned
         np.copyto(Y[0, :self.width], self.host.reshape(-1))
         csr_sequence(indptr, indices, self.values, targets, self.counts, np.asarray(shifts, dtype=np.float64), Y)
@@ -256,6 +265,22 @@ class SequencePlan:
         exchange.end()
         for storage in stale:
             storage.valid_depth = depth
+
+
+def sequence_plan(matrices, mat, x, steps: int, *, scale=None) -> SequencePlan:
+    """The :class:`SequencePlan` of ``steps`` products of ``x`` (scaled by ``scale``), kept
+    with the matrix's rows until its values or the layout change, or ``x``'s storage moves
+    (collective: halo layers and rows are prepared)."""
+    _, rows = prepare(matrices, mat, steps)
+    session = matrices.session
+    key = (id(session.storage(x)), None if scale is None else id(session.storage(scale)))
+    found = rows.plans.get(key)
+    if found is not None and found.host is session.storage(x).host and found.rows is rows:
+        return found
+    if found is not None:
+        found.close()
+    plan = rows.plans[key] = SequencePlan(matrices, mat, x, steps, scale=scale)
+    return plan
 
 
 @functools.lru_cache(maxsize=None)

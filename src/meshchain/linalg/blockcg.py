@@ -230,6 +230,7 @@ class _BlockRun(CGRun):
         directions' conjugacy to the block before was lost, as happens near the attainable
         accuracy): ``x`` and ``r`` go back to before it, and the next block starts without
         the last one."""
+        self.exit_norms = None
         np.copyto(self.v["x"], self.before[0])
         np.copyto(self.v["r"], self.before[1])
         self.fresh("x")
@@ -258,9 +259,6 @@ class _BlockRun(CGRun):
     def restart_directions(self) -> None:
         self.count = 0
 
-    def close(self) -> None:
-        for plan in self.plans.values():
-            plan.close()
 
     def replaced(self) -> None:
         """The directions start again from the true residual: the last block's conjugacy is
@@ -321,6 +319,7 @@ class _BlockRun(CGRun):
         if kept == 0:
             return "curvature"
         block_update(Y, shifts, kept, last[0], last[1], self.count, B, a, following[0], following[1], v["x"], v["r"])
+        self.exit_norms = None
         self.blocks.reverse()
         self.factors.reverse()
         self.count = kept

@@ -33,6 +33,7 @@ from .fused import dot
 __all__ = ["ScaledRun", "work_dats", "enter", "leave", "check_matrix"]
 
 _workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, method, steps) -> dats
+_scales = memo("Jacobi scalings", weak=True)  # per matrix: engine -> (values stamp, D^-1/2 on the owned rows)
 
 
 def check_matrix(A, pc, method: str) -> None:
@@ -130,19 +131,30 @@ def enter(engine, A, x, b, run: ScaledRun) -> None:
     engine.dat_values(x, write=True)
     user_x = engine.storage(x).host.reshape(-1)[:run.n]
     user_b = engine.dat_values(b, write=False).reshape(-1)[:run.n]
-    if run.jacobi:
-        diagonal = engine.matrices.diagonal_values(A)
-        bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
-        if bad:
-            raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; Mat {A.name!r} has {bad} non-positive "
-                              f"diagonal entries.")
-        np.copyto(v["scale"], 1.0 / np.sqrt(diagonal))
-    else:
-        v["scale"].fill(1.0)
-    run.fresh("scale")
+    scale = _scale(engine, A, run) if run.jacobi else 1.0
+    if not np.array_equal(v["scale"], np.broadcast_to(scale, v["scale"].shape)):  # its halo stays valid otherwise
+        v["scale"][...] = scale
+        run.fresh("scale")
     np.divide(user_x, v["scale"], out=v["x"])
     np.multiply(user_b, v["scale"], out=v["b"])
     run.fresh("x")
+
+
+def _scale(engine, A, run: ScaledRun) -> np.ndarray:
+    """``D^-1/2``'s diagonal (owned rows), kept per matrix until its values change (collective
+    the first time: a non-positive diagonal is refused on every rank)."""
+    stamp = engine.matrices.values_stamp(A)
+    found = _scales.get(A, {}).get(id(engine))
+    if found is not None and found[0] == stamp:
+        return found[1]
+    diagonal = engine.matrices.diagonal_values(A)
+    bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
+    if bad:
+        raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; Mat {A.name!r} has {bad} non-positive "
+                          f"diagonal entries.")
+    scale = 1.0 / np.sqrt(diagonal)
+    _scales.setdefault(A, {})[id(engine)] = (stamp, scale)
+    return scale
 
 
 def leave(engine, x, run: ScaledRun) -> None:

@@ -210,6 +210,7 @@ class CGRun(ScaledRun):
     residual replacement, the classical CG iterations whose Ritz values give the Newton shifts."""
 
     fresh_residual = False  # the block form: r changed and its norm is not recorded yet
+    residual_plan = None  # the product of the true residual (a sequence plan, made at first use)
     progress = 1.0  # a new smallest residual is below this fraction of the last one
 
     def patience(self) -> int:
@@ -221,11 +222,30 @@ class CGRun(ScaledRun):
         local = _weighted_dot(residual, self.v["weight"])
         return math.sqrt(max(float(self.total(np.array([local]))[0]), 0.0))
 
+    exit_norms = None  # (||b - A x||, ||B (b - A x)||) of the last replacement while x has not changed since
+
     def replace_residual(self) -> float:
-        """``r̂ = b̂ - Â x̂``: the true residual replaces the recursive one; its norm ``||B r||``."""
+        """``r̂ = b̂ - Â x̂``: the true residual replaces the recursive one; its norm ``||B r||``
+        (``= ||D^-1 (b - A x)||`` with Jacobi). The same reduction sums ``||b - A x||²``
+        (``r = S^-1 r̂``): the true residual at exit when ``x`` does not change again."""
         self.residual("r")
         self.fresh_residual = False
-        return self.norm(self.v["r"])
+        r = self.v["r"]
+        sums = self.total(np.array([_weighted_dot(r, self.v["weight"]), _weighted_dot(r, self.unweight)]))
+        weighted, plain = (math.sqrt(max(float(value), 0.0)) for value in sums)
+        self.exit_norms = (plain, weighted)
+        return weighted
+
+    def residual(self, into: str) -> None:
+        """``into = b̂ - Â x̂`` (one exchange of ``x̂``; a sequence plan of one product, kept)."""
+        if self.residual_plan is None:
+            scale = self.dats["scale"] if self.jacobi else None
+            self.residual_plan = self.engine.matrices.sequence_plan(self.A, self.dats["x"], 1, scale=scale)
+            self.product = np.empty((2, self.residual_plan.width))
+        self.residual_plan.run(np.zeros(1), self.product)
+        np.subtract(self.v["b"], self.product[1, :self.n], out=self.v[into])
+        self.fresh(into)
+        self.exit_norms = None
 
     def restart_directions(self) -> None:
         """The search directions start again from the residual."""
@@ -243,9 +263,6 @@ class CGRun(ScaledRun):
         """After a residual replacement that did not lower the residual: whether the run goes
         on with a smaller ``s`` (else the solve ends as stagnated)."""
         return False
-
-    def close(self) -> None:
-        """Free what the run holds beyond the solve (compiled exchanges)."""
 
     def direction_taken(self, pap: float) -> None:
         """A Ritz iteration steps along ``p`` (``t = Â p``, ``pap = pᵀ Â p``)."""
@@ -265,6 +282,7 @@ class CGRun(ScaledRun):
                 break
             alpha = rr / pap
             self.direction_taken(pap)
+            self.exit_norms = None
             v["x"] += alpha * v["p"]
             v["r"] -= alpha * v["t"]
             sums = self.total(np.array([dot(v["r"], v["r"]), _weighted_dot(v["r"], v["weight"])]))
@@ -319,6 +337,7 @@ class _Run(CGRun):
             self.iterations += 1
             self.tested(float(norm))
         _combine(Y, x, r, p, v["x"], v["r"], v["p"])
+        self.exit_norms = None
         for name in ("x", "r", "p"):
             self.fresh(name)
         return outcome
@@ -373,6 +392,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
     run.views()
     enter(engine, A, x, b, run)
     np.multiply(v["scale"], v["scale"], out=v["weight"])  # ||B r||² = r̂ᵀ D^-1 r̂ with Jacobi
+    run.unweight = 1.0 / v["weight"]  # ||b - A x||² = r̂ᵀ D r̂
     began = time.perf_counter()
     run.residual("r")
     np.copyto(v["p"], v["r"])
@@ -389,13 +409,13 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
             shifts = leja(ritz, steps)
             if not met:
                 _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (engine.matrices.values_stamp(A), shifts)
-    try:
-        reason, replacements = _iterate(run, shifts, reason, maxiter)
-    finally:
-        run.close()
+    reason, replacements = _iterate(run, shifts, reason, maxiter)
     stopped = time.perf_counter()
     leave(engine, x, run)
-    true, true_preconditioned = _true_residual(engine, A, x, b, run)
+    if reason == "converged" and run.exit_norms is not None:  # the last replacement's: x has not changed since
+        true, true_preconditioned = run.exit_norms
+    else:
+        true, true_preconditioned = _true_residual(engine, A, x, b, run)
     return SolveInfo(iterations=run.iterations, converged=reason == "converged", reason=reason,
                      residual_history=run.history, true_residual=true, true_residual_preconditioned=true_preconditioned,
                      time_per_iteration=(stopped - began) / max(run.iterations, 1), time_reduction_wait=0.0,
