@@ -105,13 +105,12 @@ def meshchain_runs(problem, method: str, config: dict, *, pc: str = "jacobi", **
             "wait_per_iteration": statistics.median(wait)}
 
 
-def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,
-               pc: str = "jacobi") -> dict:
+def petsc_ksp(problem, ksp_type: str, options: dict, *, rtol: float, maxiter=None, pc: str = "jacobi"):
+    """``(ksp, A, b)``: PETSc's KSP of ``ksp_type`` with ``options`` on the problem's matrix."""
     from petsc4py import PETSc
 
     A = problem.A.to_petsc()
     b = problem.A.petsc_vec(problem.b)
-    x, r = b.duplicate(), b.duplicate()
     opts = PETSc.Options()
     for key, value in dict(options, options_suppress_deprecated_warnings=None).items():
         opts[key] = value
@@ -119,10 +118,17 @@ def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None
     ksp.setOperators(A)
     ksp.setType(ksp_type)
     ksp.getPC().setType(pc)
-    ksp.setTolerances(rtol=rtol or config["rtol"], atol=0.0, max_it=maxiter or 100000)
+    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter or 100000)
     ksp.setFromOptions()
     for key in (*options, "options_suppress_deprecated_warnings"):
         opts.delValue(key)
+    return ksp, A, b
+
+
+def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,
+               pc: str = "jacobi") -> dict:
+    ksp, A, b = petsc_ksp(problem, ksp_type, options, rtol=rtol or config["rtol"], maxiter=maxiter, pc=pc)
+    x, r = b.duplicate(), b.duplicate()
     times = []
     for repeat in range(config["repeats"] + 1):  # the first sets up: not counted
         x.set(0.0)
@@ -305,22 +311,8 @@ def _meshchain_solver(problem, method: str, config: dict, options: dict):
 
 def _petsc_solver(problem, ksp_type: str, options: dict, config: dict):
     """One PETSc KSP solve (Jacobi, ``--rtol``) from ``x = 0``, its set-up done at the first call."""
-    from petsc4py import PETSc
-
-    A = problem.A.to_petsc()
-    b = problem.A.petsc_vec(problem.b)
+    ksp, _, b = petsc_ksp(problem, ksp_type, options, rtol=config["rtol"])
     x = b.duplicate()
-    opts = PETSc.Options()
-    for key, value in dict(options, options_suppress_deprecated_warnings=None).items():
-        opts[key] = value
-    ksp = PETSc.KSP().create(comm=A.getComm())
-    ksp.setOperators(A)
-    ksp.setType(ksp_type)
-    ksp.getPC().setType("jacobi")
-    ksp.setTolerances(rtol=config["rtol"], atol=0.0, max_it=100000)
-    ksp.setFromOptions()
-    for key in (*options, "options_suppress_deprecated_warnings"):
-        opts.delValue(key)
 
     def solve() -> dict:
         x.set(0.0)
