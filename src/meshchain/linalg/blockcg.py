@@ -199,6 +199,8 @@ class _BlockRun(CGRun):
     """One block s-step CG solve: the basis, the last block of directions and ``Â`` times it,
     the factor of its ``W``."""
 
+    progress = 0.9  # a residual not 10% below the smallest so far is no progress
+
     def __init__(self, engine, A, dats: dict, steps: int, **options):
         super().__init__(engine, A, dats, **options)
         self.steps = steps
@@ -237,7 +239,6 @@ class _BlockRun(CGRun):
         self.fresh("r")
         self.iterations -= self.count
         self.count = 0
-        return None
 
     def basis(self, m: int, shifts: np.ndarray) -> np.ndarray:
         """``V = [r, (Â - θ_0) r, ...]`` of ``m + 1`` vectors (rows; one exchange of ``r``)."""
@@ -250,15 +251,12 @@ class _BlockRun(CGRun):
         plan.run(shifts[:m], self.Y)
         return self.Y
 
-    progress = 0.9  # a residual not 10% below the smallest so far is no progress
-
     def patience(self) -> int:
         """About 16 iterations without progress (at least 2 outer iterations)."""
         return max(2, -(-16 // self.steps))
 
     def restart_directions(self) -> None:
         self.count = 0
-
 
     def replaced(self) -> None:
         """The directions start again from the true residual: the last block's conjugacy is
