@@ -156,7 +156,12 @@ class SequencePlan:
     ``Y[0] = x``, into the rows of an array: checked and prepared once (collective), then run
     again and again by a solver while nothing else changes the layout or the matrix
     (:meth:`run`: one exchange of ``x`` when its halo is stale, the products in one call).
-    The block s-step CG (:mod:`meshchain.linalg.blockcg`) runs its bases with it.
+    On several ranks a run is one compiled call that also exchanges ``x`` (the first
+    product's interior rows computed while its messages travel) where compiled code can call
+    the MPI library (:func:`meshchain.comm.compiled.available`); elsewhere, and when the
+    scale's halo is stale, the exchange runs from Python first. The products' sums may be
+    reordered (exact on integer data). The block s-step CG (:mod:`meshchain.linalg.blockcg`)
+    runs its bases with it; :func:`sequence_plan` keeps one per dat with the matrix's rows.
 
     >>> import numpy as np, meshchain as mc
     >>> cells, nodes = mc.Set(2, "cells"), mc.Set(3, "nodes")
