@@ -60,10 +60,11 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         non-blocking reductions. ``"pipecr"``: pipelined conjugate residuals.
         ``"sstep-cg"``: s-step (communication-avoiding) CG in block form, ``s`` iterations
         from ``s`` products, one matrix powers exchange and one reduction (assembled
-        matrices, ``pc=None`` or ``"jacobi"``; the residual is tested every ``s``
-        iterations; ``s <= 5`` advised; :mod:`meshchain.linalg.blockcg`). ``"ca-cg"``:
-        CA-CG, CG's own iterations and residuals from ``2s - 1`` products per exchange and
-        reduction (:mod:`meshchain.linalg.sstep`).
+        matrices, or matrix-free operators whose bases run as communication-avoiding loop
+        chains, :mod:`meshchain.linalg.freecg`; ``pc=None`` or ``"jacobi"``; the residual is
+        tested every ``s`` iterations; ``s <= 5`` advised; :mod:`meshchain.linalg.blockcg`).
+        ``"ca-cg"``: CA-CG, CG's own iterations and residuals from ``2s - 1`` products per
+        exchange and reduction (assembled matrices; :mod:`meshchain.linalg.sstep`).
         Any operator (:mod:`meshchain.linalg.nonsymmetric`): ``"gmres"``: restarted GMRES,
         left-preconditioned (PETSc's default). ``"pipegmres"``: p(1)-GMRES, one
         non-blocking reduction per iteration. ``"ca-gmres"``: communication-avoiding GMRES,

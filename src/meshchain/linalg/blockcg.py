@@ -19,7 +19,8 @@ the Gram matrix of the next outer iteration), so the iterations are CG's rounded
 multiple of ``s``. Where the last two norms' ratio predicts the tolerance met, the norm is
 reduced alone first (one number), so that the solve's last basis is not built in vain. Against CA-CG (:mod:`.sstep`, ``method="ca-cg"``, ``2s - 1`` products
 and a Gram matrix of ``2s + 1`` vectors) it does ``s`` products and about half the dot
-products per ``s`` iterations.
+products per ``s`` iterations. A matrix-free :class:`~meshchain.LinearOperator` runs each
+basis as one communication-avoiding loop chain (:mod:`.freecg`).
 
 **Basis.** The Newton shifts ``θ`` come from the Ritz values of ``s`` classical CG
 iterations at the start (they count), in Leja order; their directions are the block the
@@ -329,7 +330,8 @@ class _BlockRun(CGRun):
 
 
 def solve_block(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
-    """``mc.solve(A, x, b, method="sstep-cg")`` (see the module docstring; collective)."""
+    """``mc.solve(A, x, b, method="sstep-cg")`` with an assembled ``A`` (see the module
+    docstring; collective)."""
     names = ["x", "b", "r", "p", "t", "scale", "weight"]
     run = _BlockRun(engine, A, work_dats(engine, A, "sstep-cg", 0, names), steps, jacobi=pc == "jacobi",
                     rtol=rtol, atol=atol, maxiter=maxiter, monitor=monitor)

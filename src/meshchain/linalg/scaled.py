@@ -29,6 +29,7 @@ from ..core.cache import memo
 from ..core.errors import SolverError
 from ..types import Dat, Mat
 from .fused import dot
+from .operators import LinearOperator
 
 __all__ = ["ScaledRun", "work_dats", "enter", "leave", "check_matrix"]
 
@@ -37,8 +38,11 @@ _scales = memo("Jacobi scalings", weak=True)  # per matrix: engine -> (values st
 
 
 def check_matrix(A, pc, method: str) -> None:
-    """Refuse what the matrix powers kernel cannot run (the same on every rank)."""
-    if not isinstance(A, Mat):
+    """Refuse what the matrix powers kernel cannot run (the same on every rank): a matrix-free
+    operator takes the block s-step CG only."""
+    if isinstance(A, LinearOperator) and method == "sstep-cg":
+        pass
+    elif not isinstance(A, Mat):
         raise SolverError(f"solve: method={method!r} runs the matrix powers kernel of an assembled mc.Mat; "
                           f"{type(A).__name__} {getattr(A, 'name', '')!r} is not one (use method='cg', 'pipecg' or "
                           f"'gmres').")
@@ -142,19 +146,28 @@ def enter(engine, A, x, b, run: ScaledRun) -> None:
 
 def _scale(engine, A, run: ScaledRun) -> np.ndarray:
     """``D^-1/2``'s diagonal (owned rows), kept per matrix until its values change (collective
-    the first time: a non-positive diagonal is refused on every rank)."""
+    the first time: a non-positive diagonal is refused on every rank); a matrix-free
+    operator's from its ``diagonal`` dat, at every solve."""
+    if not isinstance(A, Mat):
+        if A.diagonal is None:
+            raise SolverError(f"LinearOperator {A.name!r}: pc='jacobi' needs its diagonal; pass diagonal=<Dat>.")
+        return _positive(run, A, engine.dat_values(A.diagonal, write=False).reshape(-1)[:run.n].copy())
     stamp = engine.matrices.values_stamp(A)
     found = _scales.get(A, {}).get(id(engine))
     if found is not None and found[0] == stamp:
         return found[1]
-    diagonal = engine.matrices.diagonal_values(A)
-    bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
-    if bad:
-        raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; Mat {A.name!r} has {bad} non-positive "
-                          f"diagonal entries.")
-    scale = 1.0 / np.sqrt(diagonal)
+    scale = _positive(run, A, engine.matrices.diagonal_values(A))
     _scales.setdefault(A, {})[id(engine)] = (stamp, scale)
     return scale
+
+
+def _positive(run: ScaledRun, A, diagonal: np.ndarray) -> np.ndarray:
+    """``1 / sqrt(diagonal)`` after refusing a non-positive entry on every rank."""
+    bad = int(run.total(np.array([float(np.count_nonzero(~(diagonal > 0)))]))[0])
+    if bad:
+        raise SolverError(f"solve: pc='jacobi' needs a positive diagonal; {'Mat' if isinstance(A, Mat) else 'LinearOperator'} "
+                          f"{A.name!r} has {bad} non-positive diagonal entries.")
+    return 1.0 / np.sqrt(diagonal)
 
 
 def leave(engine, x, run: ScaledRun) -> None:

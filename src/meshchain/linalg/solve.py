@@ -20,7 +20,7 @@ from ..comm.hang import wait_request
 from ..core import activity
 from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
-from ..types import Dat
+from ..types import Dat, Mat
 from .block_solve import is_block_system, solve_blocks
 from .cagmres import solve_cagmres
 from .fused import dot, residual
@@ -33,6 +33,7 @@ from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
 from .replacement import ReplacementBounds
 from .blockcg import solve_block
+from .freecg import solve_free
 from .sstep import check_options, solve_cacg
 from .tune import choose_steps
 
@@ -335,7 +336,8 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
             if method == "ca-gmres":
                 info = solve_cagmres(engine, A, x, b, restart=int(restart), **options)
             else:
-                info = (solve_block if method == "sstep-cg" else solve_cacg)(engine, A, x, b, **options)
+                run = solve_cacg if method == "ca-cg" else solve_block if isinstance(A, Mat) else solve_free
+                info = run(engine, A, x, b, **options)
         info.steps, info.predicted = steps, predicted
         return info
     restart = int(restart)

@@ -66,6 +66,7 @@ import numpy as np
 
 from ..core.cache import memo
 from ..core.errors import SolverError
+from ..types import Mat
 from .fused import dot
 from .info import SolveInfo
 from .eigen import leja, tridiagonal_eigenvalues
@@ -247,6 +248,21 @@ class CGRun(ScaledRun):
         self.fresh(into)
         self.exit_norms = None
 
+    def prepare(self, steps: int) -> None:
+        """Before the solve's vectors are viewed: the halo layers and rows of ``steps``
+        products (collective; every dat's storage may move)."""
+        for count in {1, steps}:
+            self.engine.matrices.prepare_products(self.A, count)
+
+    def stamp(self):
+        """What changes with the operator's values (the Newton shifts are kept under it), or
+        None (never kept)."""
+        return self.engine.matrices.values_stamp(self.A)
+
+    def multiply(self, x, y) -> None:
+        """``y = A x`` for the user's dats (the true residual at exit)."""
+        self.A.mult(x, y)
+
     def restart_directions(self) -> None:
         """The search directions start again from the residual."""
         np.copyto(self.v["p"], self.v["r"])
@@ -362,6 +378,9 @@ def check_options(A, pc, steps, basis, method: str) -> int | str:
     if steps is None:
         steps = DEFAULT_STEPS
     if steps == "auto":
+        if not isinstance(A, Mat):
+            raise SolverError(f"solve: s='auto' measures the costs of an assembled mc.Mat; give s for "
+                              f"{type(A).__name__} {A.name!r} (1 to {MAX_STEPS}; 4 by default).")
         return "auto"
     if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
         raise SolverError(f"solve: s must be an integer from 1 to {MAX_STEPS} (iterations per exchange and "
@@ -387,8 +406,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
     iterations for the Newton shifts, outer iterations with residual replacement, recovery and
     the true residual at exit (collective)."""
     engine, v, maxiter = run.engine, run.v, run.maxiter
-    for count in {1, steps}:  # halo layers and halo rows now: the iterations exchange vectors only
-        engine.matrices.prepare_products(A, count)
+    run.prepare(steps)  # halo layers and halo rows now: the iterations exchange vectors only
     run.views()
     enter(engine, A, x, b, run)
     np.multiply(v["scale"], v["scale"], out=v["weight"])  # ||B r||² = r̂ᵀ D^-1 r̂ with Jacobi
@@ -402,13 +420,14 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
         reason = "converged"
     shifts = np.zeros(steps)
     if reason is None and basis == "newton":
-        shifts = _known_shifts(engine, A, run.jacobi, steps)
+        stamp = run.stamp()
+        shifts = _known_shifts(engine, A, run.jacobi, steps, stamp)
         if shifts is None:
             ritz, met = run.ritz_values(steps)
             reason = "converged" if met else None
             shifts = leja(ritz, steps)
-            if not met:
-                _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (engine.matrices.values_stamp(A), shifts)
+            if not met and stamp is not None:
+                _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (stamp, shifts)
     reason, replacements = _iterate(run, shifts, reason, maxiter)
     stopped = time.perf_counter()
     leave(engine, x, run)
@@ -464,17 +483,18 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
     return reason, replacements
 
 
-def _known_shifts(engine, A, jacobi: bool, steps: int) -> np.ndarray | None:
-    """The Newton shifts an earlier solve found for ``A`` with these values, scaling and ``s``."""
-    found = _shifts.get(A, {}).get((id(engine), jacobi, steps))
-    if found is None or found[0] != engine.matrices.values_stamp(A):
+def _known_shifts(engine, A, jacobi: bool, steps: int, stamp) -> np.ndarray | None:
+    """The Newton shifts an earlier solve found for ``A`` with these values (``stamp``),
+    scaling and ``s``."""
+    found = None if stamp is None else _shifts.get(A, {}).get((id(engine), jacobi, steps))
+    if found is None or found[0] != stamp:
         return None
     return found[1]
 
 
 def _true_residual(engine, A, x, b, run) -> tuple[float, float]:
     """``(||b - A x||, ||B (b - A x)||)`` at exit (``B = D^-1`` with Jacobi: weights ``scale⁴``)."""
-    A.mult(x, run.dats["t"])
-    r = engine.dat_values(b, write=False).reshape(-1) - run.v["t"]
+    run.multiply(x, run.dats["t"])
+    r = engine.dat_values(b, write=False).reshape(-1)[:run.n] - engine.dat_values(run.dats["t"], write=False).reshape(-1)[:run.n]
     sums = run.total(np.array([dot(r, r), _weighted_dot(r, run.v["weight"] * run.v["weight"])]))
     return math.sqrt(max(float(sums[0]), 0.0)), math.sqrt(max(float(sums[1]), 0.0))

@@ -1,0 +1,123 @@
+"""The block s-step CG (:mod:`.blockcg`, ``method="sstep-cg"``) of a matrix-free
+:class:`~meshchain.LinearOperator`: each basis is one communication-avoiding loop chain.
+
+A basis ``v_{k+1} = (Â - θ_k) v_k`` (``Â = S A S``, ``S = D^-1/2`` with ``pc="jacobi"``, the
+operator's ``diagonal``) is, per product, the user's ``apply`` loops between two direct
+loops (``w = S v_k``; ``v_{k+1} = S v_{k+1} - θ_k v_k``), all ``s`` products recorded in one
+``mc.loop_chain(..., ca=True)``: one grouped message per neighbour, the redundant work on
+the deeper halo layers worked out by the chain's inspector, as :func:`~.powers.matrix_powers`
+does. The rest of an outer iteration (the reduction, the block update) is the assembled
+matrix's. The Newton shifts are found at every solve (an operator's values cannot be
+stamped), and ``s="auto"`` is refused (the model measures an assembled matrix).
+
+Examples
+--------
+>>> import numpy as np, meshchain as mc
+>>> nodes, edges = mc.Set(30, "nodes"), mc.Set(29, "edges")
+>>> e2n = mc.Map(edges, nodes, 2, [[i, i + 1] for i in range(29)], "e2n")
+>>> spring = mc.Kernel.from_source("def spring(y, x):\\n    y[0, 0] += 2.1 * x[0, 0] - x[1, 0]\\n"
+...                                "    y[1, 0] += 2.1 * x[1, 0] - x[0, 0]\\n")
+>>> clear = mc.Kernel.from_source("def clear(y):\\n    y[0] = 0.0\\n")
+>>> def apply(x, y):
+...     mc.par_loop(clear, nodes, y(mc.WRITE))
+...     mc.par_loop(spring, edges, y(mc.INC, e2n), x(mc.READ, e2n))
+>>> op = mc.LinearOperator(nodes, apply, name="springs")
+>>> x, b = mc.Dat(nodes, 1, None, "x"), mc.Dat(nodes, 1, np.ones(30), "b")
+>>> info = mc.solve(op, x, b, method="sstep-cg", pc=None, s=3, rtol=1e-10)
+>>> info.converged, info.true_residual < 1e-8
+(True, True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..api import loop_chain, par_loop
+from ..core.access import READ, RW, WRITE
+from ..core.errors import SolverError
+from ..ir.kernel import Kernel
+from ..types import Dat, Global
+from .blockcg import _BlockRun
+from .info import SolveInfo
+from .scaled import work_dats
+from .sstep import drive
+
+__all__ = ["OperatorRun", "solve_free"]
+
+
+class OperatorRun(_BlockRun):
+    """A block s-step CG solve of a :class:`~meshchain.LinearOperator` (see the module docstring)."""
+
+    def __init__(self, engine, A, dats: dict, steps: int, **options):
+        super().__init__(engine, A, dats, steps, **options)
+        dim = A.dim
+        self.temporary = Dat(A.row_set, dim, None, f"{A.name}:sstep-cg:w")
+        self.thetas = [Global(1, 0.0, f"{A.name}:sstep-cg:theta{k}") for k in range(steps)]
+        self.kernels = _kernels(dim)
+        self.Y = np.empty((steps + 1, self.n))
+
+    def prepare(self, steps: int) -> None:
+        """Nothing: the loop chains build their halo layers as they run."""
+
+    def stamp(self):
+        return None
+
+    def multiply(self, x, y) -> None:
+        self.A.apply(x, y)
+        self.engine.run_pending()
+
+    def products(self, wanted) -> None:
+        """Sequences ``(x, ys, shifts)`` of scaled, shifted applications by work-vector name,
+        each as one communication-avoiding chain."""
+        for x, ys, shifts, *pulls in wanted:
+            if pulls:
+                raise SolverError("solve: the block s-step CG of a LinearOperator takes real Newton shifts only.")
+            self._sequence(self.dats[x], [self.dats[y] for y in ys], np.zeros(len(ys)) if shifts is None else shifts)
+        self.views()
+
+    def residual(self, into: str) -> None:
+        """``into = b̂ - Â x̂`` (one application)."""
+        self.products([("x", ["t"], None)])
+        np.subtract(self.v["b"], self.v["t"], out=self.v[into])
+        self.fresh(into)
+        self.exit_norms = None
+
+    def basis(self, m: int, shifts: np.ndarray) -> np.ndarray:
+        """``V = [r, (Â - θ_0) r, ...]`` of ``m + 1`` vectors (their owned rows; one chain)."""
+        names = [f"V{j}" for j in range(1, m + 1)]
+        self.products([("r", names, shifts[:m])])
+        Y = self.Y
+        Y[0] = self.v["r"]
+        for j, name in enumerate(names, start=1):
+            Y[j] = self.v[name]
+        return Y
+
+    def _sequence(self, x, ys, shifts) -> None:
+        scale, w = self.dats["scale"], self.temporary
+        scaled, finish = self.kernels
+        with loop_chain(f"{self.A.name}.sstep-basis", ca=True):
+            previous = x
+            for y, shift, theta in zip(ys, shifts, self.thetas):
+                theta.value = float(shift)
+                par_loop(scaled, self.A.row_set, w(WRITE), previous(READ), scale(READ))
+                self.A.apply(w, y)
+                par_loop(finish, self.A.row_set, y(RW), previous(READ), scale(READ), theta(READ))
+                previous = y
+        self.engine.run_pending(ys[-1])
+
+
+def _kernels(dim: int) -> tuple:
+    """``w = s x`` and ``y = s y - θ x`` on one element of ``dim`` values."""
+    rows = range(dim)
+    scaled = Kernel.from_source("def sstep_scaled(w, x, s):\n" + "".join(f"    w[{c}] = s[{c}] * x[{c}]\n" for c in rows))
+    finish = Kernel.from_source("def sstep_finish(y, x, s, theta):\n"
+                                + "".join(f"    y[{c}] = s[{c}] * y[{c}] - theta[0] * x[{c}]\n" for c in rows))
+    return scaled, finish
+
+
+def solve_free(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
+    """``mc.solve(A, x, b, method="sstep-cg")`` with a matrix-free ``A`` (collective)."""
+    names = ["x", "b", "r", "p", "t", "scale", "weight", *[f"V{j}" for j in range(1, steps + 1)]]
+    run = OperatorRun(engine, A, work_dats(engine, A, "sstep-cg", steps, names), steps, jacobi=pc == "jacobi",
+                      rtol=rtol, atol=atol, maxiter=maxiter, monitor=monitor)
+    return drive(run, A, x, b, steps=steps, basis=basis, pc=pc, method="sstep-cg")
