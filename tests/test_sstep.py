@@ -337,7 +337,7 @@ def test_a_matrix_free_operator_runs_the_block_form_with_one_chain_per_basis(com
     assert abs(info.iterations - assembled.iterations) <= 3, (info.iterations, assembled.iterations)
     if comm.rank == 0:
         assert relative_error(x, problem.expected) < 1e-8
-    chain = mc.stats().chains["element-by-element.sstep-basis"]
+    chain = mc.stats().chains["element-by-element.sstep-basis3"]
     if comm.size > 1:
         assert chain.mode == "ca" and chain.segments == chain.executions  # one grouped exchange per basis
     with pytest.raises(mc.SolverError, match="s='auto' measures the costs of an assembled mc.Mat"):

@@ -30,13 +30,16 @@ Examples
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..api import loop_chain, par_loop
 from ..core.access import READ, RW, WRITE
 from ..core.errors import SolverError
 from ..ir.kernel import Kernel
-from ..types import Dat, Global
+from ..core.cache import memo
+from ..types import Global
 from .blockcg import _BlockRun
 from .info import SolveInfo
 from .scaled import work_dats
@@ -44,16 +47,17 @@ from .sstep import drive
 
 __all__ = ["OperatorRun", "solve_free"]
 
+_globals = memo("s-step shift globals", weak=True)  # per operator: (engine, s) -> (engine, globals)
+
 
 class OperatorRun(_BlockRun):
     """A block s-step CG solve of a :class:`~meshchain.LinearOperator` (see the module docstring)."""
 
     def __init__(self, engine, A, dats: dict, steps: int, **options):
         super().__init__(engine, A, dats, steps, **options)
-        dim = A.dim
-        self.temporary = Dat(A.row_set, dim, None, f"{A.name}:sstep-cg:w")
-        self.thetas = [Global(1, 0.0, f"{A.name}:sstep-cg:theta{k}") for k in range(steps)]
-        self.kernels = _kernels(dim)
+        self.temporary = dats["w"]
+        self.thetas = _thetas(engine, A, steps)  # kept with the work vectors: the chains' plans are reused
+        self.kernels = _kernels(A.dim)
         self.Y = np.empty((steps + 1, self.n))
 
     def prepare(self, steps: int) -> None:
@@ -72,7 +76,7 @@ class OperatorRun(_BlockRun):
         for x, ys, shifts, *pulls in wanted:
             if pulls:
                 raise SolverError("solve: the block s-step CG of a LinearOperator takes real Newton shifts only.")
-            self._sequence(self.dats[x], [self.dats[y] for y in ys], np.zeros(len(ys)) if shifts is None else shifts)
+            self._sequence(x, [self.dats[y] for y in ys], np.zeros(len(ys)) if shifts is None else shifts)
         self.views()
 
     def residual(self, into: str) -> None:
@@ -92,11 +96,13 @@ class OperatorRun(_BlockRun):
             Y[j] = self.v[name]
         return Y
 
-    def _sequence(self, x, ys, shifts) -> None:
+    def _sequence(self, source: str, ys, shifts) -> None:
+        """One chain per source vector and length (a chain's plan is kept per name)."""
         scale, w = self.dats["scale"], self.temporary
         scaled, finish = self.kernels
-        with loop_chain(f"{self.A.name}.sstep-basis", ca=True):
-            previous = x
+        name = f"{self.A.name}.sstep-basis" if source == "r" else f"{self.A.name}.sstep-{source}"
+        with loop_chain(name if source != "r" else f"{name}{len(ys)}", ca=True):
+            previous = self.dats[source]
             for y, shift, theta in zip(ys, shifts, self.thetas):
                 theta.value = float(shift)
                 par_loop(scaled, self.A.row_set, w(WRITE), previous(READ), scale(READ))
@@ -106,6 +112,17 @@ class OperatorRun(_BlockRun):
         self.engine.run_pending(ys[-1])
 
 
+def _thetas(engine, A, steps: int) -> list:
+    """The shifts' globals of ``A``'s chains (declared once per operator, engine and ``s``)."""
+    per_operator = _globals.setdefault(A, {})
+    found = per_operator.get((id(engine), steps))
+    if found is None or found[0] is not engine:
+        found = per_operator[(id(engine), steps)] = (
+            engine, [Global(1, 0.0, f"{A.name}:sstep-cg:theta{k}") for k in range(steps)])
+    return found[1]
+
+
+@functools.lru_cache(maxsize=None)
 def _kernels(dim: int) -> tuple:
     """``w = s x`` and ``y = s y - θ x`` on one element of ``dim`` values."""
     rows = range(dim)
@@ -117,7 +134,7 @@ def _kernels(dim: int) -> tuple:
 
 def solve_free(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
     """``mc.solve(A, x, b, method="sstep-cg")`` with a matrix-free ``A`` (collective)."""
-    names = ["x", "b", "r", "p", "t", "scale", "weight", *[f"V{j}" for j in range(1, steps + 1)]]
+    names = ["x", "b", "r", "p", "t", "w", "scale", "weight", *[f"V{j}" for j in range(1, steps + 1)]]
     run = OperatorRun(engine, A, work_dats(engine, A, "sstep-cg", steps, names), steps, jacobi=pc == "jacobi",
                       rtol=rtol, atol=atol, maxiter=maxiter, monitor=monitor)
     return drive(run, A, x, b, steps=steps, basis=basis, pc=pc, method="sstep-cg")
