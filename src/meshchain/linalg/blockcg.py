@@ -17,10 +17,12 @@ Every number this needs (``Rᵀ V``, ``(Â P_old)ᵀ R`` and the residual's norm
 iterations; the residual's norm is known every ``s`` iterations (the convergence test reads
 the Gram matrix of the next outer iteration), so the iterations are CG's rounded up to a
 multiple of ``s``. Where the last two norms' ratio predicts the tolerance met, the norm is
-reduced alone first (one number), so that the solve's last basis is not built in vain. Against CA-CG (:mod:`.sstep`, ``method="ca-cg"``, ``2s - 1`` products
-and a Gram matrix of ``2s + 1`` vectors) it does ``s`` products and about half the dot
-products per ``s`` iterations. A matrix-free :class:`~meshchain.LinearOperator` runs each
-basis as one communication-avoiding loop chain (:mod:`.freecg`).
+reduced alone first (one number), so that the solve's last basis is not built in vain.
+Against CA-CG (:mod:`.sstep`, ``method="ca-cg"``, ``2s - 1`` products and a Gram matrix of
+``2s + 1`` vectors) it does ``s`` products and two thirds of the dot products per ``s``
+iterations (a third of the sums with Jacobi, where CA-CG sums each pair twice). A
+matrix-free :class:`~meshchain.LinearOperator` runs each basis as one communication-avoiding
+loop chain (:mod:`.freecg`).
 
 **Basis.** The Newton shifts ``θ`` come from the Ritz values of ``s`` classical CG
 iterations at the start (they count), in Leja order; their directions are the block the
