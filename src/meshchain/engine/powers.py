@@ -176,12 +176,12 @@ class SequencePlan:
     [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [2.0, 3.0, 1.0]]
     """
 
-    def __init__(self, matrices, mat, x, steps: int, *, scale=None):
+    def __init__(self, matrices, mat, x, steps: int, *, scale=None, prepared=None):
         _checked(matrices, mat, [x], steps)
         if scale is not None:
             matrices.check_vector(mat, scale, mat.row_set, "powers scale")
         self.session, self.steps = matrices.session, steps
-        self.pattern, self.rows = prepare(matrices, mat, steps)
+        self.pattern, self.rows = prepared or prepare(matrices, mat, steps)
         for d in (x, scale):
             if d is not None:
                 self.session.force_read(d)
@@ -191,7 +191,7 @@ class SequencePlan:
         self.width = self.host.size
         depth = self.pattern.depth
         self.counts = np.array([self.rows.count((steps - k) * depth) for k in range(1, steps + 1)], dtype=np.int64)
-        self.values, self.exchanges = None, {}  # the matrix's values as multiplied; exchanges by what travels
+        self.values = None  # the matrix's values as multiplied
         self.dim, self.inside = mat.dim, None  # the exchange and rows of runs inside one compiled call
 
     def run(self, shifts: np.ndarray, Y: np.ndarray) -> None:
@@ -263,9 +263,7 @@ class SequencePlan:
         stale = tuple(storage for storage in (self.x, self.scale) if storage is not None and storage.valid_depth < depth)
         if not stale:
             return
-        exchange = self.exchanges.get(len(stale))
-        if exchange is None:
-            exchange = self.exchanges[len(stale)] = _exchange(self.session, self.pattern, self.rows, stale, depth)
+        exchange = _exchange(self.session, self.pattern, self.rows, stale, depth)  # kept with the rows
         exchange.begin()
         exchange.end()
         for storage in stale:
@@ -276,7 +274,7 @@ def sequence_plan(matrices, mat, x, steps: int, *, scale=None) -> SequencePlan:
     """The :class:`SequencePlan` of ``steps`` products of ``x`` (scaled by ``scale``), kept
     with the matrix's rows until its values or the layout change, or ``x``'s storage moves
     (collective: halo layers and rows are prepared)."""
-    _, rows = prepare(matrices, mat, steps)
+    pattern, rows = prepare(matrices, mat, steps)
     session = matrices.session
     key = (id(session.storage(x)), None if scale is None else id(session.storage(scale)))
     found = rows.plans.get(key)
@@ -284,7 +282,7 @@ def sequence_plan(matrices, mat, x, steps: int, *, scale=None) -> SequencePlan:
         return found
     if found is not None:
         found.close()
-    plan = rows.plans[key] = SequencePlan(matrices, mat, x, steps, scale=scale)
+    plan = rows.plans[key] = SequencePlan(matrices, mat, x, steps, scale=scale, prepared=(pattern, rows))
     return plan
 
 

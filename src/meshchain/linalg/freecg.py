@@ -36,9 +36,9 @@ import numpy as np
 
 from ..api import loop_chain, par_loop
 from ..core.access import READ, RW, WRITE
+from ..core.cache import memo
 from ..core.errors import SolverError
 from ..ir.kernel import Kernel
-from ..core.cache import memo
 from ..types import Global
 from .blockcg import _BlockRun
 from .info import SolveInfo
@@ -100,8 +100,8 @@ class OperatorRun(_BlockRun):
         """One chain per source vector and length (a chain's plan is kept per name)."""
         scale, w = self.dats["scale"], self.temporary
         scaled, finish = self.kernels
-        name = f"{self.A.name}.sstep-basis" if source == "r" else f"{self.A.name}.sstep-{source}"
-        with loop_chain(name if source != "r" else f"{name}{len(ys)}", ca=True):
+        name = f"{self.A.name}.sstep-basis{len(ys)}" if source == "r" else f"{self.A.name}.sstep-{source}"
+        with loop_chain(name, ca=True):
             previous = self.dats[source]
             for y, shift, theta in zip(ys, shifts, self.thetas):
                 theta.value = float(shift)

@@ -40,9 +40,7 @@ _scales = memo("Jacobi scalings", weak=True)  # per matrix: engine -> (values st
 def check_matrix(A, pc, method: str) -> None:
     """Refuse what the matrix powers kernel cannot run (the same on every rank): a matrix-free
     operator takes the block s-step CG only."""
-    if isinstance(A, LinearOperator) and method == "sstep-cg":
-        pass
-    elif not isinstance(A, Mat):
+    if not (isinstance(A, Mat) or (method == "sstep-cg" and isinstance(A, LinearOperator))):
         raise SolverError(f"solve: method={method!r} runs the matrix powers kernel of an assembled mc.Mat; "
                           f"{type(A).__name__} {getattr(A, 'name', '')!r} is not one (use method='cg', 'pipecg' or "
                           f"'gmres').")

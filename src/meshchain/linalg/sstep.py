@@ -213,6 +213,7 @@ class CGRun(ScaledRun):
     fresh_residual = False  # the block form: r changed and its norm is not recorded yet
     residual_plan = None  # the product of the true residual (a sequence plan, made at first use)
     progress = 1.0  # a new smallest residual is below this fraction of the last one
+    exit_norms = None  # (||b - A x||, ||B (b - A x)||) of the last replacement while x has not changed since
 
     def patience(self) -> int:
         """Outer iterations without a new smallest residual before the true one is looked at."""
@@ -222,8 +223,6 @@ class CGRun(ScaledRun):
         """``||B r||`` of a scaled residual ``r̂`` (``B r = D^-1/2 r̂`` with Jacobi), summed over ranks."""
         local = _weighted_dot(residual, self.v["weight"])
         return math.sqrt(max(float(self.total(np.array([local]))[0]), 0.0))
-
-    exit_norms = None  # (||b - A x||, ||B (b - A x)||) of the last replacement while x has not changed since
 
     def replace_residual(self) -> float:
         """``r̂ = b̂ - Â x̂``: the true residual replaces the recursive one; its norm ``||B r||``
@@ -495,6 +494,7 @@ def _known_shifts(engine, A, jacobi: bool, steps: int, stamp) -> np.ndarray | No
 def _true_residual(engine, A, x, b, run) -> tuple[float, float]:
     """``(||b - A x||, ||B (b - A x)||)`` at exit (``B = D^-1`` with Jacobi: weights ``scale⁴``)."""
     run.multiply(x, run.dats["t"])
-    r = engine.dat_values(b, write=False).reshape(-1)[:run.n] - engine.dat_values(run.dats["t"], write=False).reshape(-1)[:run.n]
+    b_values, t_values = (engine.dat_values(d, write=False).reshape(-1)[:run.n] for d in (b, run.dats["t"]))
+    r = b_values - t_values
     sums = run.total(np.array([dot(r, r), _weighted_dot(r, run.v["weight"] * run.v["weight"])]))
     return math.sqrt(max(float(sums[0]), 0.0)), math.sqrt(max(float(sums[1]), 0.0))
