@@ -5,6 +5,8 @@ Each module holds one solver's kernels, data declarations and time loop; the scr
 
 * :mod:`meshchain.apps.airfoil`: OP2's Airfoil (2D Euler flow around a NACA0012 aerofoil);
   its predictor/corrector stage is the loop chain ``"stage"``.
+* :mod:`meshchain.apps.mgcfd`: Warwick's MG-CFD (3D multigrid finite-volume Euler, the OP2
+  CA paper's application), equal to OP2's own MG-CFD; its synthetic chain is ``"synthetic"``.
 * :mod:`meshchain.apps.synthetic`: the MG-CFD synthetic loop chain of the OP2
   communication-avoiding paper; the chain ``"synthetic"``.
 * :mod:`meshchain.apps.vertex`: a vertex-centred finite-volume chain (edge fluxes into

@@ -11,6 +11,7 @@ from .naca import naca0012
 from .generators import UnstructuredMesh, structured_quads, structured_tris, jittered_delaunay
 from .cube import structured_tets
 from .meshio_reader import read_meshio
+from .mgcfd import MGCFDLevel, MGCFDMesh, channel_bump, read_input_dat
 
 __all__ = [
     "AirfoilMesh",
@@ -27,4 +28,8 @@ __all__ = [
     "jittered_delaunay",
     "structured_tets",
     "read_meshio",
+    "MGCFDLevel",
+    "MGCFDMesh",
+    "channel_bump",
+    "read_input_dat",
 ]
