@@ -93,7 +93,7 @@ def tables(rows) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workload", default="synthetic", choices=("synthetic", "vertex"))
+    p.add_argument("--workload", default="synthetic", choices=("synthetic", "vertex", "mgcfd"))
     p.add_argument("--networks", nargs="+", choices=tuple(NETWORKS), default=list(NETWORKS))
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--per-rank", type=int, nargs="+", default=[1000, 10000, 40000])

@@ -9,7 +9,7 @@ import pytest
 
 import meshchain as mc
 from meshchain import apps
-from meshchain.apps import airfoil, synthetic
+from meshchain.apps import airfoil, mgcfd, synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 CA_MODES = (True, False, "auto")
@@ -65,7 +65,15 @@ def test_airfoil_setup_sizes_the_mesh_and_ignores_loops():
     assert airfoil._mesh_size(720000) == (400, 600) and airfoil._mesh_size(1) == (8, 12)
 
 
-@pytest.mark.parametrize("app", [airfoil, synthetic])
+def test_mgcfd_workload_gives_the_same_checksum_in_every_mode(meshchain_cache_dir):
+    totals = checksums_per_mode(mgcfd, meshchain_cache_dir, steps=2, per_rank=300, loops=4)
+    assert totals[True] == pytest.approx(totals[False], rel=1e-14, abs=0)
+    assert totals["auto"] == pytest.approx(totals[False], rel=1e-14, abs=0)
+    with pytest.raises(mc.ConfigurationError, match="even"):
+        mgcfd.loops_in_chain(3)
+
+
+@pytest.mark.parametrize("app", [airfoil, synthetic, mgcfd])
 def test_workload_refuses_bad_sizes_and_a_step_without_chain(app):
     for per_rank in (0, -5, 2.5, True):
         with pytest.raises(mc.ConfigurationError, match="per_rank"):

@@ -55,7 +55,6 @@ Examples
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,8 +63,8 @@ import meshchain as mc
 from meshchain.meshes.mgcfd import MGCFDMesh, level_blocks, read_input_dat, read_level
 
 __all__ = [
-    "GAMMA", "RK", "FF_MACH", "SMOOTHING", "FF_VARIABLE", "Level", "MGCFD", "declare", "initialise", "step", "cycle",
-    "run", "read_levels",
+    "GAMMA", "RK", "FF_MACH", "SMOOTHING", "FF_VARIABLE", "FF_FLUX", "Level", "MGCFD", "declare", "initialise",
+    "level_step", "up", "down", "cycle", "run", "read_levels", "CHAIN", "setup", "step", "loops_in_chain", "checksum",
 ]
 
 GAMMA = 1.4
@@ -76,16 +75,15 @@ SMOOTHING = float(np.float32(0.2))  # MG-CFD's ``double(0.2f)``
 NVAR = 5
 
 
-def euler_state(v):
-    """A node's density, momentum, density times energy, velocity, speed², pressure and speed
-    of sound (MG-CFD's ``compute_velocity``, ``compute_speed_sqd``, ``compute_pressure``,
-    ``compute_speed_of_sound``)."""
-    p, mx, my, mz, pe = v[0], v[1], v[2], v[3], v[4]
+def euler_state(p, mx, my, mz, pe):
+    """A node's velocity, speed², pressure and speed of sound from its density, momentum and
+    density times energy (MG-CFD's ``compute_velocity``, ``compute_speed_sqd``,
+    ``compute_pressure``, ``compute_speed_of_sound``). Kernels pass numbers, not their views,
+    so that meshchain inlines them into the loop."""
     vx, vy, vz = mx / p, my / p, mz / p
     speed_sqd = vx * vx + vy * vy + vz * vz
     pressure = (GAMMA - 1.0) * (pe - 0.5 * p * speed_sqd)
-    speed_of_sound = math.sqrt(GAMMA * pressure / p)
-    return p, mx, my, mz, pe, vx, vy, vz, speed_sqd, pressure, speed_of_sound
+    return vx, vy, vz, speed_sqd, pressure, math.sqrt(GAMMA * pressure / p)
 
 
 def flux_contribution(mx, my, mz, pe, pressure, vx, vy, vz):
@@ -199,10 +197,12 @@ def compute_step_factor_kernel(variable, volume, min_dt, step_factor):
 def compute_flux_edge_kernel(variables_a, variables_b, edge_weight, fluxes_a, fluxes_b):
     ewt = math.sqrt(edge_weight[0] * edge_weight[0] + edge_weight[1] * edge_weight[1]
                     + edge_weight[2] * edge_weight[2])
-    p_b, mbx, mby, mbz, pe_b, vbx, vby, vbz, speed_sqd_b, pressure_b, speed_of_sound_b = euler_state(variables_b)
+    p_b, mbx, mby, mbz, pe_b = variables_b[0], variables_b[1], variables_b[2], variables_b[3], variables_b[4]
+    vbx, vby, vbz, speed_sqd_b, pressure_b, speed_of_sound_b = euler_state(p_b, mbx, mby, mbz, pe_b)
     fb = flux_contribution(mbx, mby, mbz, pe_b, pressure_b, vbx, vby, vbz)
     speed_b = math.sqrt(speed_sqd_b)
-    p_a, max_, may, maz, pe_a, vax, vay, vaz, speed_sqd_a, pressure_a, speed_of_sound_a = euler_state(variables_a)
+    p_a, max_, may, maz, pe_a = variables_a[0], variables_a[1], variables_a[2], variables_a[3], variables_a[4]
+    vax, vay, vaz, speed_sqd_a, pressure_a, speed_of_sound_a = euler_state(p_a, max_, may, maz, pe_a)
     fa = flux_contribution(max_, may, maz, pe_a, pressure_a, vax, vay, vaz)
     speed_a = math.sqrt(speed_sqd_a)
 
@@ -210,38 +210,45 @@ def compute_flux_edge_kernel(variables_a, variables_b, edge_weight, fluxes_a, fl
     factor_b = -ewt * SMOOTHING * 0.5 * (speed_b + math.sqrt(speed_sqd_a) + speed_of_sound_b + speed_of_sound_a)
     factor_x, factor_y, factor_z = -0.5 * edge_weight[0], -0.5 * edge_weight[1], -0.5 * edge_weight[2]
 
+    # each sum in MG-CFD's order, for its bits: (((own + x) + y) + z)
     x, y, z = factor_x * (max_ + mbx), factor_y * (may + mby), factor_z * (maz + mbz)
-    fluxes_a[0] += factor_a * (p_a - p_b) + x + y + z  # each sum in MG-CFD's order, for its bits
+    fluxes_a[0] += factor_a * (p_a - p_b) + x + y + z
     fluxes_b[0] += factor_b * (p_b - p_a) - x - y - z
-    own_a, own_b = (pe_a, max_, may, maz), (pe_b, mbx, mby, mbz)
-    for k in range(4):  # energy, then momentum x, y, z
-        c = 9 if k == 0 else 3 * (k - 1)
-        x, y, z = factor_x * (fa[c] + fb[c]), factor_y * (fa[c + 1] + fb[c + 1]), factor_z * (fa[c + 2] + fb[c + 2])
-        out = 4 if k == 0 else k
-        fluxes_a[out] += factor_a * (own_a[k] - own_b[k]) + x + y + z
-        fluxes_b[out] += factor_b * (own_b[k] - own_a[k]) - x - y - z
+    x, y, z = factor_x * (fa[9] + fb[9]), factor_y * (fa[10] + fb[10]), factor_z * (fa[11] + fb[11])
+    fluxes_a[4] += factor_a * (pe_a - pe_b) + x + y + z
+    fluxes_b[4] += factor_b * (pe_b - pe_a) - x - y - z
+    x, y, z = factor_x * (fa[0] + fb[0]), factor_y * (fa[1] + fb[1]), factor_z * (fa[2] + fb[2])
+    fluxes_a[1] += factor_a * (max_ - mbx) + x + y + z
+    fluxes_b[1] += factor_b * (mbx - max_) - x - y - z
+    x, y, z = factor_x * (fa[3] + fb[3]), factor_y * (fa[4] + fb[4]), factor_z * (fa[5] + fb[5])
+    fluxes_a[2] += factor_a * (may - mby) + x + y + z
+    fluxes_b[2] += factor_b * (mby - may) - x - y - z
+    x, y, z = factor_x * (fa[6] + fb[6]), factor_y * (fa[7] + fb[7]), factor_z * (fa[8] + fb[8])
+    fluxes_a[3] += factor_a * (maz - mbz) + x + y + z
+    fluxes_b[3] += factor_b * (mbz - maz) - x - y - z
 
 
 @mc.kernel
 def compute_bnd_node_flux_kernel(g, edge_weight, variables_b, fluxes_b):
     group = g[0]
+    p_b, mbx, mby, mbz, pe_b = variables_b[0], variables_b[1], variables_b[2], variables_b[3], variables_b[4]
     if group <= 2:  # a wall: only the pressure acts
-        pressure_b = euler_state(variables_b)[9]
+        pressure_b = euler_state(p_b, mbx, mby, mbz, pe_b)[4]
         fluxes_b[0] += 0
         fluxes_b[1] += edge_weight[0] * pressure_b
         fluxes_b[2] += edge_weight[1] * pressure_b
         fluxes_b[3] += edge_weight[2] * pressure_b
         fluxes_b[4] += 0
     elif 3 <= group <= 7:  # far field
-        p_b, mbx, mby, mbz, pe_b, vbx, vby, vbz, _, pressure_b, _ = euler_state(variables_b)
+        vbx, vby, vbz, _, pressure_b, _ = euler_state(p_b, mbx, mby, mbz, pe_b)
         fb = flux_contribution(mbx, mby, mbz, pe_b, pressure_b, vbx, vby, vbz)
         factor_x, factor_y, factor_z = 0.5 * edge_weight[0], 0.5 * edge_weight[1], 0.5 * edge_weight[2]
         fluxes_b[0] += (factor_x * (FF_VARIABLE[1] + mbx) + factor_y * (FF_VARIABLE[2] + mby)
                         + factor_z * (FF_VARIABLE[3] + mbz))
-        for k in range(4):  # energy, then momentum x, y, z
-            c = 9 if k == 0 else 3 * (k - 1)
-            fluxes_b[4 if k == 0 else k] += (factor_x * (FF_FLUX[c] + fb[c]) + factor_y * (FF_FLUX[c + 1] + fb[c + 1])
-                                             + factor_z * (FF_FLUX[c + 2] + fb[c + 2]))
+        fluxes_b[4] += factor_x * (FF_FLUX[9] + fb[9]) + factor_y * (FF_FLUX[10] + fb[10]) + factor_z * (FF_FLUX[11] + fb[11])
+        fluxes_b[1] += factor_x * (FF_FLUX[0] + fb[0]) + factor_y * (FF_FLUX[1] + fb[1]) + factor_z * (FF_FLUX[2] + fb[2])
+        fluxes_b[2] += factor_x * (FF_FLUX[3] + fb[3]) + factor_y * (FF_FLUX[4] + fb[4]) + factor_z * (FF_FLUX[5] + fb[5])
+        fluxes_b[3] += factor_x * (FF_FLUX[6] + fb[6]) + factor_y * (FF_FLUX[7] + fb[7]) + factor_z * (FF_FLUX[8] + fb[8])
 
 
 @mc.kernel
@@ -300,7 +307,7 @@ def down_kernel(variable, residual, coord, residual_above, coord_above):
 
 
 @mc.kernel
-def test_write_kernel(variables_a, variables_b):
+def ca_test_write_kernel(variables_a, variables_b):
     variables_a[0] += 1
     variables_a[4] += 1
     variables_a[1] += 1
@@ -314,7 +321,7 @@ def test_write_kernel(variables_a, variables_b):
 
 
 @mc.kernel
-def test_read_kernel(variables_a, variables_b, edge_weight, fluxes_a, fluxes_b):
+def ca_test_read_kernel(variables_a, variables_b, edge_weight, fluxes_a, fluxes_b):
     fluxes_a[0] += variables_b[0] + edge_weight[0]
     fluxes_a[1] += variables_b[1] + edge_weight[2]
     fluxes_a[2] += variables_b[2]
@@ -328,7 +335,7 @@ def test_read_kernel(variables_a, variables_b, edge_weight, fluxes_a, fluxes_b):
 
 
 @mc.kernel
-def test_negate_kernel(variables_a, variables_b, diff_val):
+def ca_test_negate_kernel(variables_a, variables_b, diff_val):
     diff = diff_val[0]
     variables_a[0] -= diff
     variables_a[4] -= diff
@@ -465,7 +472,7 @@ def initialise(problem: MGCFD) -> None:
         mc.par_loop(dampen_ewt, lv.bnd_nodes, lv.bnd_weights(mc.RW))
 
 
-def step(problem: MGCFD, level: int) -> float | None:
+def level_step(problem: MGCFD, level: int) -> float | None:
     """One step on ``level`` (see the module docstring); on level 0 returns the rms of its
     residual (collective), else None."""
     lv = problem.levels[level]
@@ -503,11 +510,11 @@ def _synthetic(problem: MGCFD, lv: Level) -> None:
     e2n = lv.edge_to_nodes
     with mc.loop_chain("synthetic", ca=problem.ca):
         for variables in (lv.variables, *lv.copies):
-            mc.par_loop(test_write_kernel, lv.edges, variables(mc.INC, e2n[0]), variables(mc.INC, e2n[1]))
-            mc.par_loop(test_read_kernel, lv.edges, variables(mc.READ, e2n[0]), variables(mc.READ, e2n[1]),
+            mc.par_loop(ca_test_write_kernel, lv.edges, variables(mc.INC, e2n[0]), variables(mc.INC, e2n[1]))
+            mc.par_loop(ca_test_read_kernel, lv.edges, variables(mc.READ, e2n[0]), variables(mc.READ, e2n[1]),
                         lv.edge_weights(mc.READ), lv.dummy_fluxes(mc.INC, e2n[0]), lv.dummy_fluxes(mc.INC, e2n[1]))
     diff = mc.Global(1, 1, "diff", dtype=np.int32)
-    mc.par_loop(test_negate_kernel, lv.edges, lv.variables(mc.INC, e2n[0]), lv.variables(mc.INC, e2n[1]),
+    mc.par_loop(ca_test_negate_kernel, lv.edges, lv.variables(mc.INC, e2n[0]), lv.variables(mc.INC, e2n[1]),
                 diff(mc.READ))
 
 
@@ -534,17 +541,17 @@ def cycle(problem: MGCFD, *, after_level0=None) -> float:
     """One multigrid cycle (see the module docstring); the rms of its level-0 step
     (``after_level0(problem)`` is called right after that step, where OP2's MG-CFD writes
     its ``-I`` snapshots)."""
-    rms = step(problem, 0)
+    rms = level_step(problem, 0)
     if after_level0 is not None:
         after_level0(problem)
     top = len(problem.levels) - 1
     for level in range(1, top + 1):
         up(problem, level)
-        step(problem, level)
+        level_step(problem, level)
     for level in range(top - 1, -1, -1):
         down(problem, level)
         if level:
-            step(problem, level)
+            level_step(problem, level)
     problem.cycles_done += 1
     return rms
 
@@ -563,6 +570,53 @@ def run(problem: MGCFD, cycles: int, *, out=None, on_cycle=None, after_level0=No
     return history
 
 
-def environment_cycles(default: int) -> int:
-    """``MESHCHAIN_MGCFD_CYCLES`` if set (the examples' smoke runs), else ``default``."""
-    return int(os.environ.get("MESHCHAIN_MGCFD_CYCLES", default))
+# --- the workload interface (see meshchain.apps): the OP2 CA paper's experiment inside MG-CFD ----------------
+
+CHAIN = "synthetic"
+"""The synthetic chain's name."""
+
+
+def setup(*, per_rank: int, loops: int, method: str = "kway") -> MGCFD:
+    """MG-CFD on a one-level channel with about ``per_rank`` nodes per MPI rank and a
+    synthetic chain of ``loops`` loops in each Runge-Kutta stage, partitioned with
+    ``method`` (one level, so that every execution of the chain is on the same mesh: its
+    time and its profile describe one size).
+
+    >>> from meshchain.apps import mgcfd
+    >>> problem = mgcfd.setup(per_rank=400, loops=4)
+    >>> problem.levels[0].nodes.size, problem.synthetic_loops
+    (325, 4)
+    """
+    from ..meshes import channel_bump
+    from . import _total_size
+
+    n = max(1, round((_total_size(per_rank) / 3.0) ** (1.0 / 3.0)) - 1)
+    return declare(channel_bump(n, levels=1), synthetic_loops=loops_in_chain(loops), method=method)
+
+
+def step(problem: MGCFD, *, ca) -> None:
+    """One multigrid cycle with the synthetic chain run ``ca`` (True, False or ``"auto"``)."""
+    from . import _check_chain_mode
+
+    _check_chain_mode(ca)
+    problem.ca = ca
+    cycle(problem)
+
+
+def loops_in_chain(loops: int) -> int:
+    """``loops``, which must be even and at least 2 (test_write and test_read per chain).
+
+    >>> from meshchain.apps import mgcfd
+    >>> mgcfd.loops_in_chain(8)
+    8
+    """
+    if isinstance(loops, bool) or not isinstance(loops, int) or loops < 2 or loops % 2:
+        raise mc.ConfigurationError(f"mgcfd: the synthetic chain has test_write and test_read per chain: loops must "
+                                    f"be even and at least 2, got {loops!r}.")
+    return loops
+
+
+def checksum(problem: MGCFD) -> float | None:
+    """The sum of level 0's variables (rank 0; None elsewhere)."""
+    values = problem.levels[0].variables.gather()
+    return None if values is None else float(np.sum(values))

@@ -51,7 +51,7 @@ from ..model.timing import MAX_ATTEMPTS, NOISY_SPREAD, measure_interleaved
 
 __all__ = ["main", "run_report", "format_table", "worker", "predicted", "WORKLOADS", "NETWORKS"]
 
-WORKLOADS = ("synthetic", "vertex", "airfoil")
+WORKLOADS = ("synthetic", "vertex", "airfoil", "mgcfd")
 WARM_UP = 5  # warm-up steps each way before the calibration (the model's executions)
 #: How the ranks of a job talk: shared memory (MPICH's default on one host) or MPICH's TCP
 #: network module over loopback (latency like an Ethernet cluster's).

@@ -41,8 +41,8 @@ into six tetrahedra (Kuhn's subdivision, conforming); ``(3 n + 1)(n + 1)²`` nod
 ``7`` edges per node. Level ``l`` is the same channel with ``n / 2^l``: its nodes are every
 other node of level ``l - 1`` in each direction (nested), and a node restricts to the
 coarse node at half its indices, rounded down. Boundary groups: floor 0, ceiling 1, the
-side walls 2, the inlet 4 and the outlet 5 (far field). ``shuffle=True`` numbers nodes and
-edges at random (seeded), as an unstructured mesh generator may.
+side walls 2, the inlet 4 and the outlet 5 (far field). Edges are numbered by their first
+node, then their second; ``shuffle=True`` numbers nodes and edges at random (seeded) instead.
 
 The edge weights are exact median-dual face vectors: in each tetrahedron, the piece of
 the dual face of edge ``(a, b)`` is the two triangles from the edge's midpoint to the
@@ -270,6 +270,8 @@ def _level(nx: int, ny: int, nz: int, shape) -> MGCFDLevel:
     edges = np.concatenate([np.column_stack((s, s + o[0] + (nx + 1) * (o[1] + (ny + 1) * o[2])))
                             for s, o in zip(starts, offsets)]).astype(np.int32)
     edge_weights = np.concatenate([w.reshape(-1, 3) for w in weights])
+    order = np.lexsort((edges[:, 1], edges[:, 0]))  # by first node, as a mesh generator numbers them
+    edges, edge_weights = edges[order], edge_weights[order]
     bnd_nodes, bnd_groups, bnd_weights = _boundary(grid, nx, ny, nz)
     return MGCFDLevel(coords, edges, edge_weights, bnd_nodes, bnd_groups, bnd_weights)
 
