@@ -27,6 +27,10 @@ Usage::
     .venv/bin/python benchmarks/mgcfd.py --op2-bin ../op2build/MG-CFD-app-OP2/bin --n 32
     .venv/bin/python benchmarks/mgcfd.py --big 60 --ranks 4          # 1.0 million nodes
 
+``--figure MODEL.json PNG`` draws the OP2 CA paper's Fig. 10 from a ``benchmarks/model.py
+--workload mgcfd`` run: the synthetic chain's measured gain inside MG-CFD against its loop
+count, per network, rank count and size, beside the model's held-out prediction.
+
 Writes ``benchmarks/results/mgcfd.json``.
 """
 
@@ -204,6 +208,43 @@ def big(args) -> dict:
             "runs": json.loads(out.stdout.strip().splitlines()[-1]), "machine": machine()}
 
 
+def figure(rows: list, path: str) -> None:
+    """The CA gain against the chain's loop count (the CA paper's Fig. 10): one panel per
+    network and rank count, one colour per size per rank; measured (solid, with the measured
+    spread) and the model's held-out prediction (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["network"], r["ranks"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    for ax, (network, ranks) in zip(axes[0], panels):
+        for colour, size in enumerate(sorted({r["per_rank"] for r in rows})):
+            mine = sorted((r for r in rows if (r["network"], r["ranks"], r["per_rank"]) == (network, ranks, size)),
+                          key=lambda r: r["loops"])
+            if not mine:
+                continue
+            loops = [r["loops"] for r in mine]
+            spread = [100 * (r["per_loop_spread"] + r["ca_spread"]) for r in mine]
+            ax.errorbar(loops, [r["measured_gain"] for r in mine], yerr=spread, color=f"C{colour}", marker="o",
+                        capsize=2, label=f"{size} nodes/rank, measured")
+            held = [(r["loops"], r["predicted_gain"]) for r in mine if r.get("predicted_gain") is not None]
+            if held:
+                ax.plot(*zip(*held), color=f"C{colour}", linestyle="--", marker="x", label="held-out model")
+        over = " (oversubscribed)" if ranks > (rows[0].get("cores") or ranks) else ""
+        ax.set_title(f"{network}, {ranks} ranks{over}", fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r["loops"] for r in rows}), [str(n) for n in sorted({r["loops"] for r in rows})])
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set_xlabel("loops in the chain")
+    axes[0][0].set_ylabel("CA gain, %")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle("MG-CFD's synthetic chain, communication-avoiding against loop by loop", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=32, help="hexahedra across the channel (default 32: 105 633 nodes)")
@@ -215,6 +256,7 @@ def main(argv=None) -> int:
     p.add_argument("--big", type=int, help="set-up and memory of this mesh size on --ranks ranks instead")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--out", default=str(HERE / "results" / "mgcfd.json"))
+    p.add_argument("--figure", nargs=2, metavar=("MODEL_JSON", "PNG"), help="draw Fig. 10 from a model.py run")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--big-worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -225,6 +267,9 @@ def main(argv=None) -> int:
         comm = mc.get_runtime().comm
         if comm is None or comm.rank == 0:
             print(json.dumps(result), flush=True)
+        return 0
+    if args.figure:
+        figure(json.loads(Path(args.figure[0]).read_text()), args.figure[1])
         return 0
     result = big(args) if args.big else compare(args)
     Path(args.out).parent.mkdir(exist_ok=True)

@@ -20,7 +20,7 @@ PROBE = """
 import json
 print("PROBE" + json.dumps([{k: r[k] for k in ("workload", "per_loop", "ca", "measured_gain", "predicted_gain",
                                                 "per_loop_spread", "ca_spread", "noisy", "equal")}
-                            for r in rows + vertex_rows + airfoil_rows]))
+                            for r in rows + vertex_rows + airfoil_rows + mgcfd_rows]))
 print("KRYLOV" + json.dumps(krylov_rows))
 """
 
@@ -43,11 +43,11 @@ def test_chain_profitability_notebook_executes_with_plausible_gains(monkeypatch,
     probe = notebook.cells.pop()
     outputs = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
                       for o in cell.get("outputs", []))
-    assert "synthetic" in outputs and "vertex" in outputs and "airfoil" in outputs
+    assert "synthetic" in outputs and "vertex" in outputs and "airfoil" in outputs and "mgcfd" in outputs
     assert "held-out prediction error of the gain" in outputs
     assert "Krylov model: predicted / measured time per iteration" in outputs and "the model chose sstep-cg" in outputs
     images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) >= 4  # the synthetic and vertex gain plots, the scatter plot and the Krylov model's
+    assert len(images) >= 5  # the synthetic, vertex and MG-CFD gain plots, the scatter plot and the Krylov model's
 
     text = "".join(o.get("text", "") for o in probe.outputs)
     krylov = json.loads(text[text.index("KRYLOV") + len("KRYLOV"):])
@@ -58,7 +58,7 @@ def test_chain_profitability_notebook_executes_with_plausible_gains(monkeypatch,
         assert r["converged"] and 0 < r["measured"] < 1 and 0 < r["predicted"] < 1, r
     for network in ("shm", "tcp"):
         assert sum(r["chosen"] for r in krylov if r["network"] == network) == 1
-    assert {r["workload"] for r in rows} == {"synthetic", "vertex", "airfoil"}
+    assert {r["workload"] for r in rows} == {"synthetic", "vertex", "airfoil", "mgcfd"}
     for r in rows:
         assert r["equal"]
         assert r["per_loop"] > 0 and r["ca"] > 0 and math.isfinite(r["per_loop"]) and math.isfinite(r["ca"])
@@ -76,7 +76,7 @@ def test_the_committed_notebook_shows_its_outputs():
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.execution_count is not None for cell in code)
-    assert sum("image/png" in o.get("data", {}) for cell in code for o in cell.outputs) >= 4
+    assert sum("image/png" in o.get("data", {}) for cell in code for o in cell.outputs) >= 5
     assert not any(o.get("output_type") == "error" for cell in code for o in cell.outputs)
     text = "".join(o.get("text", "") for cell in code for o in cell.outputs)
     assert "MESHCHAIN_NOTEBOOK_SMALL" not in text and "held-out prediction error" in text
