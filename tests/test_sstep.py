@@ -183,14 +183,18 @@ def test_leja_shifts_and_the_basis_change_matrix():
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
 def test_a_basis_that_loses_rank_ends_with_its_reason_and_never_claims_convergence(comm):
     """CA-CG's monomial basis of 16 steps loses rank on a 961-node Poisson problem: the solve
-    ends as a breakdown or stagnation, the same on every rank, x finite; the Newton basis of
-    16 steps converges in CG's iterations."""
+    ends as a breakdown or stagnation, or creeps to maxiter and says the basis may have lost
+    rank (which happens depends on rounding: on 2 ranks with NumPy 2.4 it creeps), the same on
+    every rank, x finite; the Newton basis of 16 steps converges in CG's iterations."""
     mc.reset_runtime(comm=comm)
     p = poisson.declare(structured_tris(30, 30))
     for pc in (None, "jacobi"):
         cg = poisson.solve(p, method="cg", pc=pc, rtol=1e-10)
         lost = poisson.solve(p, method="ca-cg", pc=pc, rtol=1e-10, s=16, basis="monomial", maxiter=2000)
-        assert not lost.converged and lost.reason.split(":")[0] in ("breakdown", "stagnated"), lost.reason
+        assert not lost.converged, lost.reason
+        assert (lost.reason.split(":")[0] in ("breakdown", "stagnated")  # or it crept to maxiter, and says why
+                or lost.reason.startswith("diverged: maxiter") and "basis of s = 16 steps may have lost rank" in lost.reason
+                and "basis='newton'" in lost.reason), lost.reason
         assert comm.allgather(lost.reason) == [lost.reason] * comm.size
         assert np.isfinite(p.u.data_ro).all() and np.isfinite(lost.true_residual)
         newton = poisson.solve(p, method="ca-cg", pc=pc, rtol=1e-10, s=16)

@@ -428,6 +428,9 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
             if not met and stamp is not None:
                 _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (stamp, shifts)
     reason, replacements = _iterate(run, shifts, reason, maxiter)
+    if reason.startswith("diverged: maxiter") and basis == "monomial":
+        reason += (f"; the monomial basis of s = {steps} steps may have lost rank (the residual fell only "
+                   f"{run.history[-1] / run.history[0]:.1e}-fold): try basis='newton' or a smaller s")
     stopped = time.perf_counter()
     leave(engine, x, run)
     if reason == "converged" and run.exit_norms is not None:  # the last replacement's: x has not changed since
