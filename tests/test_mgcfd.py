@@ -198,3 +198,17 @@ def test_the_example_writes_input_runs_it_and_compares_with_op2s_files(tmp_path,
     assert "level 0: largest relative difference from OP2 0.000e+00" in second
     assert "level 1: largest relative difference from OP2 0.000e+00" in second
     assert (tmp_path / "run.variables.L0.cycle=2.h5").exists()
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_level_file_one_rank_cannot_read_fails_every_rank(comm, tmp_path):
+    """Rank 1 sees a broken level file (its own copy of the input), rank 0 a good one: both
+    raise, with rank 1's reason, instead of one rank waiting for the other."""
+    folder = tmp_path / "mesh"
+    channel_bump(2, levels=2).write(folder)
+    if comm.rank == 1:
+        with h5py.File(folder / "channel.L1.h5", "a") as f:
+            del f["bnd_node_weights"]
+    mc.reset_runtime(comm=comm)
+    with pytest.raises(MeshFileError, match="bnd_node_weights"):
+        mgcfd.declare(folder / "input.dat")

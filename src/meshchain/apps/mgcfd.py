@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import meshchain as mc
+from meshchain.comm.agree import raise_together
 from meshchain.meshes.mgcfd import MGCFDMesh, level_blocks, read_input_dat, read_level
 
 __all__ = [
@@ -397,7 +398,12 @@ def read_levels(source) -> tuple[list, list]:
     if isinstance(source, MGCFDMesh):
         levels = [level_blocks(level, comm) for level in source.levels]
     else:
-        levels = [read_level(path, comm) for path in read_input_dat(source)]
+        levels, error = None, None
+        try:  # a file one rank cannot read fails every rank, with that rank's reason
+            levels = [read_level(path, comm) for path in read_input_dat(source)]
+        except mc.MeshchainError as exc:
+            error = exc
+        raise_together(comm, error)
     return [s for s, _ in levels], [r for _, r in levels]
 
 
