@@ -56,6 +56,8 @@ OP2_VARIANTS = {"OP2 seq": ("mgcfd_seq", 1, {}), "OP2 OpenMP 2 threads": ("mgcfd
                 "OP2 MPI 2 ranks": ("mgcfd_mpi", 2, {}), "OP2 MPI 4 ranks": ("mgcfd_mpi", 4, {})}
 MESHCHAIN_VARIANTS = {"meshchain, default threads": (1, {}), "meshchain, 1 thread (MESHCHAIN_THREADS=1)":
                       (1, {"MESHCHAIN_THREADS": "1"}), "meshchain 2 ranks": (2, {}), "meshchain 4 ranks": (4, {})}
+CORES = {"OP2 seq": 1, "OP2 OpenMP 2 threads": 2, "OP2 MPI 2 ranks": 2, "OP2 MPI 4 ranks": 4,
+         "meshchain, 1 thread (MESHCHAIN_THREADS=1)": 1, "meshchain 2 ranks": 2, "meshchain 4 ranks": 4}
 SAME_CORES = {"meshchain, default threads": "OP2 OpenMP 2 threads", "meshchain, 1 thread (MESHCHAIN_THREADS=1)": "OP2 seq",
               "meshchain 2 ranks": "OP2 MPI 2 ranks", "meshchain 4 ranks": "OP2 MPI 4 ranks"}
 
@@ -148,9 +150,7 @@ def table(result: dict) -> str:
         reference = SAME_CORES.get(name)
         kept = [t for t in times.get(reference, []) if t == t]
         ref = statistics.median(kept) if kept else None
-        cores = (OP2_VARIANTS.get(name) or (None, None, None))[1] or MESHCHAIN_VARIANTS.get(name, (1,))[0]
-        if name == "OP2 OpenMP 2 threads" or (name == "meshchain, default threads" and result.get("threads", 1) > 1):
-            cores = 2
+        cores = result["threads"] if name == "meshchain, default threads" else CORES[name]
         over = " (oversubscribed)" if cores > result["machine"]["cores"] else ""
         name = name + (f" ({hung} of {len(found)} runs hung, killed)" if hung else "")
         rows.append(f"| {name} | {cores}{over} | {median * 1e3:.2f} | {spread:.1f} | "
@@ -160,13 +160,11 @@ def table(result: dict) -> str:
 
 
 def compare(args) -> dict:
-    import meshchain as mc
     from meshchain.meshes import channel_bump
 
     folder = Path(tempfile.mkdtemp(prefix="mgcfd-bench-"))
     mesh = channel_bump(args.n, levels=args.levels)
     mesh.write(folder, prefix="channel")
-    del mc
     op2 = Path(args.op2_bin) if args.op2_bin else None
     cache = str(HERE / "build" / "mgcfd-cache")
     times = {name: [] for name in ([*OP2_VARIANTS] if op2 else []) + [*MESHCHAIN_VARIANTS]}

@@ -61,7 +61,9 @@ import numpy as np
 
 import meshchain as mc
 from meshchain.comm.agree import raise_together
-from meshchain.meshes.mgcfd import MGCFDMesh, level_blocks, read_input_dat, read_level
+from meshchain.meshes.mgcfd import MGCFDMesh, channel_bump, level_blocks, read_input_dat, read_level
+
+from . import _check_chain_mode, _total_size
 
 __all__ = [
     "GAMMA", "RK", "FF_MACH", "SMOOTHING", "FF_VARIABLE", "FF_FLUX", "Level", "MGCFD", "declare", "initialise",
@@ -69,7 +71,6 @@ __all__ = [
 ]
 
 GAMMA = 1.4
-NDIM = 3
 RK = 3
 FF_MACH = 1.2
 SMOOTHING = float(np.float32(0.2))  # MG-CFD's ``double(0.2f)``
@@ -173,13 +174,7 @@ def copy_double_kernel(variables, old_variables):
 
 @mc.kernel
 def calculate_dt_kernel(variable, volume, dt):
-    density = variable[0]
-    vx = variable[1] / density
-    vy = variable[2] / density
-    vz = variable[3] / density
-    speed_sqd = vx * vx + vy * vy + vz * vz
-    pressure = (GAMMA - 1.0) * (variable[4] - 0.5 * density * speed_sqd)
-    speed_of_sound = math.sqrt(GAMMA * pressure / density)
+    _, _, _, speed_sqd, _, speed_of_sound = euler_state(variable[0], variable[1], variable[2], variable[3], variable[4])
     dt[0] = 0.5 * (np.cbrt(volume[0]) / (math.sqrt(speed_sqd) + speed_of_sound))
 
 
@@ -416,9 +411,8 @@ def declare(source, *, synthetic_loops: int = 0, ca=False, method: str = "rib", 
     ``synthetic_loops``: the loops of the synthetic chain in every Runge-Kutta stage (even;
     0: none); ``ca``: how that chain runs (True, False or ``"auto"``).
     """
-    if synthetic_loops < 0 or synthetic_loops % 2:
-        raise mc.ConfigurationError(f"mgcfd: synthetic_loops must be an even number >= 0 (test_write and test_read "
-                                    f"per chain), got {synthetic_loops!r}.")
+    if not (synthetic_loops == 0 and type(synthetic_loops) is int):
+        loops_in_chain(synthetic_loops)  # 0 (none), else an even number >= 2
     session = mc.get_runtime()
     wrap = mc.Block if session.comm is not None and session.comm.size > 1 else (lambda rows: rows)
     sizes, rows = read_levels(source)
@@ -593,17 +587,12 @@ def setup(*, per_rank: int, loops: int, method: str = "kway") -> MGCFD:
     >>> problem.levels[0].nodes.size, problem.synthetic_loops
     (325, 4)
     """
-    from ..meshes import channel_bump
-    from . import _total_size
-
     n = max(1, round((_total_size(per_rank) / 3.0) ** (1.0 / 3.0)) - 1)
     return declare(channel_bump(n, levels=1), synthetic_loops=loops_in_chain(loops), method=method)
 
 
 def step(problem: MGCFD, *, ca) -> None:
     """One multigrid cycle with the synthetic chain run ``ca`` (True, False or ``"auto"``)."""
-    from . import _check_chain_mode
-
     _check_chain_mode(ca)
     problem.ca = ca
     cycle(problem)

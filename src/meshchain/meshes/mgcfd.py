@@ -68,17 +68,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from mpi4py import MPI
 
 from ..core.errors import DeclarationError, MeshFileError, MeshFileNotFoundError
+from ..io.ranked import block_range
+from .op2_hdf5 import _attributes, _dataset, _rows
 
-__all__ = ["MGCFDLevel", "MGCFDMesh", "channel_bump", "read_input_dat", "read_level", "level_blocks", "GROUPS",
-           "WALL_GROUPS"]
+__all__ = ["MGCFDLevel", "MGCFDMesh", "channel_bump", "read_input_dat", "read_level", "level_blocks", "GROUPS"]
 
 GROUPS = {"floor": 0, "ceiling": 1, "sides": 2, "inlet": 4, "outlet": 5}
-"""The boundary group of each side of :func:`channel_bump`'s channel."""
-
-WALL_GROUPS = 2
-"""MG-CFD treats groups ``<= 2`` as walls (pressure only) and ``3..7`` as far field."""
+"""The boundary group of each side of :func:`channel_bump`'s channel (MG-CFD treats groups
+``<= 2`` as walls, where only the pressure acts, and ``3..7`` as far field)."""
 
 # Kuhn's six tetrahedra of the unit cube: the paths 0 -> e_a -> e_a + e_b -> (1, 1, 1); a path's
 # vertices increase in every coordinate, so each of a tetrahedron's six edges points along one of
@@ -157,11 +157,9 @@ class MGCFDMesh:
 
 def _write_dataset(f, name: str, values: np.ndarray) -> None:
     """One dataset in OP2's layout (with OP2's ``size``, ``dim`` and ``type`` attributes)."""
-    values = np.ascontiguousarray(values)
-    dataset = f.create_dataset(name, data=values)
-    dataset.attrs["size"] = np.array([values.shape[0]], dtype=np.int32)
-    dataset.attrs["dim"] = np.array([values.shape[1]], dtype=np.int32)
-    dataset.attrs["type"] = np.bytes_("double" if values.dtype.kind == "f" else "int")
+    dataset = f.create_dataset(name, data=np.ascontiguousarray(values))
+    for key, value in _attributes(values.shape[0], values.shape[1], values.dtype).items():
+        dataset.attrs[key] = value
 
 
 def read_input_dat(path) -> list[Path]:
@@ -346,8 +344,7 @@ def _renumbered(level, order, coarse_order, rng) -> MGCFDLevel:
     random order (``rng``); the restriction follows the coarse level's ``coarse_order``."""
     to_coarse = level.to_coarse
     if order is None:
-        return MGCFDLevel(level.coords, level.edges, level.edge_weights, level.bnd_nodes, level.bnd_groups,
-                          level.bnd_weights, to_coarse)
+        return level
     new_id = np.empty_like(order)
     new_id[order] = np.arange(len(order))
     if to_coarse is not None and coarse_order is not None:
@@ -380,12 +377,10 @@ def read_level(path, comm=None) -> tuple[dict, dict]:
     """
     import h5py
 
-    from .op2_hdf5 import _dataset, _rows
-
     name = os.fspath(path)
     if not os.path.exists(name):
         raise MeshFileNotFoundError(f"MG-CFD level file {name!r} does not exist; check input.dat's [levels].")
-    comm = comm if comm is not None else _Alone()
+    comm = comm if comm is not None else MPI.COMM_SELF
     try:
         with h5py.File(name, "r") as f:
             sizes = {s: int(_dataset(f, name, d, f"the {s}").shape[0]) for s, d in _FIRST.items()}
@@ -396,21 +391,13 @@ def read_level(path, comm=None) -> tuple[dict, dict]:
     return sizes, rows
 
 
-class _Alone:
-    """A communicator of one rank (every row is this rank's)."""
-
-    size, rank = 1, 0
-
-
 def level_blocks(level: MGCFDLevel, comm=None) -> tuple[dict, dict]:
     """:func:`read_level`'s ``(sizes, rows)`` of a level held in memory (this rank's block
     of each dataset on ``comm``; all rows without it)."""
-    from ..io.ranked import block_range
-
     datasets = level.datasets()
     sizes = {s: len(datasets[d]) for s, d in _FIRST.items()}
     rows = {}
     for d, values in datasets.items():
-        lo, hi = block_range(len(values), comm) if comm is not None else (0, len(values))
+        lo, hi = block_range(len(values), comm if comm is not None else MPI.COMM_SELF)
         rows[d] = values[lo:hi]
     return sizes, rows
