@@ -63,9 +63,10 @@ SAME_CORES = {"meshchain, default threads": "OP2 OpenMP 2 threads", "meshchain, 
 
 
 def op2_seconds(binary: Path, ranks: int, extra: dict, folder: Path, cycles: int, timeout: float = 120) -> float:
-    """Seconds per cycle of one OP2 MG-CFD run (its own ``Max total runtime``); NaN for a run
-    that did not finish in ``timeout`` seconds (OpenMPI's oversubscribed runs hang now and then
-    here; the table counts them)."""
+    """Seconds per cycle of one OP2 MG-CFD run (its own ``Max total runtime``); NaN for an MPI
+    run that did not finish in ``timeout`` seconds or crashed (OpenMPI's oversubscribed runs hang
+    or die in its shared-memory transport now and then here; the table counts them). A
+    sequential or OpenMP run that fails raises."""
     command = [str(binary), "-i", "input.dat", "-g", str(cycles)]
     if ranks > 1:
         command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), *command, "-m", "ptscotch"]
@@ -75,6 +76,9 @@ def op2_seconds(binary: Path, ranks: int, extra: dict, folder: Path, cycles: int
     except subprocess.TimeoutExpired:
         return float("nan")
     found = re.search(r"Max total runtime = ([0-9.eE+-]+)", out.stdout)
+    if out.returncode and ranks > 1:
+        print(f"{' '.join(command)} failed ({out.returncode}); counted as a failed run", file=sys.stderr)
+        return float("nan")
     if out.returncode or found is None:
         raise RuntimeError(f"{' '.join(command)} failed ({out.returncode}): {out.stdout[-2000:]}{out.stderr[-2000:]}")
     return float(found.group(1)) / cycles
@@ -144,7 +148,7 @@ def table(result: dict) -> str:
     times = result["times"]
     for name, found in times.items():
         samples = [t for t in found if t == t] or [float("nan")]
-        hung = len(found) - len([t for t in found if t == t])
+        failed = len(found) - len([t for t in found if t == t])
         median = statistics.median(samples)
         spread = 100 * (max(samples) - min(samples)) / median
         reference = SAME_CORES.get(name)
@@ -152,7 +156,7 @@ def table(result: dict) -> str:
         ref = statistics.median(kept) if kept else None
         cores = result["threads"] if name == "meshchain, default threads" else CORES[name]
         over = " (oversubscribed)" if cores > result["machine"]["cores"] else ""
-        name = name + (f" ({hung} of {len(found)} runs hung, killed)" if hung else "")
+        name = name + (f" ({failed} of {len(found)} runs hung or crashed)" if failed else "")
         rows.append(f"| {name} | {cores}{over} | {median * 1e3:.2f} | {spread:.1f} | "
                     f"{'' if ref is None else f'{ref * 1e3:.2f} ({reference})'} | "
                     f"{'' if ref is None else f'{median / ref:.2f}x'} |")
@@ -165,7 +169,7 @@ def compare(args) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="mgcfd-bench-"))
     mesh = channel_bump(args.n, levels=args.levels)
     mesh.write(folder, prefix="channel")
-    op2 = Path(args.op2_bin) if args.op2_bin else None
+    op2 = Path(args.op2_bin).resolve() if args.op2_bin else None
     cache = str(HERE / "build" / "mgcfd-cache")
     times = {name: [] for name in ([*OP2_VARIANTS] if op2 else []) + [*MESHCHAIN_VARIANTS]}
     threads = 1
