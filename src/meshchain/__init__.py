@@ -42,7 +42,7 @@ from .ir.kernel import Kernel, kernel
 from . import model
 from .core import errors
 from .api import capture, configure, flush, get_runtime, loop_chain, par_loop, partition, profile, rebalance, repartition, reset_runtime, stats
-from .types import Arg, Block, Dat, Global, Grid, Map, MapIndex, Mat, MixedDat, MixedMap, MixedSet, Set, Stencil, Subset
+from .types import ALL, ON_BOTTOM, ON_INTERIOR_FACETS, ON_TOP, ExtrudedSet, Arg, Block, Dat, Global, Grid, Map, MapIndex, Mat, MixedDat, MixedMap, MixedSet, Set, Stencil, Subset
 from .linalg import LinearOperator, Preconditioner, SolveInfo, matrix_powers, solve
 from .io.checkpoint import checkpoint, restore
 from .io.output import Output
@@ -51,7 +51,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Access", "READ", "WRITE", "RW", "INC", "MIN", "MAX",
-    "Set", "Subset", "MixedSet", "MixedDat", "MixedMap", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "Grid", "Stencil", "LinearOperator", "Preconditioner", "SolveInfo", "solve", "matrix_powers",
+    "Set", "Subset", "ExtrudedSet", "ALL", "ON_BOTTOM", "ON_TOP", "ON_INTERIOR_FACETS", "MixedSet", "MixedDat", "MixedMap", "Map", "MapIndex", "Dat", "Global", "Arg", "Mat", "Grid", "Stencil", "LinearOperator", "Preconditioner", "SolveInfo", "solve", "matrix_powers",
     "Kernel", "kernel", "par_loop", "flush", "configure", "stats", "get_runtime", "reset_runtime", "loop_chain", "capture", "profile",
     "partition", "repartition", "rebalance", "Block", "model", "checkpoint", "restore", "CheckpointError",
     "Output", "OutputError",

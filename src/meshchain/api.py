@@ -17,6 +17,7 @@ from .engine.capture import CapturedStep
 from .engine.chains import ChainOptions
 from .engine.profiles import SessionProfile, profile_block
 from .engine.session import Session
+from .types.extruded import in_region
 
 __all__ = ["get_runtime", "reset_runtime", "par_loop", "flush", "configure", "stats", "loop_chain", "capture", "partition",
            "repartition", "rebalance", "profile"]
@@ -82,7 +83,7 @@ def reset_runtime(*, comm=None, **options) -> Session:
     return _session
 
 
-def par_loop(kernel, iterset, *args, name=None) -> None:
+def par_loop(kernel, iterset, *args, name=None, region=None) -> None:
     """Apply ``kernel`` to every element of ``iterset``.
 
     Parameters
@@ -95,6 +96,10 @@ def par_loop(kernel, iterset, *args, name=None) -> None:
         ``dat(mode)``, ``dat(mode, map[i])``, ``dat(mode, map)`` or ``glob(mode)``.
     name : str, keyword-only
         Loop name for statistics and chain configuration (default: the kernel's name).
+    region : str, keyword-only
+        For a loop over an :class:`~meshchain.ExtrudedSet`: ``mc.ALL`` (every layer, the
+        default), ``mc.ON_BOTTOM``, ``mc.ON_TOP`` or ``mc.ON_INTERIOR_FACETS`` (PyOP2's
+        ``iteration_region``; see :mod:`meshchain.types.extruded`).
 
     Examples
     --------
@@ -110,6 +115,8 @@ def par_loop(kernel, iterset, *args, name=None) -> None:
     >>> deg.data[:, 0].tolist()
     [1, 2, 1]
     """
+    if region is not None:
+        iterset, args = in_region(iterset, args, region)
     (_session or get_runtime()).record(kernel, iterset, args, name)
 
 

@@ -7,12 +7,13 @@ Declarations hold no values: the session that runs the loops keeps them (see
 from .args import Arg
 from .block import Block
 from .data import Dat, Global
+from .extruded import ALL, ON_BOTTOM, ON_INTERIOR_FACETS, ON_TOP, ExtrudedSet
 from .grid import Grid, GridInterior, Stencil
-from .maps import Map, MapIndex
+from .maps import ExtrudedMap, Map, MapIndex
 from .mat import Mat, MatArg
 from .mixed import MixedArg, MixedDat, MixedMap, MixedSet
 from .sets import Set
 from .subsets import Subset
 
-__all__ = ["Arg", "Block", "Dat", "Global", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "MixedArg", "MixedDat",
+__all__ = ["Arg", "Block", "Dat", "Global", "ExtrudedSet", "ExtrudedMap", "ALL", "ON_BOTTOM", "ON_TOP", "ON_INTERIOR_FACETS", "Grid", "GridInterior", "Stencil", "Map", "MapIndex", "Mat", "MatArg", "MixedArg", "MixedDat",
            "MixedMap", "MixedSet", "Set", "Subset"]

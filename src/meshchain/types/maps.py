@@ -7,9 +7,10 @@ import numpy as np
 from ..core import context
 from ..core.errors import MapError
 from ._checks import check_count, check_name, next_uid
+from .layers import bottom_rows, checked_offset, facet_rows, layered
 from .sets import Set
 
-__all__ = ["Map", "MapIndex", "ColumnsMap", "ComposedMap", "composed_rows", "undeclared_map", "checked_values"]
+__all__ = ["Map", "ExtrudedMap", "MapIndex", "ColumnsMap", "ComposedMap", "composed_rows", "undeclared_map", "checked_values"]
 
 
 class Map:
@@ -25,6 +26,11 @@ class Map:
         Target indices in global numbering, each in ``[0, target.size)``.
     name : str, optional
         Name used in messages and statistics.
+    offset : array_like of int, keyword-only
+        For a map from an :class:`~meshchain.types.extruded.ExtrudedSet`: ``values`` are then
+        the bottom layer's rows (one per base element) and layer ``l`` points at
+        ``values + l * offset`` (PyOP2's convention; the map is an
+        :class:`~meshchain.types.extruded.ExtrudedMap`).
 
     Examples
     --------
@@ -37,7 +43,12 @@ class Map:
 
     __slots__ = ("source", "target", "arity", "name", "uid", "_indices", "__weakref__")
 
-    def __init__(self, source, target, arity, values, name=None):
+    def __new__(cls, *args, offset=None, **kwargs):
+        if offset is not None and cls is Map:  # PyOP2's spelling of an extruded map
+            cls = ExtrudedMap
+        return object.__new__(cls)
+
+    def __init__(self, source, target, arity, values, name=None, *, offset=None):  # noqa: ARG002 (__new__ reads it)
         self.name = check_name(name, "map")
         for role, s in (("source", source), ("target", target)):
             if not isinstance(s, Set):
@@ -71,6 +82,36 @@ class Map:
 
     def __repr__(self) -> str:
         return f"Map({self.source.name} -> {self.target.name}, arity={self.arity}, {self.name!r})"
+
+
+class ExtrudedMap(Map):
+    """A map from an :class:`ExtrudedSet` given by its bottom layer and a per-column offset;
+    made by ``mc.Map(source, target, arity, values, name, offset=...)``.
+
+    Attributes
+    ----------
+    offset : tuple of int
+        How far each column's target moves up per layer.
+    bottom_values : ndarray, shape (source.base.size, arity)
+        The declared rows (the bottom layer), read-only.
+    facets : Map
+        The map of the interior facets: row ``c * layers + l`` holds the targets of layers
+        ``l`` and ``l + 1`` (``2 * arity`` columns); a loop over ``source.interior_facets``
+        uses it (top-layer rows repeat their own layer, and no facet loop reads them).
+    """
+
+    __slots__ = ("offset", "bottom_values", "facets")
+
+    def __init__(self, source, target, arity, values, name=None, *, offset=None):
+        if getattr(source, "layers", None) is None:  # not an ExtrudedSet (which builds on this module)
+            raise MapError(f"Map {name!r}: offset= is for maps from an ExtrudedSet (it says how far each column's "
+                           f"target moves per layer); {getattr(source, 'name', source)!r} is not one.")
+        arity = check_count(arity, f"Map {name!r} arity", minimum=1, error=MapError)
+        self.offset = checked_offset(offset, arity, name)
+        self.bottom_values = bottom_rows(values, source, arity, name)
+        super().__init__(source, target, arity, layered(self.bottom_values, self.offset, source.layers), name)
+        self.facets = Map(source, target, 2 * arity, facet_rows(self.bottom_values, self.offset, source.layers),
+                          f"{self.name}.facets")
 
 
 def undeclared_map(source, target, arity: int, name: str) -> Map:
