@@ -1,7 +1,9 @@
 """Inline a kernel's body into a generated loop, indexing the loop's arrays directly.
 
 Compiled loops are fastest when the kernel body sits inside the iteration loop with
-no per-element array views: ``q[n]`` on a direct argument becomes ``_mc_d1[_mc_e, n]``,
+no per-element array views: ``q[n]`` on a direct argument becomes ``_mc_d1[_mc_u, n]`` (``_mc_u``
+is the element ``_mc_e`` as an unsigned integer: an index whose sign the compiler cannot know
+costs a negative-index test per access, which also keeps loops from vectorizing),
 ``x1[0]`` through ``pedge[0]`` becomes ``_mc_d0[_mc_i0_0, 0]`` (the map value is loaded
 once per iteration), and a reduction ``rms[0] += ...`` becomes a scalar local that
 stays in a register. Values of READ dat arguments indexed by constants are loaded into
@@ -20,7 +22,7 @@ Examples
 >>> q, s = mc.Dat(cells, 2, None, "q"), mc.Global(1, 0.0, "s")
 >>> k = mc.Kernel.from_source("def f(a, t):\\n    t[0] += a[1]\\n")
 >>> print("\\n".join(inline_body(make_loop(k, cells, (q(mc.READ), s(mc.INC))))))
-_mc_v0_1 = _mc_d0[_mc_e, 1]
+_mc_v0_1 = _mc_d0[_mc_u, 1]
 _mc_r1_0 += _mc_v0_1
 """
 
@@ -42,12 +44,11 @@ def index_name(spec) -> str:
 
 def offset_row(spec, offset: int) -> str:
     """The row ``offset`` rows away from a direct or stencil argument's point: the element
-    ``_mc_e``, or the grid row ``_mc_g`` (unsigned, so no wraparound test per read)."""
-    if not spec.grid:
-        return "_mc_e" if offset == 0 else f"_mc_e + {offset}"
+    ``_mc_u``, or the grid row ``_mc_g`` (both unsigned, so no wraparound test per read)."""
+    row = "_mc_g" if spec.grid else "_mc_u"
     if offset == 0:
-        return "_mc_g"
-    return f"_mc_g {'+' if offset > 0 else '-'} _mc_np.uint64({abs(offset)})"
+        return row
+    return f"{row} {'+' if offset > 0 else '-'} _mc_np.uint64({abs(offset)})"
 
 
 def scalar_reduction(i: int, component: int) -> str:
@@ -84,7 +85,7 @@ class _Rewriter(ast.NodeTransformer):
         if spec.kind == STENCIL:
             return self._stencil(node, position, spec)
         if spec.kind in (DIRECT, INDIRECT):
-            row = ("_mc_g" if spec.grid else "_mc_e") if spec.kind == DIRECT else index_name(spec)
+            row = ("_mc_g" if spec.grid else "_mc_u") if spec.kind == DIRECT else index_name(spec)
             component = _constant_index(node.slice, spec.dim)
             if spec.access is Access.READ and component is not None and isinstance(node.ctx, ast.Load):
                 local = f"_mc_v{position}_{component}"

@@ -20,7 +20,7 @@ Examples
 >>> q = mc.Dat(cells, 1, None, "q")
 >>> k = mc.Kernel.from_source("def one(a):\\n    a[0] = 1.0\\n")
 >>> src = loop_source(make_loop(k, cells, (q(mc.WRITE),)), boundscheck=False)
->>> "_mc_d0[_mc_e, 0] = 1.0" in src
+>>> "_mc_d0[_mc_u, 0] = 1.0" in src
 True
 >>> "def _mc_blocks(_mc_lo, _mc_hi, _mc_starts, _mc_order, _mc_d0):" in src
 True
@@ -148,10 +148,10 @@ def _block_lines(specs, body, reductions, header, rows) -> list[str]:
     inlined = body is not None
     lines = [line for i, s in enumerate(specs) for line in _block_prologue(i, s, inlined)]
     lines += header
-    element = list(rows)
+    element = ["_mc_u = _mc_np.uint64(_mc_e)", *rows]  # unsigned: no negative-index test per access
     if inlined:
         indirect = {index_name(s): s for s in specs if s.kind == INDIRECT}
-        element += [f"{name} = _mc_m{s.map_slot}[_mc_e, {s.index}]" for name, s in indirect.items()]
+        element += [f"{name} = _mc_m{s.map_slot}[_mc_u, {s.index}]" for name, s in indirect.items()]
     element += [line for i, s in enumerate(specs) for line in _before_kernel(i, s, inlined)]
     if inlined:
         element += body
@@ -214,7 +214,7 @@ def grid_rows(specs):
 
 def row_name(spec) -> str:
     """The row a direct or stencil argument's point is in: the element, or its grid row."""
-    return "_mc_g" if spec.grid else "_mc_e"
+    return "_mc_g" if spec.grid else "_mc_u"
 
 
 def _block_prologue(i, s, inlined: bool) -> list[str]:
@@ -243,7 +243,7 @@ def _view(i, s) -> str:
     if s.kind == STENCIL:
         return f"_mc_w{i}"
     if s.kind == INDIRECT:
-        return f"_mc_d{s.slot}[_mc_m{s.map_slot}[_mc_e, {s.index}]]"
+        return f"_mc_d{s.slot}[_mc_m{s.map_slot}[_mc_u, {s.index}]]"
     if s.kind == WHOLE_MAP:
         return f"_mc_w{i}"
     return f"_mc_d{s.slot}" if s.access is Access.READ else f"_mc_r{i}"
@@ -252,7 +252,7 @@ def _view(i, s) -> str:
 def _whole_map_loop(i, s, statement: str) -> list[str]:
     return [
         f"for _mc_a in range({s.arity}):",
-        f"    _mc_row = _mc_m{s.map_slot}[_mc_e, _mc_a]",
+        f"    _mc_row = _mc_m{s.map_slot}[_mc_u, _mc_a]",
         f"    for _mc_k in range({s.dim}):",
         f"        {statement}",
     ]
