@@ -170,6 +170,25 @@ def test_globals_made_per_step_and_read_later_keep_their_own_reductions(comm):
     assert [g.value[0] for g in sums] == [n * (n - 1) / 2 * 2**k for k in range(6)]
 
 
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_reduction_nobody_read_is_finished_when_the_session_closes(comm):
+    """An ``Iallreduce`` still in flight at the end (a global never read) is waited for when the
+    plans are released (at exit too): no request outlives the session (MPICH otherwise warns of
+    "pending references" to its communicator at MPI_Finalize)."""
+    session = mc.reset_runtime(comm=comm)
+    d = structured_tris(4, 4).declare()
+    x = mc.Dat(d.nodes, 1, np.ones(d.nodes.size), "x")
+    mc.partition("kway", seed_set=d.cells)
+    s = mc.Global(1, 0.0, "s")
+    mc.par_loop(mc.Kernel.from_source("def total(a, s):\n    s[0] += a[0]\n"), d.nodes, x(mc.READ), s(mc.INC))
+    mc.flush()
+    pending = session.store.get(s).pending
+    assert pending is not None and pending.request is not None  # in flight: nobody read s
+    session.close()
+    assert pending.request is None
+    mc.reset_runtime(comm=comm)
+
+
 def synthetic(comm, nchains, *, ca=True, executions=3, size=(12, 12), tile_size=None):
     mc.reset_runtime(comm=comm, transport=COUNTED_TRANSPORT)
     problem = synthetic_chain.declare(structured_tris(*size), dtype=np.int64)

@@ -79,13 +79,20 @@ class PendingReduction:
         self.label = _profiling.label(f"{loop}: reduction wait" if loop else "reduction wait", "reduction",
                                       loops=[loop] if loop else [])
 
-    def finish(self, value: np.ndarray) -> None:
+    def complete(self) -> None:
+        """Wait for the request (if it is still in flight); the result is then in ``result``."""
+        if self.request is None:
+            return
         if _activity.watched:  # polled and noted for hang diagnostics
             loops = self.label.args["loops"]
             wait_request(self.request, "a reduction over ranks (Iallreduce of a global"
                                        + (f" reduced by loop {loops[0]!r})" if loops else ")"))
         else:
             self.request.Wait()
+        self.request = None
+
+    def finish(self, value: np.ndarray) -> None:
+        self.complete()
         if self.inc:
             value += self.result
         else:
@@ -346,10 +353,14 @@ class Plan:
         return failure
 
     def close(self) -> None:
-        """Release what the plan holds outside Python (persistent requests, device buffers)."""
+        """Release what the plan holds outside Python (persistent requests, device buffers) and
+        finish its reductions over ranks still in flight (no request outlives the plan)."""
         for closer in self.closers:
             closer()
         self.closers = ()
+        for step in self.steps:
+            for reduction in step.reductions:
+                reduction.pending.complete()
 
 
 def _run_tasks(step, failure):
