@@ -16,6 +16,7 @@ import meshchain as mc
 from chain_programs import RUNS, assert_same_results
 from meshchain.meshes import jittered_delaunay, structured_tris
 from meshchain.types.extruded import in_region
+from helpers import example_module
 from test_backends_property import kernel_source
 
 NO_CHECKS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -264,3 +265,56 @@ def test_bad_extrusions_raise(make, message):
     cells = mc.ExtrudedSet(base, 3, "cells")
     with pytest.raises(mc.MeshchainError, match=message):
         make(cells, base)
+
+
+@pytest.mark.mpi(nprocs=(1, 3), timeout=600)
+@pytest.mark.parametrize("ca", ["off", "on"])
+def test_the_column_model_conserves_heat_and_runs_unchanged_on_ranks(comm, ca, tmp_path_factory):
+    """``examples/column_model.py``: the heat budget closes to rounding, the temperatures on
+    ``comm`` equal one process's, and the ParaView series holds prisms (wedges) with them."""
+    import meshio
+
+    model = example_module("column_model")
+    argv = ["--n", "120", "--layers", "6", "--steps", "30", "--every", "15", "--ca", ca]
+    mc.reset_runtime(comm=MPI.COMM_SELF)
+    serial = model.simulate(model.parse_args(argv), report=lambda line: None)
+    directory = comm.bcast(str(tmp_path_factory.mktemp("column")) if comm.rank == 0 else None)
+    mc.reset_runtime(comm=comm)
+    found = model.simulate(model.parse_args([*argv, "--output", directory]), report=lambda line: None)
+    assert found["budget_error"] < 1e-12 and serial["budget_error"] < 1e-12
+    if comm.rank == 0:
+        np.testing.assert_allclose(found["T"], serial["T"], rtol=1e-13, atol=1e-15)
+        with meshio.xdmf.TimeSeriesReader(f"{directory}/column.xdmf") as reader:
+            points, blocks = reader.read_points_cells()
+            _, _, cell_data = reader.read_data(reader.num_steps - 1)
+        assert blocks[0].type == "wedge" and blocks[0].data.shape == (found["T"].shape[0], 6)
+        np.testing.assert_array_equal(cell_data["T"][0], found["T"])
+        bottom, top = points[blocks[0].data[:, 0]], points[blocks[0].data[:, 3]]
+        assert np.allclose(top[:, :2], bottom[:, :2]) and np.all(top[:, 2] > bottom[:, 2])  # columns stand upright
+    mc.reset_runtime()
+
+
+@pytest.mark.mpi(nprocs=(1, 3), timeout=300)
+def test_extruded_dats_checkpoint_and_restore_on_any_number_of_ranks(comm, tmp_path_factory):
+    path = comm.bcast(str(tmp_path_factory.mktemp("extruded") / "state.h5") if comm.rank == 0 else None)
+
+    def declare(on):
+        mc.reset_runtime(comm=on)
+        cells = mc.ExtrudedSet(mc.Set(5, "tri"), 3, "cells")
+        q = mc.Dat(cells, 2, np.arange(30.0).reshape(15, 2), "q")
+        if on.size > 1:
+            mc.partition("kway", seed_set=cells)
+        return cells, q
+
+    cells, q = declare(comm)
+    mc.par_loop(mc.Kernel.from_source("def f(x):\n    x[1] = -x[0]\n"), cells, q(mc.RW), region=mc.ON_TOP)
+    saved = q.gather()
+    mc.checkpoint(path, [q])
+    if comm.rank == 0:  # restored on one process
+        _, again = declare(MPI.COMM_SELF)
+        assert not np.array_equal(again.gather(), saved)
+        mc.restore(path, [again])
+        np.testing.assert_array_equal(again.gather(), saved)
+        assert saved[2::3, 1].tolist() == (-saved[2::3, 0]).tolist()
+    comm.Barrier()
+    mc.reset_runtime()

@@ -56,7 +56,7 @@ __all__ = ["Output"]
 
 # (coordinate dim, nodes per cell) -> XDMF topology
 TOPOLOGIES = {(2, 3): "Triangle", (2, 4): "Quadrilateral", (3, 4): "Tetrahedron", (3, 8): "Hexahedron",
-              (3, 3): "Triangle"}
+              (3, 3): "Triangle", (3, 6): "Wedge"}
 ATTRIBUTE_TYPES = {1: "Scalar", 2: "Vector", 3: "Vector", 6: "Tensor6", 9: "Tensor"}
 NAME = re.compile(r"[A-Za-z0-9_.+-]+\Z")
 
@@ -72,7 +72,9 @@ class Output:
         Node coordinates (dim 2 or 3).
     cells : Map
         Cells to their nodes (into ``coords``' set): 3 or 4 nodes in 2-D (triangles, quads),
-        4 or 8 in 3-D (tetrahedra, hexahedra).
+        4, 6 or 8 in 3-D (tetrahedra, prisms, hexahedra: the extruded cells of an
+        :class:`~meshchain.ExtrudedSet`, VTK's node order: a prism's bottom triangle, clockwise
+        seen from above, then the top one).
     name : str, optional
         File name stem (default ``"output"``).
     keep_until : float, optional
@@ -206,7 +208,7 @@ def _topology(coords, cells, name: str) -> str:
     if topology is None or coords.dtype.kind != "f":
         raise OutputError(f"Output {name!r}: coordinates of dim {coords.dim} ({coords.dtype}) with {cells.arity} "
                           f"nodes per cell are not supported; pass real coordinates of dim 2 or 3 and cells of "
-                          f"3 or 4 nodes (2-D) or 4 or 8 nodes (3-D).")
+                          f"3 or 4 nodes (2-D) or 4, 6 or 8 nodes (3-D).")
     return topology
 
 
