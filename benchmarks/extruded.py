@@ -18,7 +18,7 @@ labelled row with one thread (``MESHCHAIN_THREADS=1 NUMBA_NUM_THREADS=1``).
 
 Usage::
 
-    .venv/bin/python benchmarks/extruded.py                    # n = 100, 64 layers: 1.28 M prisms
+    .venv/bin/python benchmarks/extruded.py                    # n = 250, 64 layers: 8 M prisms
     .venv/bin/python benchmarks/extruded.py --n 60 --layers 32
 
 Writes ``benchmarks/results/extruded.json`` and prints the table for ``benchmarks/README.md``.
@@ -177,7 +177,7 @@ def table(result: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=100, help="squares across the base mesh (2 n^2 triangles)")
+    p.add_argument("--n", type=int, default=250, help="squares across the base mesh (2 n^2 triangles; default 250)")
     p.add_argument("--layers", type=int, default=64)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
