@@ -318,3 +318,22 @@ def test_extruded_dats_checkpoint_and_restore_on_any_number_of_ranks(comm, tmp_p
         assert saved[2::3, 1].tolist() == (-saved[2::3, 0]).tolist()
     comm.Barrier()
     mc.reset_runtime()
+
+
+def test_a_loop_over_every_layer_reads_each_columns_map_row_once():
+    """The numba backend's loop over an extruded set loads a column's bottom-layer map row
+    once and finds every layer's targets by arithmetic: no map row is read per layer."""
+    from meshchain.backends.numba_codegen import loop_source
+    from meshchain.ir.loop import make_loop
+
+    mc.reset_runtime()
+    cells = mc.ExtrudedSet(mc.Set(3, "tri"), 4, "cells")
+    nodes = mc.ExtrudedSet(mc.Set(3, "v"), 9, "nodes")
+    c2n = mc.Map(cells, nodes, 2, [[0, 1], [9, 10], [18, 19]], "c2n", offset=[1, 2])
+    z, b = mc.Dat(nodes, 1, None, "z"), mc.Dat(cells, 1, None, "b")
+    k = mc.Kernel.from_source("def f(m, z, y):\n    m[0] = z[0, 0] + z[1, 0] + y[0]\n")
+    loop = make_loop(k, cells, (b(mc.WRITE), z(mc.READ, c2n), z(mc.READ, c2n[1])), layered=True)
+    assert [s.layers for s in loop.specs] == [(), (4, 1, 2), (4, 2)]
+    block = loop_source(loop, boundscheck=False).split("def _mc_tile")[0]
+    assert "_mc_m0[_mc_u" not in block and "_mc_m0[_mc_col, 1]" in block and "_mc_lay * _mc_np.uint64(2)" in block
+    assert [s.layers for s in make_loop(k, cells, loop.args, layered=False).specs] == [()] * 3

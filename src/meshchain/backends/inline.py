@@ -31,15 +31,29 @@ from __future__ import annotations
 import ast
 import copy
 
+import numpy as np
+
 from ..core.access import Access
 from ..types.args import DIRECT, INDIRECT, STENCIL, WHOLE_MAP
 
-__all__ = ["inline_body", "index_name", "scalar_reduction"]
+__all__ = ["inline_body", "increment_name", "index_name", "map_target", "scalar_reduction"]
 
 
 def index_name(spec) -> str:
     """The local holding ``map[e, index]`` for an indirect argument."""
     return f"_mc_i{spec.map_slot}_{spec.index}"
+
+
+def map_target(spec, column: int) -> str:
+    """The row map column ``column`` of an indirect or whole-map argument points at for element
+    ``_mc_e``: read from the map, or for an extruded map found per layer (``spec.layers``, see
+    :attr:`~meshchain.ir.loop.ArgSpec.layers`) the column's bottom-layer value
+    (``_mc_c<map>_<column>``, loaded once per column) plus the layer ``_mc_lay`` times its offset."""
+    if not spec.layers:
+        return f"_mc_m{spec.map_slot}[_mc_u, {column}]"
+    offset = spec.layers[1] if spec.kind == INDIRECT else spec.layers[1 + column]
+    step = "" if offset == 0 else " + _mc_lay" if offset == 1 else f" + _mc_lay * _mc_np.uint64({offset})"
+    return f"_mc_c{spec.map_slot}_{column}{step}"
 
 
 def offset_row(spec, offset: int) -> str:
@@ -63,7 +77,7 @@ def inline_body(loop) -> list[str] | None:
         return None
     if any(isinstance(n, ast.Name) and n.id.startswith("_mc_") for n in ast.walk(tree)):
         return None
-    rewriter = _Rewriter(dict(zip(loop.kernel.params, enumerate(loop.specs))))
+    rewriter = _Rewriter(dict(zip(loop.kernel.params, enumerate(loop.specs))), _scalar_increments(tree, loop))
     body = [rewriter.visit(statement) for statement in tree.body]
     if rewriter.escaped:
         return None
@@ -71,9 +85,40 @@ def inline_body(loop) -> list[str] | None:
     return loads + [line for statement in body for line in ast.unparse(statement).splitlines()]
 
 
+def increment_name(position: int, row: int, component: int) -> str:
+    """The scalar local accumulating ``t[row, component]`` of whole-map INC argument ``position``."""
+    return f"_mc_s{position}_{row}_{component}"
+
+
+def _scalar_increments(tree, loop) -> set:
+    """Positions of whole-map INC arguments that the kernel indexes with constants only: they
+    accumulate in scalar locals (``increment_name``), added to their targets after the body as
+    the gathered view's rows would be. Only float64 and signed data: a float32 local would
+    accumulate in float64 where the view rounds to float32 at every store (signed sums wrap to
+    the same bits, however wide), and unsigned ones would be typed as floats."""
+    found = set()
+    for position, (param, spec) in enumerate(zip(loop.kernel.params, loop.specs)):
+        if spec.kind != WHOLE_MAP or spec.access is not Access.INC or not (np.dtype(spec.dtype).kind == "i" or np.dtype(spec.dtype) == np.float64):
+            continue
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+                and n.value.id == param]
+        if all(_constant_pair(n.slice, spec) is not None for n in uses):
+            found.add(position)
+    return found
+
+
+def _constant_pair(index, spec):
+    """``(row, component)`` of a constant two-index subscript of a whole-map view, else None."""
+    if not (isinstance(index, ast.Tuple) and len(index.elts) == 2):
+        return None
+    row, component = _constant_index(index.elts[0], spec.arity), _constant_index(index.elts[1], spec.dim)
+    return None if row is None or component is None else (row, component)
+
+
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, params):
+    def __init__(self, params, scalar_increments=frozenset()):
         self.params = params  # name -> (argument position, spec)
+        self.scalar_increments = scalar_increments  # whole-map INC positions accumulating in scalar locals
         self.escaped = False
         self.loads: dict[str, str] = {}  # scalar local -> the array element it holds
 
@@ -95,8 +140,7 @@ class _Rewriter(ast.NodeTransformer):
             node.slice = ast.Tuple([ast.Name(row, ast.Load()), node.slice], ast.Load())
             return node
         if spec.kind == WHOLE_MAP:
-            node.value = ast.Name(f"_mc_w{position}", ast.Load())
-            return node
+            return self._whole_map(node, position, spec)
         if spec.access is Access.READ:
             node.value = ast.Name(f"_mc_d{spec.slot}", ast.Load())
             return node
@@ -105,6 +149,20 @@ class _Rewriter(ast.NodeTransformer):
             self.escaped = True
             return node
         return ast.copy_location(ast.Name(scalar_reduction(position, component), type(node.ctx)()), node)
+
+    def _whole_map(self, node, position: int, spec):
+        """``t[k, c]`` of a whole-map READ argument with constant ``k`` and ``c``: a scalar local
+        loaded from target ``k``'s row; of an INC argument indexed so throughout, its scalar
+        accumulator; any other use the gathered ``_mc_w<position>``."""
+        pair = _constant_pair(node.slice, spec)
+        if position in self.scalar_increments:
+            return ast.copy_location(ast.Name(increment_name(position, *pair), type(node.ctx)()), node)
+        if spec.access is Access.READ and isinstance(node.ctx, ast.Load) and pair is not None:
+            local = f"_mc_v{position}_{pair[0]}_{pair[1]}"
+            self.loads[local] = f"_mc_d{spec.slot}[{map_target(spec, pair[0])}, {pair[1]}]"
+            return ast.copy_location(ast.Name(local, ast.Load()), node)
+        node.value = ast.Name(f"_mc_w{position}", ast.Load())
+        return node
 
     def _stencil(self, node, position: int, spec):
         """``u[k, c]`` with constant ``k`` and ``c``: the grid point ``k`` of the stencil, read

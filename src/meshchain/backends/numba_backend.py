@@ -46,6 +46,7 @@ class NumbaBackend(Backend):
     name = "numba"
     can_tile = True
     can_chunk = True
+    layer_arithmetic = True
 
     def __init__(self, config, caches, *, distributed: bool = False):
         super().__init__(config, caches, distributed=distributed)

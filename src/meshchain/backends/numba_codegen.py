@@ -35,7 +35,7 @@ import numpy as np
 
 from ..core.access import Access
 from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
-from .inline import index_name, inline_body, offset_row, scalar_reduction
+from .inline import increment_name, index_name, inline_body, map_target, offset_row, scalar_reduction
 
 __all__ = ["loop_source", "reduction_args", "constant_source"]
 
@@ -96,12 +96,12 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     arrays += [f"_mc_p{i}" for i in reductions]
     flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_starts, {', '.join(arrays)}):"]
-    ranged = grid_rows(specs)
+    ranged = grid_rows(specs) or layer_columns(specs)
     lines += ["    " + line for line in _block_lines(specs, body, reductions, ranged[0] if ranged else _RANGE,
                                                   ranged[1] if ranged else grid_row(specs))]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
-    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, grid_row(specs))]
+    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, grid_row(specs) + layer_row(specs))]
     lines += [
         "",
         "",
@@ -146,19 +146,25 @@ def _block_lines(specs, body, reductions, header, rows) -> list[str]:
     consecutive elements, ``[_mc_lo[r], _mc_hi[r])`` for runs ``r`` of tile ``_mc_b``):
     ``header`` opens the element loop(s) and binds ``_mc_e``."""
     inlined = body is not None
-    lines = [line for i, s in enumerate(specs) for line in _block_prologue(i, s, inlined)]
+    # whole-map views the inlined body does not use (it loads each target's values itself, or adds
+    # to scalar accumulators): no view
+    scalar = {i for i, s in enumerate(specs) if inlined and s.kind == WHOLE_MAP and s.access in (Access.READ, Access.INC)
+              and not any(f"_mc_w{i}[" in line for line in body)}
+    lines = [line for i, s in enumerate(specs) if i not in scalar for line in _block_prologue(i, s, inlined)]
     lines += header
     element = ["_mc_u = _mc_np.uint64(_mc_e)", *rows]  # unsigned: no negative-index test per access
-    if inlined:
-        indirect = {index_name(s): s for s in specs if s.kind == INDIRECT}
-        element += [f"{name} = _mc_m{s.map_slot}[_mc_u, {s.index}]" for name, s in indirect.items()]
-    element += [line for i, s in enumerate(specs) for line in _before_kernel(i, s, inlined)]
+    indirect = {index_name(s): s for s in specs if s.kind == INDIRECT and (inlined or s.layers)}
+    element += [f"{name} = {map_target(s, s.index)}" for name, s in indirect.items()]
+    element += [line for i, s in enumerate(specs) for line in
+                (_scalar_gather(i, s) if i in scalar else _before_kernel(i, s, inlined))]
     if inlined:
         element += body
     else:
         element.append(f"_mc_kernel({', '.join(_view(i, s) for i, s in enumerate(specs))})")
-    element += [line for i, s in enumerate(specs) for line in _after_kernel(i, s)]
-    lines += ["    " * len(header) + line for line in element]
+    element += [line for i, s in enumerate(specs) for line in (_scalar_scatter(i, s) if i in scalar else
+                                                               _after_kernel(i, s))]
+    inner = header[-1]
+    lines += [" " * (len(inner) - len(inner.lstrip()) + 4) + line for line in element]  # inside the innermost loop
     for i in reductions:
         if inlined:
             lines += [f"_mc_p{i}[_mc_b, {k}] = {scalar_reduction(i, k)}" for k in range(specs[i].dim)]
@@ -212,6 +218,49 @@ def grid_rows(specs):
     return header, [f"_mc_g = _mc_np.uint64(_mc_e + {shift})"]
 
 
+def _layers(specs) -> int:
+    return next((s.layers[0] for s in specs if s.layers), 0)
+
+
+def _column_loads(specs) -> list[str]:
+    """``_mc_c<map>_<column> = ...``: the bottom-layer value of each extruded map column the
+    loop reads, for column ``_mc_col`` (the loop is given the bottom layer's rows)."""
+    columns = {}
+    for s in specs:
+        if s.layers:
+            for column in ([s.index] if s.kind == INDIRECT else range(s.arity)):
+                columns[s.map_slot, column] = None
+    return [f"_mc_c{slot}_{column} = _mc_np.uint64(_mc_m{slot}[_mc_col, {column}])" for slot, column in columns]
+
+
+def layer_columns(specs):
+    """``(header, rows)`` for a block of a loop that finds extruded maps' targets per layer
+    (:attr:`~meshchain.ir.loop.ArgSpec.layers`): the block's elements column by column (the
+    elements are numbered column by column), each column's bottom-layer map values loaded
+    once, then its layers in order, ``_mc_lay`` the layer; None for other loops. The inner loop
+    reads consecutive rows of every dat: it vectorizes."""
+    layers = _layers(specs)
+    if not layers:
+        return None
+    header = [f"for _mc_q in range(_mc_starts[_mc_b] // {layers}, (_mc_starts[_mc_b + 1] - 1) // {layers} + 1):",
+              "    _mc_col = _mc_np.uint64(_mc_q)",
+              *("    " + line for line in _column_loads(specs)),
+              f"    for _mc_e in range(max(_mc_starts[_mc_b], _mc_q * {layers}), "
+              f"min(_mc_starts[_mc_b + 1], _mc_q * {layers} + {layers})):"]
+    return header, [f"_mc_lay = _mc_np.uint64(_mc_e - _mc_q * {layers})"]
+
+
+def layer_row(specs) -> list[str]:
+    """The column and layer of element ``_mc_e`` by division, and the column's bottom-layer map
+    values (for ``_mc_tile``, whose runs need not start at a column), or nothing for a loop
+    without extruded maps found per layer."""
+    layers = _layers(specs)
+    if not layers:
+        return []
+    return [f"_mc_col = _mc_u // _mc_np.uint64({layers})", f"_mc_lay = _mc_u - _mc_col * _mc_np.uint64({layers})",
+            *_column_loads(specs)]
+
+
 def row_name(spec) -> str:
     """The row a direct or stencil argument's point is in: the element, or its grid row."""
     return "_mc_g" if spec.grid else "_mc_u"
@@ -243,13 +292,16 @@ def _view(i, s) -> str:
     if s.kind == STENCIL:
         return f"_mc_w{i}"
     if s.kind == INDIRECT:
-        return f"_mc_d{s.slot}[_mc_m{s.map_slot}[_mc_u, {s.index}]]"
+        return f"_mc_d{s.slot}[{index_name(s) if s.layers else map_target(s, s.index)}]"
     if s.kind == WHOLE_MAP:
         return f"_mc_w{i}"
     return f"_mc_d{s.slot}" if s.access is Access.READ else f"_mc_r{i}"
 
 
 def _whole_map_loop(i, s, statement: str) -> list[str]:
+    if s.layers:  # unrolled over the map's columns: each one's target by arithmetic
+        return [line for a in range(s.arity) for line in (
+            f"_mc_a = {a}", f"_mc_row = {map_target(s, a)}", f"for _mc_k in range({s.dim}):", f"    {statement}")]
     return [
         f"for _mc_a in range({s.arity}):",
         f"    _mc_row = _mc_m{s.map_slot}[_mc_u, _mc_a]",
@@ -266,6 +318,22 @@ def _before_kernel(i, s, inlined: bool = False) -> list[str]:
     if s.access is Access.INC:
         return [f"_mc_w{i}[:, :] = 0"]
     return _whole_map_loop(i, s, f"_mc_w{i}[_mc_a, _mc_k] = _mc_d{s.slot}[_mc_row, _mc_k]")
+
+
+def _scalar_gather(i, s) -> list[str]:
+    """Before an inlined body that indexes whole-map argument ``i`` by constants only: its INC
+    accumulators start at zero (a READ's values are loaded by the body itself)."""
+    if s.access is not Access.INC:
+        return []
+    return [f"{increment_name(i, a, k)} = {_numpy_type(s)}(0)" for a in range(s.arity) for k in range(s.dim)]
+
+
+def _scalar_scatter(i, s) -> list[str]:
+    """After it: the accumulators added to their targets, in the order the view's rows would be."""
+    if s.access is not Access.INC:
+        return []
+    return [f"_mc_d{s.slot}[{map_target(s, a)}, {k}] += {increment_name(i, a, k)}"
+            for a in range(s.arity) for k in range(s.dim)]
 
 
 def _after_kernel(i, s) -> list[str]:

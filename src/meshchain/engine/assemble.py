@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from ..backends.base import PhaseRun
 from ..comm.agree import agree_on_failure
 from ..comm.exchange import GROUPED_TAG
@@ -292,7 +294,7 @@ class _Builder:
             keys.setdefault(spec.slot, unit.signature[run.loop].args[i].obj)
         data = tuple(unit.storage[keys[slot]] for slot in range(len(keys)))
         self._prepare(loop, keys)
-        maps = tuple(self.session.layout.values(m) for m in loop.maps)
+        maps = tuple(_map_rows(loop, slot, self.session.layout.values(m)) for slot, m in enumerate(loop.maps))
         targets = {}
         if run.targets != "global":
             for i, reduction in reductions.get(run.loop, {}).items():
@@ -395,3 +397,12 @@ def _distinct(records) -> list:
     for record in records:
         seen.setdefault(id(record), record)
     return list(seen.values())
+
+
+def _map_rows(loop, slot: int, values):
+    """What a loop gets of map ``slot``: its rows, or for an extruded map whose targets the loop
+    finds per layer by arithmetic (:attr:`~meshchain.ir.loop.ArgSpec.layers`) the bottom layer's
+    rows only (every ``layers``-th row: the elements are numbered column by column)."""
+    layers = next((s.layers[0] for s in loop.specs if s.map_slot == slot and s.layers), 0)
+    return values if not layers else np.ascontiguousarray(values[::layers])
+

@@ -197,7 +197,8 @@ class Session:
                 f"call mc.partition(...) after declaring the mesh and before the first loop."
             )
         exclusive = self.mesh.check_exclusive
-        loop = make_loop(kernel, iterset, args, name, exclusive=exclusive)
+        loop = make_loop(kernel, iterset, args, name, exclusive=exclusive,
+                         layered=not self.distributed and self.backend.layer_arithmetic)
         if is_grid_set(iterset) and (self.distributed or not self.backend.grid_arithmetic):  # run through maps
             loop = self.grid_lowering.lowered(loop, exclusive=exclusive)
         for obj in loop.data:

@@ -27,8 +27,8 @@ from ..core.access import Access
 from ..core.cache import memo
 from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
 from .kernel import Kernel
-from ..types import Arg, Grid, GridInterior, Set
-from ..types.maps import ColumnsMap
+from ..types import Arg, ExtrudedSet, Grid, GridInterior, Set
+from ..types.maps import ColumnsMap, ExtrudedMap
 from ..types.args import DIRECT, GLOBAL, STENCIL, ShapeKey
 
 __all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error", "argument_rows"]
@@ -53,6 +53,9 @@ class ArgSpec(NamedTuple):
     # element e is the point ``corner + unravel(e, interior shape)`` of a row-major array of the grid shape
     # (on one process the whole grid, corner (w, ..., w); on a rank the block's arithmetic part, see
     # meshchain.engine.grids)
+    layers: tuple = ()  # an argument through an extruded map, in a loop over every layer that finds each layer's
+    # targets by arithmetic: (layers, the offset of its map column) for map[i], (layers, every offset) for a whole map;
+    # the loop then gets the map's bottom-layer rows (see meshchain.types.extruded)
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,14 +129,16 @@ def as_kernel(kernel) -> Kernel:
     raise LoopError(f"par_loop: the first argument must be a kernel (decorate it with @mc.kernel), got {type(kernel).__name__}.")
 
 
-def make_loop(kernel, iterset, args, name=None, *, exclusive=None, geometry=None) -> ParLoop:
+def make_loop(kernel, iterset, args, name=None, *, exclusive=None, geometry=None, layered=False) -> ParLoop:
     """Validate a ``par_loop`` call and build its record.
 
     ``exclusive(arg, name)`` checks an indirect ``RW`` argument's path (see
     :func:`exclusivity_error`); the session passes one that agrees over ranks.
     ``geometry`` ``(shape, corner, inner)``: for a loop over a grid's interior, where its
     elements lie in the grid dats' rows (see :attr:`ArgSpec.grid`); by default the whole
-    grid's, ``(grid.shape, (w, ..., w), interior.shape)``.
+    grid's, ``(grid.shape, (w, ..., w), interior.shape)``. ``layered``: a loop over every layer of
+    an :class:`~meshchain.ExtrudedSet` finds the targets of its extruded maps by arithmetic
+    (:attr:`ArgSpec.layers`; the session asks for it on one process, on backends that can).
     """
     kernel = as_kernel(kernel)
     name = name or kernel.name
@@ -156,7 +161,8 @@ def make_loop(kernel, iterset, args, name=None, *, exclusive=None, geometry=None
     map_slots = _slots(a.map for a in args if a.map is not None)
     if geometry is None and isinstance(iterset, GridInterior):
         geometry = (iterset.grid.shape, (iterset.width,) * len(iterset.shape), iterset.shape)
-    specs = tuple(_spec(a, data_slots, map_slots, geometry) for a in args)
+    layers = iterset.layers if layered and isinstance(iterset, ExtrudedSet) else 0
+    specs = tuple(_spec(a, data_slots, map_slots, geometry)._replace(layers=_layers(a, iterset, layers)) for a in args)
     return ParLoop(kernel, iterset, tuple(args), name, specs, _objects(data_slots), _objects(map_slots))
 
 
@@ -304,6 +310,14 @@ def _spec(arg: Arg, data_slots: dict, map_slots: dict, geometry=None) -> ArgSpec
     if geometry is not None and kind in (DIRECT, STENCIL):
         grid = geometry
     return ArgSpec(kind, arg.access, arg.data.dim, arg.data.dtype.str, arity, index, slot, map_slot, offsets, grid)
+
+
+def _layers(arg: Arg, iterset, layers: int) -> tuple:
+    """:attr:`ArgSpec.layers` of ``arg`` in a loop over ``layers`` layers of ``iterset`` (0: not by arithmetic)."""
+    m = arg.map
+    if not layers or not isinstance(m, ExtrudedMap) or m.source is not iterset:
+        return ()
+    return (layers, m.offset[arg.index]) if arg.index is not None else (layers, *m.offset)
 
 
 def argument_rows(spec: ArgSpec, elements) -> np.ndarray:
