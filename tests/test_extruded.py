@@ -337,3 +337,30 @@ def test_a_loop_over_every_layer_reads_each_columns_map_row_once():
     block = loop_source(loop, boundscheck=False).split("def _mc_tile")[0]
     assert "_mc_m0[_mc_u" not in block and "_mc_m0[_mc_col, 1]" in block and "_mc_lay * _mc_np.uint64(2)" in block
     assert [s.layers for s in make_loop(k, cells, loop.args, layered=False).specs] == [()] * 3
+
+
+def whole_columns_here(s) -> bool:
+    """Whether every column of extruded set ``s`` this rank holds (owned, and with its halos)
+    is whole on it."""
+    layout = mc.get_runtime().layout.of(s)
+    owned, held = layout.global_ids[:layout.n_owned] // s.layers, layout.global_ids // s.layers
+    return all(np.all(np.unique(c, return_counts=True)[1] == s.layers) for c in (owned, held))
+
+
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=600)
+@pytest.mark.parametrize("method", ["kway", "rib", "repartition"])
+def test_the_partition_keeps_columns_whole(comm, method):
+    """Every layer of a column goes to one rank, and halos hold whole columns: for the seed set
+    and the extruded sets that follow it, after ``kway``, ``rib`` and ``mc.repartition``."""
+    model = example_module("column_model")
+    mc.reset_runtime(comm=comm)
+    m = model.declare(150, 5, 3)
+    if method == "kway":
+        mc.partition("kway", seed_set=m["cells"])
+    else:
+        mc.partition("rib", coords=m["xyz"])
+    if method == "repartition":
+        mc.repartition("kway")
+    found = [whole_columns_here(s) for s in (m["cells"], m["sides"], m["xyz"].dataset)]
+    assert comm.allreduce(all(found), op=MPI.LAND), found
+    mc.reset_runtime()

@@ -24,6 +24,7 @@ import numpy as np
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_rows
 from ..core.errors import ConfigurationError
+from ..types.extruded import ExtrudedSet
 from ..types.maps import ComposedMap
 from ..types.subsets import Subset
 from .grid_layout import GridParts, grid_layouts
@@ -208,9 +209,11 @@ def _shared_target_pairs(comm, m, block_rows, seed_offsets):
 def derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners) -> dict:
     """Owners of every set (by ``uid``): rows follow their first target; targets the lowest
     referencing rank; a subset its parent (through its injection map only). A set no map
-    connects to the seed set keeps the block distribution (and its subsets follow it)."""
+    connects to the seed set keeps the block distribution (and its subsets follow it). The
+    layers of a column of an :class:`~meshchain.ExtrudedSet` stay together, with the owner of
+    its bottom layer (the seed set's before anything follows it, and every extruded set's)."""
     maps = primary_maps(maps)
-    owners = {seed_set: seed_owners}
+    owners = {seed_set: whole_columns(comm, seed_set, seed_owners)}
     while len(owners) < len(sets):
         follower = next((m for m in maps if m.source not in owners and m.target in owners and _may_follow(m)), None)
         if follower is not None:
@@ -229,7 +232,18 @@ def derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners) -> dict:
             break
         offsets = block_offsets(alone.size, comm.size)  # not connected to the seed set: the block distribution
         owners[alone] = np.full(offsets[comm.rank + 1] - offsets[comm.rank], comm.rank, dtype=np.int64)
-    return {s.uid: owned for s, owned in owners.items()}
+    return {s.uid: whole_columns(comm, s, owned) for s, owned in owners.items()}
+
+
+def whole_columns(comm, s, owners: np.ndarray) -> np.ndarray:
+    """``owners`` (this rank's block of set ``s``'s) with every element of an extruded set's
+    column given its bottom element's owner (columns are numbered contiguously); unchanged for
+    other sets. Collective over the ranks when ``s`` is extruded."""
+    if not isinstance(s, ExtrudedSet):
+        return owners
+    offsets = block_offsets(s.size, comm.size)
+    ids = np.arange(offsets[comm.rank], offsets[comm.rank + 1], dtype=np.int64)
+    return fetch_rows(comm, offsets, owners, ids - ids % s.layers)
 
 
 def _lowest_referencing_owner(comm, m, block_rows, source_owners):
