@@ -98,7 +98,8 @@ def _scalar_increments(tree, loop) -> set:
     the same bits, however wide), and unsigned ones would be typed as floats."""
     found = set()
     for position, (param, spec) in enumerate(zip(loop.kernel.params, loop.specs)):
-        if spec.kind != WHOLE_MAP or spec.access is not Access.INC or not (np.dtype(spec.dtype).kind == "i" or np.dtype(spec.dtype) == np.float64):
+        dtype = np.dtype(spec.dtype)
+        if spec.kind != WHOLE_MAP or spec.access is not Access.INC or not (dtype.kind == "i" or dtype == np.float64):
             continue
         uses = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
                 and n.value.id == param]

@@ -101,7 +101,8 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
                                                   ranged[1] if ranged else grid_row(specs))]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
-    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, grid_row(specs) + layer_row(specs))]
+    tile_rows = grid_row(specs) + layer_row(specs)
+    lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, tile_rows)]
     lines += [
         "",
         "",
@@ -148,8 +149,8 @@ def _block_lines(specs, body, reductions, header, rows) -> list[str]:
     inlined = body is not None
     # whole-map views the inlined body does not use (it loads each target's values itself, or adds
     # to scalar accumulators): no view
-    scalar = {i for i, s in enumerate(specs) if inlined and s.kind == WHOLE_MAP and s.access in (Access.READ, Access.INC)
-              and not any(f"_mc_w{i}[" in line for line in body)}
+    scalar = {i for i, s in enumerate(specs) if inlined and s.kind == WHOLE_MAP
+              and s.access in (Access.READ, Access.INC) and not any(f"_mc_w{i}[" in line for line in body)}
     lines = [line for i, s in enumerate(specs) if i not in scalar for line in _block_prologue(i, s, inlined)]
     lines += header
     element = ["_mc_u = _mc_np.uint64(_mc_e)", *rows]  # unsigned: no negative-index test per access
