@@ -159,8 +159,9 @@ class ExtrudedProgram:
         return [d.gather() for d in self.dats.values()]
 
 
-def outcome(spec, runs, *, comm=None, flat=False, backend="numba"):
-    mc.reset_runtime(comm=comm, backend=backend)
+def outcome(spec, runs, *, comm=None, flat=False, backend="numba", block_size=2048):
+    """``block_size`` small: blocks end inside columns (the generated column loop's edges)."""
+    mc.reset_runtime(comm=comm, backend=backend, block_size=block_size)
     program = ExtrudedProgram(spec, flat=flat)
     for mode, tile_size in runs:
         program.run(mode, tile_size)
@@ -173,9 +174,20 @@ def oracle(spec, runs):
 
 
 @settings(max_examples=8, **NO_CHECKS)
-@given(spec=extruded_programs(), backend=st.sampled_from(["reference", "numba"]), runs=st.permutations(RUNS))
-def test_extruded_programs_equal_their_flattened_loops(spec, backend, runs):
-    assert_same_results(outcome(spec, runs, backend=backend), oracle(spec, runs), f"{backend}, {runs}")
+@given(spec=extruded_programs(), backend=st.sampled_from(["reference", "numba"]), runs=st.permutations(RUNS),
+       block_size=st.sampled_from([3, 2048]))
+def test_extruded_programs_equal_their_flattened_loops(spec, backend, runs, block_size):
+    assert_same_results(outcome(spec, runs, backend=backend, block_size=block_size), oracle(spec, runs),
+                        f"{backend}, {runs}, blocks of {block_size}")
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 5])
+def test_blocks_that_end_inside_columns_equal_the_flattened_loops(block_size):
+    """The generated column loop stops at its block's end when a block ends inside a column."""
+    spec = (("delaunay", 12, 3), 4, (("cells", mc.ALL, (("y", mc.INC, ("c2n", 3)), ("q", mc.READ, "direct"))),
+                                     ("cells", mc.ALL, (("z", mc.READ, ("c2n_whole", 0)), ("w", mc.RW, "direct")))))
+    runs = list(RUNS)
+    assert_same_results(outcome(spec, runs, block_size=block_size), oracle(spec, runs), f"blocks of {block_size}")
 
 
 @settings(max_examples=2, **NO_CHECKS)
