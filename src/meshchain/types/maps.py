@@ -92,15 +92,13 @@ class ExtrudedMap(Map):
     ----------
     offset : tuple of int
         How far each column's target moves up per layer.
-    bottom_values : ndarray, shape (source.base.size, arity)
-        The declared rows (the bottom layer), read-only.
     facets : Map
         The map of the interior facets: row ``c * layers + l`` holds the targets of layers
         ``l`` and ``l + 1`` (``2 * arity`` columns); a loop over ``source.interior_facets``
         uses it (top-layer rows repeat their own layer, and no facet loop reads them).
     """
 
-    __slots__ = ("offset", "bottom_values", "facets")
+    __slots__ = ("offset", "facets")
 
     def __init__(self, source, target, arity, values, name=None, *, offset=None):
         if getattr(source, "layers", None) is None:  # not an ExtrudedSet (which builds on this module)
@@ -108,9 +106,9 @@ class ExtrudedMap(Map):
                            f"target moves per layer); {getattr(source, 'name', source)!r} is not one.")
         arity = check_count(arity, f"Map {name!r} arity", minimum=1, error=MapError)
         self.offset = checked_offset(offset, arity, name)
-        self.bottom_values = bottom_rows(values, source, arity, name)
-        super().__init__(source, target, arity, layered(self.bottom_values, self.offset, source.layers), name)
-        self.facets = Map(source, target, 2 * arity, facet_rows(self.bottom_values, self.offset, source.layers),
+        bottom = bottom_rows(values, source, arity, name)
+        super().__init__(source, target, arity, layered(bottom, self.offset, source.layers), name)
+        self.facets = Map(source, target, 2 * arity, facet_rows(bottom, self.offset, source.layers),
                           f"{self.name}.facets")
 
 
