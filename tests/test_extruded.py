@@ -16,6 +16,7 @@ import meshchain as mc
 from chain_programs import RUNS, assert_same_results
 from meshchain.meshes import jittered_delaunay, structured_tris
 from meshchain.types.extruded import in_region
+from meshchain.types.maps import ExtrudedMap
 from helpers import example_module
 from test_backends_property import kernel_source
 
@@ -159,9 +160,10 @@ class ExtrudedProgram:
         return [d.gather() for d in self.dats.values()]
 
 
-def outcome(spec, runs, *, comm=None, flat=False, backend="numba", block_size=2048):
-    """``block_size`` small: blocks end inside columns (the generated column loop's edges)."""
-    mc.reset_runtime(comm=comm, backend=backend, block_size=block_size)
+def outcome(spec, runs, *, comm=None, flat=False, backend="numba", block_size=2048, **options):
+    """``block_size`` small: blocks end inside columns (the generated column loop's edges);
+    ``options``: more of the runtime's settings."""
+    mc.reset_runtime(comm=comm, backend=backend, block_size=block_size, **options)
     program = ExtrudedProgram(spec, flat=flat)
     for mode, tile_size in runs:
         program.run(mode, tile_size)
@@ -196,16 +198,83 @@ def test_extruded_programs_on_the_device_emulation_equal_their_flattened_loops(s
     assert_same_results(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
 
 
+def uneven_offsets_outcome(backend):
+    """Loops over every layer through a map whose columns move by different offsets (1 and 2),
+    per index and whole, read and increment, on rows of 2 values."""
+    mc.reset_runtime(backend=backend)
+    cells = mc.ExtrudedSet(mc.Set(3, "tri"), 4, "cells")
+    nodes = mc.ExtrudedSet(mc.Set(3, "v"), 9, "nodes")
+    c2n = mc.Map(cells, nodes, 2, [[0, 1], [9, 10], [18, 19]], "c2n", offset=[1, 2])
+    z = mc.Dat(nodes, 2, np.arange(54.0).reshape(27, 2), "z")
+    u, b = mc.Dat(nodes, 2, None, "u"), mc.Dat(cells, 2, None, "b")
+    gather = mc.Kernel.from_source("def gather(b, z, y):\n    for k in range(2):\n"
+                                   "        b[k] = z[0, k] + 10.0 * z[1, k] + 100.0 * y[k]\n")
+    scatter = mc.Kernel.from_source("def scatter(b, u, v):\n    for k in range(2):\n"
+                                    "        u[0, k] += b[k]\n        u[1, k] += 2.0 * b[k]\n        v[k] += 0.5\n")
+    mc.par_loop(gather, cells, b(mc.WRITE), z(mc.READ, c2n), z(mc.READ, c2n[1]))
+    mc.par_loop(scatter, cells, b(mc.READ), u(mc.INC, c2n), u(mc.INC, c2n[0]))
+    return [b.data.copy(), u.data.copy()]
+
+
+@pytest.mark.parametrize("backend", ["numba", "cuda-emulation"])
+def test_maps_whose_columns_move_by_different_offsets_equal_the_reference(backend):
+    assert_same_results(uneven_offsets_outcome(backend), uneven_offsets_outcome("reference"), backend)
+
+
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=900)
 @settings(max_examples=3, **NO_CHECKS)
 @given(spec=extruded_programs(max_loops=4), runs=st.permutations(RUNS))
 def test_extruded_chains_on_ranks_equal_the_flattened_loops_on_one(comm, spec, runs):
+    """... and every rank's local numbering keeps the arithmetic (the loops over every layer find
+    their targets per layer by arithmetic on every rank, at every halo depth the chains built)."""
     expected, got = oracle(spec, runs), outcome(spec, runs, comm=comm)
+    maps = [m for m in mc.get_runtime().mesh.declarations.declared()[1] if isinstance(m, ExtrudedMap)]
+    assert comm.allreduce(all(mc.get_runtime().layout.follows_layers(m) for m in maps), op=MPI.LAND)
     same = comm.rank != 0 or all(np.array_equal(a, b) for a, b in zip(got, expected))
     if comm.allreduce(not same, op=MPI.LOR):  # every rank fails alike, so hypothesis shrinks on all of them
         if comm.rank == 0:
             assert_same_results(got, expected, f"{comm.size} ranks, {runs}")
         pytest.fail(f"the dats gathered on rank 0 differ from the flattened loops' ({runs})")
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=600)
+def test_a_rank_whose_numbering_breaks_the_layers_reads_the_stored_rows(comm, monkeypatch):
+    """Where a rank's local numbering breaks the arithmetic (here: said so on the last rank), that
+    rank runs the loops over every layer through the stored rows; the results do not change (with
+    the boundary run as tasks, which find the rows each iteration touches from what the loop is given)."""
+    from meshchain.engine.assemble import _Builder
+    from meshchain.partition.layout import MeshLayout
+
+    original, choose = MeshLayout.follows_layers, _Builder._layers_here
+    broken = lambda layout, m: comm.rank != comm.size - 1 and original(layout, m)  # noqa: E731
+    monkeypatch.setattr(MeshLayout, "follows_layers", broken)
+    chosen = []
+    monkeypatch.setattr(_Builder, "_layers_here", lambda builder, loop: chosen.append(choose(builder, loop)) or chosen[-1])
+    spec = (("delaunay", 20, 5), 3, (("cells", mc.ALL, (("y", mc.INC, ("c2n", 3)), ("q", mc.READ, "direct"))),
+                                     ("cells", mc.ALL, (("z", mc.READ, ("c2n_whole", 0)), ("w", mc.RW, "direct"))),
+                                     ("cells", mc.ALL, (("q", mc.INC, ("c2c_whole", 0)), ("y", mc.READ, ("c2n", 0))))))
+    runs = list(RUNS)
+    got = outcome(spec, runs, comm=comm, boundary="tasks")  # boundary tasks find the rows each iteration touches
+    by_arithmetic = [any(spec.layers for spec in loop.specs) for loop in chosen]
+    expected = oracle(spec, runs)  # on every rank: leaving the distributed runtime is collective
+    if comm.rank == 0:
+        assert_same_results(got, expected, f"{comm.size} ranks, the last one through the stored rows")
+    assert chosen and (not any(by_arithmetic) if comm.rank == comm.size - 1 else all(by_arithmetic))
+    loop = make_loop_over_every_layer()
+    assert loop.with_stored_rows.recorded is loop and not any(s.layers for s in loop.with_stored_rows.specs)
+    assert loop.with_stored_rows.with_stored_rows is loop.with_stored_rows.with_stored_rows
+
+
+def make_loop_over_every_layer():
+    """A loop over every layer of a small extruded set through an extruded map, by arithmetic."""
+    from meshchain.ir.loop import make_loop
+
+    cells = mc.ExtrudedSet(mc.Set(3, "tri"), 4, "cells")
+    nodes = mc.ExtrudedSet(mc.Set(3, "v"), 9, "nodes")
+    c2n = mc.Map(cells, nodes, 2, [[0, 1], [9, 10], [18, 19]], "c2n", offset=[1, 2])
+    z, b = mc.Dat(nodes, 1, None, "z"), mc.Dat(cells, 1, None, "b")
+    k = mc.Kernel.from_source("def f(m, z, y):\n    m[0] = z[0, 0] + z[1, 0] + y[0]\n")
+    return make_loop(k, cells, (b(mc.WRITE), z(mc.READ, c2n), z(mc.READ, c2n[1])), layered=True)
 
 
 def test_the_layers_of_a_column_are_contiguous_and_a_map_moves_by_its_offset():
@@ -339,16 +408,12 @@ def test_a_loop_over_every_layer_reads_each_columns_map_row_once():
     from meshchain.ir.loop import make_loop
 
     mc.reset_runtime()
-    cells = mc.ExtrudedSet(mc.Set(3, "tri"), 4, "cells")
-    nodes = mc.ExtrudedSet(mc.Set(3, "v"), 9, "nodes")
-    c2n = mc.Map(cells, nodes, 2, [[0, 1], [9, 10], [18, 19]], "c2n", offset=[1, 2])
-    z, b = mc.Dat(nodes, 1, None, "z"), mc.Dat(cells, 1, None, "b")
-    k = mc.Kernel.from_source("def f(m, z, y):\n    m[0] = z[0, 0] + z[1, 0] + y[0]\n")
-    loop = make_loop(k, cells, (b(mc.WRITE), z(mc.READ, c2n), z(mc.READ, c2n[1])), layered=True)
+    loop = make_loop_over_every_layer()
+    k = loop.kernel
     assert [s.layers for s in loop.specs] == [(), (4, 1, 2), (4, 2)]
     block = loop_source(loop, boundscheck=False).split("def _mc_tile")[0]
     assert "_mc_m0[_mc_u" not in block and "_mc_m0[_mc_col, 1]" in block and "_mc_lay * _mc_np.uint64(2)" in block
-    assert [s.layers for s in make_loop(k, cells, loop.args, layered=False).specs] == [()] * 3
+    assert [s.layers for s in make_loop(k, loop.iterset, loop.args, layered=False).specs] == [()] * 3
 
 
 def whole_columns_here(s) -> bool:

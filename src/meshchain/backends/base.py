@@ -69,7 +69,7 @@ class Backend(ABC):
     progress_modes = PROGRESS_MODES  # how its exchanges may progress during computation (meshchain.comm.progress)
     can_tile = False
     grid_arithmetic = True  # runs structured-grid loops by index arithmetic (else they come lowered to maps)
-    layer_arithmetic = False  # finds an extruded map's targets per layer by arithmetic (ArgSpec.layers; one process)
+    layer_arithmetic = False  # finds an extruded map's targets per layer by arithmetic (ArgSpec.layers)
     can_chunk = False  # True: chunked() schedules a phase's blocks dynamically on threads
     times_itself = False  # True: compute times come through PhaseRun.timer, not the engine's clock
 

@@ -288,7 +288,7 @@ class _Builder:
         in its block's middle by index arithmetic and the others through maps (see
         :mod:`.grids`; not in a plan with sparse tiles, which run lowered grid loops as mesh loops)."""
         unit = self.unit
-        loop = unit.loops[run.loop]
+        loop = self._layers_here(unit.loops[run.loop])
         keys = {}
         for i, spec in enumerate(loop.specs):
             keys.setdefault(spec.slot, unit.signature[run.loop].args[i].obj)
@@ -308,6 +308,15 @@ class _Builder:
             middle = min(run.end, arithmetic.count)
             pieces = [whole._replace(loop=arithmetic.loop, end=middle, maps=()), whole._replace(start=middle)]
         return [self._coloured(piece) for piece in pieces if piece.end > piece.start]
+
+    def _layers_here(self, loop):
+        """``loop``, or where this rank's local numbering breaks the arithmetic by which it finds an
+        extruded map's targets per layer, the loop reading every layer's stored rows instead."""
+        layout = self.session.layout
+        if not self.session.distributed or all(layout.follows_layers(loop.maps[spec.map_slot])
+                                                for spec in loop.specs if spec.layers):
+            return loop
+        return loop.with_stored_rows
 
     def _count_arithmetic(self, bound) -> None:
         """Add the iterations of ``bound``'s pieces that run by index arithmetic to the account."""

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..inspector.tasks import boundary_tasks
 from ..inspector.tiling import single_tile_plan
-from ..ir.loop import argument_rows
+from ..ir.loop import argument_rows, map_rows_of
 from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
 from .plans import guarded
 
@@ -109,8 +109,7 @@ def _touched(unit, run):
         if spec.kind in (DIRECT, STENCIL):  # a grid loop's arithmetic part reaches its points by its geometry
             rows = argument_rows(spec, np.arange(run.start, run.end, dtype=np.int64))
         elif spec.kind in (INDIRECT, WHOLE_MAP):
-            values = np.asarray(run.maps[spec.map_slot])[run.start:run.end]
-            rows = values[:, spec.index:spec.index + 1] if spec.kind == INDIRECT else values
+            rows = map_rows_of(spec, run.maps[spec.map_slot], np.arange(run.start, run.end, dtype=np.int64))
         else:
             return None
         found.append((key, rows.astype(np.int64, copy=False).reshape(n, -1)))

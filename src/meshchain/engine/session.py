@@ -198,7 +198,7 @@ class Session:
             )
         exclusive = self.mesh.check_exclusive
         loop = make_loop(kernel, iterset, args, name, exclusive=exclusive,
-                         layered=not self.distributed and self.backend.layer_arithmetic)
+                         layered=self.backend.layer_arithmetic)
         if is_grid_set(iterset) and (self.distributed or not self.backend.grid_arithmetic):  # run through maps
             loop = self.grid_lowering.lowered(loop, exclusive=exclusive)
         for obj in loop.data:

@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ..types import Arg, ExtrudedSet, Grid, GridInterior, Set
 from ..types.maps import ColumnsMap, ExtrudedMap
 from ..types.args import DIRECT, GLOBAL, STENCIL, ShapeKey
 
-__all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error", "argument_rows"]
+__all__ = ["ParLoop", "ArgSpec", "make_loop", "exclusivity_error", "argument_rows", "map_rows_of"]
 
 
 class ArgSpec(NamedTuple):
@@ -104,6 +105,17 @@ class ParLoop:
         """Dats and globals the loop may change."""
         return _distinct(a.data for a in self.args if a.access.writes)
 
+    @functools.cached_property
+    def with_stored_rows(self) -> "ParLoop":
+        """This loop reading every layer's stored map rows instead of finding an extruded map's
+        targets per layer by arithmetic (:attr:`ArgSpec.layers`; this loop itself where it does not):
+        what a rank runs where its local numbering breaks the arithmetic (see
+        :meth:`~meshchain.partition.layout.MeshLayout.follows_layers`)."""
+        if not any(spec.layers for spec in self.specs):
+            return self
+        return dataclasses.replace(self, specs=tuple(spec._replace(layers=()) for spec in self.specs),
+                                   origin=self.recorded)
+
     def __repr__(self) -> str:
         return f"par_loop({self.name}, {self.iterset.name}, {', '.join(map(repr, self.args))})"
 
@@ -138,7 +150,8 @@ def make_loop(kernel, iterset, args, name=None, *, exclusive=None, geometry=None
     elements lie in the grid dats' rows (see :attr:`ArgSpec.grid`); by default the whole
     grid's, ``(grid.shape, (w, ..., w), interior.shape)``. ``layered``: a loop over every layer of
     an :class:`~meshchain.ExtrudedSet` finds the targets of its extruded maps by arithmetic
-    (:attr:`ArgSpec.layers`; the session asks for it on one process, on backends that can).
+    (:attr:`ArgSpec.layers`; the session asks for it on backends that can; a rank whose local
+    numbering breaks the arithmetic runs :attr:`ParLoop.with_stored_rows`).
     """
     kernel = as_kernel(kernel)
     name = name or kernel.name
@@ -335,6 +348,25 @@ def argument_rows(spec: ArgSpec, elements) -> np.ndarray:
         index = np.unravel_index(elements, inner)
         rows = np.ravel_multi_index(tuple(i + c for i, c in zip(index, corner)), shape).astype(np.int64)
     return rows[:, None] + np.asarray(spec.offsets or (0,), dtype=np.int64)[None, :]
+
+
+def map_rows_of(spec: ArgSpec, values, elements) -> np.ndarray:
+    """The rows an argument through a map reaches for each of ``elements``: ``(n, 1)`` for
+    ``map[i]``, ``(n, arity)`` for a whole map. ``values`` is what the loop is given of the map:
+    its rows, or for an extruded map found per layer (:attr:`ArgSpec.layers`) the bottom layer's.
+
+    >>> from meshchain.types.args import INDIRECT
+    >>> spec = ArgSpec(INDIRECT, Access.READ, 1, "<f8", 2, 1, 0, 0, layers=(3, 2))
+    >>> map_rows_of(spec, np.array([[0, 10], [4, 20]]), [0, 2, 4]).tolist()
+    [[10], [14], [22]]
+    """
+    elements = np.asarray(elements, dtype=np.int64)
+    columns = slice(None) if spec.index is None or spec.index < 0 else slice(spec.index, spec.index + 1)
+    values = np.asarray(values)
+    if not spec.layers:
+        return values[elements][:, columns]
+    layers, offsets = spec.layers[0], np.asarray(spec.layers[1:], dtype=np.int64)
+    return values[elements // layers][:, columns] + (elements % layers)[:, None] * offsets[None, :]
 
 
 def linear_offset(point, shape) -> int:

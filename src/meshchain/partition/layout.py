@@ -32,6 +32,7 @@ import numpy as np
 
 from ..comm.blocks import block_offsets, block_owner
 from ..core.errors import DeclarationError, InternalError
+from ..types.layers import follows_layers
 from ..types.maps import ColumnsMap
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_csr, fetch_rows
 from ..comm.reductions import min_everywhere
@@ -149,6 +150,7 @@ class MeshLayout:
         self.map_sources = frozenset(map_sources)
         self.owner_blocks = owner_blocks
         self.distributed = distributed
+        self._follow_layers: dict = {}  # map uid -> whether its local rows follow its layers
 
     @classmethod
     def serial(cls, map_values: dict) -> "MeshLayout":
@@ -172,6 +174,18 @@ class MeshLayout:
             base = None if m.base is None else self.values(m.base)
             if m.base is None or base is not None:
                 found = self.maps[m.uid] = m.local_values(base, len(self.of(m.source).global_ids))
+        return found
+
+    def follows_layers(self, m) -> bool:
+        """Whether the local rows of extruded map ``m`` that may run here follow its layers
+        (:func:`~meshchain.types.layers.follows_layers`), so that a loop over every layer of its
+        source may find its targets by arithmetic on this rank (checked once per layout)."""
+        found = self._follow_layers.get(m.uid)
+        if found is None:
+            values, source = self.values(m), self.of(m.source)
+            found = values is not None and follows_layers(values, m.offset, m.source.layers,
+                                                          source.exec_end(self.depth))
+            self._follow_layers[m.uid] = found
         return found
 
 

@@ -8,6 +8,10 @@ Examples
 [[0, 4], [1, 6], [2, 8]]
 >>> facet_rows(np.array([[0, 4]]), (1, 2), 3).tolist()
 [[0, 4, 1, 6], [1, 6, 2, 8], [2, 8, 2, 8]]
+>>> follows_layers(np.array([[0, 4], [1, 6], [2, 8]]), (1, 2), 3, 3)
+True
+>>> follows_layers(np.array([[0, 4], [1, 6], [5, 8]]), (1, 2), 3, 3)
+False
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 from ..core.errors import MapError
 from .block import Block
 
-__all__ = ["checked_offset", "bottom_rows", "layered", "facet_rows"]
+__all__ = ["checked_offset", "bottom_rows", "layered", "facet_rows", "follows_layers"]
 
 
 def checked_offset(offset, arity: int, name) -> tuple:
@@ -78,3 +82,17 @@ def facet_rows(bottom, offset: tuple, layers: int):
         top = np.arange(layers - 1, n, layers)
         above[top] = here[top]
     return _rewrapped(bottom, np.concatenate([here, above], axis=1))
+
+
+def follows_layers(rows, offset: tuple, layers: int, count: int) -> bool:
+    """Whether rows ``[0, count)`` of ``rows`` (a map's, in some numbering of its source and
+    target) are each their column's bottom row plus ``layer * offset``, row ``e`` being layer
+    ``e % layers`` of the column whose bottom row is ``e - e % layers``: what a loop that finds
+    an extruded map's targets per layer by arithmetic relies on (see
+    :attr:`~meshchain.ir.loop.ArgSpec.layers`). Always so for :func:`layered` rows; on a rank,
+    so where the local numbering keeps the columns of the source and the target whole and in order."""
+    rows = np.asarray(rows)[:count]
+    elements = np.arange(len(rows))
+    lay = elements % layers
+    expected = rows[elements - lay] + lay[:, None] * np.asarray(offset, dtype=rows.dtype)
+    return bool(np.array_equal(rows, expected))

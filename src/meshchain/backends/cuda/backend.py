@@ -36,6 +36,7 @@ from ...core.access import Access
 from ...core.errors import ConfigurationError, InternalError
 from ...core.storage import GlobalStorage
 from ...inspector import colour_blocks, touched_keys
+from ...ir.loop import map_rows_of
 from ...types.args import GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
 from ..base import Backend, arrays_of, combine_reductions
 from .codegen import loop_source
@@ -51,6 +52,7 @@ class CudaBackend(Backend):
 
     can_tile = True
     grid_arithmetic = False  # structured-grid loops come lowered to maps (meshchain.engine.grids)
+    layer_arithmetic = True  # an extruded map's targets per layer by arithmetic (see .codegen)
     transports = ("p2p",)
     # no "poll": kernels are launched asynchronously, so the host thread is free to drive the
     # messages while the device computes the core; a polling thread would add nothing
@@ -212,9 +214,11 @@ class CudaBackend(Backend):
 
     def _colouring_of_list(self, run, elements: np.ndarray) -> list:
         """Colours of listed iterations (a sparse tile): greedy, in list order."""
-        writes = [(run.maps[run.loop.specs[i].map_slot], a.index, id(a.map.target), len(run.data[run.loop.specs[i].slot].host))
+        end, specs = int(elements.max()) + 1, run.loop.specs
+        writes = [(map_rows_of(specs[i], run.maps[specs[i].map_slot], np.arange(end)), None, id(a.map.target),
+                   len(run.data[specs[i].slot].host))
                   for i, a in enumerate(run.loop.args) if a.map is not None and a.access is not Access.READ]
-        touch, nkeys = touched_keys(0, int(elements.max()) + 1, writes)
+        touch, nkeys = touched_keys(0, end, writes)
         picked = np.ascontiguousarray(touch[elements])
         plan = colour_blocks(0, len(elements), block_size=1, touch=picked, nkeys=nkeys)
         return [elements[plan.block_order[plan.colour_offsets[c]:plan.colour_offsets[c + 1]]]

@@ -12,6 +12,10 @@ sparse tile). Per argument kind:
   ``+=`` when the launch runs one colour of a colouring, ``increments="colour"``);
 - whole map: rows gathered into a local ``(arity, dim)`` array, scattered back after
   (``INC`` starts from zeros and adds, like per-index ``INC``);
+- through an extruded map in a loop over every layer (:attr:`~meshchain.ir.loop.ArgSpec.layers`):
+  the map holds the bottom layer's rows only; iteration ``e`` is layer ``e % layers`` of column
+  ``e / layers``, and its target is the column's bottom-layer value plus the layer times the
+  map column's offset;
 - global ``READ``: the device copy; ``INC``/``MIN``/``MAX``: a thread-local row, then a
   tree reduction in shared memory (``__syncthreads`` between levels) whose result
   thread 0 writes to one partial row per block; the host combines the partials in
@@ -111,6 +115,7 @@ def loop_source(loop, *, threads: int, colour: bool, stage_rows: bool = True) ->
     body += [line for i, s in enumerate(specs) for line in _reduction_local(i, s)]
     body += ["    if (mc_t < mc_n) {",
              "        const long long mc_e = mc_listed ? mc_list[mc_t] : mc_start + mc_t;"]
+    body += ["        " + line for line in _layer_lines(specs)]
     body += ["        " + line for i, s in enumerate(specs) for line in _before(i, s, i in staged)]
     body.append(f"        mc_kernel({', '.join(_argument(i, s, i in staged) for i, s in enumerate(specs))});")
     body += ["        " + line for i, s in enumerate(specs) for line in _after(i, s, colour, i in staged)]
@@ -169,7 +174,36 @@ def _parameters(loop):
 
 
 def _row(s) -> str:
-    return "mc_e" if s.kind == DIRECT else f"(long long)m{s.map_slot}[mc_e * {s.arity} + {s.index}]"
+    return "mc_e" if s.kind == DIRECT else _target(s, s.index)
+
+
+def _target(s, column) -> str:
+    """The row that map column ``column`` (a number, or ``a`` in a loop over a whole map) of
+    argument ``s`` reaches from iteration ``mc_e``: read from the map, or for an extruded map
+    found per layer (:attr:`~meshchain.ir.loop.ArgSpec.layers`: the loop gets the bottom layer's
+    rows) the column's bottom-layer value plus the layer times the map column's offset."""
+    if not s.layers:
+        return f"(long long)m{s.map_slot}[mc_e * {s.arity} + {column}]"
+    offsets = s.layers[1:]
+    offset = offsets[0] if len(set(offsets)) == 1 else f"mc_o{s.map_slot}_{len(offsets)}[{column}]"
+    return f"((long long)m{s.map_slot}[mc_col * {s.arity} + {column}] + mc_lay * {offset})"
+
+
+def _layer_lines(specs) -> list:
+    """``mc_col`` and ``mc_lay`` (column and layer of iteration ``mc_e``) and the offsets of whole
+    extruded maps whose map columns move by different offsets, for loops that find targets per layer."""
+    layered = [s for s in specs if s.layers]
+    if not layered:
+        return []
+    layers = layered[0].layers[0]
+    lines = [f"const long long mc_col = mc_e / {layers}, mc_lay = mc_e - mc_col * {layers};"]
+    for s in layered:
+        offsets = s.layers[1:]
+        declaration = (f"const long long mc_o{s.map_slot}_{len(offsets)}[{len(offsets)}] = "
+                       f"{{{', '.join(map(str, offsets))}}};")
+        if len(set(offsets)) > 1 and declaration not in lines:
+            lines.append(declaration)
+    return lines
 
 
 def _reduction_local(i, s) -> list:
@@ -216,7 +250,7 @@ def _before(i, s, staged: bool = False) -> list:
         return [f"{t} mc_w{i}[{size}];", f"for (int k = 0; k < {size}; ++k) mc_w{i}[k] = ({t})0;"]
     return [f"{t} mc_w{i}[{size}];",
             f"for (int a = 0; a < {s.arity}; ++a) {{",
-            f"    const long long row = m{s.map_slot}[mc_e * {s.arity} + a];",
+            f"    const long long row = {_target(s, 'a')};",
             f"    for (int k = 0; k < {s.dim}; ++k) mc_w{i}[a * {s.dim} + k] = d{s.slot}[row * {s.dim} + k];",
             "}"]
 
@@ -252,7 +286,7 @@ def _after(i, s, colour: bool, staged: bool = False) -> list:
     else:
         store = f"d{s.slot}[row * {s.dim} + k] = mc_w{i}[a * {s.dim} + k];"
     return [f"for (int a = 0; a < {s.arity}; ++a) {{",
-            f"    const long long row = m{s.map_slot}[mc_e * {s.arity} + a];",
+            f"    const long long row = {_target(s, 'a')};",
             f"    for (int k = 0; k < {s.dim}; ++k) {store}",
             "}"]
 
