@@ -336,6 +336,25 @@ def test_demo_prints_the_profitability_table(tmp_path):
     assert "results: loop by loop and communication-avoiding agree in every row" in done.stdout
 
 
+def test_info_prints_the_versions_and_the_settings_a_session_takes(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import numba
+    import numpy as np
+
+    env = dict(os.environ, MESHCHAIN_CACHE_DIR=str(tmp_path), MESHCHAIN_BACKEND="reference")
+    done = subprocess.run([sys.executable, "-m", "meshchain", "info"], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line[:16].strip(): line[16:].strip() for line in done.stdout.splitlines()}
+    assert rows["meshchain"] == mc.__version__ and rows["numpy"] == np.__version__
+    assert rows["numba"] == numba.__version__ and rows["mpi library"].startswith("MPICH")
+    assert rows["backend"] == "reference" and rows["cache directory"] == str(tmp_path)
+    assert rows["calibration"].startswith(f"none ({tmp_path}") and "cupy" in rows and "petsc4py" in rows
+
+
 def test_the_overlap_phi_turns_the_papers_max_into_a_sum():
     from meshchain.model.equations import Machine, ca_segment_time, op2_loop_time
 
