@@ -16,10 +16,17 @@ hand-written loop. Each configuration runs in its own worker process: the user's
 (default threads; the hand-written direct and read loops use ``prange`` over columns) and a
 labelled row with one thread (``MESHCHAIN_THREADS=1 NUMBA_NUM_THREADS=1``).
 
+``--ranks 2`` adds rows on 2 ranks (``mpiexec``, one thread each, ``--network shm`` and/or
+``tcp``; ``--ranks-n`` squares across, default 125: 2 million prisms): the mesh partitioned by
+``"block"`` (contiguous columns), each time the slowest rank's;
+meshchain's loops exchange the halo each time (the increment's and the read's nodes), the
+hand-written loops run each rank's block of columns with no message at all (a floor).
+
 Usage::
 
     .venv/bin/python benchmarks/extruded.py                    # n = 250, 64 layers: 8 M prisms
     .venv/bin/python benchmarks/extruded.py --n 60 --layers 32
+    .venv/bin/python benchmarks/extruded.py --ranks 2 --network shm tcp   # and rows on 2 ranks
 
 Writes ``benchmarks/results/extruded.json`` and prints the table for ``benchmarks/README.md``.
 """
@@ -36,12 +43,13 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from mpi4py import MPI
 
 import meshchain as mc
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from comm import user_environment  # noqa: E402
+from comm import TCP, mpiexec, user_environment  # noqa: E402
 
 @mc.kernel
 def axpy(x, y):
@@ -79,9 +87,10 @@ def prism_mesh(n: int, layers: int):
     return tri, base.nnode, bottom
 
 
-def meshchain_loops(n: int, layers: int, *, extruded: bool):
-    """The three loops as closures recording one loop each, on a new runtime."""
-    mc.reset_runtime()
+def meshchain_loops(n: int, layers: int, *, extruded: bool, comm=None):
+    """The three loops as closures recording one loop each, on a new runtime (partitioned in
+    blocks of columns on several ranks)."""
+    mc.reset_runtime(comm=comm)
     tri, nv, bottom = prism_mesh(n, layers)
     if extruded:
         cells = mc.ExtrudedSet(mc.Set(len(tri), "triangles"), layers, "prisms")
@@ -96,6 +105,7 @@ def meshchain_loops(n: int, layers: int, *, extruded: bool):
     b = mc.Dat(cells, 1, rng.random(cells.size), "b")
     z = mc.Dat(nodes, 1, rng.random(nodes.size), "z")
     acc = mc.Dat(nodes, 1, None, "acc")
+    mc.partition("block", seed_set=cells)
     return {
         "direct": lambda: mc.par_loop(axpy, cells, a(mc.READ), b(mc.RW)),
         "indirect read": lambda: mc.par_loop(mean6, cells, b(mc.WRITE), z(mc.READ, c2n)),
@@ -133,8 +143,12 @@ def hand_inc(bottom, a, acc, layers):
             acc[n5 + l] += v
 
 
-def hand_loops(n: int, layers: int):
+def hand_loops(n: int, layers: int, comm=None):
+    """The hand-written loops; on several ranks over this rank's block of columns."""
     tri, nv, bottom = prism_mesh(n, layers)
+    if comm is not None:
+        edges = np.linspace(0, len(tri), comm.size + 1).astype(np.int64)
+        tri, bottom = tri[edges[comm.rank]:edges[comm.rank + 1]], bottom[edges[comm.rank]:edges[comm.rank + 1]]
     rng = np.random.default_rng(0)
     a, b = rng.random(len(tri) * layers), rng.random(len(tri) * layers)
     z, acc = rng.random(nv * (layers + 1)), np.zeros(nv * (layers + 1))
@@ -146,9 +160,10 @@ def hand_loops(n: int, layers: int):
 def worker(config: dict) -> dict:
     """Milliseconds per loop for every variant and loop, rounds interleaved."""
     n, layers, repeats = config["n"], config["layers"], config["repeats"]
-    made = {"meshchain extruded": lambda: meshchain_loops(n, layers, extruded=True),
-            "meshchain flat maps": lambda: meshchain_loops(n, layers, extruded=False),
-            "hand-written Numba": lambda: hand_loops(n, layers)}
+    comm = MPI.COMM_WORLD if config.get("ranks") else None
+    made = {"meshchain extruded": lambda: meshchain_loops(n, layers, extruded=True, comm=comm),
+            "meshchain flat maps": lambda: meshchain_loops(n, layers, extruded=False, comm=comm),
+            "hand-written Numba": lambda: hand_loops(n, layers, comm)}
     times = {(v, loop): [] for v in VARIANTS for loop in LOOPS}
     for _ in range(config["rounds"]):
         for variant in VARIANTS:
@@ -156,12 +171,25 @@ def worker(config: dict) -> dict:
             for loop in LOOPS:
                 loops[loop]()
                 flush()  # compiled (or loaded from the cache), plans built
+                if comm is not None:
+                    comm.Barrier()
                 began = time.perf_counter()
                 for _ in range(repeats):
                     loops[loop]()
                 flush()
-                times[variant, loop].append((time.perf_counter() - began) / repeats * 1e3)
+                took = (time.perf_counter() - began) / repeats * 1e3
+                times[variant, loop].append(took if comm is None else comm.allreduce(took, op=MPI.MAX))
     return {f"{v}|{loop}": statistics.median(t) for (v, loop), t in times.items()}
+
+
+def run_worker(config: dict, env: dict, label: str, ranks: int = 0) -> dict:
+    """``config``'s timings from a worker process (under ``mpiexec -n ranks`` when ``ranks``)."""
+    command = [sys.executable, __file__, "--worker", json.dumps(dict(config, ranks=ranks))]
+    out = subprocess.run([mpiexec(), "-n", str(ranks), *command] if ranks else command, capture_output=True, text=True,
+                         env=env, timeout=3600)
+    if out.returncode:
+        raise RuntimeError(f"the {label} worker failed (exit code {out.returncode}): {out.stdout[-2000:]}{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def table(result: dict) -> str:
@@ -181,20 +209,30 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=64)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--ranks", type=int, nargs="*", default=[], help="also run on these rank counts (e.g. 2)")
+    p.add_argument("--ranks-n", type=int, default=125,
+                   help="--n of the rank rows (default 125: 2 million prisms; 8 million, declared whole on every "
+                        "rank as this script does, take about 10 GB per rank while mc.partition distributes them)")
+    p.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"],
+                   help="MPI transport of the rank rows (tcp: MPICH's TCP module over loopback)")
     p.add_argument("--out", default=str(HERE / "results" / "extruded.json"))
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+        config = json.loads(args.worker)
+        timings = worker(config)
+        if not config.get("ranks") or MPI.COMM_WORLD.rank == 0:
+            print(json.dumps(timings), flush=True)
         return 0
     config = {"n": args.n, "layers": args.layers, "repeats": args.repeats, "rounds": args.rounds}
     result = {"config": config, "configurations": {}}
     for name, extra in CONFIGURATIONS.items():
-        out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(config)], capture_output=True, text=True,
-                             env=user_environment(**extra), timeout=3600)
-        if out.returncode:
-            raise RuntimeError(f"the {name} worker failed: {out.stderr[-3000:]}")
-        result["configurations"][name] = json.loads(out.stdout.strip().splitlines()[-1])
+        result["configurations"][name] = run_worker(config, user_environment(**extra), name)
+    for ranks in args.ranks:
+        for network in args.network:
+            name = f"{ranks} ranks, {network} (1 thread each; n = {args.ranks_n})"
+            env = user_environment(MESHCHAIN_THREADS="1", NUMBA_NUM_THREADS="1", **(TCP if network == "tcp" else {}))
+            result["configurations"][name] = run_worker(dict(config, n=args.ranks_n), env, name, ranks)
     Path(args.out).parent.mkdir(exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(table(result))
