@@ -7,13 +7,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.meshchain-installed
 PETSC  := $(VENV)/.petsc-installed
+SUDO   := $(shell test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs browser bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
 # petsc4py has no wheel: build PETSc (about 7 minutes) and petsc4py (about 2) once; pip caches the wheels.
@@ -30,14 +31,23 @@ $(PETSC): | $(STAMP)
 	$(BIN)/python -c "import petsc4py; petsc4py.init(); from petsc4py import PETSc; print('petsc4py', petsc4py.__version__)"
 	touch $(PETSC)
 
+# The docs tests open the built site in headless Chromium (Debian's package), installed as libopenblas-dev is.
+browser:
+	command -v chromium >/dev/null 2>&1 || $(SUDO) apt-get install -y chromium \
+		|| { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+
 demo: $(STAMP)
 	MESHCHAIN_THREADS=1 $(BIN)/python -m meshchain demo
 
-test: $(STAMP) $(PETSC)
+test: $(STAMP) $(PETSC) browser
 	$(BIN)/python -m pytest
+
+# the documentation site, in docs/_build/html (warnings are errors; tests/test_docs.py checks its links)
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/airfoil_vs_c.py
 
 clean:
-	rm -rf $(VENV) build benchmarks/build .pytest_cache .hypothesis .meshchain-cache
+	rm -rf $(VENV) build benchmarks/build docs/_build .pytest_cache .hypothesis .meshchain-cache
