@@ -320,22 +320,6 @@ def test_report_refuses_bad_options():
         run_report("synthetic", ranks=[2], per_rank=[100], loops=[2], network="infiniband")
 
 
-def test_demo_prints_the_profitability_table(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, MESHCHAIN_CACHE_DIR=os.environ.get("MESHCHAIN_TEST_CACHE_DIR", str(tmp_path)))
-    done = subprocess.run([sys.executable, "-m", "meshchain", "demo", "--quick"], capture_output=True, text=True,
-                          timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert any(line.split()[:2] == ["synthetic", "2"] for line in lines if line.strip())
-    assert any(line.split()[:2] == ["airfoil", "2"] for line in lines if line.strip())
-    assert any(line.split()[:2] == ["vertex", "2"] for line in lines if line.strip())
-    assert "results: loop by loop and communication-avoiding agree in every row" in done.stdout
-
-
 def test_info_prints_the_versions_and_the_settings_a_session_takes(tmp_path):
     import os
     import subprocess

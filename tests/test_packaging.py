@@ -1,7 +1,8 @@
 """The package as a user installs it: ``python -m build`` makes a wheel of a copy of the
 source tree, a new virtual environment (no site packages) installs it from the wheel with
 its dependencies, and, away from the source tree, ``python -m meshchain info`` reports that
-installation and ``python -m meshchain demo --quick`` runs."""
+installation and ``python -m meshchain demo --quick`` (what ``make demo`` runs, small) prints
+its table."""
 
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def source_copy(into: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_the_wheel_installs_in_a_new_environment_and_runs_the_demo(tmp_path):
+def test_the_wheel_installs_in_a_new_environment_and_runs_the_demo(tmp_path, meshchain_cache_dir):
+    """... and the demo prints its profitability table with a row per workload, and says that
+    loop by loop and communication-avoiding agree (the session's cache: the wheel's generated
+    loops are the source tree's)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs a git checkout (the wheel is built from the tracked files)")
     source = source_copy(tmp_path / "source")
@@ -51,10 +55,12 @@ def test_the_wheel_installs_in_a_new_environment_and_runs_the_demo(tmp_path):
     away = tmp_path / "elsewhere"
     away.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "MESHCHAIN_", "VIRTUAL_ENV"))}
-    env.update(MESHCHAIN_CACHE_DIR=str(tmp_path / "cache"), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env.update(MESHCHAIN_CACHE_DIR=meshchain_cache_dir, PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
     where = run([python, "-c", "import meshchain; print(meshchain.__file__)"], cwd=away, env=env).strip()
     assert Path(where).is_relative_to(venv), where
     info = run([python, "-m", "meshchain", "info"], cwd=away, env=env)
     assert re.search(rf"^meshchain +{re.escape(mc.__version__)}$", info, re.MULTILINE) and str(venv) in info, info
     demo = run([python, "-m", "meshchain", "demo", "--quick"], cwd=away, env=env)
+    rows = [line.split()[:2] for line in demo.splitlines() if line.strip()]
+    assert all([workload, "2"] in rows for workload in ("synthetic", "airfoil", "vertex")), demo
     assert "results: loop by loop and communication-avoiding agree in every row" in demo
