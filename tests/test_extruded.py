@@ -265,6 +265,20 @@ def test_a_rank_whose_numbering_breaks_the_layers_reads_the_stored_rows(comm, mo
     assert loop.with_stored_rows.with_stored_rows is loop.with_stored_rows.with_stored_rows
 
 
+@pytest.mark.mpi(nprocs=(2,), timeout=600)
+def test_extruded_chains_on_ranks_on_the_device_emulation_equal_the_flattened_loops(comm):
+    """The CUDA source's layer arithmetic in local numbering: 2 ranks of the device emulation,
+    loop by loop, in chains and CA."""
+    spec = (("delaunay", 20, 5), 3, (("cells", mc.ALL, (("y", mc.INC, ("c2n", 3)), ("q", mc.READ, "direct"))),
+                                     ("cells", mc.ALL, (("z", mc.READ, ("c2n_whole", 0)), ("w", mc.RW, "direct"))),
+                                     ("cells", mc.ALL, (("q", mc.INC, ("c2c_whole", 0)), ("y", mc.READ, ("c2n", 0))))))
+    runs = list(RUNS[:3])
+    got = outcome(spec, runs, comm=comm, backend="cuda-emulation")
+    expected = oracle(spec, runs)  # on every rank: leaving the distributed runtime is collective
+    if comm.rank == 0:
+        assert_same_results(got, expected, f"{comm.size} ranks of the device emulation")
+
+
 def make_loop_over_every_layer():
     """A loop over every layer of a small extruded set through an extruded map, by arithmetic."""
     from meshchain.ir.loop import make_loop

@@ -22,6 +22,7 @@ import importlib
 import platform
 import sys
 
+import mpi4py
 import numba
 import numpy as np
 from mpi4py import MPI
@@ -36,7 +37,7 @@ __all__ = ["info_rows", "main"]
 def info_rows() -> list[tuple[str, str]]:
     """``(what, value)`` pairs, in the order ``python -m meshchain info`` prints them."""
     rows = [("meshchain", mc.__version__), ("python", f"{platform.python_version()} ({sys.executable})"),
-            ("numpy", np.__version__), ("numba", numba.__version__), ("mpi4py", importlib.import_module("mpi4py").__version__),
+            ("numpy", np.__version__), ("numba", numba.__version__), ("mpi4py", mpi4py.__version__),
             ("mpi library", " ".join(MPI.Get_library_version().strip().splitlines()[0].split())),
             ("mpi standard", "{}.{}".format(*MPI.Get_version()))]
     rows += _optional_rows()

@@ -29,6 +29,7 @@ from ..core.cache import memo
 from ..core.errors import AccessModeError, ArgumentCountError, LoopError, SetMismatchError
 from .kernel import Kernel
 from ..types import Arg, ExtrudedSet, Grid, GridInterior, Set
+from ..types.layers import layered as every_layer
 from ..types.maps import ColumnsMap, ExtrudedMap
 from ..types.args import DIRECT, GLOBAL, STENCIL, ShapeKey
 
@@ -360,13 +361,11 @@ def map_rows_of(spec: ArgSpec, values, elements) -> np.ndarray:
     >>> map_rows_of(spec, np.array([[0, 10], [4, 20]]), [0, 2, 4]).tolist()
     [[10], [14], [22]]
     """
-    elements = np.asarray(elements, dtype=np.int64)
     columns = slice(None) if spec.index is None or spec.index < 0 else slice(spec.index, spec.index + 1)
-    values = np.asarray(values)
-    if not spec.layers:
-        return values[elements][:, columns]
-    layers, offsets = spec.layers[0], np.asarray(spec.layers[1:], dtype=np.int64)
-    return values[elements // layers][:, columns] + (elements % layers)[:, None] * offsets[None, :]
+    values = np.asarray(values)[:, columns]
+    if spec.layers:
+        values = every_layer(values, spec.layers[1:], spec.layers[0])
+    return values[np.asarray(elements, dtype=np.int64)]
 
 
 def linear_offset(point, shape) -> int:

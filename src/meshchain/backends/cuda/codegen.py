@@ -185,7 +185,7 @@ def _target(s, column) -> str:
     if not s.layers:
         return f"(long long)m{s.map_slot}[mc_e * {s.arity} + {column}]"
     offsets = s.layers[1:]
-    offset = offsets[0] if len(set(offsets)) == 1 else f"mc_o{s.map_slot}_{len(offsets)}[{column}]"
+    offset = offsets[0] if len(set(offsets)) == 1 else f"mc_o{s.map_slot}[{column}]"
     return f"((long long)m{s.map_slot}[mc_col * {s.arity} + {column}] + mc_lay * {offset})"
 
 
@@ -197,12 +197,9 @@ def _layer_lines(specs) -> list:
         return []
     layers = layered[0].layers[0]
     lines = [f"const long long mc_col = mc_e / {layers}, mc_lay = mc_e - mc_col * {layers};"]
-    for s in layered:
-        offsets = s.layers[1:]
-        declaration = (f"const long long mc_o{s.map_slot}_{len(offsets)}[{len(offsets)}] = "
-                       f"{{{', '.join(map(str, offsets))}}};")
-        if len(set(offsets)) > 1 and declaration not in lines:
-            lines.append(declaration)
+    uneven = {s.map_slot: s.layers[1:] for s in layered if len(set(s.layers[1:])) > 1}  # whole maps only
+    lines += [f"const long long mc_o{slot}[{len(offsets)}] = {{{', '.join(map(str, offsets))}}};"
+              for slot, offsets in uneven.items()]
     return lines
 
 
