@@ -1,6 +1,14 @@
 """Sphinx configuration of meshchain's documentation site (``make docs``)."""
 
+import sys
+from pathlib import Path
+
 import meshchain
+
+sys.path.insert(0, str(Path(__file__).parent))
+import render_notebooks  # noqa: E402 - docs/ itself
+
+render_notebooks.write_pages()  # docs/notebooks/*.md from notebooks/*.ipynb, with their outputs
 
 project = "meshchain"
 author = "the meshchain developers"
@@ -9,12 +17,10 @@ release = version = meshchain.__version__
 
 extensions = ["sphinx.ext.autodoc", "numpydoc", "myst_parser"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "gallery"]
 myst_heading_anchors = 3
 numpydoc_show_class_members = False
 autodoc_member_order = "bysource"
-# the user guide's pages include the README's sections, whose subsections (###) follow the page title (#)
-suppress_warnings = ["myst.header"]
 html_theme = "pydata_sphinx_theme"
 html_title = f"meshchain {release}"
 html_context = {"default_mode": "auto"}  # without it the theme logs a console error on a first visit

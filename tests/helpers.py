@@ -17,16 +17,6 @@ def layout_of(s):
     return mc.get_runtime().layout_of(s)
 
 
-def readme_example(section: str) -> str:
-    """The first ```python block of the README section titled ``section``."""
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    part = text[text.index(f"## {section}"):]
-    code = part[part.index("```python") + len("```python"):]
-    return code[: code.index("```")]
-
-
 def failure_on_every_rank(comm, action) -> str:
     """Run ``action()``, which must raise a :class:`meshchain.MeshchainError` on every rank of
     ``comm`` (checked collectively); return this rank's message."""

@@ -188,22 +188,6 @@ def test_capture_options_and_bad_use():
         mc.capture(named, ca="sometimes")
 
 
-def test_the_readme_example_runs_as_it_says(capsys):
-    from helpers import readme_example
-
-    cells = mc.Set(5, "cells")
-    namespace = {
-        "mc": mc, "cells": cells, "q": mc.Dat(cells, 1, np.ones((5, 1)), "q"), "adt": mc.Dat(cells, 1, None, "adt"),
-        "adt_calc": mc.Kernel.from_source("def adt_calc(q, adt):\n    adt[0] = 0.5 * q[0]\n"),
-        "update": mc.Kernel.from_source("def update(q, adt, rms):\n    q[0] -= adt[0]\n    rms[0] += q[0] * q[0]\n"),
-    }
-    exec(readme_example("Captured steps"), namespace)  # noqa: S102 - the README's own code
-    step, i = namespace["step"], namespace["i"]
-    assert 0 < i < 999 and (step.captures, step.replays) == (1, i)  # stopped by the test on rms, replayed
-    assert capsys.readouterr().out.split() == ["1", str(i)]
-    np.testing.assert_allclose(namespace["q"].data_ro[:, 0], 0.5 ** (i + 1))
-
-
 @pytest.mark.parametrize("backend", ["reference", pytest.param(EMULATION, marks=needs_gxx, id=EMULATION)])
 def test_replays_on_the_other_backends_equal_the_uncaptured_step(backend):
     """Backends whose plans cannot take other objects (the reference, the device) replay their

@@ -5,8 +5,11 @@ Chromium renders them with no console error and no missing resource."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -62,6 +65,12 @@ def broken_references(site: Path) -> list[str]:
     return broken
 
 
+def shown_text(page) -> str:
+    """What a page shows as text (tags dropped, entities resolved); ``page``: a path or HTML."""
+    html = page.read_text(encoding="utf-8") if isinstance(page, Path) else page
+    return unescape(re.sub(r"<[^>]+>", "", html))
+
+
 def test_the_checker_finds_a_missing_page_an_anchor_and_an_image(tmp_path):
     (tmp_path / "a.html").write_text('<h1 id="top">A</h1><a href="b.html#there">b</a><a href="a.html#top">self</a>'
                                      '<a href="#nowhere">x</a><img src="pic.png"><a href="https://example.org/">web</a>')
@@ -87,15 +96,53 @@ def test_the_site_builds_without_warnings_and_every_internal_reference_resolves(
 
 
 def test_the_site_holds_the_guide_the_api_the_examples_and_the_benchmarks(site):
-    guide = sorted(p.stem for p in (site / "guide").glob("*.html"))
-    assert {"tour", "mpi", "chains", "solvers", "grids", "gpus", "io", "testing"} <= set(guide)
+    guide = {p.stem for p in (site / "guide").glob("*.html")}
+    assert guide == {p.stem for p in (ROOT / "docs" / "guide").glob("*.md")}
     assert "Captured steps" in (site / "guide" / "chains.html").read_text(encoding="utf-8")
     api = (site / "api" / "meshchain.html").read_text(encoding="utf-8")
     assert 'id="meshchain.par_loop"' in api and 'id="meshchain.ExtrudedSet"' in api
-    examples = (site / "examples.html").read_text(encoding="utf-8")
-    assert all(f"{p.name}" in examples for p in (ROOT / "examples").glob("*.py"))
+    examples = shown_text(site / "examples.html")
+    for example in (ROOT / "examples").glob("*.py"):  # each with its recorded output
+        output = (ROOT / "docs" / "gallery" / f"{example.stem}.txt").read_text().strip().splitlines()
+        assert example.name in examples and output[-1].strip() in examples, example.name
     assert "extruded.py" in (site / "benchmarks.html").read_text(encoding="utf-8")
-    assert (site / "_images" / "timeline.png").exists()  # the README's image, on the profiling page
+    assert (site / "_images" / "timeline.png").exists()  # the profiling page's image
+
+
+def test_the_notebooks_are_pages_with_their_outputs_and_figures(site):
+    for notebook in (ROOT / "notebooks").glob("*.ipynb"):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        figures = sum("image/png" in o.get("data", {}) for c in cells for o in c.get("outputs", []))
+        page = (site / "notebooks" / f"{notebook.stem}.html").read_text(encoding="utf-8")
+        shown = re.findall(r'<img [^>]*src="([^"]+\.png)"', page)
+        assert figures > 0 and len(shown) == figures, (notebook.name, figures, shown)
+        first_output = next(o for c in cells for o in c.get("outputs", []) if o["output_type"] == "stream")
+        assert "".join(first_output["text"]).splitlines()[0] in shown_text(page)
+
+
+def test_the_gallery_shows_each_examples_output_from_its_current_source():
+    """Each example was recorded (``python docs/gallery.py --record NAME``) since its source last
+    changed, and the committed page is the one the records give."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gallery", ROOT / "docs" / "gallery.py")
+    gallery = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gallery)
+    records = gallery.load_records()
+    for example in gallery.examples():
+        assert example.name in records, f"{example.name} has no recorded output: python docs/gallery.py --record {example.name}"
+        assert records[example.name]["sha256"] == gallery.source_hash(example), (
+            f"{example.name} changed since its output was recorded: python docs/gallery.py --record {example.name}")
+        assert records[example.name]["command"] == " ".join(gallery.command(example.name))
+    assert (ROOT / "docs" / "examples.md").read_text() == gallery.page(records), "python docs/gallery.py writes it"
+
+
+def test_the_readme_is_short_and_links_every_guide_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    for page in (ROOT / "docs" / "guide").glob("*.md"):
+        if page.stem != "index":
+            assert f"](docs/guide/{page.name})" in readme, f"the README does not link {page.name}"
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +163,8 @@ def test_the_browser_check_sees_console_errors_exceptions_and_missing_resources(
         assert expected in found, found
 
 
-@pytest.mark.parametrize("page", ["index.html", "api/meshchain.html", "examples.html", "guide/chains.html"])
+@pytest.mark.parametrize("page", ["index.html", "api/meshchain.html", "examples.html", "guide/chains.html",
+                                  "notebooks/chain_profitability.html"])
 def test_a_browser_renders_the_pages_with_no_errors_and_no_missing_resources(site, browser, page):
     assert browser.problems((site / page).as_uri()) == []
     if page == "index.html":

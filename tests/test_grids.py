@@ -191,18 +191,6 @@ def test_an_interior_wider_than_the_grid_runs_no_point():
     assert v.data_ro.sum() == 40.0
 
 
-def test_the_readme_example_runs(capsys, tmp_path):
-    import runpy
-
-    from helpers import readme_example
-
-    script = tmp_path / "readme_grids.py"  # kernels need a file for their source
-    script.write_text(readme_example("Structured grids"))
-    mc.reset_runtime()
-    runpy.run_path(str(script))
-    assert 0.3 < float(capsys.readouterr().out) < 0.7
-
-
 @pytest.mark.parametrize("shape", [(9, 13), (5, 6, 7)])
 @pytest.mark.parametrize("block_size", [1, 7, 64])
 def test_blocks_that_start_and_end_inside_interior_lines_cover_every_point_once(shape, block_size):

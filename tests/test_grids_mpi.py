@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import meshchain as mc
-from helpers import failure_on_every_rank, readme_example
+from helpers import failure_on_every_rank
 from meshchain.partition.grids import box_offsets
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
@@ -217,22 +217,3 @@ def test_the_jacobi_example_on_ranks_sums_what_numpy_computes(comm, steps, ca):
     args = example.parse_args(["--size", "19", "14", "--sweeps", "12", "--steps", str(steps), "--ca", ca, "--seed", "5"])
     _, checksum = example.run(args)
     assert checksum == pytest.approx(float(jacobi_numpy((19, 14), 12, [0.2] * 5, 5).sum()), rel=1e-12)
-
-
-@pytest.mark.mpi(nprocs=(2,), timeout=300)
-def test_the_readme_grid_example_prints_on_ranks_what_it_prints_on_one(comm, capsys, tmp_path):
-    """The README's structured-grid script, as written, under ``mpiexec -n 2`` and alone."""
-    import runpy
-
-    script = tmp_path / "grid_example.py"  # a file: kernels are read from their source
-    script.write_text(readme_example("Structured grids"))
-    printed = []
-    for run_on in (comm, self_comm()):
-        mc.reset_runtime(comm=run_on)
-        runpy.run_path(str(script))
-        printed.append(capsys.readouterr().out)
-    mc.reset_runtime()
-    if comm.rank == 0:
-        assert printed[0] == printed[1] and float(printed[0]) > 0
-    else:
-        assert printed[0] == "" and printed[1] == printed[1].strip() + "\n"

@@ -255,21 +255,6 @@ def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
         mc.solve(problem.A, problem.x, problem.b, pc="jacobi")
 
 
-@pytest.mark.mpi(nprocs=(1, 2), timeout=200)
-def test_the_readme_example_solves(comm, capsys, tmp_path):
-    import runpy
-
-    from helpers import readme_example
-
-    code = readme_example("Linear solvers")
-    script = tmp_path / f"readme_linear_solvers_{comm.rank}.py"  # kernels need a file for their source
-    script.write_text(code)
-    mc.reset_runtime(comm=comm)
-    runpy.run_path(str(script))
-    iterations, converged, residual = capsys.readouterr().out.split()
-    assert converged == "True" and int(iterations) > 5 and float(residual) < 1e-8
-
-
 BLAS_ENTRY_POINTS = ("dot", "vdot", "inner", "matmul", "tensordot", "einsum")
 
 
