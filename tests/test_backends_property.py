@@ -158,3 +158,38 @@ def test_generated_kernel_touches_every_written_value(backend):
     before = [o.value if o.is_global else o.data.copy() for o in build(spec)[2]]
     after = run_on(backend, spec, repeat=1)
     assert all(not np.array_equal(b, a) for b, a in zip(before, after))
+
+
+def _compiled_entries(kernel_name: str) -> dict:
+    """How many signatures of ``kernel_name``'s loop entry points the numba backend holds compiled
+    (the generated modules outlive a runtime: these counts only grow)."""
+    executors = [e for e in mc.get_runtime().backend._executors.values() if kernel_name in e.module_name]
+    return {"parallel": sum(len(e.dispatcher.overloads) for e in executors),
+            "serial": sum(len(e.serial.overloads) for e in executors)}
+
+
+def test_a_loop_compiles_its_parallel_region_only_when_a_colour_can_run_on_two_threads():
+    """Where no colour holds two blocks (a small mesh) or one thread runs, a loop runs its serial
+    entry point, which runs the same blocks in the same order as the parallel one would on one
+    thread: the same bits, and no parallel region to compile (about half a second a loop)."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs at least 2 Numba threads")
+    values = np.random.default_rng(5).integers(0, 25, (40, 2))
+    spec = (40, [25], [(0, 2, values)],
+            [{"kind": "paired_inc", "dim": 2, "dtype": np.float64, "seed": 1, "map": 0, "index": 0, "mode": mc.INC},
+             {"kind": "global", "dim": 1, "dtype": np.int64, "seed": 2, "map": 0, "mode": mc.INC}])
+    results = []
+    for threads, block_size, parallel_compiled in ((2, 4096, False), (1, 1, False), (2, 1, True)):
+        mc.reset_runtime(cache_dir=mc.get_runtime().config.cache_dir)
+        mc.configure(backend="numba", threads=threads, block_size=block_size)
+        iterset, loop_args, objects = build(spec)
+        kernel = mc.Kernel.from_source(kernel_source(loop_args, name="entry_point_choice"))
+        mc.par_loop(kernel, iterset, *loop_args)
+        results.append([obj.value if obj.is_global else obj.data.copy() for obj in objects])
+        assert mc.stats().loops["entry_point_choice"].colours > (block_size == 1)  # block_size 1: colours of many blocks
+        compiled = _compiled_entries("entry_point_choice")
+        assert compiled["serial"] > 0 and (compiled["parallel"] > 0) == parallel_compiled, (threads, block_size, compiled)
+    for other in results[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(results[0], other))

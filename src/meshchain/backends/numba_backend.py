@@ -93,7 +93,9 @@ class NumbaBackend(Backend):
         calls, arrays = _shared_arrays([arguments[4:] for _, arguments, _ in parts])
         plan, index = _concatenated([arguments[:3] for _, arguments, _ in parts])
         module_calls = [(executor.module_name, call) for (executor, _, _), call in zip(parts, calls)]
-        function = self._generated("_mc_phase", phase_source(module_calls, len(arrays)), "chain_phase")
+        parallel = self._threaded(run.colouring.colour_offsets for run in runs)
+        function = self._generated("_mc_phase", phase_source(module_calls, len(arrays), parallel=parallel),
+                                   "chain_phase")
         arguments = (plan, index, self._serial(), *arrays)
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs)
@@ -167,7 +169,8 @@ class NumbaBackend(Backend):
         calls, arrays = _shared_arrays([operands for _, operands in parts])
         offsets, index = _concatenated([plan.runs[position] for position in range(len(runs))])
         module_calls = [(executor.module_name, call) for (executor, _), call in zip(parts, calls)]
-        function = self._generated("_mc_tiled", tiled_source(module_calls, len(arrays)), "tiled_chain")
+        source = tiled_source(module_calls, len(arrays), parallel=self._threaded([plan.colour_offsets]))
+        function = self._generated("_mc_tiled", source, "tiled_chain")
         arguments = (plan.colour_offsets, plan.tile_order, offsets, index, self._serial(), *arrays)
         names = [run.loop.name for run in runs]
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"tiled chain of loops {names}")
@@ -188,9 +191,11 @@ class NumbaBackend(Backend):
     # --- compilation ------------------------------------------------------------------------------
 
     def _operands(self, run, report):
-        """The loop's executor, its arguments for this run, and its entry point compiled for them."""
+        """The loop's executor, its arguments for this run, and its entry point compiled for them
+        (``_mc_loop``, or ``_mc_loop_serial`` where no colour could run on two threads)."""
         executor, arguments = self._arguments(run, report)
-        return executor, arguments, self._compile(executor.dispatcher, arguments, run.loop, report, path=executor.path)
+        function = executor.dispatcher if self._threaded([run.colouring.colour_offsets]) else executor.serial
+        return executor, arguments, self._compile(function, arguments, run.loop, report, path=executor.path)
 
     def _arguments(self, run, report):
         """The loop's executor and the arguments of its ``_mc_loop`` for this run: colouring
@@ -204,6 +209,12 @@ class NumbaBackend(Backend):
     def _serial(self) -> bool:
         """Whether Numba runs one thread (loops then skip starting a thread team)."""
         return self._numba.get_num_threads() == 1
+
+    def _threaded(self, colour_offsets) -> bool:
+        """Whether a call over these colourings can run blocks on two threads: more than one
+        thread, and a colour of two blocks or more (otherwise the serial entry points run the
+        same blocks in the same order, with no parallel region to compile)."""
+        return not self._serial() and any(len(o) > 1 and int(np.diff(o).max()) > 1 for o in colour_offsets)
 
     def _executor(self, loop, report) -> "_Executor":
         constants = tuple(c.source for c in loop.kernel.constants())
@@ -309,7 +320,7 @@ class _Executor:
     """A generated loop module plus the recipe for its array arguments."""
 
     def __init__(self, module, path: Path, specs):
-        self.dispatcher, self.tile = module._mc_loop, module._mc_tile
+        self.dispatcher, self.serial, self.tile = module._mc_loop, module._mc_loop_serial, module._mc_tile
         self.blocks, self.reduce = module._mc_blocks, module._mc_reduce
         self.path, self.module_name, self.specs = path, module.__name__, specs
         self.reductions = reduction_args(specs)

@@ -83,6 +83,9 @@ def _kernel_definition(kernel, boundscheck: bool) -> str:
 def _loop_definition(specs, body, boundscheck: bool) -> str:
     """``_mc_block`` runs one block's elements in order; ``_mc_loop`` runs colours in order and
     the blocks of one colour on threads (``prange``), then combines reductions in block order;
+    ``_mc_loop_serial`` does the same on the calling thread only (the same blocks in the same
+    order as ``_mc_loop`` on one thread: for a colouring with no colour of two blocks, or one
+    thread, it spares the compilation of a parallel region, about half a second a loop);
     ``_mc_blocks`` and ``_mc_reduce`` are those two halves for a scheduler of its own.
 
     The block is a function of its own: Numba then optimises it as fully as plain sequential
@@ -103,22 +106,30 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
               f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
     tile_rows = grid_row(specs) + layer_row(specs)
     lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, tile_rows)]
+    names = ", ".join(arrays)
+    finals = ["    " + line for i in reductions for line in _final_reduction(i, specs[i])]
     lines += [
         "",
         "",
         f"@_mc_njit(cache=True, parallel=True, {flags})",
-        f"def _mc_loop(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {', '.join(arrays)}):",
+        f"def _mc_loop(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {names}):",
         "    for _mc_c in range(len(_mc_offsets) - 1):",
         "        _mc_first, _mc_last = _mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]",
         "        if _mc_serial or _mc_last - _mc_first <= 1:  # no thread team for one block",
         "            for _mc_i in range(_mc_first, _mc_last):",
-        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {', '.join(arrays)})",
+        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
         "        else:",
         "            for _mc_i in _mc_prange(_mc_first, _mc_last):",
-        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {', '.join(arrays)})",
+        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
+        *finals,
+        "",
+        "",
+        f"@_mc_njit(cache=True, {flags})",
+        f"def _mc_loop_serial(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {names}):",
+        "    for _mc_i in range(_mc_offsets[0], _mc_offsets[-1]):  # colour after colour, block after block",
+        f"        _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
+        *finals,
     ]
-    for i in reductions:
-        lines += ["    " + line for line in _final_reduction(i, specs[i])]
     lines += ["", ""] + _scheduled_pieces(specs, reductions, arrays, flags)
     return "\n".join(lines)
 

@@ -111,7 +111,7 @@ def loop_source(loop, *, threads: int, colour: bool, stage_rows: bool = True) ->
     params, arguments = _parameters(loop)
     reductions = tuple(i for i, s in enumerate(specs) if s.kind == GLOBAL and s.access is not Access.READ)
     staged = _staged_rows(specs) if stage_rows else set()
-    body = [f"    const long long mc_t = (long long)blockIdx.x * blockDim.x + threadIdx.x;"]
+    body = ["    const long long mc_t = (long long)blockIdx.x * blockDim.x + threadIdx.x;"]
     body += [line for i, s in enumerate(specs) for line in _reduction_local(i, s)]
     body += ["    if (mc_t < mc_n) {",
              "        const long long mc_e = mc_listed ? mc_list[mc_t] : mc_start + mc_t;"]
@@ -128,7 +128,7 @@ def loop_source(loop, *, threads: int, colour: bool, stage_rows: bool = True) ->
     launcher = [
         "#ifdef MC_EMULATION",
         f'extern "C" void mc_launch(unsigned mc_grid, {signature}) {{',
-        f"    mc_emulate(mc_grid, MC_THREADS, [&]() {{ mc_loop(mc_start, mc_n, mc_list, mc_listed"
+        "    mc_emulate(mc_grid, MC_THREADS, [&]() { mc_loop(mc_start, mc_n, mc_list, mc_listed"
         + "".join(f", {_NAMES[kind]}{number}" for kind, number in params) + "); });",
         "}",
         "#endif",
