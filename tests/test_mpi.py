@@ -409,3 +409,26 @@ def test_rib_with_a_seed_set_other_than_the_coordinates_set_says_why_on_every_ra
     with pytest.raises(mc.ConfigurationError, match="bisects the coordinates, which belong to set"):
         mc.partition("rib", coords=d.coords, seed_set=d.cells)
     mc.partition("rib", coords=d.coords)  # still usable: the coordinates' own set is the seed set
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_ranks_sharing_a_cache_compile_a_new_loop_once(comm, tmp_path):
+    """Ranks that share a cache directory do not all compile a new loop: one compiles it and
+    the others, waiting on its lock, load it from Numba's disk cache (the same bits)."""
+    directory = comm.bcast(str(tmp_path / "cache"), root=0)
+    mc.reset_runtime(comm=comm, cache_dir=directory)
+    try:
+        mesh, d = declare_quads(8, 8)
+        u = mc.Dat(d.nodes, 1, np.arange(d.nodes.size, dtype=float), "u")
+        bump = mc.Kernel.from_source("def shared_compile_bump(u):\n    u[0] = 2.0 * u[0] + 1.0\n")
+        comm.Barrier()  # every rank reaches the compilation together
+        mc.par_loop(bump, d.nodes, u(mc.RW))
+        got = u.gather()
+        loop = mc.stats().loops["shared_compile_bump"]
+        counts = comm.allgather((loop.compilations, loop.cache_hits))
+    finally:
+        mc.reset_runtime(comm=comm)
+    if comm.rank == 0:
+        np.testing.assert_array_equal(got[:, 0], 2.0 * np.arange(mesh.nnode) + 1.0)
+    compiled_here = [compilations - hits for compilations, hits in counts]  # entry points not found on disk
+    assert sum(compiled_here) == max(compiled_here) and sum(hits for _, hits in counts) >= comm.size - 1, counts

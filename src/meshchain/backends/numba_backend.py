@@ -32,6 +32,7 @@ from ..core.access import Access
 from ..core.errors import AccessModeError, BackendUnavailableError, CompilationError, ConfigurationError, KernelRuntimeError
 from ..core.storage import GlobalStorage
 from .base import Backend, arrays_of, combine_reductions, readonly
+from .compile_once import compiling_alone
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
 from .numba_fused import phase_source, tiled_source
@@ -262,7 +263,7 @@ class NumbaBackend(Backend):
         hits = _cache_hits(function)
         began = time.perf_counter()
         try:
-            with slp_vectorizing(self._numba):
+            with compiling_alone(function), slp_vectorizing(self._numba):
                 entry = function.compile(signature)
         except self._numba.core.errors.NumbaError as exc:
             if what is not None and path is None:
