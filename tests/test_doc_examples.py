@@ -185,6 +185,7 @@ EXAMPLES = {
     "readme-tour": Example(check=printed_lines("[1. 3. 2.] [2.]")),
     "tour": Example(check=printed_lines("[1. 3. 2.] [2.]")),
     "readme-diffusion": Example(ranks=(1, 2), check=check_diffusion),
+    "tour-diffusion": Example(ranks=(1, 2), check=check_diffusion),
     "plans-by-structure": Example(
         prelude='import numpy as np, meshchain as mc\ncells = mc.Set(1000, "cells")\n'
                 'q = mc.Dat(cells, 1, np.arange(1000.0), "q")\n'
