@@ -7,6 +7,11 @@ One run measures, on the same mesh:
   loop (the default) and with every iteration a captured step (``mc.capture``, replayed:
   ``airfoil.run(captured=True)``),
 * the per-``par_loop`` dispatch overhead on a tiny set,
+* with ``--op2-bin DIR``, OP2-Common's own Airfoil builds found in ``DIR`` (``airfoil_vec``,
+  ``airfoil_genseq``, ``airfoil_openmp``: OP2's generated code for ``apps/c/airfoil/airfoil_plain/dp``,
+  built by you; nothing of OP2 is in this repository) on the same mesh, in the same rounds:
+  OP2's Airfoil always runs 1000 iterations and reports its total time ("Max total runtime"),
+
 
 and reports time per iteration, per-kernel times and the ratios numba / C, plus
 how many digits of the rms history numba and C share. Results go to JSON.
@@ -16,6 +21,7 @@ Usage::
     python benchmarks/airfoil_vs_c.py                       # 720000 cells, 50 iterations
     python benchmarks/airfoil_vs_c.py --size 100 150 --iters 20 --repeats 1
     python benchmarks/airfoil_vs_c.py --size 100 150 --iters 1000 --repeats 3   # 45000 cells (issue 32)
+    python benchmarks/airfoil_vs_c.py --size 100 150 --iters 1000 --repeats 5 --op2-bin ../op2build/airfoil_bin
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ from meshchain.model.timing import median_record
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build"
 KERNELS = ("save_soln", "adt_calc", "res_calc", "bres_calc", "update")
+#: OP2's builds looked for in --op2-bin, and the OpenMP threads each runs with
+OP2_BUILDS = (("airfoil_vec", 1, "OP2 vectorised"), ("airfoil_genseq", 1, "OP2 generated sequential"),
+              ("airfoil_openmp", 1, "OP2 OpenMP"), ("airfoil_openmp", 2, "OP2 OpenMP"))
+OP2_ITERATIONS = 1000  # OP2's airfoil.cpp: niter = 1000, not a parameter
 
 
 def build_c() -> Path:
@@ -68,6 +78,41 @@ def run_c(binary: Path, mesh: Path, iters: int, repeats: int) -> dict:
             result["kernels"][words[1]] = float(words[2]) / iters
         else:
             result["rms"].append((int(words[0]), float(words[1])))
+    return result
+
+
+def op2_builds(directory: str | None) -> list:
+    """``[(binary, threads, label)]`` of OP2's builds present in ``directory``."""
+    if directory is None:
+        return []
+    found = [(Path(directory) / name, threads, label) for name, threads, label in OP2_BUILDS]
+    found = [(binary, threads, label) for binary, threads, label in found if binary.is_file()]
+    if not found:
+        raise SystemExit(f"--op2-bin {directory}: none of {sorted({n for n, _, _ in OP2_BUILDS})} there")
+    return found
+
+
+def run_op2(binary: Path, threads: int, mesh: Path) -> dict:
+    """One run of an OP2 Airfoil build in a scratch directory holding ``new_grid.dat`` (the file
+    name OP2's Airfoil reads): its time per iteration, per-kernel times and final rms."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "new_grid.dat").symlink_to(mesh.resolve())
+        out = subprocess.run([str(binary)], cwd=scratch, check=True, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "OMP_NUM_THREADS": str(threads)}).stdout
+    result = {"kernels": {}, "rms": [], "threads": threads}
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(";")]
+        words = line.split()
+        if line.startswith("Max total runtime"):
+            result["time_per_iter"] = float(line.split("=")[1]) / OP2_ITERATIONS
+        elif len(fields) == 9 and fields[-1] in KERNELS:  # count; plan; MPI time(std); time(std); ...; name
+            result["kernels"][fields[-1]] = float(fields[3].split("(")[0]) / OP2_ITERATIONS
+        elif len(words) == 2 and words[0].isdigit():
+            result["rms"].append((int(words[0]), float(words[1])))
+    if "time_per_iter" not in result or set(result["kernels"]) != set(KERNELS):
+        raise SystemExit(f"{binary}: no timing table in its output:\n{out[-2000:]}")
     return result
 
 
@@ -143,9 +188,9 @@ def shared_digits(a: float, b: float) -> float:
     return -math.log10(abs(a - b) / abs(b))
 
 
-def report(args, c, numba_runs) -> dict:
-    rows = [("C gcc -O3, 1 thread", c, None)] + [
-        (f"numba, {r['threads']} thread(s){', captured' if r.get('captured') else ''}", r, r) for r in numba_runs]
+def report(args, c, numba_runs, op2_runs=()) -> dict:
+    rows = [("C gcc -O3, 1 thread", c, None)] + [(f"{label}, {r['threads']} thread(s)", r, None) for label, r in op2_runs]
+    rows += [(f"numba, {r['threads']} thread(s){', captured' if r.get('captured') else ''}", r, r) for r in numba_runs]
     print(f"mesh {args.size[0]}x{args.size[1]} ({3 * args.size[0] * args.size[1]} cells), {args.iters} iterations, "
           f"median of {args.repeats} interleaved rounds")
     print("| variant | ms/iter | spread % | ratio to C | " + " | ".join(f"{k} ms" for k in KERNELS) + " |")
@@ -167,6 +212,18 @@ def report(args, c, numba_runs) -> dict:
     }
     if digits:
         print(f"rms numba vs C: at least {min(digits):.1f} shared significant digits over {len(digits)} reports")
+    summary["op2"] = {f"{label}, {r['threads']} thread(s)": r for label, r in op2_runs}
+    for label, r in op2_runs:  # OP2 prints its rms with 6 digits, at iteration 1000
+        mine = dict(numba_runs[0]["rms"] or []).get(OP2_ITERATIONS)
+        theirs = dict(r["rms"]).get(OP2_ITERATIONS)
+        if mine is not None and theirs is not None:
+            agree = f"{mine:.5e}" == f"{theirs:.5e}"
+            r["rms_agrees"] = agree
+            print(f"rms at iteration {OP2_ITERATIONS}: numba {mine:.6e}, {label} {theirs:.6e}"
+                  f"{'' if agree else '  DIFFERENT: this build does not compute the same flow'}")
+        ratios = ", ".join(f"numba {n['threads']} thread(s){' captured' if n.get('captured') else ''} "
+                           f"{n['time_per_iter'] / r['time_per_iter']:.2f}x" for n in numba_runs)
+        print(f"against {label}, {r['threads']} thread(s): {ratios}")
     print(f"par_loop dispatch overhead (numba, 4-element direct loop): {summary['dispatch_us']:.1f} us")
     return summary
 
@@ -177,20 +234,26 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=str(HERE / "results" / "airfoil_vs_c.json"))
+    parser.add_argument("--op2-bin", help="a directory holding OP2's Airfoil builds (airfoil_vec, airfoil_genseq, "
+                                          "airfoil_openmp) to run beside, on the same mesh")
     args = parser.parse_args(argv)
     binary, mesh = build_c(), mesh_file(args.size)
+    op2 = op2_builds(args.op2_bin)
     # Rounds interleave the variants, so a slow spell of this (virtual) machine hits them alike;
     # each variant reports its median round.
     variants = ((1, False), (None, False), (1, True), (None, True))  # (threads, captured)
-    c_rounds, numba_rounds = [], [[] for _ in variants]
+    c_rounds, numba_rounds, op2_rounds = [], [[] for _ in variants], [[] for _ in op2]
     for _ in range(args.repeats):
         c_rounds.append(run_c(binary, mesh, args.iters, 1))
+        for slot, (build, threads, _) in enumerate(op2):
+            op2_rounds[slot].append(run_op2(build, threads, mesh))
         for slot, (threads, captured) in enumerate(variants):
             numba_rounds[slot].append(run_numba(mesh, args.iters, 1, threads, captured))
     def median_round(rounds):  # the first round's rms history: the only one with it printed
         return dict(median_record(rounds), rms=rounds[0]["rms"])
 
-    summary = report(args, median_round(c_rounds), [median_round(r) for r in numba_rounds])
+    summary = report(args, median_round(c_rounds), [median_round(r) for r in numba_rounds],
+                     [(label, median_round(rounds)) for (_, _, label), rounds in zip(op2, op2_rounds)])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=1))
     print(f"wrote {args.json}")
