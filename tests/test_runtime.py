@@ -279,6 +279,38 @@ def test_numba_cache_reused_across_processes(tmp_path):
     assert list((cache / "numba").rglob("*.nbi")), "Numba's cache index should sit beside the generated module"
 
 
+def test_a_compile_lock_held_elsewhere_is_waited_for_then_skipped_with_a_warning(tmp_path):
+    """Ranks sharing a cache compile a loop once (one holds the lock, the others wait, then load
+    it); a lock held too long (a holder stopped in a debugger, a stale NFS lock) is given up
+    with a warning and the function compiled here, and a free lock is taken without one."""
+    import fcntl
+    import importlib.util
+    import warnings
+
+    from meshchain.backends.compile_once import compiling_alone, lock_path
+
+    source = tmp_path / "held_module.py"
+    source.write_text("import numba\n\n\n@numba.njit(cache=True)\ndef held(x):\n    return x + 1\n")
+    spec = importlib.util.spec_from_file_location("held_module", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = lock_path(module.held)
+    assert path.endswith(".nbi.lock") and os.path.isabs(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process compiling (a second descriptor conflicts like one)
+    try:
+        with pytest.warns(mc.MeshchainWarning, match=r"\[compile-lock\] waited 0 s"):
+            with compiling_alone(module.held, wait=0.2):
+                assert module.held.compile("int64(int64)") is not None
+    finally:
+        os.close(holder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with compiling_alone(module.held, wait=0.2):
+            assert module.held(1) == 2
+
+
 # --------------------------------------------------------------------------- #
 # Empty sets
 # --------------------------------------------------------------------------- #

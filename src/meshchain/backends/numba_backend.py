@@ -86,7 +86,8 @@ class NumbaBackend(Backend):
         runs = [run for run in runs if run.end > run.start]
         if not runs:
             return None
-        parts = [self._operands(run, report) for run in runs]
+        parallel = self._threaded(run.colouring.colour_offsets for run in runs)  # one choice for the phase
+        parts = [self._operands(run, report, parallel=parallel) for run in runs]
         names = [run.loop.name for run in runs]
         if len(parts) == 1:
             executor, arguments, entry = parts[0]
@@ -94,7 +95,6 @@ class NumbaBackend(Backend):
         calls, arrays = _shared_arrays([arguments[4:] for _, arguments, _ in parts])
         plan, index = _concatenated([arguments[:3] for _, arguments, _ in parts])
         module_calls = [(executor.module_name, call) for (executor, _, _), call in zip(parts, calls)]
-        parallel = self._threaded(run.colouring.colour_offsets for run in runs)
         function = self._generated("_mc_phase", phase_source(module_calls, len(arrays), parallel=parallel),
                                    "chain_phase")
         arguments = (plan, index, self._serial(), *arrays)
@@ -191,11 +191,13 @@ class NumbaBackend(Backend):
 
     # --- compilation ------------------------------------------------------------------------------
 
-    def _operands(self, run, report):
-        """The loop's executor, its arguments for this run, and its entry point compiled for them
-        (``_mc_loop``, or ``_mc_loop_serial`` where no colour could run on two threads)."""
+    def _operands(self, run, report, *, parallel: bool):
+        """The loop's executor, its arguments for this run, and its entry point compiled for them:
+        ``_mc_loop``, or where its phase has no colour that could run on two threads (``parallel``
+        false) ``_mc_loop_serial``. Compiled here even inside a phase, so that a failure names
+        the loop and its generated file."""
         executor, arguments = self._arguments(run, report)
-        function = executor.dispatcher if self._threaded([run.colouring.colour_offsets]) else executor.serial
+        function = executor.dispatcher if parallel else executor.serial
         return executor, arguments, self._compile(function, arguments, run.loop, report, path=executor.path)
 
     def _arguments(self, run, report):
