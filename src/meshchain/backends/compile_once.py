@@ -65,7 +65,7 @@ def _acquire(handle: int, path: str, wait: float) -> bool:
                               stacklevel=4)
                 return False
             time.sleep(pause)
-            pause = min(2 * pause, 0.05)
+            pause = min(2 * pause, 0.005)  # a waiter sees a released lock within 5 ms
 
 
 @contextlib.contextmanager
