@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import meshchain as mc
 import meshchain.comm.exchange as halo_exchange
 from meshchain.comm.exchange import GROUPED_TAG
+from meshchain.engine import replay
 from meshchain.meshes import naca0012, structured_tris
 
 from chain_programs import Program, programs, segments_needed
@@ -122,7 +123,8 @@ def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, s
     """New dats and globals declared alike before every execution: the bits of the objects
     reused; no plan is built again (a tiled chain's plan cannot take other objects: it is),
     with the interior run as one call or in chunks on threads. The executions captured as a
-    step (``mc.capture``) and replayed give the same bits."""
+    step (``mc.capture``) and replayed give the same bits, replayed step by step in Python and
+    as one compiled call from the first replay (``engine/replay.py``, where the plan allows)."""
     tile_size = 8 if tiled and mode is True else None
     results = []
     for renew in (False, True):
@@ -135,11 +137,16 @@ def test_new_objects_each_execution_reuse_the_plans_bit_for_bit_on_ranks(comm, s
         if tile_size is None or not renew:
             assert plans.misses == 0 and plans.hits > 0, (renew, plans)
         results.append(program.results())
-    mc.reset_runtime(comm=comm, interior=interior)  # captured: one capture, five replays, the same bits
-    program = Program(spec)
-    program.run(mode, executions=6, tile_size=tile_size, captured=True)
-    assert (program.step.captures, program.step.replays) == (1, 5)
-    results.append(program.results())
+    for compile_after in (replay.COMPILE_AFTER, 0):  # captured: one capture, five replays, the same bits
+        mc.reset_runtime(comm=comm, interior=interior)
+        program = Program(spec)
+        saved, replay.COMPILE_AFTER = replay.COMPILE_AFTER, compile_after
+        try:
+            program.run(mode, executions=6, tile_size=tile_size, captured=True)
+        finally:
+            replay.COMPILE_AFTER = saved
+        assert (program.step.captures, program.step.replays) == (1, 5)
+        results.append(program.results())
     for other in results[1:]:
         for want, got in zip(results[0], other):
             if got is not None:

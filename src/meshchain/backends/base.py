@@ -88,6 +88,13 @@ class Backend(ABC):
         (or load from a cache) made while preparing. Errors in compiling raise here.
         """
 
+    def replay(self, calls, exchanges: int, program, arguments, report):
+        """A callable running a captured step's plan whole in compiled code, bound to the argument
+        tuple ``arguments`` (``calls``: its prepared calls, ``exchanges`` halo exchanges,
+        ``program`` the operations in order: see :mod:`meshchain.backends.numba_replay`), or
+        None: this backend replays in Python."""
+        return None
+
     def threads_in_use(self) -> int:
         """Compute threads per rank (what a calibration's loop costs depend on)."""
         return 1

@@ -36,6 +36,7 @@ from .compile_once import compiling_alone
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
 from .numba_fused import phase_source, tiled_source
+from .numba_replay import ReplayCall, replay_source
 from .threads import ChunkedCall, WorkerPool
 
 __all__ = ["NumbaBackend", "import_generated", "set_threads", "slp_vectorizing"]
@@ -91,7 +92,8 @@ class NumbaBackend(Backend):
         names = [run.loop.name for run in runs]
         if len(parts) == 1:
             executor, arguments, entry = parts[0]
-            return _Call(entry, tuple(arguments), names, executor.path, runs)
+            function = executor.dispatcher if parallel else executor.serial
+            return _Call(entry, tuple(arguments), names, executor.path, runs, function=function)
         calls, arrays = _shared_arrays([arguments[4:] for _, arguments, _ in parts])
         plan, index = _concatenated([arguments[:3] for _, arguments, _ in parts])
         module_calls = [(executor.module_name, call) for (executor, _, _), call in zip(parts, calls)]
@@ -99,7 +101,22 @@ class NumbaBackend(Backend):
                                    "chain_phase")
         arguments = (plan, index, self._serial(), *arrays)
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
-        return _Call(entry, arguments, names, None, runs)
+        return _Call(entry, arguments, names, None, runs, function=function)
+
+    def replay(self, calls, exchanges: int, program, arguments, report):
+        """A captured step's compiled replay, a :class:`~.numba_replay.ReplayCall` bound to
+        ``arguments`` (:mod:`.numba_replay`): ``calls``, prepared calls of :meth:`phase` (their
+        ``function``), ``exchanges`` exchanges, ``program`` the operations in order. None where a
+        call is not such a prepared call."""
+        if any(getattr(call, "function", None) is None for call in calls):
+            return None
+        described = [(call.function.py_func.__module__, call.function.py_func.__name__, len(call.arguments))
+                     for call in calls]
+        function = self._generated("_mc_replay", replay_source(described, exchanges, program), "replay")
+        call = ReplayCall(None)
+        call.bind(arguments)
+        call.entry = self._compile(function, (call.boxed,), None, report, what="replay of a captured step")
+        return call
 
     def threads_in_use(self) -> int:
         """Numba's threads in use on this rank."""
@@ -282,10 +299,13 @@ class _Call:
     keeps the loops' names (and of one loop, its kernel's name and argument view shapes, for
     error messages), not the loops: a plan holds no user object beyond its bound arrays."""
 
-    __slots__ = ("entry", "arguments", "names", "path", "_single")
+    __slots__ = ("entry", "arguments", "names", "path", "function", "_single")
 
-    def __init__(self, entry, arguments, names, path, runs):
+    def __init__(self, entry, arguments, names, path, runs, *, function=None):
+        """``function``: the Numba dispatcher whose compiled ``entry`` this is (None: the call
+        cannot be part of a compiled replay, :meth:`NumbaBackend.replay`)."""
         self.entry, self.arguments, self.names, self.path = entry, arguments, names, path
+        self.function = function
         self._single = None
         if len(runs) == 1:
             loop = runs[0].loop

@@ -38,9 +38,13 @@ import functools
 
 import numba
 import numpy as np
+from llvmlite import ir as _llvm
 from mpi4py import MPI
+from numba.core import types as _types
+from numba.extending import intrinsic
 
-__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows"]
+__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows", "addresses",
+           "start_all", "wait_all", "clock"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,3 +152,92 @@ class CompiledExchange:
         for request in self._requests:
             request.Free()
         self._requests, self.requests = [], np.zeros(0, dtype=np.int32)
+
+
+# --- calls by address: compiled code that the disk cache can keep ---------------------------------
+#
+# The functions above call MPI through ``ctypes`` functions, whose addresses Numba writes
+# into the machine code: they are compiled in every process. The ones below take the
+# addresses as data (:func:`addresses`, one int64 array), so a function calling them can be
+# cached on disk like any other (a captured step's compiled replay,
+# :mod:`meshchain.backends.numba_replay`).
+
+
+def _as_int32(context, builder, value, kind):
+    return context.cast(builder, value, kind, _types.int32)
+
+
+def _as_pointer(context, builder, value, kind):
+    return builder.inttoptr(context.cast(builder, value, kind, _types.intp), _llvm.IntType(8).as_pointer())
+
+
+@intrinsic
+def _call_int_pointer(typingctx, address, number, pointer):
+    """``((int (*)(int, void *)) address)(number, pointer)``."""
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        function_type = _llvm.FunctionType(_llvm.IntType(32), [_llvm.IntType(32), _llvm.IntType(8).as_pointer()])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        return builder.call(function, [_as_int32(context, builder, args[1], kinds[1]),
+                                       _as_pointer(context, builder, args[2], kinds[2])])
+
+    return _types.int32(address, number, pointer), codegen
+
+
+@intrinsic
+def _call_int_pointer_pointer(typingctx, address, number, first, second):
+    """``((int (*)(int, void *, void *)) address)(number, first, second)``."""
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        pointer = _llvm.IntType(8).as_pointer()
+        function_type = _llvm.FunctionType(_llvm.IntType(32), [_llvm.IntType(32), pointer, pointer])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        return builder.call(function, [_as_int32(context, builder, args[1], kinds[1]),
+                                       _as_pointer(context, builder, args[2], kinds[2]),
+                                       _as_pointer(context, builder, args[3], kinds[3])])
+
+    return _types.int32(address, number, first, second), codegen
+
+
+_CLOCK_MONOTONIC = 1  # Linux's clockid_t of CLOCK_MONOTONIC (what time.perf_counter reads)
+
+
+@functools.lru_cache(maxsize=None)
+def addresses() -> np.ndarray:
+    """``[MPI_Startall, MPI_Waitall, clock_gettime]``'s addresses in this process (int64), for
+    :func:`start_all`, :func:`wait_all` and :func:`clock`; None where :func:`available` is False
+    or the C library has no ``clock_gettime``."""
+    library = _library()
+    if library is None:
+        return None
+    try:
+        clock_gettime = ctypes.CDLL(None).clock_gettime
+    except (OSError, AttributeError):
+        return None
+    functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime)
+    found = np.array([ctypes.cast(function, ctypes.c_void_p).value for function in functions], dtype=np.int64)
+    found.flags.writeable = False
+    return found
+
+
+@numba.njit(cache=True, nogil=True)
+def start_all(functions, requests):
+    """``MPI_Startall`` of ``requests`` (C handles); ``functions``: :func:`addresses`. The MPI error code."""
+    if len(requests) == 0:
+        return 0
+    return _call_int_pointer(functions[0], len(requests), requests.ctypes.data)
+
+
+@numba.njit(cache=True, nogil=True)
+def wait_all(functions, requests, statuses):
+    """``MPI_Waitall`` of ``requests`` (statuses into ``statuses``); the MPI error code."""
+    if len(requests) == 0:
+        return 0
+    return _call_int_pointer_pointer(functions[1], len(requests), requests.ctypes.data, statuses.ctypes.data)
+
+
+@numba.njit(cache=True, nogil=True)
+def clock(functions, scratch):
+    """Seconds on the clock ``time.perf_counter`` reads (CLOCK_MONOTONIC); ``scratch``: two int64."""
+    _call_int_pointer(functions[2], _CLOCK_MONOTONIC, scratch.ctypes.data)
+    return scratch[0] + 1.0e-9 * scratch[1]

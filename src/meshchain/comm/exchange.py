@@ -249,6 +249,20 @@ class HaloExchange:
         self.views = tuple(word_view(array) for array in arrays)
         self._combines = None
 
+    def compiled_parts(self):
+        """What compiled code needs to run this exchange forward itself: ``(send buffer, word
+        views, send table, receive buffer, receive table, request handles, statuses)``, for
+        :func:`~meshchain.comm.packing.pack`, :func:`~meshchain.comm.compiled.start_all`,
+        :func:`~meshchain.comm.compiled.wait_all` and :func:`~meshchain.comm.packing.unpack`
+        (the same calls in the same order as :meth:`begin` and :meth:`end`). None where that
+        cannot be: a transport other than ``"persistent"``, rows staged through a device, a run
+        in flight. Valid until :meth:`rebind` (new views) or :meth:`close`."""
+        if self._staged or self._state is not None or self.transport != "persistent":
+            return None
+        handles, statuses = self._transport.forward_handles()
+        return (self.send.buffer, self.views, self.send.table, self.receive.buffer, self.receive.table, handles,
+                statuses)
+
     @property
     def idle(self) -> bool:
         """Whether runs of this exchange make no MPI call on this rank (nothing to send or

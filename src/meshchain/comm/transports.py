@@ -315,6 +315,17 @@ class Persistent(Transport):
         if self._made[reverse]:
             self._start(self._made[reverse])
 
+    def forward_handles(self):
+        """``(handles, statuses)``: the forward requests' C handles (int32) and room for their
+        statuses, for ``MPI_Startall``/``MPI_Waitall`` called from compiled code."""
+        from mpi4py import MPI
+
+        from .compiled import _as_c_ints
+
+        made = self._made[0]
+        handles = _as_c_ints([MPI._handleof(request) for request in made])
+        return handles, np.zeros(max(1, len(made)) * MPI._sizeof(MPI.Status), dtype=np.uint8)
+
     def test(self, reverse=False):
         if not self._made[reverse]:
             return True

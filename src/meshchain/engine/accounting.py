@@ -59,7 +59,7 @@ class PlanAccount:
     """
 
     __slots__ = ("loops", "chain", "chain_name", "runs", "compute", "shares", "wait", "core", "halo", "chain_wait",
-                 "total", "predicted_from", "prediction", "sequence", "device", "flight")
+                 "total", "predicted_from", "prediction", "sequence", "device", "flight", "measured")
 
     def __init__(self, loops: dict, chain: ChainStats | None, chain_name: str | None, shares: list):
         self.loops, self.chain, self.chain_name, self.shares = loops, chain, chain_name, shares
@@ -72,6 +72,35 @@ class PlanAccount:
         self.predicted_from = None
         self.prediction = None
         self.sequence = 0  # the session's run counter at this plan's latest run ("how it last ran")
+        self.measured = None  # (seconds, slots): what compiled code adds up (:meth:`measure`), folded in when read
+
+    def measure(self, slots) -> np.ndarray:
+        """An array of seconds that compiled code adds to (a compiled replay,
+        :mod:`meshchain.engine.replay`), one per slot: ``("compute", i)``, ``("wait", name)``,
+        ``("flight", name)``, ``("hidden", name)``, ``("core",)``, ``("halo",)`` or
+        ``("chain_wait",)``; folded into those fields when statistics are read."""
+        if self.measured is not None:
+            self.fold()
+        seconds = np.zeros(len(slots))
+        self.measured = (seconds, tuple(slots))
+        return seconds
+
+    def fold(self) -> None:
+        """Move the seconds compiled code added up (:meth:`measure`) into the fields."""
+        if self.measured is None:
+            return
+        seconds, slots = self.measured
+        for value, slot in zip(seconds.tolist(), slots):
+            kind = slot[0]
+            if kind == "compute":
+                self.compute[slot[1]] += value
+            elif kind == "wait":
+                self.wait[slot[1]] = self.wait.get(slot[1], 0.0) + value
+            elif kind in ("flight", "hidden"):
+                self.flight.setdefault(slot[1], [0.0, 0.0])[kind == "hidden"] += value
+            else:
+                setattr(self, kind, getattr(self, kind) + value)
+        seconds.fill(0.0)
 
     def add_phase(self, shares) -> int:
         """Register a phase call that runs ``shares``; returns its index into ``compute``."""
@@ -89,6 +118,8 @@ class PlanAccount:
         return add
 
     def reset(self) -> None:
+        if self.measured is not None:
+            self.measured[0].fill(0.0)
         self.runs = 0
         self.compute = [0.0] * len(self.shares)
         self.wait = {}
@@ -100,6 +131,7 @@ class PlanAccount:
 
     def add_to(self, recorder) -> None:
         """Add what the runs so far contributed to ``recorder``'s records."""
+        self.fold()
         for name, seconds in self.device.items():
             recorder.loop(name).time_compute += seconds
         n = self.runs

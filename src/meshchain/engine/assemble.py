@@ -33,6 +33,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -48,6 +49,7 @@ from .boundary import boundary_task_calls, layer_rows
 from .eager import eager_splits
 from .plans import Plan, Reduction, Step
 from .rebind import Binding
+from .replay import CompiledReplay
 from .tiling import Tiling, tiled_phase
 from .traffic import moved_bytes
 
@@ -152,7 +154,19 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
                 overlap=session.overlap() if distributed else None)
     plan.binding = Binding(unit.records, steps=plan.steps, exchanges=builder.exchanges,
                            prepared=builder.prepared, prepare=session.backend.prepare_data)
+    if distributed:
+        plan.compiler = functools.partial(_compiled_replay, session)
     return plan
+
+
+def _compiled_replay(session, plan):
+    """``plan``'s compiled replay (:mod:`.replay`), its compile counted under the plan's first loop."""
+    first = next(iter(plan.account.loops), plan.name)
+
+    def report(seconds: float, compiled: bool, hits: int) -> None:
+        add_compiling(session.recorder, first, seconds, compiled=compiled, hits=hits)
+
+    return CompiledReplay.make(plan, backend=session.backend, report=report)
 
 
 class _Builder:

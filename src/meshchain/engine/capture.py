@@ -6,7 +6,9 @@ with these arguments: its parallel loops become one chain (with the options give
 chain: ``fn`` does not run again, no loop is recorded or looked up, and the plan runs
 as it was built (on one process the whole step is one compiled call; on several ranks
 Python runs only at the plan's exchanges and reductions, which overlap the computation
-as they do uncaptured). ``step(...)`` returns what ``fn`` returned when it was captured:
+as they do uncaptured, until the step has been replayed
+:data:`~meshchain.engine.replay.COMPILE_AFTER` times: then the plan, exchanges included,
+is one compiled call too where it can be, :mod:`.replay`). ``step(...)`` returns what ``fn`` returned when it was captured:
 the same objects, holding the new values.
 
 What a replay repeats, and what it checks:
@@ -155,13 +157,14 @@ class _Capture:
     values, and what the function returned."""
 
     __slots__ = ("session", "run", "loops", "unit", "globals", "dats", "restores", "result", "arguments", "generation",
-                 "label")
+                 "label", "last")
 
     def __init__(self, session, run, loops, made, result, arguments):
         self.session, self.run, self.loops, self.result = session, run, tuple(loops), result
         self.arguments = arguments  # kept alive: the key holds their identities
         self.unit, self.generation = None, -1
         self.label = None  # the profiler's label of a replay, made at the first profiled one
+        self.last = None  # the (plan, state) of the last replay's compiled run (see Pipeline.run_again)
         self.globals, self.dats = _initial_values(session, self.loops, made)
         self.restores = bool(self.globals or self.dats)
 
@@ -183,7 +186,9 @@ class _Capture:
         if unit.loops is not self.loops:  # the unit ran other objects meanwhile (a step alike)
             unit.bind(self.loops)
         try:
-            session.pipeline.run_unit(unit)
+            last, pipeline = self.last, session.pipeline
+            if last is None or not pipeline.run_again(unit, last):
+                self.last = pipeline.run_unit(unit, replayed=True)
         except Exception as exc:
             session.after_failure(exc, self.loops)
             raise

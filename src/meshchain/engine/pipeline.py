@@ -74,8 +74,11 @@ class Pipeline:
         self.run_unit(unit)
         return unit
 
-    def run_unit(self, unit) -> None:
-        """Run ``unit`` bound to its latest loops' objects (a captured step replays this way)."""
+    def run_unit(self, unit, *, replayed: bool = False):
+        """Run ``unit`` bound to its latest loops' objects (a captured step replays this way:
+        ``replayed``, then on several ranks as the plan's compiled replay where it can,
+        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns ``(plan, state)`` when the
+        run was such a compiled replay (for :meth:`run_again`), else None."""
         session = self.session
         distributed = session.distributed
         if not distributed:  # the common case first: its plan, bound to these very records, current
@@ -105,6 +108,8 @@ class Pipeline:
             self.sequence += 1
             account = plan.account
             account.sequence = self.sequence  # which of a chain's plans ran last ("mode")
+            if replayed and learner is None and not first and plan.run_compiled():
+                return plan, state  # not observed: the model's driver overheads are those of runs step by step
             began = _clock()
             plan.run()
             seconds = _clock() - began
@@ -113,6 +118,27 @@ class Pipeline:
                 session.model.observe(chain.mode == "ca", seconds, chain.profile, learner)
             return
         plan.run()
+
+    def run_again(self, unit, last) -> bool:
+        """Replay ``unit`` as ``last``, the ``(plan, state)`` of its previous replay's compiled run
+        (:meth:`run_unit`), when nothing that picks the plan changed: the same objects bound, the
+        same halo state, kernels unchanged, and the plan can still run compiled (not closed, no
+        profiler, no hang diagnostics). False: nothing ran (then :meth:`run_unit` it)."""
+        plan, state = last
+        compiled = plan.compiled
+        if (not compiled or plan.binding.records is not unit.records or unit.state() != state
+                or (plan.kernels and not plan.current()) or plan.watched()):
+            return False
+        self.sequence += 1
+        account = plan.account
+        account.sequence = self.sequence
+        began = _clock()
+        compiled.run()
+        account.runs += 1
+        if plan.chain:
+            account.total += _clock() - began
+        self.plans.hits += 1
+        return True
 
     def profile(self, unit):
         """The model terms of ``unit`` in its current state on this rank (both ways)."""

@@ -61,6 +61,7 @@ from ..comm.hang import wait_request
 from ..comm.progress import owed_progress
 from ..core import activity as _activity
 from ..core import profiling as _profiling
+from . import replay as _replay
 from .traced import trace_run, trace_simple, trace_step
 
 __all__ = ["Plan", "Step", "Reduction", "Overlap", "guarded"]
@@ -198,7 +199,7 @@ class Plan:
     globals it froze, and what to release when it is dropped."""
 
     __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap",
-                 "binding", "name", "labels")
+                 "binding", "name", "labels", "compiler", "compiled", "replays")
 
     def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
                  agree: bool = True, overlap: Overlap | None = None):
@@ -214,6 +215,9 @@ class Plan:
         self.labels = None  # the profiler's labels of the whole run, made at the first profiled run
         self._flag = np.zeros(2, dtype=np.int32)
         self._agree = agree
+        self.compiler = None  # makes the plan's compiled replay (:mod:`.replay`), set by the builder
+        self.compiled = None  # that replay once made (False: it cannot be had)
+        self.replays = 0  # runs as a captured step's replay
         only = self.steps[0] if len(self.steps) == 1 else None
         self._simple = (comm is None and only is not None and not only.exchanges and not only.reductions
                         and not only.settle and not only.validity and only.rest is None)
@@ -229,6 +233,32 @@ class Plan:
     def label(self) -> str:
         """What runs: ``"chain 'rk'"`` or ``"loop 'update'"``."""
         return f"{'chain' if self.chain else 'loop'} {self.name!r}"
+
+    def run_compiled(self) -> bool:
+        """Run the plan once as its compiled replay (:mod:`.replay`), made once the plan has been
+        run this way :data:`~meshchain.engine.replay.COMPILE_AFTER` times, where it can be and
+        nobody watches the steps (no profiler, no hang diagnostics); False where it did not run
+        (then :meth:`run` it). For a captured step's replays on several ranks."""
+        compiled = self.compiled
+        if compiled is None:
+            self.replays += 1
+            if self.comm is None or self.compiler is None or self.replays <= _replay.COMPILE_AFTER:
+                return False
+            compiled = self.compiled = self.compiler(self) or False
+        if not compiled or _profiling.active is not None or _activity.watched:
+            return False
+        began = _clock()
+        compiled.run()
+        account = self.account
+        account.runs += 1
+        if self.chain:
+            account.total += _clock() - began
+        return True
+
+    def watched(self) -> bool:
+        """Whether a profiler or hang diagnostics watch the steps now (a compiled replay then
+        does not run: :meth:`run_compiled`)."""
+        return _profiling.active is not None or _activity.watched
 
     def run(self) -> None:
         """Run the plan once (see the module docstring)."""
@@ -355,6 +385,7 @@ class Plan:
     def close(self) -> None:
         """Release what the plan holds outside Python (persistent requests, device buffers) and
         finish its reductions over ranks still in flight (no request outlives the plan)."""
+        self.compiled = False  # its exchanges' requests are freed below
         for closer in self.closers:
             closer()
         self.closers = ()

@@ -1,0 +1,129 @@
+"""A captured step replayed by one compiled call on several ranks (``engine/replay.py``): the
+same bits, the same statistics and the same messages as the step replayed step by step in
+Python, and as the step not captured at all (run by the MPI harness)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import meshchain as mc
+from meshchain.engine import replay
+from meshchain.meshes import structured_tris
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ZERO = "def zero(r):\n    r[0] = 0.0\n"
+FLUX = ("def flux(ua, ub, ra, rb):\n"
+        "    f = 0.25 * (ub[0] - ua[0])\n"
+        "    ra[0] += f\n"
+        "    rb[0] -= f\n")
+UPDATE = "def update(r, u):\n    u[0] = u[0] + r[0] + 0.001 * u[0] * u[0]\n"
+TOTAL = "def total(u, s):\n    s[0] += u[0] * u[0]\n"
+LARGEST = "def largest(u, m):\n    m[0] = max(m[0], u[0])\n"
+HOWS = ("uncaptured", "python", "compiled")
+
+
+def diffusion_steps(comm, ca, *, pairs: int = 1):
+    """A new session with ``pairs`` argument sets of a diffusion step (zero, flux over facets,
+    update, a sum and a maximum into globals made inside the step); returns ``run(how,
+    steps)``, which runs ``steps`` steps ``how`` (not captured, or captured: replayed in
+    Python, or compiled from the first replay, as :data:`replay.COMPILE_AFTER` says), the
+    argument sets used in turn (each replay then binds the shared plan to other objects),
+    and returns the globals' values after each step, and the fields."""
+    mc.reset_runtime(comm=comm, transport="persistent")
+    d = structured_tris(9, 7).declare()
+    n = d.nodes.size
+    fields = [(mc.Dat(d.nodes, 1, np.sin(np.arange(n, dtype=np.float64) + k), f"u{k}"),
+               mc.Dat(d.nodes, 1, None, f"r{k}")) for k in range(pairs)]
+    mc.partition("kway", seed_set=d.cells)
+    zero, flux, update, total, largest = (mc.Kernel.from_source(s) for s in (ZERO, FLUX, UPDATE, TOTAL, LARGEST))
+
+    def step(u, r):
+        mc.par_loop(zero, d.nodes, r(mc.WRITE))
+        mc.par_loop(flux, d.facets, u(mc.READ, d.facet2node[0]), u(mc.READ, d.facet2node[1]),
+                    r(mc.INC, d.facet2node[0]), r(mc.INC, d.facet2node[1]))
+        mc.par_loop(update, d.nodes, r(mc.READ), u(mc.RW))
+        s, m = mc.Global(1, 0.0, "s"), mc.Global(1, -1.0e300, "m")
+        mc.par_loop(total, d.nodes, u(mc.READ), s(mc.INC))
+        mc.par_loop(largest, d.nodes, u(mc.READ), m(mc.MAX))
+        return s, m
+
+    captured = mc.capture(step, name="diffusion", ca=ca)
+
+    def run(how: str, steps: int):
+        values = []
+        for k in range(steps):
+            u, r = fields[k % pairs]
+            if how == "uncaptured":
+                with mc.loop_chain("diffusion", ca=ca):
+                    s, m = step(u, r)
+            else:
+                s, m = captured(u, r)
+            values.append((float(s.value[0]), float(m.value[0])))
+        return values
+
+    return run, fields
+
+
+def diffusion(comm, ca, how, *, pairs: int = 1, steps: int = 6):
+    """:func:`diffusion_steps` run ``how``: the dats gathered, the globals' values after each
+    step, the statistics (:func:`counts`, and the compute (a chain's: core) and flight
+    seconds by loop and chain name) and the plans."""
+    run, fields = diffusion_steps(comm, ca, pairs=pairs)
+    values = run(how, steps)
+    gathered = [dat.gather() for pair in fields for dat in pair]
+    stats = mc.stats()
+    times = {**{name: (r.time_compute, r.time_flight) for name, r in stats.loops.items()},
+             **{name: (r.time_core, r.time_flight) for name, r in stats.chains.items()}}
+    return gathered, values, (counts(stats), times), list(mc.get_runtime().pipeline.plans.values())
+
+
+def counts(stats) -> dict:
+    """What the runs added up, but for times."""
+    loops = {name: (r.calls, r.iterations, r.exchanges, r.messages, r.bytes_sent) for name, r in stats.loops.items()}
+    chains = {name: (r.executions, r.exchanges, r.messages, r.bytes_sent) for name, r in stats.chains.items()}
+    return {"loops": loops, "chains": chains}
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+@pytest.mark.parametrize("ca", [False, True])
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_compiled_replays_equal_python_replays_and_the_uncaptured_steps(comm, monkeypatch, ca, pairs):
+    """The same bits (dats and the globals after every step) three ways, one and two argument
+    sets in turn; the compiled replay ran; its statistics count what the Python replays count
+    and its times are there (taken inside the compiled call)."""
+    found = {}
+    for how in HOWS:
+        monkeypatch.setattr(replay, "COMPILE_AFTER", 0 if how == "compiled" else 10**9)
+        found[how] = diffusion(comm, ca, how, pairs=pairs)
+    gathered, values, _, _ = found["uncaptured"]
+    for how in ("python", "compiled"):
+        assert found[how][1] == values, how
+        for want, got in zip(gathered, found[how][0]):
+            np.testing.assert_array_equal(got, want)
+    plans = found["compiled"][3]
+    assert any(plan.compiled for plan in plans), "no plan replayed compiled"
+    assert not any(plan.compiled for plan in found["python"][3])
+    (python_counts, python_times), (compiled_counts, compiled_times) = found["python"][2], found["compiled"][2]
+    assert compiled_counts == python_counts
+    for name in compiled_counts["loops"]:
+        assert compiled_times[name][0] > 0, name
+    flown = {name for name, (_, flight) in python_times.items() if flight > 0}
+    assert flown and flown == {name for name, (_, flight) in compiled_times.items() if flight > 0}
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_profiled_replay_runs_step_by_step_and_still_gives_the_same_bits(comm, monkeypatch):
+    """While ``mc.profile()`` records, a compiled plan's replays go through Python (which
+    reports each step); the values are those of the uncaptured steps."""
+    monkeypatch.setattr(replay, "COMPILE_AFTER", 0)
+    want = diffusion(comm, True, "uncaptured", steps=6)[1]
+    run, _ = diffusion_steps(comm, True)
+    got = run("compiled", 3)
+    assert any(plan.compiled for plan in mc.get_runtime().pipeline.plans.values())
+    with mc.profile() as profile:
+        got += run("compiled", 3)
+    assert got == want
+    names = {event["name"] for event in profile.events}
+    assert any("wait" in name for name in names), sorted(names)
