@@ -141,20 +141,33 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
-       rtol=st.sampled_from([1e-10, 1e-3]), method=st.sampled_from(["cg", "cg1"]))
+       rtol=st.sampled_from([1e-10, 1e-3]), method=st.sampled_from(["cg", "cg1", "bicgstab"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
-    """``cg`` and ``cg1`` run their iterations inside compiled calls (``linalg/compiled.py``; on
-    several ranks with MPI called from them); a monitor makes them run the Python loop:
-    iterates, norms, reason and counts are the same on every rank, for SPD and indefinite
-    matrices, converged, stopped by maxiter or refused."""
+    """``cg``, ``cg1`` and ``bicgstab`` run their iterations inside compiled calls
+    (``linalg/compiled.py``; on several ranks with MPI called from them); a monitor makes them
+    run the Python loop: iterates, norms, reason and counts are the same on every rank, for SPD
+    and indefinite matrices, converged, stopped by maxiter, refused or broken down (Jacobi on
+    a diagonal with a negative entry is refused before iterating, the same way both times). The
+    monitor saw every norm recorded, but where a restart replaced one by the true residual's."""
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed, shift=shift)
-    seen = []
-    outcomes = [problem.solve(method, pc, rtol=rtol, maxiter=maxiter, monitor=monitor)
-                for monitor in (None, lambda i, norm: seen.append((i, norm)))]
+    seen, refusals = [], []
+    outcomes = []
+    for monitor in (None, lambda i, norm: seen.append((i, norm))):
+        try:
+            outcomes.append(problem.solve(method, pc, rtol=rtol, maxiter=maxiter, monitor=monitor))
+        except mc.errors.SolverError as exc:
+            refusals.append(str(exc))
+    if refusals:
+        assert len(refusals) == 2 and refusals[0] == refusals[1] and "positive diagonal" in refusals[0], refusals
+        assert pc == "jacobi" and shift < 0
+        return
     (inside, x_inside), (loop, x_loop) = outcomes
-    assert inside.residual_history == loop.residual_history == [norm for _, norm in seen]
+    assert inside.residual_history == loop.residual_history
+    assert [i for i, _ in seen] == list(range(len(loop.residual_history)))
+    if not loop.restarts:
+        assert loop.residual_history == [norm for _, norm in seen]
     assert (inside.iterations, inside.reason, inside.reductions) == (loop.iterations, loop.reason, loop.reductions)
     assert inside.true_residual == loop.true_residual
     if comm.rank == 0:
@@ -179,6 +192,28 @@ def test_long_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatc
     loop, x_loop = problem.solve(method, None, rtol=1e-12, monitor=lambda i, norm: None)
     assert inside.iterations > 3 * krylov.INSIDE_ITERATIONS and inside.converged
     assert made == -(-inside.iterations // krylov.INSIDE_ITERATIONS) and len(calls) == made  # the monitor: Python
+    assert inside.residual_history == loop.residual_history and inside.reductions == loop.reductions
+    if comm.rank == 0:
+        np.testing.assert_array_equal(x_inside, x_loop)
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_long_bicgstab_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatch):
+    """BiCGStab's compiled iterations (``bicgstab_iterations``) over more iterations than one
+    call runs: the parts join up, with the Python loop's bits."""
+    from meshchain.linalg import nonsymmetric
+
+    calls = []
+    iterate = nonsymmetric.bicgstab_iterations
+    monkeypatch.setattr(nonsymmetric, "INSIDE_ITERATIONS", 3)
+    monkeypatch.setattr(nonsymmetric, "bicgstab_iterations", lambda *args: calls.append(1) or iterate(*args))
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_quads(9, 9), seed=2)
+    inside, x_inside = problem.solve("bicgstab", "jacobi", rtol=1e-12)
+    made = len(calls)
+    loop, x_loop = problem.solve("bicgstab", "jacobi", rtol=1e-12, monitor=lambda i, norm: None)
+    assert inside.iterations > 3 * nonsymmetric.INSIDE_ITERATIONS and inside.converged
+    assert made == -(-inside.iterations // nonsymmetric.INSIDE_ITERATIONS) and len(calls) == made
     assert inside.residual_history == loop.residual_history and inside.reductions == loop.reductions
     if comm.rank == 0:
         np.testing.assert_array_equal(x_inside, x_loop)

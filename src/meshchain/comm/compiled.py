@@ -44,7 +44,7 @@ from numba.core import types as _types
 from numba.extending import intrinsic
 
 __all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows", "addresses",
-           "start_all", "wait_all", "clock"]
+           "start_all", "wait_all", "clock", "sum_all", "start_exchange", "finish_exchange"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -199,14 +199,31 @@ def _call_int_pointer_pointer(typingctx, address, number, first, second):
     return _types.int32(address, number, first, second), codegen
 
 
+@intrinsic
+def _call_allreduce(typingctx, address, send, receive, count, datatype, op, comm):
+    """``((int (*)(void *, void *, int, int, int, int)) address)(send, receive, count, datatype,
+    op, comm)``: ``MPI_Allreduce`` with handles that are C ints (MPICH's ABI)."""
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        pointer, i32 = _llvm.IntType(8).as_pointer(), _llvm.IntType(32)
+        function_type = _llvm.FunctionType(i32, [pointer, pointer, i32, i32, i32, i32])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]),
+                                       _as_pointer(context, builder, args[2], kinds[2]),
+                                       *[_as_int32(context, builder, value, kind)
+                                         for value, kind in zip(args[3:], kinds[3:])]])
+
+    return _types.int32(address, send, receive, count, datatype, op, comm), codegen
+
+
 _CLOCK_MONOTONIC = 1  # Linux's clockid_t of CLOCK_MONOTONIC (what time.perf_counter reads)
 
 
 @functools.lru_cache(maxsize=None)
 def addresses() -> np.ndarray:
-    """``[MPI_Startall, MPI_Waitall, clock_gettime]``'s addresses in this process (int64), for
-    :func:`start_all`, :func:`wait_all` and :func:`clock`; None where :func:`available` is False
-    or the C library has no ``clock_gettime``."""
+    """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce]``'s addresses in this process
+    (int64), for :func:`start_all`, :func:`wait_all`, :func:`clock` and :func:`sum_all`; None
+    where :func:`available` is False or the C library has no ``clock_gettime``."""
     library = _library()
     if library is None:
         return None
@@ -214,7 +231,7 @@ def addresses() -> np.ndarray:
         clock_gettime = ctypes.CDLL(None).clock_gettime
     except (OSError, AttributeError):
         return None
-    functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime)
+    functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime, library.MPI_Allreduce)
     found = np.array([ctypes.cast(function, ctypes.c_void_p).value for function in functions], dtype=np.int64)
     found.flags.writeable = False
     return found
@@ -241,3 +258,28 @@ def clock(functions, scratch):
     """Seconds on the clock ``time.perf_counter`` reads (CLOCK_MONOTONIC); ``scratch``: two int64."""
     _call_int_pointer(functions[2], _CLOCK_MONOTONIC, scratch.ctypes.data)
     return scratch[0] + 1.0e-9 * scratch[1]
+
+
+@numba.njit(cache=True, nogil=True)
+def sum_all(functions, values, out, handles):
+    """``out = sum over ranks of values`` (float64, contiguous; collective), as :func:`sum_over_ranks`
+    but by address (``functions``: :func:`addresses`): the MPI error code."""
+    return _call_allreduce(functions[3], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
+                           handles[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def start_exchange(functions, x, rows, send, requests):
+    """:func:`start_rows` by address: pack ``x[rows]`` into ``send``, start ``requests``."""
+    for k in range(len(rows)):
+        send[k] = x[rows[k]]
+    return start_all(functions, requests)
+
+
+@numba.njit(cache=True, nogil=True)
+def finish_exchange(functions, x, rows, receive, requests, statuses):
+    """:func:`finish_rows` by address: wait for ``requests``, unpack ``receive`` into ``x[rows]``."""
+    error = wait_all(functions, requests, statuses)
+    for k in range(len(rows)):
+        x[rows[k]] = receive[k]
+    return error

@@ -1,5 +1,5 @@
-"""Krylov iterations inside one compiled call: CG and Chronopoulos/Gear CG with an assembled
-matrix and a pointwise preconditioner.
+"""Krylov iterations inside one compiled call: CG, Chronopoulos/Gear CG and BiCGStab with an
+assembled matrix and a pointwise preconditioner.
 
 Nothing between two CG iterations needs Python. :func:`cg_iterations` (one process) and
 :func:`cg_iterations_on_ranks` (several: the halo exchange of ``p`` and the two sums over
@@ -7,7 +7,9 @@ ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterati
 :func:`.krylov.cg`; :func:`cg1_iterations` and :func:`cg1_iterations_on_ranks` those of
 :func:`.krylov.cg1` (one sum per iteration), calling the very passes the Python loop calls (:mod:`.fused` and the
 CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
-order, so its iterates, residual norms and stopping iteration are the same bits. They stop
+order, so its iterates, residual norms and stopping iteration are the same bits;
+:func:`bicgstab_iterations` those of :func:`.nonsymmetric.bicgstab`, on one process and on
+several (its MPI calls by address, so it is cached on disk like the one-process functions). They stop
 at the first iteration whose outcome Python decides (a norm test that is met or fails, a
 non-positive curvature) or after ``len(history)`` iterations, and say which;
 :func:`.krylov.cg` turns that into the same reason the Python loop gives. A solve with a
@@ -38,9 +40,11 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
-from .fused import aypx, cg1_update, cg_update, dot, dot_pairs
+from ..comm.compiled import finish_exchange, start_exchange, sum_all
+from .fused import aypx, axpy, cg1_update, cg_update, dot, dot_pairs, dot_two, lincomb, scale, waxpy
 
-__all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION"]
+__all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
+           "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
 """Why :func:`cg_iterations` returned: its history is full (iterate on), the norm test
@@ -211,3 +215,103 @@ def _cg1_on_ranks():
         return i, GOING, 0.0, len(history), len(history)
 
     return iterate
+
+
+# --- BiCGStab ---------------------------------------------------------------------------------------
+
+RHO, DENOMINATOR, STALLED_T, STALLED_S = 5, 6, 7, 8
+"""Why :func:`bicgstab_iterations` returned, besides :data:`GOING`, :data:`NORM` and
+:data:`COMMUNICATION`: ``(r, r~)`` is zero (``value``: it), ``(B A p, r~)`` is, ``(t, t)``
+is (``omega`` cannot be formed; ``value``: it) or ``(s, t)`` is (``value``: it)."""
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _product(distributed, functions, handles, indptr, split, indices, values, halo, source, source_all, target,
+             exchange):
+    """``target = A source`` (``source_all``: ``source`` with its halo rows, exchanged first on
+    several ranks while the owned rows are computed); the MPI error code."""
+    send_at, send, receive_at, receive, requests, statuses = exchange
+    error = 0
+    if distributed:
+        error = start_exchange(functions, source_all, send_at, send, requests)
+    csr_owned(indptr, split, indices, values, source_all, target)
+    if distributed:
+        error = error or finish_exchange(functions, source_all, receive_at, receive, requests, statuses)
+    if halo:
+        csr_halo(indptr, split, indices, values, source_all, target)
+    return error
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _summed(distributed, functions, handles, mine, total):
+    """``total = mine`` summed over ranks (one process: copied); the MPI error code."""
+    if not distributed:
+        total[:] = mine
+        return 0
+    return sum_all(functions, mine, total, handles)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s, t, z, dinv, state, target, dtol, i,
+                        maxiter, history, distributed, p_all, s_all, exchange, functions, handles):
+    """Iterations ``i + 1, ...`` of :func:`.nonsymmetric.bicgstab` with a pointwise
+    preconditioner (``dinv``) from ``state = [rho, rho_old, alpha, omega_old]`` at the top of its
+    loop: ``(iteration, why, value, reductions, norms written to history)``. The same passes,
+    sums (each over ranks with the Python loop's counts: 1, 2, 2 values) and decisions as the
+    Python loop: :data:`NORM` when the norm tested (``value``) met the target, is not finite,
+    grew beyond ``dtol`` or reached ``maxiter``; :data:`RHO`, :data:`DENOMINATOR`,
+    :data:`STALLED_T` or :data:`STALLED_S` where the loop breaks down or stalls (before ``x``
+    moves: ``state[2]`` holds that iteration's ``alpha``); :data:`GOING` when ``history`` is
+    full (``state`` holds the loop's state). On several ranks (``distributed``) the operator's
+    input (``p_all``, ``s_all``: ``p`` and ``s`` with their halo rows) is exchanged through
+    ``exchange`` (``send_at, send, receive_at, receive, requests, statuses``) and the sums go
+    through ``MPI_Allreduce``, by address (``functions``, ``handles``: :mod:`meshchain.comm.compiled`)."""
+    rho, rho_old, alpha, omega_old = state[0], state[1], state[2], state[3]
+    one, two, out = np.zeros(1), np.zeros(2), np.zeros(2)
+    done = 0
+    for k in range(len(history)):
+        if rho == 0.0:
+            return i, RHO, rho, done, k
+        beta = (rho / rho_old) * (alpha / omega_old)
+        lincomb(1.0, r, -omega_old * beta, v, beta, p)
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, p, p_all, z, exchange)
+        scale(dinv, z, v)
+        out[0] = dot(v, rp)
+        error = error or _summed(distributed, functions, handles, out[:1], one)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        d1 = one[0]
+        if d1 == 0.0:
+            return i, DENOMINATOR, d1, done, k
+        alpha = rho / d1
+        waxpy(s, -alpha, v, r)
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, s, s_all, z, exchange)
+        scale(dinv, z, t)
+        dot_two(s, t, t, t, out)
+        error = error or _summed(distributed, functions, handles, out, two)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        st, tt = two[0], two[1]
+        if tt == 0.0 or st == 0.0:
+            state[2] = alpha
+            return i, STALLED_T if tt == 0.0 else STALLED_S, tt if tt == 0.0 else st, done, k
+        omega = st / tt
+        axpy(alpha, p, x)
+        axpy(omega, s, x)
+        waxpy(r, -omega, t, s)
+        rho_old, omega_old = rho, omega
+        dot_two(r, r, r, rp, out)
+        error = _summed(distributed, functions, handles, out, two)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        rr, rho = two[0], two[1]
+        i += 1
+        norm = math.sqrt(max(rr, 0.0))
+        history[k] = norm
+        state[0], state[1], state[2], state[3] = rho, rho_old, alpha, omega_old
+        if not math.isfinite(norm) or norm <= target or norm > dtol or i >= maxiter:
+            return i, NORM, norm, done, k + 1
+    return i, GOING, 0.0, done, len(history)

@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from .compiled import COMMUNICATION, DENOMINATOR, NORM, RHO, STALLED_S, STALLED_T, bicgstab_iterations
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
@@ -297,6 +298,8 @@ def bicgstab(run):
     for name in ("p", "v"):
         v[name][:] = 0.0
     rho_old = alpha = omega_old = 1.0
+    if reason is None and run.inside is not None:
+        return _bicgstab_inside(run, i, np.array([rho, rho_old, alpha, omega_old]))
     while reason is None:
         if rho == 0.0:
             return i, _breakdown("(r, r~)", rho), 0
@@ -324,6 +327,43 @@ def bicgstab(run):
         rr, rho = run.reduce(out)
         i += 1
         reason = run.check(i, math.sqrt(max(rr, 0.0)))
+    return i, reason, 0
+
+
+INSIDE_ITERATIONS = 1024
+"""The most iterations one compiled call of :func:`_bicgstab_inside` runs before Python sees them."""
+
+
+def _bicgstab_inside(run, i: int, state: np.ndarray):
+    """:func:`bicgstab`'s loop from iteration ``i`` (``state = [rho, rho_old, alpha,
+    omega_old]``) as calls of :func:`.compiled.bicgstab_iterations` (an assembled matrix, a
+    pointwise preconditioner): the same bits, norms, counts and reasons as the Python loop."""
+    v, reason = run.v, None
+    history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
+    halos = run.inside_halos(("p", "s"))
+    vectors = [v[name] for name in ("x", "r", "rp", "p", "v", "s", "t", "z")]
+    try:
+        while reason is None:
+            i, why, value, reductions, written = bicgstab_iterations(
+                *run.inside, *vectors, run.pc.dinv, state, run.target, run.divergence_limit(), i, run.maxiter,
+                history, *halos)
+            if why == COMMUNICATION:
+                run.communication_failed(int(value))
+            run.reductions += reductions
+            decided = why == NORM  # its norm is recorded by run.check below
+            run.history.extend(float(norm) for norm in history[:written - decided])
+            if decided:
+                reason = run.check(i, value)
+            elif why == RHO:
+                reason = _breakdown("(r, r~)", value)
+            elif why == DENOMINATOR:
+                reason = _breakdown("(B A p, r~)", value)
+            elif why in (STALLED_T, STALLED_S):
+                run.inside_done("p", "s", "z")
+                what = ("(B A s, B A s)", value) if why == STALLED_T else ("omega", value)
+                return _stalled(run, i, float(state[2]), "p", "s", what)
+    finally:
+        run.inside_done("p", "s", "z")
     return i, reason, 0
 
 

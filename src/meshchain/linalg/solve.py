@@ -42,7 +42,7 @@ __all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
 DIVERGENCE_TOLERANCE = 1e5
 """A residual norm of a nonsymmetric method above this multiple of the initial one ends the
 solve as diverged (PETSc's default ``dtol``). The CG family stops on a curvature instead
-(and ``cg``/``cg1`` iterate inside compiled calls that test what the Python loop tests)."""
+(``cg``/``cg1``/``bicgstab`` iterate inside compiled calls that test what the Python loop tests)."""
 
 METHODS = {**SYMMETRIC, **NONSYMMETRIC}
 S_STEP = ("sstep-cg", "ca-cg", "ca-gmres")
@@ -110,10 +110,37 @@ class SolveRun:
         return (vector.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
                 handles(self.comm))
 
-    def inside_done(self, source: str, target: str) -> None:
+    def inside_halos(self, sources) -> tuple:
+        """What iterations by address (:func:`.compiled.bicgstab_iterations`) take after their
+        vectors: ``(distributed, *vectors with halo rows, exchange, functions, handles)`` for the
+        operator's inputs ``sources`` (names); on one process the vectors themselves and empty
+        arrays. The exchange is made now (:meth:`inside_done` frees it)."""
+        from ..comm.compiled import CompiledExchange, addresses, handles
+
+        if not self.engine.distributed:
+            empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
+                     np.zeros(1, np.uint8))
+            return (False, *[self.v[name] for name in sources], empty, np.zeros(4, np.int64), np.zeros(3, np.int64))
+        exports, imports = self.operator.halo_rows()
+        tag = self.storages[sources[0]].tag
+        self._exchange = e = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=tag)
+        exchange = (e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses)
+        return (True, *[self.storages[name].host.reshape(-1) for name in sources], exchange, addresses(),
+                handles(self.comm))
+
+    def divergence_limit(self) -> float:
+        """The norm above which :meth:`check` calls the solve diverged (PETSc's ``dtol``;
+        infinite for the methods it does not apply to)."""
+        if self.method in NONSYMMETRIC and self.history:
+            return DIVERGENCE_TOLERANCE * self.history[0]
+        return math.inf
+
+    def inside_done(self, *names: str) -> None:
         """What :meth:`A` marks, after iterations ran inside compiled calls: the halos of the
-        vectors the operator read and wrote are stale (and the halo exchange is freed)."""
-        self.storages[source].valid_depth = self.storages[target].valid_depth = 0
+        vectors the operator read and wrote (``names``) are stale (and the halo exchange is
+        freed)."""
+        for name in names:
+            self.storages[name].valid_depth = 0
         exchange, self._exchange = self._exchange, None
         if exchange is not None:
             exchange.close()
