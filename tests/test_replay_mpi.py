@@ -127,3 +127,18 @@ def test_a_profiled_replay_runs_step_by_step_and_still_gives_the_same_bits(comm,
     assert got == want
     names = {event["name"] for event in profile.events}
     assert any("wait" in name for name in names), sorted(names)
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_ca_auto_step_is_never_replayed_compiled_and_its_model_decides(comm, monkeypatch):
+    """A ``ca="auto"`` step keeps replaying step by step: its learner times every run and its
+    decisions are collective (a rank replaying compiled would skip them while the others wait).
+    The model decides, and the values are those of the uncaptured steps."""
+    monkeypatch.setattr(replay, "COMPILE_AFTER", 0)
+    want = diffusion(comm, "auto", "uncaptured", steps=40)[1]
+    run, _ = diffusion_steps(comm, "auto")
+    got = run("compiled", 40)
+    assert got == want
+    assert not any(plan.compiled for plan in mc.get_runtime().pipeline.plans.values())
+    decision = mc.stats().chains["diffusion"].decision
+    assert decision and "measuring" not in decision, decision

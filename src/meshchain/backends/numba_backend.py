@@ -113,7 +113,7 @@ class NumbaBackend(Backend):
         described = [(call.function.py_func.__module__, call.function.py_func.__name__, len(call.arguments))
                      for call in calls]
         function = self._generated("_mc_replay", replay_source(described, exchanges, program), "replay")
-        call = ReplayCall(None)
+        call = ReplayCall(function)
         call.bind(arguments)
         call.entry = self._compile(function, (call.boxed,), None, report, what="replay of a captured step")
         return call

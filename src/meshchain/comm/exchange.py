@@ -13,8 +13,11 @@ of each message from their export and import lists, so no header is sent.
 avoiding segment); otherwise one exchange carries one dat, with that dat's tag (a loop
 run on its own sends one message per dat per neighbour).
 
-Every start of persistent requests goes through :func:`start_requests` (tests count the
-messages there; it is looked up when a run starts, so replacing it takes effect at once).
+Every start of persistent requests from Python goes through :func:`start_requests` (tests
+count the messages there; it is looked up when a run starts, so replacing it takes effect at
+once). A captured step's compiled replay (:meth:`HaloExchange.compiled_parts`,
+:mod:`meshchain.engine.replay`) starts the same requests from compiled code instead, after 32
+replays: a test counting messages there keeps its steps below that, or counts the replays.
 
 Transports
 ----------

@@ -13,7 +13,8 @@ an exchange gives the same bits whatever its transport:
 ``"persistent"``
     ``Send_init``/``Recv_init`` once (forward at build time, reverse at the first reverse
     run), started each run through the exchange's starter (which calls
-    :func:`meshchain.comm.exchange.start_requests`);
+    :func:`meshchain.comm.exchange.start_requests`), or from compiled code by a captured
+    step's compiled replay (:meth:`Persistent.forward_handles`);
 ``"neighbour"``
     a distributed-graph communicator over the neighbours (``Create_dist_graph_adjacent``,
     not reordered) and one neighbourhood all-to-all per run: the persistent

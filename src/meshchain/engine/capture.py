@@ -164,7 +164,7 @@ class _Capture:
         self.arguments = arguments  # kept alive: the key holds their identities
         self.unit, self.generation = None, -1
         self.label = None  # the profiler's label of a replay, made at the first profiled one
-        self.last = None  # the (plan, state) of the last replay's compiled run (see Pipeline.run_again)
+        self.last = None  # (weak reference to the plan, state) of the last replay's compiled run (Pipeline.run_again)
         self.globals, self.dats = _initial_values(session, self.loops, made)
         self.restores = bool(self.globals or self.dats)
 

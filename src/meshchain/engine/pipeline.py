@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import time
+import weakref
 
 from ..comm.agree import abort_all
 from ..core import profiling
@@ -77,8 +78,8 @@ class Pipeline:
     def run_unit(self, unit, *, replayed: bool = False):
         """Run ``unit`` bound to its latest loops' objects (a captured step replays this way:
         ``replayed``, then on several ranks as the plan's compiled replay where it can,
-        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns ``(plan, state)`` when the
-        run was such a compiled replay (for :meth:`run_again`), else None."""
+        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns ``(weak reference to the plan,
+        state)`` when the run was such a compiled replay (for :meth:`run_again`), else None."""
         session = self.session
         distributed = session.distributed
         if not distributed:  # the common case first: its plan, bound to these very records, current
@@ -108,8 +109,10 @@ class Pipeline:
             self.sequence += 1
             account = plan.account
             account.sequence = self.sequence  # which of a chain's plans ran last ("mode")
-            if replayed and learner is None and not first and plan.run_compiled():
-                return plan, state  # not observed: the model's driver overheads are those of runs step by step
+            if replayed and options.ca != "auto" and not first and plan.run_compiled():
+                # not observed: the model's driver overheads are those of runs step by step. A ca="auto"
+                # step never runs compiled: its learner times every run, and its decision is collective
+                return weakref.ref(plan), state
             began = _clock()
             plan.run()
             seconds = _clock() - began
@@ -120,12 +123,13 @@ class Pipeline:
         plan.run()
 
     def run_again(self, unit, last) -> bool:
-        """Replay ``unit`` as ``last``, the ``(plan, state)`` of its previous replay's compiled run
+        """Replay ``unit`` as ``last``, the ``(plan, state)`` of its previous replay's compiled run (the
+        plan weakly held: a capture does not keep a dropped plan alive)
         (:meth:`run_unit`), when nothing that picks the plan changed: the same objects bound, the
         same halo state, kernels unchanged, and the plan can still run compiled (not closed, no
         profiler, no hang diagnostics). False: nothing ran (then :meth:`run_unit` it)."""
-        plan, state = last
-        compiled = plan.compiled
+        plan, state = last[0](), last[1]
+        compiled = plan is not None and plan.compiled
         if (not compiled or plan.binding.records is not unit.records or unit.state() != state
                 or (plan.kernels and not plan.current()) or plan.watched()):
             return False

@@ -199,7 +199,7 @@ class Plan:
     globals it froze, and what to release when it is dropped."""
 
     __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap",
-                 "binding", "name", "labels", "compiler", "compiled", "replays")
+                 "binding", "name", "labels", "compiler", "compiled", "replays", "__weakref__")
 
     def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
                  agree: bool = True, overlap: Overlap | None = None):

@@ -23,8 +23,8 @@ ways send the same messages in the same order):
 * reductions over ranks that no later step of the plan reads (they are reset before the
   call and started after it, as the Python path does around their step);
 * no profiler recording and no hang diagnostics watching (those runs go through Python,
-  which reports each step), and a step not run with ``ca="auto"`` (whose learner times
-  both ways step by step).
+  which reports each step), and a step not run with ``ca="auto"`` (its learner times every
+  run, and its decisions are collective: a rank replaying compiled would skip them).
 
 Compiled replays are not observed by the model (:mod:`.auto`): its driver overheads ``o_r``
 and ``o_l`` are those of plans run step by step.
