@@ -41,9 +41,10 @@ import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
 from ..comm.compiled import finish_exchange, start_exchange, sum_all
-from .fused import aypx, axpy, cg1_update, cg_update, dot, dot_pairs, dot_two, lincomb, scale, waxpy
+from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
+           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -315,3 +316,145 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
         if not math.isfinite(norm) or norm <= target or norm > dtol or i >= maxiter:
             return i, NORM, norm, done, k + 1
     return i, GOING, 0.0, done, len(history)
+
+
+# --- GMRES ------------------------------------------------------------------------------------------
+
+HAPPY_TOLERANCE = 1e-30
+"""PETSc's ``haptol``: a new Hessenberg entry below ``min(haptol, |h / g|)`` is a happy
+breakdown (the Krylov space holds the solution)."""
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def givens_norm(a, b):
+    """``hypot(a, b)`` as the C library computes it: GMRES's rotations take it from here in their
+    Python loop and in :func:`gmres_cycle` alike (Python's ``math.hypot`` rounds differently)."""
+    return math.hypot(a, b)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _mdot_first(vectors, n, w, sums, out):
+    """``out[k] = (vectors[k], w)`` for ``k < n``, four vectors per pass as
+    :func:`.fused.mdot` (the list padded with ``w``), ``sums`` a scratch of ``n`` rounded up to 4."""
+    padded = (n + 3) // 4 * 4
+    for k in range(0, padded, 4):
+        a0 = vectors[k] if k < n else w
+        a1 = vectors[k + 1] if k + 1 < n else w
+        a2 = vectors[k + 2] if k + 2 < n else w
+        a3 = vectors[k + 3] if k + 3 < n else w
+        _dot4(a0, a1, a2, a3, w, sums, k)
+    for k in range(n):
+        out[k] = sums[k]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _maxpy_first(coefficients, vectors, n, w):
+    """``w += sum_{k < n} coefficients[k] vectors[k]``, four vectors per pass as :func:`.fused.maxpy`."""
+    for k in range(0, n, 4):
+        c0 = coefficients[k]
+        c1 = coefficients[k + 1] if k + 1 < n else 0.0
+        c2 = coefficients[k + 2] if k + 2 < n else 0.0
+        c3 = coefficients[k + 3] if k + 3 < n else 0.0
+        a1 = vectors[k + 1] if k + 1 < n else vectors[k]
+        a2 = vectors[k + 2] if k + 2 < n else vectors[k]
+        a3 = vectors[k + 3] if k + 3 < n else vectors[k]
+        _axpy4(c0, c1, c2, c3, vectors[k], a1, a2, a3, w)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _project_out(distributed, functions, handles, basis, n, new, sums, mine, h):
+    """Classical Gram-Schmidt: ``h = (v_k, new)`` for ``k < n`` summed over ranks, then
+    ``new -= sum h_k v_k``; the MPI error code."""
+    _mdot_first(basis, n, new, sums, mine)
+    error = _summed(distributed, functions, handles, mine[:n], h[:n])
+    for k in range(n):
+        mine[k] = -h[k]
+    _maxpy_first(mine, basis, n, new)
+    return error
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _norm(distributed, functions, handles, new, one, total):
+    one[0] = dot(new, new)
+    error = _summed(distributed, functions, handles, one, total)
+    return math.sqrt(max(total[0], 0.0)), error
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, dinv, beta, target, dtol, i, maxiter,
+                history, distributed, exchange, functions, handles):
+    """One cycle of :func:`.nonsymmetric.gmres` (restarted, left-preconditioned GMRES, classical
+    Gram-Schmidt refined if needed) from the normalised ``basis[0]`` (``beta``: the norm it was
+    scaled by), with a pointwise preconditioner (``dinv``): ``(iteration, why, value,
+    reductions, norms written to history)`` after ``x`` took the cycle's correction. The same
+    passes, sums (over ranks with the Python loop's counts) and decisions as the Python loop:
+    :data:`NORM` when an estimate (``value``; 0 at a happy breakdown) met the target, is not
+    finite, grew beyond ``dtol`` or reached ``maxiter``, :data:`GOING` when the cycle's
+    ``len(basis) - 1`` iterations decided nothing. ``basis_all``: the basis vectors with their
+    halo rows, each exchanged before it is multiplied on several ranks (``distributed``, as
+    :func:`bicgstab_iterations`)."""
+    m = len(basis) - 1
+    g = np.zeros(m + 1)
+    g[0] = beta
+    columns, cosines, sines = np.zeros((m, m)), np.zeros(m), np.zeros(m)
+    sums, mine, h, again, column = np.zeros(m + 4), np.zeros(m + 1), np.zeros(m + 1), np.zeros(m + 1), np.zeros(m + 1)
+    one, total = np.zeros(1), np.zeros(1)
+    done, why, value, added = 0, GOING, 0.0, 0
+    for j in range(m):
+        new, n = basis[j + 1], j + 1
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, basis[j], basis_all[j],
+                         w, exchange)
+        scale(dinv, w, new)
+        error = error or _project_out(distributed, functions, handles, basis, n, new, sums, mine, h)
+        left, code = _norm(distributed, functions, handles, new, one, total)
+        error = error or code
+        done += 2
+        squares = 0.0
+        for k in range(n):
+            squares += h[k] * h[k]
+        if left < math.sqrt(squares):
+            error = error or _project_out(distributed, functions, handles, basis, n, new, sums, mine, again)
+            for k in range(n):
+                h[k] = h[k] + again[k]
+            left, code = _norm(distributed, functions, handles, new, one, total)
+            error = error or code
+            done += 2
+        if error:
+            return i, COMMUNICATION, float(error), done, j
+        happy = left == 0.0 or (g[j] != 0.0 and left < min(abs(left / g[j]), HAPPY_TOLERANCE))
+        for k in range(n):
+            column[k] = h[k]
+        column[n] = left
+        for k in range(j):
+            c, s = cosines[k], sines[k]
+            column[k], column[k + 1] = c * column[k] + s * column[k + 1], -s * column[k] + c * column[k + 1]
+        delta = givens_norm(column[j], column[j + 1])
+        if delta > 0.0:
+            c, s = column[j] / delta, column[j + 1] / delta
+        else:
+            c, s = 1.0, 0.0
+        cosines[j], sines[j] = c, s
+        column[j] = c * column[j] + s * column[j + 1]
+        g[j + 1] = -s * g[j]
+        g[j] = c * g[j]
+        for k in range(n):
+            columns[k, j] = column[k]
+        added = n
+        i += 1
+        norm = 0.0 if happy else abs(g[j + 1])
+        history[j] = norm
+        if not math.isfinite(norm) or norm <= target or norm > dtol or i >= maxiter:
+            why, value = NORM, norm
+            break
+        if happy:  # pragma: no cover - a happy breakdown's 0 always meets the target
+            break
+        scal(1.0 / left, new)
+    y = np.zeros(max(added, 1))
+    for k in range(added - 1, -1, -1):
+        accumulated = 0.0
+        for j in range(k + 1, added):
+            accumulated += columns[k, j] * y[j]
+        pivot = columns[k, k]
+        y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
+    _maxpy_first(y, basis, added, x)
+    return i, why, value, done, added

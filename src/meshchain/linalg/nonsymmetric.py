@@ -42,15 +42,12 @@ import math
 
 import numpy as np
 
-from .compiled import COMMUNICATION, DENOMINATOR, NORM, RHO, STALLED_S, STALLED_T, bicgstab_iterations
+from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, RHO, STALLED_S, STALLED_T, bicgstab_iterations,
+                       givens_norm, gmres_cycle)
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
            "UNPRECONDITIONED_NORM"]
-
-HAPPY_TOLERANCE = 1e-30
-"""PETSc's ``haptol``: a new Hessenberg entry below ``min(haptol, |h / g|)`` is a happy
-breakdown (the Krylov space holds the solution)."""
 
 UNPRECONDITIONED_NORM = frozenset({"pipebicgstab"})
 """Methods that test ``||b - A x||`` (right preconditioning) rather than ``||B (b - A x)||``."""
@@ -97,7 +94,7 @@ class _LeastSquares:
         for k in range(j):
             c, s = self.cosines[k], self.sines[k]
             h[k], h[k + 1] = c * h[k] + s * h[k + 1], -s * h[k] + c * h[k + 1]
-        delta = math.hypot(h[j], h[j + 1])
+        delta = givens_norm(h[j], h[j + 1])  # the C library's hypot, as the compiled cycle's
         c, s = (h[j] / delta, h[j + 1] / delta) if delta > 0.0 else (1.0, 0.0)
         self.cosines.append(c)
         self.sines.append(s)
@@ -175,8 +172,31 @@ def _restarted(run, cycle, slots: int):
 
 def gmres(run):
     """Restarted, left-preconditioned GMRES with classical Gram-Schmidt refined if needed
-    (PETSc's KSPGMRES with ``-ksp_gmres_cgs_refinement_type refine_ifneeded``)."""
-    return _restarted(run, _gmres_cycle, 1)
+    (PETSc's KSPGMRES with ``-ksp_gmres_cgs_refinement_type refine_ifneeded``); each cycle one
+    compiled call where the iterations can run inside one (:func:`_gmres_cycle_inside`)."""
+    if run.inside is None:
+        return _restarted(run, _gmres_cycle, 1)
+    try:
+        return _restarted(run, _gmres_cycle_inside, 1)
+    finally:
+        run.inside_done(*[f"v{k}" for k in range(run.restart_length + 1)], "w")
+
+
+def _gmres_cycle_inside(run, basis, beta: float, i: int):
+    """:func:`_gmres_cycle` as one call of :func:`.compiled.gmres_cycle` (an assembled matrix, a
+    pointwise preconditioner): the same bits, norms, counts and reasons."""
+    v = run.v
+    distributed, multiplied, exchange, functions, handles = run.inside_halos(tuple(basis[:-1]))
+    history = np.empty(run.restart_length)
+    i, why, value, reductions, written = gmres_cycle(
+        *run.inside, v["x"], v["w"], tuple(v[name] for name in basis), multiplied, run.pc.dinv, beta, run.target,
+        run.divergence_limit(), i, run.maxiter, history, distributed, exchange, functions, handles)
+    if why == COMMUNICATION:
+        run.communication_failed(int(value))
+    run.reductions += reductions
+    decided = why == NORM  # its norm is recorded by run.check below
+    run.history.extend(float(norm) for norm in history[:written - decided])
+    return i, (run.check(i, value) if decided else None)
 
 
 def _gmres_cycle(run, basis, beta: float, i: int):
@@ -340,13 +360,13 @@ def _bicgstab_inside(run, i: int, state: np.ndarray):
     pointwise preconditioner): the same bits, norms, counts and reasons as the Python loop."""
     v, reason = run.v, None
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
-    halos = run.inside_halos(("p", "s"))
+    distributed, (p_all, s_all), exchange, functions, handles = run.inside_halos(("p", "s"))
     vectors = [v[name] for name in ("x", "r", "rp", "p", "v", "s", "t", "z")]
     try:
         while reason is None:
             i, why, value, reductions, written = bicgstab_iterations(
                 *run.inside, *vectors, run.pc.dinv, state, run.target, run.divergence_limit(), i, run.maxiter,
-                history, *halos)
+                history, distributed, p_all, s_all, exchange, functions, handles)
             if why == COMMUNICATION:
                 run.communication_failed(int(value))
             run.reductions += reductions

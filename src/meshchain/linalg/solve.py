@@ -111,21 +111,24 @@ class SolveRun:
                 handles(self.comm))
 
     def inside_halos(self, sources) -> tuple:
-        """What iterations by address (:func:`.compiled.bicgstab_iterations`) take after their
-        vectors: ``(distributed, *vectors with halo rows, exchange, functions, handles)`` for the
-        operator's inputs ``sources`` (names); on one process the vectors themselves and empty
-        arrays. The exchange is made now (:meth:`inside_done` frees it)."""
+        """What iterations by address (:func:`.compiled.bicgstab_iterations`,
+        :func:`.compiled.gmres_cycle`) take beside their vectors: ``(distributed, vectors with
+        halo rows, exchange, functions, handles)`` for the operator's inputs ``sources`` (names);
+        on one process the vectors themselves and empty arrays. The exchange is made at the
+        first call and kept until :meth:`inside_done`."""
         from ..comm.compiled import CompiledExchange, addresses, handles
 
         if not self.engine.distributed:
             empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
                      np.zeros(1, np.uint8))
-            return (False, *[self.v[name] for name in sources], empty, np.zeros(4, np.int64), np.zeros(3, np.int64))
-        exports, imports = self.operator.halo_rows()
-        tag = self.storages[sources[0]].tag
-        self._exchange = e = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=tag)
+            return False, tuple(self.v[name] for name in sources), empty, np.zeros(4, np.int64), np.zeros(3, np.int64)
+        if self._exchange is None:
+            exports, imports = self.operator.halo_rows()
+            tag = self.storages[sources[0]].tag
+            self._exchange = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=tag)
+        e = self._exchange
         exchange = (e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses)
-        return (True, *[self.storages[name].host.reshape(-1) for name in sources], exchange, addresses(),
+        return (True, tuple(self.storages[name].host.reshape(-1) for name in sources), exchange, addresses(),
                 handles(self.comm))
 
     def divergence_limit(self) -> float:
