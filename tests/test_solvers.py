@@ -141,11 +141,11 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
-       rtol=st.sampled_from([1e-10, 1e-3]), method=st.sampled_from(["cg", "cg1", "bicgstab", "gmres"]))
+       rtol=st.sampled_from([1e-10, 1e-3]), method=st.sampled_from(["cg", "cg1", "bicgstab", "gmres", "pipebicgstab"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
-    """``cg``, ``cg1``, ``bicgstab`` and ``gmres`` (a cycle per call; restart 5 here, so that
-    solves restart) run their iterations inside compiled calls (``linalg/compiled.py``; on
+    """``cg``, ``cg1``, ``bicgstab``, ``pipebicgstab`` and ``gmres`` (a cycle per call; restart 5
+    here, so that solves restart) run their iterations inside compiled calls (``linalg/compiled.py``; on
     several ranks with MPI called from them); a monitor makes them
     run the Python loop: iterates, norms, reason and counts are the same on every rank, for SPD
     and indefinite matrices, converged, stopped by maxiter, refused or broken down (Jacobi on
@@ -241,6 +241,28 @@ def test_gmres_cycles_inside_compiled_calls_equal_the_python_loop(comm, restart)
         assert (inside.iterations, inside.reductions) == (loop.iterations, loop.reductions), pc
         if comm.rank == 0:
             np.testing.assert_array_equal(x_inside, x_loop)
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+def test_pipelined_bicgstab_inside_compiled_calls_replaces_its_residual_as_the_python_loop(comm, monkeypatch):
+    """Pipelined BiCGStab's compiled iterations stop for PETSc's periodic residual replacement
+    (iteration 101 here) and at every ``INSIDE_ITERATIONS``: the Python loop's bits throughout."""
+    from meshchain.apps import advection_diffusion as ad
+    from meshchain.linalg import nonsymmetric
+
+    monkeypatch.setattr(nonsymmetric, "INSIDE_ITERATIONS", 7)
+    mc.reset_runtime(comm=comm)
+    problem = ad.declare(structured_tris(30, 30), peclet=1.0)
+    options = dict(method="pipebicgstab", pc=None, rtol=1e-300, maxiter=130)  # on past rounding level
+    inside = ad.solve(problem, **options)
+    x_inside = problem.x.gather()
+    loop = ad.solve(problem, **options, monitor=lambda i, norm: None)
+    assert inside.iterations > 101, (inside.iterations, inside.reason)
+    assert inside.residual_history == loop.residual_history
+    assert (inside.iterations, inside.reductions) == (loop.iterations, loop.reductions)
+    x_loop = problem.x.gather()
+    if comm.rank == 0:
+        np.testing.assert_array_equal(x_inside, x_loop)
 
 
 def matrix_free(problem, dim):

@@ -44,7 +44,7 @@ from numba.core import types as _types
 from numba.extending import intrinsic
 
 __all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows", "addresses",
-           "start_all", "wait_all", "clock", "sum_all", "start_exchange", "finish_exchange"]
+           "start_all", "wait_all", "clock", "sum_all", "start_sum", "wait_one", "start_exchange", "finish_exchange"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -216,14 +216,46 @@ def _call_allreduce(typingctx, address, send, receive, count, datatype, op, comm
     return _types.int32(address, send, receive, count, datatype, op, comm), codegen
 
 
+@intrinsic
+def _call_iallreduce(typingctx, address, send, receive, count, datatype, op, comm, request):
+    """``((int (*)(void *, void *, int, int, int, int, void *)) address)(...)``: ``MPI_Iallreduce``."""
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        pointer, i32 = _llvm.IntType(8).as_pointer(), _llvm.IntType(32)
+        function_type = _llvm.FunctionType(i32, [pointer, pointer, i32, i32, i32, i32, pointer])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]),
+                                       _as_pointer(context, builder, args[2], kinds[2]),
+                                       *[_as_int32(context, builder, value, kind)
+                                         for value, kind in zip(args[3:7], kinds[3:7])],
+                                       _as_pointer(context, builder, args[7], kinds[7])])
+
+    return _types.int32(address, send, receive, count, datatype, op, comm, request), codegen
+
+
+@intrinsic
+def _call_pointer_pointer(typingctx, address, first, second):
+    """``((int (*)(void *, void *)) address)(first, second)``: ``MPI_Wait``."""
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        pointer = _llvm.IntType(8).as_pointer()
+        function_type = _llvm.FunctionType(_llvm.IntType(32), [pointer, pointer])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]),
+                                       _as_pointer(context, builder, args[2], kinds[2])])
+
+    return _types.int32(address, first, second), codegen
+
+
 _CLOCK_MONOTONIC = 1  # Linux's clockid_t of CLOCK_MONOTONIC (what time.perf_counter reads)
 
 
 @functools.lru_cache(maxsize=None)
 def addresses() -> np.ndarray:
-    """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce]``'s addresses in this process
-    (int64), for :func:`start_all`, :func:`wait_all`, :func:`clock` and :func:`sum_all`; None
-    where :func:`available` is False or the C library has no ``clock_gettime``."""
+    """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce, MPI_Iallreduce, MPI_Wait]``'s
+    addresses in this process (int64), for :func:`start_all`, :func:`wait_all`, :func:`clock`,
+    :func:`sum_all`, :func:`start_sum` and :func:`wait_one`; None where :func:`available` is
+    False or the C library has no ``clock_gettime``."""
     library = _library()
     if library is None:
         return None
@@ -231,7 +263,8 @@ def addresses() -> np.ndarray:
         clock_gettime = ctypes.CDLL(None).clock_gettime
     except (OSError, AttributeError):
         return None
-    functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime, library.MPI_Allreduce)
+    functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime, library.MPI_Allreduce,
+                 library.MPI_Iallreduce, library.MPI_Wait)
     found = np.array([ctypes.cast(function, ctypes.c_void_p).value for function in functions], dtype=np.int64)
     found.flags.writeable = False
     return found
@@ -283,3 +316,17 @@ def finish_exchange(functions, x, rows, receive, requests, statuses):
     for k in range(len(rows)):
         x[rows[k]] = receive[k]
     return error
+
+
+@numba.njit(cache=True, nogil=True)
+def start_sum(functions, values, out, handles, request):
+    """``MPI_Iallreduce``: start ``out = sum over ranks of values`` (float64, contiguous;
+    collective), its request into ``request`` (one C int) for :func:`wait_one`; the MPI error code."""
+    return _call_iallreduce(functions[4], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
+                            handles[0], request.ctypes.data)
+
+
+@numba.njit(cache=True, nogil=True)
+def wait_one(functions, request, status):
+    """``MPI_Wait`` for ``request`` (one C int; ``status``: room for an ``MPI_Status``); the MPI error code."""
+    return _call_pointer_pointer(functions[5], request.ctypes.data, status.ctypes.data)

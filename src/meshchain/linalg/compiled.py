@@ -40,11 +40,11 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
-from ..comm.compiled import finish_exchange, start_exchange, sum_all
-from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
+from ..comm.compiled import finish_exchange, start_exchange, start_sum, sum_all, wait_one
+from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
-           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE",
+           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -458,3 +458,115 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
         y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
     _maxpy_first(y, basis, added, x)
     return i, why, value, done, added
+
+
+# --- pipelined BiCGStab -------------------------------------------------------------------------------
+
+REPLACE = 9
+"""Why :func:`pipebicgstab_iterations` returned: iteration ``i`` is one whose residual PETSc
+recomputes (Python does it, then tests the norm ``state`` holds)."""
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _started(distributed, functions, handles, mine, total, request):
+    """Start ``total = mine`` summed over ranks (one process: copied); the MPI error code."""
+    if not distributed:
+        total[:] = mine
+        return 0
+    return start_sum(functions, mine, total, handles, request)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _waited(distributed, functions, request, status):
+    return wait_one(functions, request, status) if distributed else 0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, source, preconditioned,
+              preconditioned_all, target, exchange):
+    """``preconditioned = B source``, ``target = A preconditioned`` (right preconditioning)."""
+    scale(dinv, source, preconditioned)
+    return _product(distributed, functions, handles, indptr, split, indices, values, halo, preconditioned,
+                    preconditioned_all, target, exchange)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, w, w2, t, p2, s, s2, z, z2, v, q, q2, y,
+                            dinv, state, target, dtol, i, maxiter, history, distributed, z2_all, w2_all, exchange,
+                            functions, handles):
+    """Iterations ``i + 1, ...`` of :func:`.nonsymmetric.pipebicgstab` (pipelined BiCGStab, right
+    preconditioning, a pointwise ``dinv``) from ``state = [rho, alpha, beta, omega]`` at the top
+    of its loop: ``(iteration, why, value, reductions, norms written to history)``. Each
+    iteration's two sums over ranks are ``MPI_Iallreduce`` in flight while ``B`` and ``A`` are
+    applied, as in the Python loop; the same passes, sums and decisions. ``why``: :data:`NORM`
+    (``value``: the norm tested), :data:`RHO` or :data:`DENOMINATOR` (after the norm test
+    passed), :data:`STALLED_T` (``(y, y) = 0``) or :data:`STALLED_S` (``(q, y) = 0``) with
+    ``state[1]`` that iteration's ``alpha`` (``x`` unmoved), :data:`REPLACE` (iteration ``i``'s
+    residual is to be recomputed; ``state = [rho, rr, beta, omega, denominator]``), :data:`GOING`
+    (``history`` full) or :data:`COMMUNICATION`. ``z2_all``, ``w2_all``: the operator's inputs
+    with their halo rows (``distributed``: exchanged, as :func:`bicgstab_iterations`)."""
+    rho, alpha, beta, omega = state[0], state[1], state[2], state[3]
+    two, five, sums2, sums5 = np.zeros(2), np.zeros(5), np.zeros(2), np.zeros(5)
+    request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
+    done = 0
+    for k in range(len(history)):
+        if i == 0:
+            copy(r2, p2)
+            copy(w, s)
+            copy(w2, s2)
+            copy(t, z)
+        else:
+            lincomb(1.0, r2, -beta * omega, s2, beta, p2)
+            lincomb(1.0, w, -beta * omega, z, beta, s)
+            lincomb(1.0, w2, -beta * omega, z2, beta, s2)
+            lincomb(1.0, t, -beta * omega, v, beta, z)
+        waxpy(q, -alpha, s, r)
+        waxpy(q2, -alpha, s2, r2)
+        waxpy(y, -alpha, z, w)
+        two[0], two[1] = dot(q, y), dot(y, y)
+        error = _started(distributed, functions, handles, two, sums2, request)
+        error = error or _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, z, z2,
+                                   z2_all, v, exchange)
+        error = error or _waited(distributed, functions, request, status)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        qy, yy = sums2[0], sums2[1]
+        if yy == 0.0 or qy == 0.0:
+            state[1] = alpha
+            return i, STALLED_T if yy == 0.0 else STALLED_S, yy if yy == 0.0 else qy, done, k
+        omega = qy / yy
+        rho_old = rho
+        axpy(alpha, p2, x)
+        axpy(omega, q2, x)
+        waxpy(r, -omega, y, q)
+        waxpy(r2, -alpha, z2, w2)
+        waxpy(r2, -omega, r2, q2)
+        waxpy(w, -alpha, v, t)
+        waxpy(w, -omega, w, y)
+        five[0], five[1], five[2], five[3], five[4] = dot(r, r), dot(r, rp), dot(s, rp), dot(w, rp), dot(z, rp)
+        error = _started(distributed, functions, handles, five, sums5, request)
+        error = error or _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, w, w2,
+                                   w2_all, t, exchange)
+        error = error or _waited(distributed, functions, request, status)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        rr, rho, d1, d2, d3 = sums5[0], sums5[1], sums5[2], sums5[3], sums5[4]
+        beta = (rho / rho_old) * (alpha / omega)
+        denominator = d2 + beta * d1 - beta * omega * d3
+        i += 1
+        if i % 100 == 1 and 1 < i < 1002:
+            state[0], state[1], state[2], state[3], state[4] = rho, rr, beta, omega, denominator
+            return i, REPLACE, 0.0, done, k
+        norm = math.sqrt(max(rr, 0.0))
+        history[k] = norm
+        if not math.isfinite(norm) or norm <= target or norm > dtol or i >= maxiter:
+            return i, NORM, norm, done, k + 1
+        if rho == 0.0:
+            return i, RHO, rho, done, k + 1
+        if denominator == 0.0:
+            return i, DENOMINATOR, denominator, done, k + 1
+        alpha = rho / denominator
+        state[0], state[1], state[2], state[3] = rho, alpha, beta, omega
+    return i, GOING, 0.0, done, len(history)

@@ -42,8 +42,8 @@ import math
 
 import numpy as np
 
-from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, RHO, STALLED_S, STALLED_T, bicgstab_iterations,
-                       givens_norm, gmres_cycle)
+from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, REPLACE, RHO, STALLED_S, STALLED_T,
+                       bicgstab_iterations, givens_norm, gmres_cycle, pipebicgstab_iterations)
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
@@ -411,6 +411,8 @@ def pipebicgstab(run):
     if d2 == 0.0:
         return i, _breakdown("(A B r, r~)", d2), 0
     alpha, beta, omega = rho / d2, 0.0, 0.0
+    if run.inside is not None:
+        return _pipebicgstab_inside(run, i, np.array([rho, alpha, beta, omega, 0.0]))
     while True:
         _pipebicgstab_directions(v, i, beta, omega)
         waxpy(v["q"], -alpha, v["s"], v["r"])
@@ -433,6 +435,60 @@ def pipebicgstab(run):
         if rho == 0.0 or denominator == 0.0:
             return i, _breakdown("(r, r~)", rho) if rho == 0.0 else _breakdown("alpha's denominator", 0.0), 0
         alpha = rho / denominator
+
+
+_PIPEBICGSTAB_VECTORS = ("x", "r", "rp", "r2", "w", "w2", "t", "p2", "s", "s2", "z", "z2", "v", "q", "q2", "y")
+
+
+def _pipebicgstab_inside(run, i: int, state: np.ndarray):
+    """:func:`pipebicgstab`'s loop from iteration ``i`` (``state = [rho, alpha, beta, omega, _]``)
+    as calls of :func:`.compiled.pipebicgstab_iterations` (an assembled matrix, a pointwise
+    preconditioner), PETSc's periodic residual replacement done here between them: the same
+    bits, norms, counts and reasons as the Python loop."""
+    v, reason = run.v, None
+    history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
+    distributed, (z2_all, w2_all), exchange, functions, handles = run.inside_halos(("z2", "w2"))
+    vectors = [v[name] for name in _PIPEBICGSTAB_VECTORS]
+    try:
+        while reason is None:
+            i, why, value, reductions, written = pipebicgstab_iterations(
+                *run.inside, *vectors, run.pc.dinv, state, run.target, run.divergence_limit(), i, run.maxiter,
+                history, distributed, z2_all, w2_all, exchange, functions, handles)
+            if why == COMMUNICATION:
+                run.communication_failed(int(value))
+            run.reductions += reductions
+            decided = why == NORM  # its norm is recorded by run.check below
+            run.history.extend(float(norm) for norm in history[:written - decided])
+            if decided:
+                reason = run.check(i, value)
+            elif why == RHO:
+                reason = _breakdown("(r, r~)", value)
+            elif why == DENOMINATOR:
+                reason = _breakdown("alpha's denominator", 0.0)
+            elif why in (STALLED_T, STALLED_S):
+                run.inside_done("z2", "w2", "v", "t")
+                what = ("(y, y)", value) if why == STALLED_T else ("omega", value)
+                return _stalled(run, i, float(state[1]), "p2", "q", what)
+            elif why == REPLACE:
+                reason = _replaced(run, i, state)
+    finally:
+        run.inside_done("z2", "w2", "v", "t")
+    return i, reason, 0
+
+
+def _replaced(run, i: int, state: np.ndarray):
+    """The end of iteration ``i`` of :func:`pipebicgstab` after the compiled iterations stopped for
+    its residual replacement (``state = [rho, rr, beta, omega, denominator]``): the replacement,
+    the norm test, the breakdown tests; ``state`` then holds the loop's ``[rho, alpha, beta,
+    omega]``. The reason to stop, or None."""
+    rho, rr, beta, omega, denominator = (float(value) for value in state[:5])
+    _pipebicgstab_replace(run)
+    reason = run.check(i, math.sqrt(max(rr, 0.0)))
+    if reason is None and (rho == 0.0 or denominator == 0.0):
+        reason = _breakdown("(r, r~)", rho) if rho == 0.0 else _breakdown("alpha's denominator", 0.0)
+    if reason is None:
+        state[:4] = (rho, rho / denominator, beta, omega)
+    return reason
 
 
 def _pipebicgstab_start(run) -> tuple[float, float]:
