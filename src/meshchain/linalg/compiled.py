@@ -1,5 +1,5 @@
-"""Krylov iterations inside one compiled call: CG, Chronopoulos/Gear CG and BiCGStab with an
-assembled matrix and a pointwise preconditioner.
+"""Krylov iterations inside one compiled call: CG, Chronopoulos/Gear CG, BiCGStab, pipelined
+BiCGStab and GMRES cycles with an assembled matrix and a pointwise preconditioner.
 
 Nothing between two CG iterations needs Python. :func:`cg_iterations` (one process) and
 :func:`cg_iterations_on_ranks` (several: the halo exchange of ``p`` and the two sums over
@@ -8,8 +8,10 @@ ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterati
 :func:`.krylov.cg1` (one sum per iteration), calling the very passes the Python loop calls (:mod:`.fused` and the
 CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
 order, so its iterates, residual norms and stopping iteration are the same bits;
-:func:`bicgstab_iterations` those of :func:`.nonsymmetric.bicgstab`, on one process and on
-several (its MPI calls by address, so it is cached on disk like the one-process functions). They stop
+:func:`bicgstab_iterations`, :func:`pipebicgstab_iterations` and :func:`gmres_cycle` those of
+:func:`.nonsymmetric.bicgstab`, :func:`.nonsymmetric.pipebicgstab` and one restart cycle of
+:func:`.nonsymmetric.gmres`, on one process and on several (their MPI calls by address, so they
+are cached on disk like the one-process functions). They stop
 at the first iteration whose outcome Python decides (a norm test that is met or fails, a
 non-positive curvature) or after ``len(history)`` iterations, and say which;
 :func:`.krylov.cg` turns that into the same reason the Python loop gives. A solve with a

@@ -16,6 +16,11 @@
   ``Iallreduce`` per iteration, each in flight while an operator and preconditioner are
   applied; the residual is recomputed every 100 iterations up to 1000, as PETSc does.
 
+With an assembled matrix, ``pc=None`` or ``"jacobi"`` and no monitor, ``gmres`` (a restart
+cycle per call), ``bicgstab`` and ``pipebicgstab`` run their iterations inside compiled calls
+(:mod:`.compiled`, on several ranks with MPI called from them), the same bits as these Python
+loops, which a monitor makes them run.
+
 BiCGStab's breakdowns (a zero ``(r, r~)``, ``(B A p, r~)`` or ``omega``) end a run with
 ``reason="breakdown: ..."``; :mod:`.recovery` restarts from the current ``x`` while that makes
 progress before reporting them. A zero new Hessenberg entry in GMRES is a happy breakdown:
