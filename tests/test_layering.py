@@ -10,6 +10,8 @@ cycle; and only the user-facing entry points reach the session through
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -353,3 +355,15 @@ def test_every_cache_is_registered():
                 if name not in ("meshchain.core.cache", "meshchain.api") and not name.startswith("meshchain.testing")
                 for where in module_level_caches(ast.parse(path.read_text(), str(path)))]
     assert not offences, "\n".join(offences)
+
+
+def test_importing_meshchain_does_not_start_mpi():
+    """``from mpi4py import MPI`` initialises MPI; the session chooses the thread level and the
+    progress mode first (``comm/world.py``), so the package, its solvers and the compiled
+    replay and iterations import mpi4py's MPI only when they run, never when imported."""
+    code = ("import sys\nimport meshchain, meshchain.linalg, meshchain.linalg.compiled, meshchain.engine.replay\n"
+            "import meshchain.backends.numba_replay, meshchain.comm.by_address\n"
+            "print('mpi4py.MPI' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -141,11 +141,13 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
-       rtol=st.sampled_from([1e-10, 1e-3]), method=st.sampled_from(["cg", "cg1", "bicgstab", "gmres", "pipebicgstab"]))
+       rtol=st.sampled_from([1e-10, 1e-3]),
+       method=st.sampled_from(["cg", "cg1", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
-    """``cg``, ``cg1``, ``bicgstab``, ``pipebicgstab`` and ``gmres`` (a cycle per call; restart 5
-    here, so that solves restart) run their iterations inside compiled calls (``linalg/compiled.py``; on
+    """``cg``, ``cg1``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
+    call; restart 5 here, so that solves restart) run their iterations inside compiled calls
+    (``linalg/compiled.py``; on
     several ranks with MPI called from them); a monitor makes them
     run the Python loop: iterates, norms, reason and counts are the same on every rank, for SPD
     and indefinite matrices, converged, stopped by maxiter, refused or broken down (Jacobi on
@@ -156,7 +158,7 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
     problem = Problem(mesh, dim=dim, seed=seed, shift=shift)
     seen, refusals = [], []
     outcomes = []
-    options = {"restart": 5} if method == "gmres" else {}
+    options = {"restart": 5} if method.endswith("gmres") else {}
     for monitor in (None, lambda i, norm: seen.append((i, norm))):
         try:
             outcomes.append(problem.solve(method, pc, rtol=rtol, maxiter=maxiter, monitor=monitor, **options))
@@ -227,15 +229,16 @@ def test_long_bicgstab_solves_run_inside_compiled_calls_in_several_parts(comm, m
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
 @pytest.mark.parametrize("restart", [4, 30])
-def test_gmres_cycles_inside_compiled_calls_equal_the_python_loop(comm, restart):
-    """GMRES runs each cycle as one compiled call (``gmres_cycle``): over many restarts, with and
-    without Jacobi, the iterates, norms and reductions of its Python loop (which a monitor makes
-    it run), bit for bit."""
+@pytest.mark.parametrize("method", ["gmres", "pipegmres"])
+def test_gmres_cycles_inside_compiled_calls_equal_the_python_loop(comm, restart, method):
+    """GMRES and p(1)-GMRES run each cycle as one compiled call (``gmres_cycle``,
+    ``pipegmres_cycle``): over many restarts, with and without Jacobi, the iterates, norms and
+    reductions of their Python loops (which a monitor makes them run), bit for bit."""
     mc.reset_runtime(comm=comm)
     problem = Problem(jittered_delaunay(40, seed=3), dim=2, seed=4)
     for pc in (None, "jacobi"):
-        inside, x_inside = problem.solve("gmres", pc, rtol=1e-10, restart=restart)
-        loop, x_loop = problem.solve("gmres", pc, rtol=1e-10, restart=restart, monitor=lambda i, norm: None)
+        inside, x_inside = problem.solve(method, pc, rtol=1e-10, restart=restart)
+        loop, x_loop = problem.solve(method, pc, rtol=1e-10, restart=restart, monitor=lambda i, norm: None)
         assert inside.converged and (restart > 4 or inside.iterations > 3 * restart), (pc, inside.iterations)
         assert inside.residual_history == loop.residual_history, pc
         assert (inside.iterations, inside.reductions) == (loop.iterations, loop.reductions), pc

@@ -38,13 +38,9 @@ import functools
 
 import numba
 import numpy as np
-from llvmlite import ir as _llvm
 from mpi4py import MPI
-from numba.core import types as _types
-from numba.extending import intrinsic
 
-__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows", "addresses",
-           "start_all", "wait_all", "clock", "sum_all", "start_sum", "wait_one", "start_exchange", "finish_exchange"]
+__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows", "addresses"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -154,108 +150,15 @@ class CompiledExchange:
         self._requests, self.requests = [], np.zeros(0, dtype=np.int32)
 
 
-# --- calls by address: compiled code that the disk cache can keep ---------------------------------
-#
-# The functions above call MPI through ``ctypes`` functions, whose addresses Numba writes
-# into the machine code: they are compiled in every process. The ones below take the
-# addresses as data (:func:`addresses`, one int64 array), so a function calling them can be
-# cached on disk like any other (a captured step's compiled replay,
-# :mod:`meshchain.backends.numba_replay`).
-
-
-def _as_int32(context, builder, value, kind):
-    return context.cast(builder, value, kind, _types.int32)
-
-
-def _as_pointer(context, builder, value, kind):
-    return builder.inttoptr(context.cast(builder, value, kind, _types.intp), _llvm.IntType(8).as_pointer())
-
-
-@intrinsic
-def _call_int_pointer(typingctx, address, number, pointer):
-    """``((int (*)(int, void *)) address)(number, pointer)``."""
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        function_type = _llvm.FunctionType(_llvm.IntType(32), [_llvm.IntType(32), _llvm.IntType(8).as_pointer()])
-        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
-        return builder.call(function, [_as_int32(context, builder, args[1], kinds[1]),
-                                       _as_pointer(context, builder, args[2], kinds[2])])
-
-    return _types.int32(address, number, pointer), codegen
-
-
-@intrinsic
-def _call_int_pointer_pointer(typingctx, address, number, first, second):
-    """``((int (*)(int, void *, void *)) address)(number, first, second)``."""
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        pointer = _llvm.IntType(8).as_pointer()
-        function_type = _llvm.FunctionType(_llvm.IntType(32), [_llvm.IntType(32), pointer, pointer])
-        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
-        return builder.call(function, [_as_int32(context, builder, args[1], kinds[1]),
-                                       _as_pointer(context, builder, args[2], kinds[2]),
-                                       _as_pointer(context, builder, args[3], kinds[3])])
-
-    return _types.int32(address, number, first, second), codegen
-
-
-@intrinsic
-def _call_allreduce(typingctx, address, send, receive, count, datatype, op, comm):
-    """``((int (*)(void *, void *, int, int, int, int)) address)(send, receive, count, datatype,
-    op, comm)``: ``MPI_Allreduce`` with handles that are C ints (MPICH's ABI)."""
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        pointer, i32 = _llvm.IntType(8).as_pointer(), _llvm.IntType(32)
-        function_type = _llvm.FunctionType(i32, [pointer, pointer, i32, i32, i32, i32])
-        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
-        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]),
-                                       _as_pointer(context, builder, args[2], kinds[2]),
-                                       *[_as_int32(context, builder, value, kind)
-                                         for value, kind in zip(args[3:], kinds[3:])]])
-
-    return _types.int32(address, send, receive, count, datatype, op, comm), codegen
-
-
-@intrinsic
-def _call_iallreduce(typingctx, address, send, receive, count, datatype, op, comm, request):
-    """``((int (*)(void *, void *, int, int, int, int, void *)) address)(...)``: ``MPI_Iallreduce``."""
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        pointer, i32 = _llvm.IntType(8).as_pointer(), _llvm.IntType(32)
-        function_type = _llvm.FunctionType(i32, [pointer, pointer, i32, i32, i32, i32, pointer])
-        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
-        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]),
-                                       _as_pointer(context, builder, args[2], kinds[2]),
-                                       *[_as_int32(context, builder, value, kind)
-                                         for value, kind in zip(args[3:7], kinds[3:7])],
-                                       _as_pointer(context, builder, args[7], kinds[7])])
-
-    return _types.int32(address, send, receive, count, datatype, op, comm, request), codegen
-
-
-@intrinsic
-def _call_pointer_pointer(typingctx, address, first, second):
-    """``((int (*)(void *, void *)) address)(first, second)``: ``MPI_Wait``."""
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        pointer = _llvm.IntType(8).as_pointer()
-        function_type = _llvm.FunctionType(_llvm.IntType(32), [pointer, pointer])
-        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
-        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]),
-                                       _as_pointer(context, builder, args[2], kinds[2])])
-
-    return _types.int32(address, first, second), codegen
-
-
-_CLOCK_MONOTONIC = 1  # Linux's clockid_t of CLOCK_MONOTONIC (what time.perf_counter reads)
+# --- the addresses of the calls by address (:mod:`.by_address`) -----------------------------------
 
 
 @functools.lru_cache(maxsize=None)
 def addresses() -> np.ndarray:
     """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce, MPI_Iallreduce, MPI_Wait]``'s
-    addresses in this process (int64), for :func:`start_all`, :func:`wait_all`, :func:`clock`,
-    :func:`sum_all`, :func:`start_sum` and :func:`wait_one`; None where :func:`available` is
-    False or the C library has no ``clock_gettime``."""
+    addresses in this process (int64), for the calls by address of :mod:`.by_address`
+    (``start_all``, ``wait_all``, ``clock``, ``sum_all``, ``start_sum``, ``wait_one``); None where
+    :func:`available` is False or the C library has no ``clock_gettime``."""
     library = _library()
     if library is None:
         return None
@@ -268,65 +171,3 @@ def addresses() -> np.ndarray:
     found = np.array([ctypes.cast(function, ctypes.c_void_p).value for function in functions], dtype=np.int64)
     found.flags.writeable = False
     return found
-
-
-@numba.njit(cache=True, nogil=True)
-def start_all(functions, requests):
-    """``MPI_Startall`` of ``requests`` (C handles); ``functions``: :func:`addresses`. The MPI error code."""
-    if len(requests) == 0:
-        return 0
-    return _call_int_pointer(functions[0], len(requests), requests.ctypes.data)
-
-
-@numba.njit(cache=True, nogil=True)
-def wait_all(functions, requests, statuses):
-    """``MPI_Waitall`` of ``requests`` (statuses into ``statuses``); the MPI error code."""
-    if len(requests) == 0:
-        return 0
-    return _call_int_pointer_pointer(functions[1], len(requests), requests.ctypes.data, statuses.ctypes.data)
-
-
-@numba.njit(cache=True, nogil=True)
-def clock(functions, scratch):
-    """Seconds on the clock ``time.perf_counter`` reads (CLOCK_MONOTONIC); ``scratch``: two int64."""
-    _call_int_pointer(functions[2], _CLOCK_MONOTONIC, scratch.ctypes.data)
-    return scratch[0] + 1.0e-9 * scratch[1]
-
-
-@numba.njit(cache=True, nogil=True)
-def sum_all(functions, values, out, handles):
-    """``out = sum over ranks of values`` (float64, contiguous; collective), as :func:`sum_over_ranks`
-    but by address (``functions``: :func:`addresses`): the MPI error code."""
-    return _call_allreduce(functions[3], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
-                           handles[0])
-
-
-@numba.njit(cache=True, nogil=True)
-def start_exchange(functions, x, rows, send, requests):
-    """:func:`start_rows` by address: pack ``x[rows]`` into ``send``, start ``requests``."""
-    for k in range(len(rows)):
-        send[k] = x[rows[k]]
-    return start_all(functions, requests)
-
-
-@numba.njit(cache=True, nogil=True)
-def finish_exchange(functions, x, rows, receive, requests, statuses):
-    """:func:`finish_rows` by address: wait for ``requests``, unpack ``receive`` into ``x[rows]``."""
-    error = wait_all(functions, requests, statuses)
-    for k in range(len(rows)):
-        x[rows[k]] = receive[k]
-    return error
-
-
-@numba.njit(cache=True, nogil=True)
-def start_sum(functions, values, out, handles, request):
-    """``MPI_Iallreduce``: start ``out = sum over ranks of values`` (float64, contiguous;
-    collective), its request into ``request`` (one C int) for :func:`wait_one`; the MPI error code."""
-    return _call_iallreduce(functions[4], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
-                            handles[0], request.ctypes.data)
-
-
-@numba.njit(cache=True, nogil=True)
-def wait_one(functions, request, status):
-    """``MPI_Wait`` for ``request`` (one C int; ``status``: room for an ``MPI_Status``); the MPI error code."""
-    return _call_pointer_pointer(functions[5], request.ctypes.data, status.ctypes.data)

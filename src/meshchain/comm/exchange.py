@@ -255,8 +255,8 @@ class HaloExchange:
     def compiled_parts(self):
         """What compiled code needs to run this exchange forward itself: ``(send buffer, word
         views, send table, receive buffer, receive table, request handles, statuses)``, for
-        :func:`~meshchain.comm.packing.pack`, :func:`~meshchain.comm.compiled.start_all`,
-        :func:`~meshchain.comm.compiled.wait_all` and :func:`~meshchain.comm.packing.unpack`
+        :func:`~meshchain.comm.packing.pack`, :func:`~meshchain.comm.by_address.start_all`,
+        :func:`~meshchain.comm.by_address.wait_all` and :func:`~meshchain.comm.packing.unpack`
         (the same calls in the same order as :meth:`begin` and :meth:`end`). None where that
         cannot be: a transport other than ``"persistent"``, rows staged through a device, a run
         in flight. Valid until :meth:`rebind` (new views) or :meth:`close`."""

@@ -49,7 +49,6 @@ import warnings
 import numpy as np
 
 from ..comm.agree import abort_all
-from ..comm.compiled import addresses
 from ..core.errors import InternalError, MeshchainWarning
 
 __all__ = ["CompiledReplay", "COMPILE_AFTER"]
@@ -75,6 +74,8 @@ class CompiledReplay:
     def make(cls, plan, *, backend, report):
         """The compiled replay of ``plan``, or None where it cannot be had (see the module
         docstring). ``report(seconds, compiled, cache_hits)``: told of the compile."""
+        from ..comm.compiled import addresses  # mpi4py: never imported before the session starts MPI
+
         if not _eligible(plan) or addresses() is None:
             return None
         parts = [exchange.compiled_parts() for exchange in _exchanges(plan)]

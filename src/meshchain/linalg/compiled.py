@@ -42,11 +42,11 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
-from ..comm.compiled import finish_exchange, start_exchange, start_sum, sum_all, wait_one
+from ..comm.by_address import finish_exchange, start_exchange, start_sum, sum_all, wait_one
 from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
-           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
+           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -268,7 +268,7 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
     full (``state`` holds the loop's state). On several ranks (``distributed``) the operator's
     input (``p_all``, ``s_all``: ``p`` and ``s`` with their halo rows) is exchanged through
     ``exchange`` (``send_at, send, receive_at, receive, requests, statuses``) and the sums go
-    through ``MPI_Allreduce``, by address (``functions``, ``handles``: :mod:`meshchain.comm.compiled`)."""
+    through ``MPI_Allreduce``, by address (``functions``, ``handles``: :mod:`meshchain.comm.by_address`)."""
     rho, rho_old, alpha, omega_old = state[0], state[1], state[2], state[3]
     one, two, out = np.zeros(1), np.zeros(2), np.zeros(2)
     done = 0
@@ -572,3 +572,121 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         alpha = rho / denominator
         state[0], state[1], state[2], state[3] = rho, alpha, beta, omega
     return i, GOING, 0.0, done, len(history)
+
+
+# --- p(1)-GMRES ---------------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _rotated(column, n, g, j, cosines, sines, rotated, columns):
+    """Add Hessenberg column ``column[:n]`` (``n = j + 2`` entries) to the Givens-rotated
+    least-squares problem ``(g, cosines, sines, columns)`` of :class:`.nonsymmetric._LeastSquares`;
+    returns the residual estimate ``|g[j + 1]|``."""
+    for k in range(n):
+        rotated[k] = column[k]
+    for k in range(j):
+        c, s = cosines[k], sines[k]
+        rotated[k], rotated[k + 1] = c * rotated[k] + s * rotated[k + 1], -s * rotated[k] + c * rotated[k + 1]
+    delta = givens_norm(rotated[j], rotated[j + 1])
+    if delta > 0.0:
+        c, s = rotated[j] / delta, rotated[j + 1] / delta
+    else:
+        c, s = 1.0, 0.0
+    cosines[j], sines[j] = c, s
+    rotated[j] = c * rotated[j] + s * rotated[j + 1]
+    g[j + 1] = -s * g[j]
+    g[j] = c * g[j]
+    for k in range(j + 1):
+        columns[k, j] = rotated[k]
+    return abs(g[j + 1])
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _corrected(basis, x, g, columns, added):
+    """``x += sum_k y_k v_k`` with ``R y = g`` over the ``added`` columns (back substitution; a
+    zero pivot gives a zero entry), as :meth:`.nonsymmetric._LeastSquares.solution` and
+    :func:`.nonsymmetric._add_basis`."""
+    y = np.zeros(max(added, 1))
+    for k in range(added - 1, -1, -1):
+        accumulated = 0.0
+        for j in range(k + 1, added):
+            accumulated += columns[k, j] * y[j]
+        pivot = columns[k, k]
+        y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
+    _maxpy_first(y, basis, added, x)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, dinv, beta, target, dtol, i, maxiter,
+                    history, distributed, exchange, functions, handles):
+    """One cycle of :func:`.nonsymmetric.pipegmres` (p(1)-GMRES, left preconditioning, a
+    pointwise ``dinv``) from the normalised ``basis[0]``, as :func:`gmres_cycle` is one of GMRES
+    (``basis``: ``restart + 2`` slots; each step's ``MPI_Iallreduce`` in flight while the next
+    operator and preconditioner are applied, as in the Python loop): ``(iteration, why, value,
+    reductions, norms written to history)`` after ``x`` took the cycle's correction."""
+    m = len(basis) - 2
+    g = np.zeros(m + 2)
+    g[0] = beta
+    columns, cosines, sines = np.zeros((m + 1, m + 1)), np.zeros(m + 1), np.zeros(m + 1)
+    hessenberg = np.zeros((m + 2, m + 2))  # unrotated column k in hessenberg[k, :k + 2]
+    column, rotated, coefficients = np.zeros(m + 3), np.zeros(m + 3), np.zeros(m + 3)
+    mine, sums, scratch = np.zeros(m + 3), np.zeros(m + 3), np.zeros(m + 6)
+    request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
+    done, why, value, added, count = 0, GOING, 0.0, 0, 0
+    for t in range(m + 2):
+        error = 0
+        if t <= m:
+            error = _product(distributed, functions, handles, indptr, split, indices, values, halo, basis[t],
+                             basis_all[t], w, exchange)
+            scale(dinv, w, basis[t + 1])
+        if t > 0:
+            error = error or _waited(distributed, functions, request, status)
+            if error:
+                return i, COMMUNICATION, float(error), done, added
+            for k in range(t):
+                column[k] = sums[count - t + k]
+        if t > 1:
+            norm = math.sqrt(max(sums[0], 0.0))
+            hessenberg[t - 2, t - 1] = norm
+            j = t - 2
+            happy = norm == 0.0 or (g[j] != 0.0 and norm < min(abs(norm / g[j]), HAPPY_TOLERANCE))
+            estimate = _rotated(hessenberg[j], j + 2, g, j, cosines, sines, rotated, columns)
+            added = j + 1
+            i += 1
+            tested = 0.0 if happy else estimate
+            history[j] = tested
+            if not math.isfinite(tested) or tested <= target or tested > dtol or i >= maxiter:
+                why, value = NORM, tested
+                break
+            if happy or t == m + 1:
+                break
+            for slot in (t - 1, t, t + 1):
+                scal(1.0 / norm, basis[slot])
+            for k in range(t):
+                column[k] /= norm
+            column[t - 1] /= norm
+        if t > 0:
+            for k in range(t):
+                coefficients[k] = 0.0
+            for k in range(t - 1):
+                for l_index in range(k + 2):
+                    coefficients[l_index] -= column[k] * hessenberg[k, l_index]
+            coefficients[t] = -column[t - 1]
+            _maxpy_first(coefficients, basis, t + 1, basis[t + 1])
+            for k in range(t):
+                coefficients[k] = -column[k]
+            _maxpy_first(coefficients, basis, t, basis[t])
+            for k in range(t):
+                hessenberg[t - 1, k] = column[k]
+            mine[0] = dot(basis[t], basis[t])
+            _mdot_first(basis, t + 1, basis[t + 1], scratch, mine[1:])
+            count = t + 2
+        else:
+            mine[0] = dot(basis[1], basis[0])
+            count = 1
+        error = _started(distributed, functions, handles, mine[:count], sums[:count], request)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, added
+    _corrected(basis, x, g, columns, added)
+    return i, why, value, done, added

@@ -16,10 +16,10 @@
   ``Iallreduce`` per iteration, each in flight while an operator and preconditioner are
   applied; the residual is recomputed every 100 iterations up to 1000, as PETSc does.
 
-With an assembled matrix, ``pc=None`` or ``"jacobi"`` and no monitor, ``gmres`` (a restart
-cycle per call), ``bicgstab`` and ``pipebicgstab`` run their iterations inside compiled calls
-(:mod:`.compiled`, on several ranks with MPI called from them), the same bits as these Python
-loops, which a monitor makes them run.
+With an assembled matrix, ``pc=None`` or ``"jacobi"`` and no monitor, ``gmres`` and
+``pipegmres`` (a restart cycle per call), ``bicgstab`` and ``pipebicgstab`` run their iterations
+inside compiled calls (:mod:`.compiled`, on several ranks with MPI called from them), the same
+bits as these Python loops, which a monitor makes them run.
 
 BiCGStab's breakdowns (a zero ``(r, r~)``, ``(B A p, r~)`` or ``omega``) end a run with
 ``reason="breakdown: ..."``; :mod:`.recovery` restarts from the current ``x`` while that makes
@@ -48,7 +48,7 @@ import math
 import numpy as np
 
 from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, REPLACE, RHO, STALLED_S, STALLED_T,
-                       bicgstab_iterations, givens_norm, gmres_cycle, pipebicgstab_iterations)
+                       bicgstab_iterations, givens_norm, gmres_cycle, pipebicgstab_iterations, pipegmres_cycle)
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
@@ -178,22 +178,28 @@ def _restarted(run, cycle, slots: int):
 def gmres(run):
     """Restarted, left-preconditioned GMRES with classical Gram-Schmidt refined if needed
     (PETSc's KSPGMRES with ``-ksp_gmres_cgs_refinement_type refine_ifneeded``); each cycle one
-    compiled call where the iterations can run inside one (:func:`_gmres_cycle_inside`)."""
+    compiled call where the iterations can run inside one (:func:`_restarted_inside`)."""
     if run.inside is None:
         return _restarted(run, _gmres_cycle, 1)
+    return _restarted_inside(run, gmres_cycle, 1)
+
+
+def _restarted_inside(run, cycle, slots: int):
+    """:func:`_restarted` with each cycle one call of ``cycle`` (:func:`.compiled.gmres_cycle`
+    or :func:`.compiled.pipegmres_cycle`: an assembled matrix, a pointwise preconditioner)."""
     try:
-        return _restarted(run, _gmres_cycle_inside, 1)
+        return _restarted(run, lambda run, basis, beta, i: _cycle_inside(cycle, run, basis, beta, i), slots)
     finally:
-        run.inside_done(*[f"v{k}" for k in range(run.restart_length + 1)], "w")
+        run.inside_done(*[f"v{k}" for k in range(run.restart_length + slots)], "w")
 
 
-def _gmres_cycle_inside(run, basis, beta: float, i: int):
-    """:func:`_gmres_cycle` as one call of :func:`.compiled.gmres_cycle` (an assembled matrix, a
-    pointwise preconditioner): the same bits, norms, counts and reasons."""
+def _cycle_inside(cycle, run, basis, beta: float, i: int):
+    """One GMRES or p(1)-GMRES cycle as one call of the compiled ``cycle``: the same bits, norms,
+    counts and reasons as :func:`_gmres_cycle` or :func:`_pipegmres_cycle`."""
     v = run.v
-    distributed, multiplied, exchange, functions, handles = run.inside_halos(tuple(basis[:-1]))
+    distributed, multiplied, exchange, functions, handles = run.inside_halos(tuple(basis[:run.restart_length + 1]))
     history = np.empty(run.restart_length)
-    i, why, value, reductions, written = gmres_cycle(
+    i, why, value, reductions, written = cycle(
         *run.inside, v["x"], v["w"], tuple(v[name] for name in basis), multiplied, run.pc.dinv, beta, run.target,
         run.divergence_limit(), i, run.maxiter, history, distributed, exchange, functions, handles)
     if why == COMMUNICATION:
@@ -230,7 +236,9 @@ def pipegmres(run):
     v_{j-1}`` is orthogonalised one iteration late, its dots and norm summed in one
     ``Iallreduce`` that is in flight while ``z_{j+1} = B A z_j`` is computed; the shifted
     basis is corrected with the Hessenberg entries once they arrive."""
-    return _restarted(run, _pipegmres_cycle, 2)
+    if run.inside is None:
+        return _restarted(run, _pipegmres_cycle, 2)
+    return _restarted_inside(run, pipegmres_cycle, 2)
 
 
 def _pipegmres_cycle(run, basis, beta: float, i: int):
