@@ -383,6 +383,45 @@ def _norm(distributed, functions, handles, new, one, total):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _rotated(column, n, g, j, cosines, sines, rotated, columns):
+    """Add Hessenberg column ``column[:n]`` (``n = j + 2`` entries) to the Givens-rotated
+    least-squares problem ``(g, cosines, sines, columns)`` of :class:`.nonsymmetric._LeastSquares`;
+    returns the residual estimate ``|g[j + 1]|``."""
+    for k in range(n):
+        rotated[k] = column[k]
+    for k in range(j):
+        c, s = cosines[k], sines[k]
+        rotated[k], rotated[k + 1] = c * rotated[k] + s * rotated[k + 1], -s * rotated[k] + c * rotated[k + 1]
+    delta = givens_norm(rotated[j], rotated[j + 1])
+    if delta > 0.0:
+        c, s = rotated[j] / delta, rotated[j + 1] / delta
+    else:
+        c, s = 1.0, 0.0
+    cosines[j], sines[j] = c, s
+    rotated[j] = c * rotated[j] + s * rotated[j + 1]
+    g[j + 1] = -s * g[j]
+    g[j] = c * g[j]
+    for k in range(j + 1):
+        columns[k, j] = rotated[k]
+    return abs(g[j + 1])
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _corrected(basis, x, g, columns, added):
+    """``x += sum_k y_k v_k`` with ``R y = g`` over the ``added`` columns (back substitution; a
+    zero pivot gives a zero entry), as :meth:`.nonsymmetric._LeastSquares.solution` and
+    :func:`.nonsymmetric._add_basis`."""
+    y = np.zeros(max(added, 1))
+    for k in range(added - 1, -1, -1):
+        accumulated = 0.0
+        for j in range(k + 1, added):
+            accumulated += columns[k, j] * y[j]
+        pivot = columns[k, k]
+        y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
+    _maxpy_first(y, basis, added, x)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, dinv, beta, target, dtol, i, maxiter,
                 history, distributed, exchange, functions, handles):
     """One cycle of :func:`.nonsymmetric.gmres` (restarted, left-preconditioned GMRES, classical
@@ -399,7 +438,8 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
     g = np.zeros(m + 1)
     g[0] = beta
     columns, cosines, sines = np.zeros((m, m)), np.zeros(m), np.zeros(m)
-    sums, mine, h, again, column = np.zeros(m + 4), np.zeros(m + 1), np.zeros(m + 1), np.zeros(m + 1), np.zeros(m + 1)
+    sums, mine, h, again = np.zeros(m + 4), np.zeros(m + 1), np.zeros(m + 1), np.zeros(m + 1)
+    column, rotated = np.zeros(m + 1), np.zeros(m + 1)
     one, total = np.zeros(1), np.zeros(1)
     done, why, value, added = 0, GOING, 0.0, 0
     for j in range(m):
@@ -427,23 +467,10 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
         for k in range(n):
             column[k] = h[k]
         column[n] = left
-        for k in range(j):
-            c, s = cosines[k], sines[k]
-            column[k], column[k + 1] = c * column[k] + s * column[k + 1], -s * column[k] + c * column[k + 1]
-        delta = givens_norm(column[j], column[j + 1])
-        if delta > 0.0:
-            c, s = column[j] / delta, column[j + 1] / delta
-        else:
-            c, s = 1.0, 0.0
-        cosines[j], sines[j] = c, s
-        column[j] = c * column[j] + s * column[j + 1]
-        g[j + 1] = -s * g[j]
-        g[j] = c * g[j]
-        for k in range(n):
-            columns[k, j] = column[k]
+        estimate = _rotated(column, n + 1, g, j, cosines, sines, rotated, columns)
         added = n
         i += 1
-        norm = 0.0 if happy else abs(g[j + 1])
+        norm = 0.0 if happy else estimate
         history[j] = norm
         if not math.isfinite(norm) or norm <= target or norm > dtol or i >= maxiter:
             why, value = NORM, norm
@@ -451,14 +478,7 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
         if happy:  # pragma: no cover - a happy breakdown's 0 always meets the target
             break
         scal(1.0 / left, new)
-    y = np.zeros(max(added, 1))
-    for k in range(added - 1, -1, -1):
-        accumulated = 0.0
-        for j in range(k + 1, added):
-            accumulated += columns[k, j] * y[j]
-        pivot = columns[k, k]
-        y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
-    _maxpy_first(y, basis, added, x)
+    _corrected(basis, x, g, columns, added)
     return i, why, value, done, added
 
 
@@ -575,45 +595,6 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
 
 
 # --- p(1)-GMRES ---------------------------------------------------------------------------------------
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _rotated(column, n, g, j, cosines, sines, rotated, columns):
-    """Add Hessenberg column ``column[:n]`` (``n = j + 2`` entries) to the Givens-rotated
-    least-squares problem ``(g, cosines, sines, columns)`` of :class:`.nonsymmetric._LeastSquares`;
-    returns the residual estimate ``|g[j + 1]|``."""
-    for k in range(n):
-        rotated[k] = column[k]
-    for k in range(j):
-        c, s = cosines[k], sines[k]
-        rotated[k], rotated[k + 1] = c * rotated[k] + s * rotated[k + 1], -s * rotated[k] + c * rotated[k + 1]
-    delta = givens_norm(rotated[j], rotated[j + 1])
-    if delta > 0.0:
-        c, s = rotated[j] / delta, rotated[j + 1] / delta
-    else:
-        c, s = 1.0, 0.0
-    cosines[j], sines[j] = c, s
-    rotated[j] = c * rotated[j] + s * rotated[j + 1]
-    g[j + 1] = -s * g[j]
-    g[j] = c * g[j]
-    for k in range(j + 1):
-        columns[k, j] = rotated[k]
-    return abs(g[j + 1])
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _corrected(basis, x, g, columns, added):
-    """``x += sum_k y_k v_k`` with ``R y = g`` over the ``added`` columns (back substitution; a
-    zero pivot gives a zero entry), as :meth:`.nonsymmetric._LeastSquares.solution` and
-    :func:`.nonsymmetric._add_basis`."""
-    y = np.zeros(max(added, 1))
-    for k in range(added - 1, -1, -1):
-        accumulated = 0.0
-        for j in range(k + 1, added):
-            accumulated += columns[k, j] * y[j]
-        pivot = columns[k, k]
-        y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
-    _maxpy_first(y, basis, added, x)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
