@@ -448,21 +448,25 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
                          w, exchange)
         scale(dinv, w, new)
         error = error or _project_out(distributed, functions, handles, basis, n, new, sums, mine, h)
-        left, code = _norm(distributed, functions, handles, new, one, total)
-        error = error or code
+        if error:  # no further collective on this rank: the job is aborted
+            return i, COMMUNICATION, float(error), done + 1, added
+        left, error = _norm(distributed, functions, handles, new, one, total)
         done += 2
+        if error:
+            return i, COMMUNICATION, float(error), done, added
         squares = 0.0
         for k in range(n):
             squares += h[k] * h[k]
         if left < math.sqrt(squares):
-            error = error or _project_out(distributed, functions, handles, basis, n, new, sums, mine, again)
+            error = _project_out(distributed, functions, handles, basis, n, new, sums, mine, again)
+            if error:
+                return i, COMMUNICATION, float(error), done + 1, added
             for k in range(n):
                 h[k] = h[k] + again[k]
-            left, code = _norm(distributed, functions, handles, new, one, total)
-            error = error or code
+            left, error = _norm(distributed, functions, handles, new, one, total)
             done += 2
-        if error:
-            return i, COMMUNICATION, float(error), done, j
+            if error:
+                return i, COMMUNICATION, float(error), done, added
         happy = left == 0.0 or (g[j] != 0.0 and left < min(abs(left / g[j]), HAPPY_TOLERANCE))
         for k in range(n):
             column[k] = h[k]
@@ -513,6 +517,18 @@ def _apply_ba(distributed, functions, handles, indptr, split, indices, values, h
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _overlapped(distributed, functions, handles, mine, total, request, status, indptr, split, indices, values, halo,
+                dinv, source, preconditioned, preconditioned_all, target, exchange):
+    """Start ``total = mine`` summed over ranks, apply ``B`` then ``A`` (:func:`_apply_ba`) while
+    it travels, wait for it: the first MPI error code (a sum started is always waited for)."""
+    error = _started(distributed, functions, handles, mine, total, request)
+    product = _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, source,
+                        preconditioned, preconditioned_all, target, exchange) if error == 0 else 0
+    waited = _waited(distributed, functions, request, status) if error == 0 else 0
+    return error or product or waited
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, w, w2, t, p2, s, s2, z, z2, v, q, q2, y,
                             dinv, state, target, dtol, i, maxiter, history, distributed, z2_all, w2_all, exchange,
                             functions, handles):
@@ -546,10 +562,8 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         waxpy(q2, -alpha, s2, r2)
         waxpy(y, -alpha, z, w)
         two[0], two[1] = dot(q, y), dot(y, y)
-        error = _started(distributed, functions, handles, two, sums2, request)
-        error = error or _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, z, z2,
-                                   z2_all, v, exchange)
-        error = error or _waited(distributed, functions, request, status)
+        error = _overlapped(distributed, functions, handles, two, sums2, request, status, indptr, split, indices,
+                            values, halo, dinv, z, z2, z2_all, v, exchange)
         done += 1
         if error:
             return i, COMMUNICATION, float(error), done, k
@@ -567,10 +581,8 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         waxpy(w, -alpha, v, t)
         waxpy(w, -omega, w, y)
         five[0], five[1], five[2], five[3], five[4] = dot(r, r), dot(r, rp), dot(s, rp), dot(w, rp), dot(z, rp)
-        error = _started(distributed, functions, handles, five, sums5, request)
-        error = error or _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, w, w2,
-                                   w2_all, t, exchange)
-        error = error or _waited(distributed, functions, request, status)
+        error = _overlapped(distributed, functions, handles, five, sums5, request, status, indptr, split, indices,
+                            values, halo, dinv, w, w2, w2_all, t, exchange)
         done += 1
         if error:
             return i, COMMUNICATION, float(error), done, k
@@ -621,9 +633,11 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all
                              basis_all[t], w, exchange)
             scale(dinv, w, basis[t + 1])
         if t > 0:
-            error = error or _waited(distributed, functions, request, status)
-            if error:
-                return i, COMMUNICATION, float(error), done, added
+            waited = _waited(distributed, functions, request, status)  # a sum started is always waited for
+            error = error or waited
+        if error:
+            return i, COMMUNICATION, float(error), done, added
+        if t > 0:
             for k in range(t):
                 column[k] = sums[count - t + k]
         if t > 1:

@@ -114,7 +114,10 @@ class _LeastSquares:
         n = len(self.columns)
         y = [0.0] * n
         for k in range(n - 1, -1, -1):
-            total = self.g[k] - sum(self.columns[j][k] * y[j] for j in range(k + 1, n))
+            accumulated = 0.0  # term by term, as the compiled cycles (Python 3.12's sum() compensates)
+            for j in range(k + 1, n):
+                accumulated += self.columns[j][k] * y[j]
+            total = self.g[k] - accumulated
             pivot = self.columns[k][k]
             y[k] = total / pivot if pivot != 0.0 else 0.0
         return y
@@ -149,7 +152,10 @@ def _orthogonalise(run, basis, j: int) -> tuple[list, float]:
     ``h_{0..j}`` and ``||v_{j+1}||``."""
     h = _project_out(run, basis, j)
     left = _norm(run, basis[j + 1])
-    if left < math.sqrt(float(sum(c * c for c in h))):
+    squares = 0.0  # term by term, as the compiled cycle (Python 3.12's sum() compensates)
+    for c in h:
+        squares += c * c
+    if left < math.sqrt(float(squares)):
         h = h + _project_out(run, basis, j)
         left = _norm(run, basis[j + 1])
     return [float(c) for c in h], left

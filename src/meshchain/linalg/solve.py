@@ -83,7 +83,7 @@ class SolveRun:
         matrix, a pointwise preconditioner, no monitor, and on several ranks an MPI library
         compiled code can call (:func:`meshchain.comm.compiled.available`); else None."""
         pattern = getattr(operator, "pattern", None)
-        if pattern is None or monitor is not None or not pc.pointwise or pattern.n_rows * operator.dim != n:
+        if pattern is None or monitor is not None or not pc.pointwise or pattern.n_rows != n:  # n_rows: scalar rows
             return None
         if engine.distributed:
             from ..comm.compiled import available
@@ -116,12 +116,12 @@ class SolveRun:
         halo rows, exchange, functions, handles)`` for the operator's inputs ``sources`` (names);
         on one process the vectors themselves and empty arrays. The exchange is made at the
         first call and kept until :meth:`inside_done`."""
-        from ..comm.compiled import CompiledExchange, addresses, handles
-
         if not self.engine.distributed:
             empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
                      np.zeros(1, np.uint8))
             return False, tuple(self.v[name] for name in sources), empty, np.zeros(4, np.int64), np.zeros(3, np.int64)
+        from ..comm.compiled import CompiledExchange, addresses, handles  # mpi4py: only on several ranks
+
         if self._exchange is None:
             exports, imports = self.operator.halo_rows()
             tag = self.storages[sources[0]].tag
