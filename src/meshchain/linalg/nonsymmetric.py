@@ -199,21 +199,30 @@ def _restarted_inside(run, cycle, slots: int):
         run.inside_done(*[f"v{k}" for k in range(run.restart_length + slots)], "w")
 
 
-def _cycle_inside(cycle, run, basis, beta: float, i: int):
-    """One GMRES or p(1)-GMRES cycle as one call of the compiled ``cycle``: the same bits, norms,
-    counts and reasons as :func:`_gmres_cycle` or :func:`_pipegmres_cycle`."""
-    v = run.v
-    distributed, multiplied, exchange, functions, handles = run.inside_halos(tuple(basis[:run.restart_length + 1]))
-    history = np.empty(run.restart_length)
-    i, why, value, reductions, written = cycle(
-        *run.inside, v["x"], v["w"], tuple(v[name] for name in basis), multiplied, run.pc.dinv, beta, run.target,
-        run.divergence_limit(), i, run.maxiter, history, distributed, exchange, functions, handles)
+def _called_inside(run, iterate, before, state, i: int, history, after):
+    """One call of compiled iterations (:mod:`.compiled`): ``iterate(*run.inside, *before, dinv,
+    state, target, dtol, i, maxiter, history, *after)``, its reductions counted, its undecided
+    norms recorded, a failed MPI call reported (the job ends). Returns ``(i, why, value,
+    reason)``; ``reason``: :meth:`SolveRun.check`'s, where a norm decided (:data:`.compiled.NORM`)."""
+    i, why, value, reductions, written = iterate(*run.inside, *before, run.pc.dinv, state, run.target,
+                                                 run.divergence_limit(), i, run.maxiter, history, *after)
     if why == COMMUNICATION:
         run.communication_failed(int(value))
     run.reductions += reductions
     decided = why == NORM  # its norm is recorded by run.check below
     run.history.extend(float(norm) for norm in history[:written - decided])
-    return i, (run.check(i, value) if decided else None)
+    return i, why, value, (run.check(i, value) if decided else None)
+
+
+def _cycle_inside(cycle, run, basis, beta: float, i: int):
+    """One GMRES or p(1)-GMRES cycle as one call of the compiled ``cycle``: the same bits, norms,
+    counts and reasons as :func:`_gmres_cycle` or :func:`_pipegmres_cycle`."""
+    v = run.v
+    distributed, multiplied, exchange, functions, handles = run.inside_halos(tuple(basis[:run.restart_length + 1]))
+    before = (v["x"], v["w"], tuple(v[name] for name in basis), multiplied)
+    i, _, _, reason = _called_inside(run, cycle, before, beta, i, np.empty(run.restart_length),
+                                     (distributed, exchange, functions, handles))
+    return i, reason
 
 
 def _gmres_cycle(run, basis, beta: float, i: int):
@@ -381,19 +390,11 @@ def _bicgstab_inside(run, i: int, state: np.ndarray):
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
     distributed, (p_all, s_all), exchange, functions, handles = run.inside_halos(("p", "s"))
     vectors = [v[name] for name in ("x", "r", "rp", "p", "v", "s", "t", "z")]
+    after = (distributed, p_all, s_all, exchange, functions, handles)
     try:
         while reason is None:
-            i, why, value, reductions, written = bicgstab_iterations(
-                *run.inside, *vectors, run.pc.dinv, state, run.target, run.divergence_limit(), i, run.maxiter,
-                history, distributed, p_all, s_all, exchange, functions, handles)
-            if why == COMMUNICATION:
-                run.communication_failed(int(value))
-            run.reductions += reductions
-            decided = why == NORM  # its norm is recorded by run.check below
-            run.history.extend(float(norm) for norm in history[:written - decided])
-            if decided:
-                reason = run.check(i, value)
-            elif why == RHO:
+            i, why, value, reason = _called_inside(run, bicgstab_iterations, vectors, state, i, history, after)
+            if why == RHO:
                 reason = _breakdown("(r, r~)", value)
             elif why == DENOMINATOR:
                 reason = _breakdown("(B A p, r~)", value)
@@ -468,19 +469,11 @@ def _pipebicgstab_inside(run, i: int, state: np.ndarray):
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
     distributed, (z2_all, w2_all), exchange, functions, handles = run.inside_halos(("z2", "w2"))
     vectors = [v[name] for name in _PIPEBICGSTAB_VECTORS]
+    after = (distributed, z2_all, w2_all, exchange, functions, handles)
     try:
         while reason is None:
-            i, why, value, reductions, written = pipebicgstab_iterations(
-                *run.inside, *vectors, run.pc.dinv, state, run.target, run.divergence_limit(), i, run.maxiter,
-                history, distributed, z2_all, w2_all, exchange, functions, handles)
-            if why == COMMUNICATION:
-                run.communication_failed(int(value))
-            run.reductions += reductions
-            decided = why == NORM  # its norm is recorded by run.check below
-            run.history.extend(float(norm) for norm in history[:written - decided])
-            if decided:
-                reason = run.check(i, value)
-            elif why == RHO:
+            i, why, value, reason = _called_inside(run, pipebicgstab_iterations, vectors, state, i, history, after)
+            if why == RHO:
                 reason = _breakdown("(r, r~)", value)
             elif why == DENOMINATOR:
                 reason = _breakdown("alpha's denominator", 0.0)
