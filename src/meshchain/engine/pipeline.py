@@ -123,24 +123,20 @@ class Pipeline:
         plan.run()
 
     def run_again(self, unit, last) -> bool:
-        """Replay ``unit`` as ``last``, the ``(plan, state)`` of its previous replay's compiled run (the
-        plan weakly held: a capture does not keep a dropped plan alive)
-        (:meth:`run_unit`), when nothing that picks the plan changed: the same objects bound, the
-        same halo state, kernels unchanged, and the plan can still run compiled (not closed, no
-        profiler, no hang diagnostics). False: nothing ran (then :meth:`run_unit` it)."""
+        """Replay ``unit`` as ``last``, the ``(weak reference to the plan, state)`` of its previous
+        replay's compiled run (:meth:`run_unit`; a capture does not keep a dropped plan alive), when
+        nothing that picks the plan changed: the same objects bound, the same halo state, kernels
+        unchanged; the plan then runs compiled where it still can
+        (:meth:`~meshchain.engine.plans.Plan.run_compiled`). False: nothing ran (then
+        :meth:`run_unit` it)."""
         plan, state = last[0](), last[1]
-        compiled = plan is not None and plan.compiled
-        if (not compiled or plan.binding.records is not unit.records or unit.state() != state
-                or (plan.kernels and not plan.current()) or plan.watched()):
+        if (plan is None or not plan.compiled or plan.binding.records is not unit.records or unit.state() != state
+                or (plan.kernels and not plan.current())):
             return False
         self.sequence += 1
-        account = plan.account
-        account.sequence = self.sequence
-        began = _clock()
-        compiled.run()
-        account.runs += 1
-        if plan.chain:
-            account.total += _clock() - began
+        plan.account.sequence = self.sequence
+        if not plan.run_compiled():
+            return False
         self.plans.hits += 1
         return True
 

@@ -255,11 +255,6 @@ class Plan:
             account.total += _clock() - began
         return True
 
-    def watched(self) -> bool:
-        """Whether a profiler or hang diagnostics watch the steps now (a compiled replay then
-        does not run: :meth:`run_compiled`)."""
-        return _profiling.active is not None or _activity.watched
-
     def run(self) -> None:
         """Run the plan once (see the module docstring)."""
         profiler = _profiling.active
