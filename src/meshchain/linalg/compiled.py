@@ -42,6 +42,7 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
+from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_exchange, start_sum, sum_all, wait_one
 from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
 
@@ -229,10 +230,9 @@ is (``omega`` cannot be formed; ``value``: it) or ``(s, t)`` is (``value``: it).
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _product(distributed, functions, handles, indptr, split, indices, values, halo, source, source_all, target,
-             exchange):
-    """``target = A source`` (``source_all``: ``source`` with its halo rows, exchanged first on
-    several ranks while the owned rows are computed); the MPI error code."""
+def _product(distributed, functions, handles, indptr, split, indices, values, halo, source_all, target, exchange):
+    """``target = A source``, ``source_all`` the source vector with its halo rows (exchanged first
+    on several ranks while the owned rows are computed); the MPI error code."""
     send_at, send, receive_at, receive, requests, statuses = exchange
     error = 0
     if distributed:
@@ -277,7 +277,7 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
             return i, RHO, rho, done, k
         beta = (rho / rho_old) * (alpha / omega_old)
         lincomb(1.0, r, -omega_old * beta, v, beta, p)
-        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, p, p_all, z, exchange)
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, p_all, z, exchange)
         scale(dinv, z, v)
         out[0] = dot(v, rp)
         error = error or _summed(distributed, functions, handles, out[:1], one)
@@ -289,7 +289,7 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
             return i, DENOMINATOR, d1, done, k
         alpha = rho / d1
         waxpy(s, -alpha, v, r)
-        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, s, s_all, z, exchange)
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, s_all, z, exchange)
         scale(dinv, z, t)
         dot_two(s, t, t, t, out)
         error = error or _summed(distributed, functions, handles, out, two)
@@ -335,43 +335,46 @@ def givens_norm(a, b):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _mdot_first(vectors, n, w, sums, out):
-    """``out[k] = (vectors[k], w)`` for ``k < n``, four vectors per pass as
-    :func:`.fused.mdot` (the list padded with ``w``), ``sums`` a scratch of ``n`` rounded up to 4."""
+def _mdot_first(vectors, length, n, w, sums, out):
+    """``out[k] = (vectors[k], w)`` for ``k < n`` (``vectors``: a :func:`.vector_table` of
+    vectors of ``length``), four vectors per pass as :func:`.fused.mdot` (the list padded with
+    ``w``), ``sums`` a scratch of ``n`` rounded up to 4."""
     padded = (n + 3) // 4 * 4
     for k in range(0, padded, 4):
-        a0 = vectors[k] if k < n else w
-        a1 = vectors[k + 1] if k + 1 < n else w
-        a2 = vectors[k + 2] if k + 2 < n else w
-        a3 = vectors[k + 3] if k + 3 < n else w
+        a0 = vector_at(vectors, k, length) if k < n else w
+        a1 = vector_at(vectors, k + 1, length) if k + 1 < n else w
+        a2 = vector_at(vectors, k + 2, length) if k + 2 < n else w
+        a3 = vector_at(vectors, k + 3, length) if k + 3 < n else w
         _dot4(a0, a1, a2, a3, w, sums, k)
     for k in range(n):
         out[k] = sums[k]
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _maxpy_first(coefficients, vectors, n, w):
-    """``w += sum_{k < n} coefficients[k] vectors[k]``, four vectors per pass as :func:`.fused.maxpy`."""
+def _maxpy_first(coefficients, vectors, length, n, w):
+    """``w += sum_{k < n} coefficients[k] vectors[k]`` (``vectors``: a :func:`.vector_table` of
+    vectors of ``length``), four vectors per pass as :func:`.fused.maxpy`."""
     for k in range(0, n, 4):
         c0 = coefficients[k]
         c1 = coefficients[k + 1] if k + 1 < n else 0.0
         c2 = coefficients[k + 2] if k + 2 < n else 0.0
         c3 = coefficients[k + 3] if k + 3 < n else 0.0
-        a1 = vectors[k + 1] if k + 1 < n else vectors[k]
-        a2 = vectors[k + 2] if k + 2 < n else vectors[k]
-        a3 = vectors[k + 3] if k + 3 < n else vectors[k]
-        _axpy4(c0, c1, c2, c3, vectors[k], a1, a2, a3, w)
+        a0 = vector_at(vectors, k, length)
+        a1 = vector_at(vectors, k + 1, length) if k + 1 < n else a0
+        a2 = vector_at(vectors, k + 2, length) if k + 2 < n else a0
+        a3 = vector_at(vectors, k + 3, length) if k + 3 < n else a0
+        _axpy4(c0, c1, c2, c3, a0, a1, a2, a3, w)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _project_out(distributed, functions, handles, basis, n, new, sums, mine, h):
+def _project_out(distributed, functions, handles, basis, length, n, new, sums, mine, h):
     """Classical Gram-Schmidt: ``h = (v_k, new)`` for ``k < n`` summed over ranks, then
     ``new -= sum h_k v_k``; the MPI error code."""
-    _mdot_first(basis, n, new, sums, mine)
+    _mdot_first(basis, length, n, new, sums, mine)
     error = _summed(distributed, functions, handles, mine[:n], h[:n])
     for k in range(n):
         mine[k] = -h[k]
-    _maxpy_first(mine, basis, n, new)
+    _maxpy_first(mine, basis, length, n, new)
     return error
 
 
@@ -407,7 +410,7 @@ def _rotated(column, n, g, j, cosines, sines, rotated, columns):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _corrected(basis, x, g, columns, added):
+def _corrected(basis, length, x, g, columns, added):
     """``x += sum_k y_k v_k`` with ``R y = g`` over the ``added`` columns (back substitution; a
     zero pivot gives a zero entry), as :meth:`.nonsymmetric._LeastSquares.solution` and
     :func:`.nonsymmetric._add_basis`."""
@@ -418,11 +421,11 @@ def _corrected(basis, x, g, columns, added):
             accumulated += columns[k, j] * y[j]
         pivot = columns[k, k]
         y[k] = (g[k] - accumulated) / pivot if pivot != 0.0 else 0.0
-    _maxpy_first(y, basis, added, x)
+    _maxpy_first(y, basis, length, added, x)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, dinv, beta, target, dtol, i, maxiter,
+def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, dinv, beta, target, dtol, i, maxiter,
                 history, distributed, exchange, functions, handles):
     """One cycle of :func:`.nonsymmetric.gmres` (restarted, left-preconditioned GMRES, classical
     Gram-Schmidt refined if needed) from the normalised ``basis[0]`` (``beta``: the norm it was
@@ -431,9 +434,9 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
     passes, sums (over ranks with the Python loop's counts) and decisions as the Python loop:
     :data:`NORM` when an estimate (``value``; 0 at a happy breakdown) met the target, is not
     finite, grew beyond ``dtol`` or reached ``maxiter``, :data:`GOING` when the cycle's
-    ``len(basis) - 1`` iterations decided nothing. ``basis_all``: the basis vectors with their
-    halo rows, each exchanged before it is multiplied on several ranks (``distributed``, as
-    :func:`bicgstab_iterations`)."""
+    ``len(basis) - 1`` iterations decided nothing. ``basis``: a :func:`.vector_table` of the
+    basis vectors, ``owned`` rows each and ``rows`` with their halo rows, each exchanged before
+    it is multiplied on several ranks (``distributed``, as :func:`bicgstab_iterations`)."""
     m = len(basis) - 1
     g = np.zeros(m + 1)
     g[0] = beta
@@ -443,11 +446,11 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
     one, total = np.zeros(1), np.zeros(1)
     done, why, value, added = 0, GOING, 0.0, 0
     for j in range(m):
-        new, n = basis[j + 1], j + 1
-        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, basis[j], basis_all[j],
-                         w, exchange)
+        new, n = vector_at(basis, j + 1, owned), j + 1
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo,
+                         vector_at(basis, j, rows), w, exchange)
         scale(dinv, w, new)
-        error = error or _project_out(distributed, functions, handles, basis, n, new, sums, mine, h)
+        error = error or _project_out(distributed, functions, handles, basis, owned, n, new, sums, mine, h)
         if error:  # no further collective on this rank: the job is aborted
             return i, COMMUNICATION, float(error), done + 1, added
         left, error = _norm(distributed, functions, handles, new, one, total)
@@ -458,7 +461,7 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
         for k in range(n):
             squares += h[k] * h[k]
         if left < math.sqrt(squares):
-            error = _project_out(distributed, functions, handles, basis, n, new, sums, mine, again)
+            error = _project_out(distributed, functions, handles, basis, owned, n, new, sums, mine, again)
             if error:
                 return i, COMMUNICATION, float(error), done + 1, added
             for k in range(n):
@@ -482,7 +485,7 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, di
         if happy:  # pragma: no cover - a happy breakdown's 0 always meets the target
             break
         scal(1.0 / left, new)
-    _corrected(basis, x, g, columns, added)
+    _corrected(basis, owned, x, g, columns, added)
     return i, why, value, done, added
 
 
@@ -512,7 +515,7 @@ def _apply_ba(distributed, functions, handles, indptr, split, indices, values, h
               preconditioned_all, target, exchange):
     """``preconditioned = B source``, ``target = A preconditioned`` (right preconditioning)."""
     scale(dinv, source, preconditioned)
-    return _product(distributed, functions, handles, indptr, split, indices, values, halo, preconditioned,
+    return _product(distributed, functions, handles, indptr, split, indices, values, halo,
                     preconditioned_all, target, exchange)
 
 
@@ -610,7 +613,7 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all, dinv, beta, target, dtol, i, maxiter,
+def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, dinv, beta, target, dtol, i, maxiter,
                     history, distributed, exchange, functions, handles):
     """One cycle of :func:`.nonsymmetric.pipegmres` (p(1)-GMRES, left preconditioning, a
     pointwise ``dinv``) from the normalised ``basis[0]``, as :func:`gmres_cycle` is one of GMRES
@@ -629,9 +632,9 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all
     for t in range(m + 2):
         error = 0
         if t <= m:
-            error = _product(distributed, functions, handles, indptr, split, indices, values, halo, basis[t],
-                             basis_all[t], w, exchange)
-            scale(dinv, w, basis[t + 1])
+            error = _product(distributed, functions, handles, indptr, split, indices, values, halo,
+                             vector_at(basis, t, rows), w, exchange)
+            scale(dinv, w, vector_at(basis, t + 1, owned))
         if t > 0:
             waited = _waited(distributed, functions, request, status)  # a sum started is always waited for
             error = error or waited
@@ -656,7 +659,7 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all
             if happy or t == m + 1:
                 break
             for slot in (t - 1, t, t + 1):
-                scal(1.0 / norm, basis[slot])
+                scal(1.0 / norm, vector_at(basis, slot, owned))
             for k in range(t):
                 column[k] /= norm
             column[t - 1] /= norm
@@ -667,21 +670,22 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, basis_all
                 for l_index in range(k + 2):
                     coefficients[l_index] -= column[k] * hessenberg[k, l_index]
             coefficients[t] = -column[t - 1]
-            _maxpy_first(coefficients, basis, t + 1, basis[t + 1])
+            _maxpy_first(coefficients, basis, owned, t + 1, vector_at(basis, t + 1, owned))
             for k in range(t):
                 coefficients[k] = -column[k]
-            _maxpy_first(coefficients, basis, t, basis[t])
+            _maxpy_first(coefficients, basis, owned, t, vector_at(basis, t, owned))
             for k in range(t):
                 hessenberg[t - 1, k] = column[k]
-            mine[0] = dot(basis[t], basis[t])
-            _mdot_first(basis, t + 1, basis[t + 1], scratch, mine[1:])
+            current = vector_at(basis, t, owned)
+            mine[0] = dot(current, current)
+            _mdot_first(basis, owned, t + 1, vector_at(basis, t + 1, owned), scratch, mine[1:])
             count = t + 2
         else:
-            mine[0] = dot(basis[1], basis[0])
+            mine[0] = dot(vector_at(basis, 1, owned), vector_at(basis, 0, owned))
             count = 1
         error = _started(distributed, functions, handles, mine[:count], sums[:count], request)
         done += 1
         if error:
             return i, COMMUNICATION, float(error), done, added
-    _corrected(basis, x, g, columns, added)
+    _corrected(basis, owned, x, g, columns, added)
     return i, why, value, done, added

@@ -49,6 +49,7 @@ import numpy as np
 
 from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, REPLACE, RHO, STALLED_S, STALLED_T,
                        bicgstab_iterations, givens_norm, gmres_cycle, pipebicgstab_iterations, pipegmres_cycle)
+from ..backends.vector_table import vector_table
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
@@ -192,11 +193,18 @@ def gmres(run):
 
 def _restarted_inside(run, cycle, slots: int):
     """:func:`_restarted` with each cycle one call of ``cycle`` (:func:`.compiled.gmres_cycle`
-    or :func:`.compiled.pipegmres_cycle`: an assembled matrix, a pointwise preconditioner)."""
+    or :func:`.compiled.pipegmres_cycle`: an assembled matrix, a pointwise preconditioner).
+    The basis goes in as a :func:`.vector_table`: one compiled cycle serves every restart length."""
+    names = [f"v{k}" for k in range(run.restart_length + slots)]
     try:
-        return _restarted(run, lambda run, basis, beta, i: _cycle_inside(cycle, run, basis, beta, i), slots)
+        halos = run.inside_halos(tuple(names[:run.restart_length + 1]))  # the vectors the operator multiplies
+        multiplied = halos[1]
+        owned = len(run.v["x"])
+        table = vector_table([*multiplied, *(run.v[name] for name in names[len(multiplied):])], owned)
+        basis = (table, owned, len(multiplied[0]))
+        return _restarted(run, lambda run, _, beta, i: _cycle_inside(cycle, run, halos, basis, beta, i), slots)
     finally:
-        run.inside_done(*[f"v{k}" for k in range(run.restart_length + slots)], "w")
+        run.inside_done(*names, "w")
 
 
 def _called_inside(run, iterate, before, state, i: int, history, after):
@@ -214,12 +222,12 @@ def _called_inside(run, iterate, before, state, i: int, history, after):
     return i, why, value, (run.check(i, value) if decided else None)
 
 
-def _cycle_inside(cycle, run, basis, beta: float, i: int):
+def _cycle_inside(cycle, run, halos, basis, beta: float, i: int):
     """One GMRES or p(1)-GMRES cycle as one call of the compiled ``cycle``: the same bits, norms,
-    counts and reasons as :func:`_gmres_cycle` or :func:`_pipegmres_cycle`."""
-    v = run.v
-    distributed, multiplied, exchange, functions, handles = run.inside_halos(tuple(basis[:run.restart_length + 1]))
-    before = (v["x"], v["w"], tuple(v[name] for name in basis), multiplied)
+    counts and reasons as :func:`_gmres_cycle` or :func:`_pipegmres_cycle`. ``halos``:
+    :meth:`SolveRun.inside_halos`'s; ``basis``: ``(table, owned rows, rows with the halo)``."""
+    distributed, _, exchange, functions, handles = halos
+    before = (run.v["x"], run.v["w"], *basis)
     i, _, _, reason = _called_inside(run, cycle, before, beta, i, np.empty(run.restart_length),
                                      (distributed, exchange, functions, handles))
     return i, reason
