@@ -1,5 +1,6 @@
 """Krylov iterations inside one compiled call: CG, Chronopoulos/Gear CG, BiCGStab, pipelined
-BiCGStab and GMRES cycles with an assembled matrix and a pointwise preconditioner.
+BiCGStab and GMRES cycles with an assembled matrix and a pointwise preconditioner (the
+nonsymmetric methods also with ILU(0), ``"bjacobi-ilu"``: :func:`precondition`).
 
 Nothing between two CG iterations needs Python. :func:`cg_iterations` (one process) and
 :func:`cg_iterations_on_ranks` (several: the halo exchange of ``p`` and the two sums over
@@ -15,7 +16,7 @@ are cached on disk like the one-process functions). They stop
 at the first iteration whose outcome Python decides (a norm test that is met or fails, a
 non-positive curvature) or after ``len(history)`` iterations, and say which;
 :func:`.krylov.cg` turns that into the same reason the Python loop gives. A solve with a
-``monitor`` (a Python callback per iteration), a matrix-free operator, a non-pointwise
+``monitor`` (a Python callback per iteration), a matrix-free operator, another
 preconditioner, or on several ranks with an MPI library compiled code cannot call runs the
 Python loop. Inside compiled calls the time waited in reductions is not measured
 (``SolveInfo.time_reduction_wait`` stays 0).
@@ -41,7 +42,7 @@ import math
 import numba
 import numpy as np
 
-from ..backends.sparse import csr_halo, csr_owned
+from ..backends.sparse import csr_halo, csr_owned, ilu_apply
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_exchange, start_sum, sum_all, wait_one
 from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
@@ -230,6 +231,19 @@ is (``omega`` cannot be formed; ``value``: it) or ``(s, t)`` is (``value``: it).
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def precondition(pc, source, target):
+    """``target = B source`` in the nonsymmetric methods: ``pc`` is a preconditioner's
+    ``compiled`` form (:mod:`.precond`), ``(dinv, l_ptr, l_indices, l_values, u_ptr, u_indices,
+    u_values, inverse)``: with no ``inverse`` pointwise (``dinv``), else the ILU(0) of
+    :func:`~meshchain.backends.sparse.ilu_apply` (what ``"bjacobi-ilu"`` applies in Python)."""
+    dinv, l_ptr, l_indices, l_values, u_ptr, u_indices, u_values, inverse = pc
+    if len(inverse) == 0:
+        scale(dinv, source, target)
+    else:
+        ilu_apply(l_ptr, l_indices, l_values, u_ptr, u_indices, u_values, inverse, source, target)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _product(distributed, functions, handles, indptr, split, indices, values, halo, source_all, target, exchange):
     """``target = A source``, ``source_all`` the source vector with its halo rows (exchanged first
     on several ranks while the owned rows are computed); the MPI error code."""
@@ -255,10 +269,10 @@ def _summed(distributed, functions, handles, mine, total):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s, t, z, dinv, state, target, dtol, i,
+def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s, t, z, pc, state, target, dtol, i,
                         maxiter, history, distributed, p_all, s_all, exchange, functions, handles):
     """Iterations ``i + 1, ...`` of :func:`.nonsymmetric.bicgstab` with a pointwise
-    preconditioner (``dinv``) from ``state = [rho, rho_old, alpha, omega_old]`` at the top of its
+    preconditioner (``pc``: :func:`precondition`'s) from ``state = [rho, rho_old, alpha, omega_old]`` at the top of its
     loop: ``(iteration, why, value, reductions, norms written to history)``. The same passes,
     sums (each over ranks with the Python loop's counts: 1, 2, 2 values) and decisions as the
     Python loop: :data:`NORM` when the norm tested (``value``) met the target, is not finite,
@@ -278,7 +292,7 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
         beta = (rho / rho_old) * (alpha / omega_old)
         lincomb(1.0, r, -omega_old * beta, v, beta, p)
         error = _product(distributed, functions, handles, indptr, split, indices, values, halo, p_all, z, exchange)
-        scale(dinv, z, v)
+        precondition(pc, z, v)
         out[0] = dot(v, rp)
         error = error or _summed(distributed, functions, handles, out[:1], one)
         done += 1
@@ -290,7 +304,7 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
         alpha = rho / d1
         waxpy(s, -alpha, v, r)
         error = _product(distributed, functions, handles, indptr, split, indices, values, halo, s_all, z, exchange)
-        scale(dinv, z, t)
+        precondition(pc, z, t)
         dot_two(s, t, t, t, out)
         error = error or _summed(distributed, functions, handles, out, two)
         done += 1
@@ -425,11 +439,11 @@ def _corrected(basis, length, x, g, columns, added):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, dinv, beta, target, dtol, i, maxiter,
+def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, pc, beta, target, dtol, i, maxiter,
                 history, distributed, exchange, functions, handles):
     """One cycle of :func:`.nonsymmetric.gmres` (restarted, left-preconditioned GMRES, classical
     Gram-Schmidt refined if needed) from the normalised ``basis[0]`` (``beta``: the norm it was
-    scaled by), with a pointwise preconditioner (``dinv``): ``(iteration, why, value,
+    scaled by), with a preconditioner (``pc``: :func:`precondition`'s): ``(iteration, why, value,
     reductions, norms written to history)`` after ``x`` took the cycle's correction. The same
     passes, sums (over ranks with the Python loop's counts) and decisions as the Python loop:
     :data:`NORM` when an estimate (``value``; 0 at a happy breakdown) met the target, is not
@@ -449,7 +463,7 @@ def gmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, 
         new, n = vector_at(basis, j + 1, owned), j + 1
         error = _product(distributed, functions, handles, indptr, split, indices, values, halo,
                          vector_at(basis, j, rows), w, exchange)
-        scale(dinv, w, new)
+        precondition(pc, w, new)
         error = error or _project_out(distributed, functions, handles, basis, owned, n, new, sums, mine, h)
         if error:  # no further collective on this rank: the job is aborted
             return i, COMMUNICATION, float(error), done + 1, added
@@ -511,21 +525,21 @@ def _waited(distributed, functions, request, status):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, source, preconditioned,
+def _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, pc, source, preconditioned,
               preconditioned_all, target, exchange):
     """``preconditioned = B source``, ``target = A preconditioned`` (right preconditioning)."""
-    scale(dinv, source, preconditioned)
+    precondition(pc, source, preconditioned)
     return _product(distributed, functions, handles, indptr, split, indices, values, halo,
                     preconditioned_all, target, exchange)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _overlapped(distributed, functions, handles, mine, total, request, status, indptr, split, indices, values, halo,
-                dinv, source, preconditioned, preconditioned_all, target, exchange):
+                pc, source, preconditioned, preconditioned_all, target, exchange):
     """Start ``total = mine`` summed over ranks, apply ``B`` then ``A`` (:func:`_apply_ba`) while
     it travels, wait for it: the first MPI error code (a sum started is always waited for)."""
     error = _started(distributed, functions, handles, mine, total, request)
-    product = _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, dinv, source,
+    product = _apply_ba(distributed, functions, handles, indptr, split, indices, values, halo, pc, source,
                         preconditioned, preconditioned_all, target, exchange) if error == 0 else 0
     waited = _waited(distributed, functions, request, status) if error == 0 else 0
     return error or product or waited
@@ -533,10 +547,10 @@ def _overlapped(distributed, functions, handles, mine, total, request, status, i
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, w, w2, t, p2, s, s2, z, z2, v, q, q2, y,
-                            dinv, state, target, dtol, i, maxiter, history, distributed, z2_all, w2_all, exchange,
+                            pc, state, target, dtol, i, maxiter, history, distributed, z2_all, w2_all, exchange,
                             functions, handles):
     """Iterations ``i + 1, ...`` of :func:`.nonsymmetric.pipebicgstab` (pipelined BiCGStab, right
-    preconditioning, a pointwise ``dinv``) from ``state = [rho, alpha, beta, omega]`` at the top
+    preconditioning, ``pc``: :func:`precondition`'s) from ``state = [rho, alpha, beta, omega]`` at the top
     of its loop: ``(iteration, why, value, reductions, norms written to history)``. Each
     iteration's two sums over ranks are ``MPI_Iallreduce`` in flight while ``B`` and ``A`` are
     applied, as in the Python loop; the same passes, sums and decisions. ``why``: :data:`NORM`
@@ -566,7 +580,7 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         waxpy(y, -alpha, z, w)
         two[0], two[1] = dot(q, y), dot(y, y)
         error = _overlapped(distributed, functions, handles, two, sums2, request, status, indptr, split, indices,
-                            values, halo, dinv, z, z2, z2_all, v, exchange)
+                            values, halo, pc, z, z2, z2_all, v, exchange)
         done += 1
         if error:
             return i, COMMUNICATION, float(error), done, k
@@ -585,7 +599,7 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         waxpy(w, -omega, w, y)
         five[0], five[1], five[2], five[3], five[4] = dot(r, r), dot(r, rp), dot(s, rp), dot(w, rp), dot(z, rp)
         error = _overlapped(distributed, functions, handles, five, sums5, request, status, indptr, split, indices,
-                            values, halo, dinv, w, w2, w2_all, t, exchange)
+                            values, halo, pc, w, w2, w2_all, t, exchange)
         done += 1
         if error:
             return i, COMMUNICATION, float(error), done, k
@@ -613,10 +627,10 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, dinv, beta, target, dtol, i, maxiter,
+def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, rows, pc, beta, target, dtol, i, maxiter,
                     history, distributed, exchange, functions, handles):
     """One cycle of :func:`.nonsymmetric.pipegmres` (p(1)-GMRES, left preconditioning, a
-    pointwise ``dinv``) from the normalised ``basis[0]``, as :func:`gmres_cycle` is one of GMRES
+    ``pc``: :func:`precondition`'s) from the normalised ``basis[0]``, as :func:`gmres_cycle` is one of GMRES
     (``basis``: ``restart + 2`` slots; each step's ``MPI_Iallreduce`` in flight while the next
     operator and preconditioner are applied, as in the Python loop): ``(iteration, why, value,
     reductions, norms written to history)`` after ``x`` took the cycle's correction."""
@@ -634,7 +648,7 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, ro
         if t <= m:
             error = _product(distributed, functions, handles, indptr, split, indices, values, halo,
                              vector_at(basis, t, rows), w, exchange)
-            scale(dinv, w, vector_at(basis, t + 1, owned))
+            precondition(pc, w, vector_at(basis, t + 1, owned))
         if t > 0:
             waited = _waited(distributed, functions, request, status)  # a sum started is always waited for
             error = error or waited

@@ -208,11 +208,11 @@ def _restarted_inside(run, cycle, slots: int):
 
 
 def _called_inside(run, iterate, before, state, i: int, history, after):
-    """One call of compiled iterations (:mod:`.compiled`): ``iterate(*run.inside, *before, dinv,
+    """One call of compiled iterations (:mod:`.compiled`): ``iterate(*run.inside, *before, pc,
     state, target, dtol, i, maxiter, history, *after)``, its reductions counted, its undecided
     norms recorded, a failed MPI call reported (the job ends). Returns ``(i, why, value,
     reason)``; ``reason``: :meth:`SolveRun.check`'s, where a norm decided (:data:`.compiled.NORM`)."""
-    i, why, value, reductions, written = iterate(*run.inside, *before, run.pc.dinv, state, run.target,
+    i, why, value, reductions, written = iterate(*run.inside, *before, run.pc.compiled, state, run.target,
                                                  run.divergence_limit(), i, run.maxiter, history, *after)
     if why == COMMUNICATION:
         run.communication_failed(int(value))

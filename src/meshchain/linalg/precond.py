@@ -145,13 +145,21 @@ class Preconditioner:
         return f"Preconditioner({self.name!r})"
 
 
+_NO_FACTORS = (np.zeros(1, np.uint32), np.zeros(0, np.uint32), np.zeros(0), np.zeros(1, np.uint32),
+               np.zeros(0, np.uint32), np.zeros(0), np.zeros(0))
+"""A pointwise preconditioner's :attr:`Pointwise.compiled` after its ``dinv``: no ILU factors
+(the types of :class:`IncompleteLU`'s, so that one compiled method serves both)."""
+
+
 class Pointwise:
-    """``z = dinv * r``; the methods fuse it into their vector passes (``pointwise``)."""
+    """``z = dinv * r``; the methods fuse it into their vector passes (``pointwise``).
+    ``compiled``: what :func:`.compiled.precondition` takes."""
 
     pointwise = True
 
     def __init__(self, dinv: np.ndarray):
         self.dinv = dinv
+        self.compiled = (dinv, *_NO_FACTORS)
 
     def apply(self, r: np.ndarray, z: np.ndarray) -> None:
         scale(self.dinv, r, z)
@@ -181,6 +189,12 @@ class IncompleteLU:
         kept in :func:`~meshchain.backends.sparse.split_factors`' layout.
     diagonal : ndarray
         Every row's diagonal position.
+
+    Attributes
+    ----------
+    compiled : tuple
+        What :func:`.compiled.precondition` takes: the nonsymmetric methods apply the ILU
+        inside their compiled calls.
     """
 
     pointwise = False
@@ -192,6 +206,7 @@ class IncompleteLU:
         self.factors = tuple(a.view(unsigned) if a.dtype == small else a for a in factors)
         self.inverse = 1.0 / values[diagonal]
         self.dinv = np.ones(len(diagonal))  # what the fused passes apply; apply() overwrites it
+        self.compiled = (self.dinv, *self.factors, self.inverse)
 
     @classmethod
     def factor(cls, pattern, operator):

@@ -80,10 +80,12 @@ class SolveRun:
     def _inside(self, engine, operator, pc, n: int, monitor):
         """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
         values, halo``) when the iterations can run inside compiled calls: an assembled
-        matrix, a pointwise preconditioner, no monitor, and on several ranks an MPI library
-        compiled code can call (:func:`meshchain.comm.compiled.available`); else None."""
+        matrix, a pointwise preconditioner (the nonsymmetric methods: any with a ``compiled``
+        form, ILU(0) too), no monitor, and on several ranks an MPI library compiled code can call
+        (:func:`meshchain.comm.compiled.available`); else None."""
         pattern = getattr(operator, "pattern", None)
-        if pattern is None or monitor is not None or not pc.pointwise or pattern.n_rows != n:  # n_rows: scalar rows
+        compiled_pc = pc.pointwise or (self.method in NONSYMMETRIC and hasattr(pc, "compiled"))
+        if pattern is None or monitor is not None or not compiled_pc or pattern.n_rows != n:  # n_rows: scalar rows
             return None
         if engine.distributed:
             from ..comm.compiled import available
