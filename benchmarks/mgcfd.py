@@ -11,7 +11,9 @@ skip, so its whole ``Max total runtime`` over ``--cycles`` cycles counts):
   ``mgcfd_openmp`` and ``mgcfd_mpi``; nothing of it is in the repository): sequential; OpenMP
   with 2 threads; MPI with 2 and 4 ranks (OpenMPI's ``mpirun``, PT-Scotch);
 * meshchain: 1 rank with the threads a user gets (all cores), 1 rank with 1 thread (a
-  labelled row: ``MESHCHAIN_THREADS=1``), 2 and 4 ranks (``mpiexec``; one thread per rank).
+  labelled row: ``MESHCHAIN_THREADS=1``), 2 and 4 ranks (``mpiexec``; one thread per rank);
+  each also with the cycle captured once (``mc.capture``, :func:`meshchain.apps.mgcfd.captured_cycle`)
+  and replayed (rows marked ``captured``).
 
 The table gives the median milliseconds per cycle over ``--rounds`` rounds and each
 meshchain row's ratio to OP2 on as many cores (sequential for one core, OpenMP for two
@@ -54,12 +56,17 @@ from comm import machine, mpiexec, user_environment  # noqa: E402
 
 OP2_VARIANTS = {"OP2 seq": ("mgcfd_seq", 1, {}), "OP2 OpenMP 2 threads": ("mgcfd_openmp", 1, {"OMP_NUM_THREADS": "2"}),
                 "OP2 MPI 2 ranks": ("mgcfd_mpi", 2, {}), "OP2 MPI 4 ranks": ("mgcfd_mpi", 4, {})}
-MESHCHAIN_VARIANTS = {"meshchain, default threads": (1, {}), "meshchain, 1 thread (MESHCHAIN_THREADS=1)":
-                      (1, {"MESHCHAIN_THREADS": "1"}), "meshchain 2 ranks": (2, {}), "meshchain 4 ranks": (4, {})}
+_PLAIN = {"meshchain, default threads": (1, {}), "meshchain, 1 thread (MESHCHAIN_THREADS=1)":
+          (1, {"MESHCHAIN_THREADS": "1"}), "meshchain 2 ranks": (2, {}), "meshchain 4 ranks": (4, {})}
+MESHCHAIN_VARIANTS = {**{name: (ranks, extra, False) for name, (ranks, extra) in _PLAIN.items()},
+                      **{f"{name}, captured": (ranks, extra, True) for name, (ranks, extra) in _PLAIN.items()}}
+"""name -> (ranks, extra environment, whether each cycle replays a step captured with
+``mc.capture``: ``mgcfd.run(..., captured=True)``)."""
 CORES = {"OP2 seq": 1, "OP2 OpenMP 2 threads": 2, "OP2 MPI 2 ranks": 2, "OP2 MPI 4 ranks": 4,
-         "meshchain, 1 thread (MESHCHAIN_THREADS=1)": 1, "meshchain 2 ranks": 2, "meshchain 4 ranks": 4}
-SAME_CORES = {"meshchain, default threads": "OP2 OpenMP 2 threads", "meshchain, 1 thread (MESHCHAIN_THREADS=1)": "OP2 seq",
+         **{name: ranks for name, (ranks, _, _) in MESHCHAIN_VARIANTS.items()}}
+_OP2_ALIKE = {"meshchain, default threads": "OP2 OpenMP 2 threads", "meshchain, 1 thread (MESHCHAIN_THREADS=1)": "OP2 seq",
               "meshchain 2 ranks": "OP2 MPI 2 ranks", "meshchain 4 ranks": "OP2 MPI 4 ranks"}
+SAME_CORES = {**_OP2_ALIKE, **{f"{name}, captured": op2 for name, op2 in _OP2_ALIKE.items()}}
 
 
 def op2_seconds(binary: Path, ranks: int, extra: dict, folder: Path, cycles: int, timeout: float = 120) -> float:
@@ -84,9 +91,10 @@ def op2_seconds(binary: Path, ranks: int, extra: dict, folder: Path, cycles: int
     return float(found.group(1)) / cycles
 
 
-def meshchain_seconds(ranks: int, extra: dict, folder: Path, cycles: int, warmup: int, cache: str) -> dict:
+def meshchain_seconds(ranks: int, extra: dict, folder: Path, cycles: int, warmup: int, cache: str, *,
+                      captured: bool) -> dict:
     """Seconds per cycle of meshchain's MG-CFD (a worker job; slowest rank), its threads."""
-    config = json.dumps({"input": str(folder / "input.dat"), "cycles": cycles, "warmup": warmup})
+    config = json.dumps({"input": str(folder / "input.dat"), "cycles": cycles, "warmup": warmup, "captured": captured})
     command = [sys.executable, __file__, "--worker", config]
     if ranks > 1:
         command = [mpiexec(), "-n", str(ranks), *command]
@@ -102,12 +110,15 @@ def worker(config: dict) -> dict:
     from meshchain.apps import mgcfd
 
     problem = mgcfd.declare(config["input"], synthetic_loops=2)
-    mgcfd.run(problem, config["warmup"])
+    def run(cycles):  # captured: the warm-up captures, the timed cycles replay
+        mgcfd.run(problem, cycles, captured=config["captured"])
+
+    run(config["warmup"])
     comm = mc.get_runtime().comm
     if comm is not None:
         comm.Barrier()
     began = time.perf_counter()
-    mgcfd.run(problem, config["cycles"])
+    run(config["cycles"])
     seconds = (time.perf_counter() - began) / config["cycles"]
     if comm is not None:
         from mpi4py import MPI
@@ -154,7 +165,7 @@ def table(result: dict) -> str:
         reference = SAME_CORES.get(name)
         kept = [t for t in times.get(reference, []) if t == t]
         ref = statistics.median(kept) if kept else None
-        cores = result["threads"] if name == "meshchain, default threads" else CORES[name]
+        cores = result["threads"] if name.startswith("meshchain, default threads") else CORES[name]
         over = " (oversubscribed)" if cores > result["machine"]["cores"] else ""
         name = name + (f" ({failed} of {len(found)} runs hung or crashed)" if failed else "")
         rows.append(f"| {name} | {cores}{over} | {median * 1e3:.2f} | {spread:.1f} | "
@@ -179,10 +190,10 @@ def compare(args) -> dict:
                 binary, ranks, extra = OP2_VARIANTS[name]
                 times[name].append(op2_seconds(op2 / binary, ranks, extra, folder, args.cycles))
             else:
-                ranks, extra = MESHCHAIN_VARIANTS[name]
-                found = meshchain_seconds(ranks, extra, folder, args.cycles, args.warmup, cache)
+                ranks, extra, captured = MESHCHAIN_VARIANTS[name]
+                found = meshchain_seconds(ranks, extra, folder, args.cycles, args.warmup, cache, captured=captured)
                 times[name].append(found["seconds"])
-                if not extra and ranks == 1:
+                if not extra and ranks == 1 and not captured:
                     threads = found["threads"]
     nodes = [level.nodes for level in mesh.levels]
     return {"n": args.n, "levels": args.levels, "nodes": nodes, "cycles": args.cycles, "warmup": args.warmup,

@@ -11,6 +11,7 @@ Usage::
     python examples/mgcfd.py --generate 64 --levels 4 --write-mesh mesh --cycles 0   # write MG-CFD input
     mpiexec -n 4 python examples/mgcfd.py --input mesh/input.dat --cycles 25
     mpiexec -n 2 python examples/mgcfd.py --input mesh/input.dat --synthetic-loops 8 --ca on
+    python examples/mgcfd.py --generate 16 --levels 4 --cycles 50 --captured   # each cycle replayed
     python examples/mgcfd.py --input mesh/input.dat --cycles 10 --synthetic-loops 2 \\
         --write-variables out/ --compare op2/        # against OP2's --output-variables files
 
@@ -18,7 +19,9 @@ Every cycle it prints ``<cycle> <rms>`` (the rms of the level-0 step's residual,
 ``--write-variables PREFIX`` writes each level's final variables as OP2's MG-CFD does
 (``PREFIXvariables.L<l>.cycles=<N>.chains=<C>.h5``, dataset ``p_variables_result_L<l>``);
 ``--compare PREFIX`` reads OP2's files of that name and prints the largest relative
-difference per level.
+difference per level. ``--captured`` captures the cycle once with ``mc.capture`` and replays
+it every cycle (the same rms history; the whole cycle is one chain, run as ``--ca`` says):
+no Python between its loops.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ca", choices=("on", "off", "auto"), default="off",
                         help="run the synthetic chain communication-avoiding (default off: loop by loop)")
     parser.add_argument("--partition", choices=("rib", "kway"), default="rib", help="how to distribute the mesh")
+    parser.add_argument("--captured", action="store_true",
+                        help="capture the cycle once (mc.capture) and replay it every cycle (not with --snapshots)")
     parser.add_argument("--write-variables", metavar="PREFIX", help="write the final variables as OP2's MG-CFD does")
     parser.add_argument("--compare", metavar="PREFIX", help="compare the final variables with OP2's files")
     parser.add_argument("--snapshots", metavar="PREFIX", help="write level 0's variables after each of its steps, as "
@@ -125,7 +130,7 @@ def main(argv=None) -> int:
     root = comm is None or comm.rank == 0
     began = time.perf_counter()
     snapshot = (lambda p: write_snapshot(p, args.snapshots)) if args.snapshots else None
-    mgcfd.run(problem, args.cycles, out=sys.stdout if root else None, after_level0=snapshot)
+    mgcfd.run(problem, args.cycles, out=sys.stdout if root else None, after_level0=snapshot, captured=args.captured)
     seconds = time.perf_counter() - began
     if root:
         sizes = [level.nodes.size for level in problem.levels]

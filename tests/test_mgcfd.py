@@ -99,6 +99,23 @@ def test_bad_input_files_are_refused_naming_what_is_wrong(tmp_path):
         read_level(tmp_path / "none.h5")
 
 
+def test_a_captured_cycle_replays_the_bits_of_the_cycle():
+    """``run(..., captured=True)`` replays a cycle captured once (across runs): the rms history
+    and every level's variables of the uncaptured run, bit for bit; ``after_level0`` (which
+    runs between a cycle's loops) is refused with it."""
+    mesh = channel_bump(2, levels=2, shuffle=True)
+    plain = mgcfd.declare(mesh, synthetic_loops=2)
+    history, expected = mgcfd.run(plain, 4), _final(plain)
+    mc.reset_runtime()
+    problem = mgcfd.declare(mesh, synthetic_loops=2)
+    assert mgcfd.run(problem, 1, captured=True) + mgcfd.run(problem, 3, captured=True) == history
+    assert (problem.captured[False].captures, problem.captured[False].replays) == (1, 3)
+    for got, want in zip(_final(problem), expected):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(mc.ConfigurationError, match="after_level0 runs between a cycle's loops"):
+        mgcfd.run(problem, 1, captured=True, after_level0=lambda problem: None)
+
+
 def test_synthetic_loops_must_be_even():
     with pytest.raises(mc.ConfigurationError, match="even"):
         mgcfd.declare(channel_bump(2, levels=1), synthetic_loops=3)

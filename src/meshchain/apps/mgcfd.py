@@ -54,6 +54,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -67,7 +68,7 @@ from . import _check_chain_mode, _total_size
 
 __all__ = [
     "GAMMA", "RK", "FF_MACH", "SMOOTHING", "FF_VARIABLE", "FF_FLUX", "Level", "MGCFD", "declare", "initialise",
-    "level_step", "up", "down", "cycle", "run", "read_levels", "CHAIN", "setup", "step", "loops_in_chain", "checksum",
+    "level_step", "up", "down", "cycle", "captured_cycle", "run", "read_levels", "CHAIN", "setup", "step", "loops_in_chain", "checksum",
 ]
 
 GAMMA = 1.4
@@ -382,6 +383,7 @@ class MGCFD:
     synthetic_loops: int = 0
     ca: object = False
     cycles_done: int = 0
+    captured: dict = field(default_factory=dict, repr=False)  # ca -> the cycle captured (:func:`captured_cycle`)
 
 
 def read_levels(source) -> tuple[list, list]:
@@ -475,6 +477,23 @@ def initialise(problem: MGCFD) -> None:
 def level_step(problem: MGCFD, level: int) -> float | None:
     """One step on ``level`` (see the module docstring); on level 0 returns the rms of its
     residual (collective), else None."""
+    summed = _level_loops(problem, level, chain=True)
+    return None if summed is None else _rms(problem, summed)
+
+
+def _rms(problem: MGCFD, summed) -> float:
+    """Level 0's rms from ``summed``, the Global its squared residuals were summed into."""
+    value = math.sqrt(float(summed.value[0]) / float(problem.levels[0].nodes.size))
+    if not math.isfinite(value):
+        raise mc.MeshchainError(f"mgcfd: the residual is not finite ({value}) after cycle {problem.cycles_done + 1}: "
+                                f"bad variable values (MG-CFD's count_bad_vals).")
+    return value
+
+
+def _level_loops(problem: MGCFD, level: int, *, chain: bool):
+    """The loops of one step on ``level``; on level 0 the Global its squared residuals are
+    summed into (not read), else None. ``chain``: the synthetic loops in their loop chain (not
+    inside a captured cycle, which is one chain itself)."""
     lv = problem.levels[level]
     e2n = lv.edge_to_nodes
     mc.par_loop(copy_double_kernel, lv.nodes, lv.variables(mc.READ), lv.old_variables(mc.WRITE))
@@ -487,7 +506,7 @@ def level_step(problem: MGCFD, level: int) -> float | None:
         mc.par_loop(compute_flux_edge_kernel, lv.edges, lv.variables(mc.READ, e2n[0]), lv.variables(mc.READ, e2n[1]),
                     lv.edge_weights(mc.READ), lv.fluxes(mc.INC, e2n[0]), lv.fluxes(mc.INC, e2n[1]))
         if problem.synthetic_loops:
-            _synthetic(problem, lv)
+            _synthetic(problem, lv, chain=chain)
         mc.par_loop(compute_bnd_node_flux_kernel, lv.bnd_nodes, lv.bnd_groups(mc.READ), lv.bnd_weights(mc.READ),
                     lv.variables(mc.READ, lv.bnd_to_node[0]), lv.fluxes(mc.INC, lv.bnd_to_node[0]))
         rk = mc.Global(1, rk_cycle, "rkCycle", dtype=np.int32)
@@ -498,17 +517,14 @@ def level_step(problem: MGCFD, level: int) -> float | None:
         return None
     rms = mc.Global(1, 0.0, "rms")
     mc.par_loop(calc_rms_kernel, lv.nodes, lv.residuals(mc.READ), rms(mc.INC))
-    value = math.sqrt(float(rms.value[0]) / float(lv.nodes.size))
-    if not math.isfinite(value):
-        raise mc.MeshchainError(f"mgcfd: the residual is not finite ({value}) after cycle {problem.cycles_done + 1}: "
-                                f"bad variable values (MG-CFD's count_bad_vals).")
-    return value
+    return rms
 
 
-def _synthetic(problem: MGCFD, lv: Level) -> None:
-    """The synthetic chain (one loop chain ``"synthetic"``) and ``test_negate``."""
+def _synthetic(problem: MGCFD, lv: Level, *, chain: bool) -> None:
+    """The synthetic chain (one loop chain ``"synthetic"``; with ``chain`` False its loops
+    alone) and ``test_negate``."""
     e2n = lv.edge_to_nodes
-    with mc.loop_chain("synthetic", ca=problem.ca):
+    with (mc.loop_chain("synthetic", ca=problem.ca) if chain else contextlib.nullcontext()):
         for variables in (lv.variables, *lv.copies):
             mc.par_loop(ca_test_write_kernel, lv.edges, variables(mc.INC, e2n[0]), variables(mc.INC, e2n[1]))
             mc.par_loop(ca_test_read_kernel, lv.edges, variables(mc.READ, e2n[0]), variables(mc.READ, e2n[1]),
@@ -544,25 +560,60 @@ def cycle(problem: MGCFD, *, after_level0=None) -> float:
     rms = level_step(problem, 0)
     if after_level0 is not None:
         after_level0(problem)
-    top = len(problem.levels) - 1
-    for level in range(1, top + 1):
-        up(problem, level)
-        level_step(problem, level)
-    for level in range(top - 1, -1, -1):
-        down(problem, level)
-        if level:
-            level_step(problem, level)
+    _coarse_levels(problem, chain=True)
     problem.cycles_done += 1
     return rms
 
 
-def run(problem: MGCFD, cycles: int, *, out=None, on_cycle=None, after_level0=None) -> list[float]:
+def _coarse_levels(problem: MGCFD, *, chain: bool) -> None:
+    """A cycle after its level-0 step: up and a step on each coarser level, then down, with a
+    step on each level but 0."""
+    top = len(problem.levels) - 1
+    for level in range(1, top + 1):
+        up(problem, level)
+        _level_loops(problem, level, chain=chain)
+    for level in range(top - 1, -1, -1):
+        down(problem, level)
+        if level:
+            _level_loops(problem, level, chain=chain)
+
+
+def captured_cycle(problem: MGCFD):
+    """A multigrid cycle as a step captured with ``mc.capture`` (see
+    :mod:`meshchain.engine.capture`): its loops (133 on 4 levels with the synthetic chain)
+    replayed with no Python between them, the whole cycle one chain run as ``problem.ca``
+    says (False: loop by loop). ``step()`` returns the Global level 0's squared residuals were
+    summed into (made inside the step; :func:`run` takes the rms from it)."""
+
+    @mc.capture(name="cycle", ca=problem.ca)
+    def step():
+        summed = _level_loops(problem, 0, chain=False)
+        _coarse_levels(problem, chain=False)
+        return summed
+
+    return step
+
+
+def run(problem: MGCFD, cycles: int, *, out=None, on_cycle=None, after_level0=None, captured: bool = False) -> list[float]:
     """Run ``cycles`` multigrid cycles; the rms of each (printed to ``out`` as ``cycle rms``
     when given; ``on_cycle(problem)`` after each, ``after_level0(problem)`` after each
-    level-0 step)."""
+    level-0 step). ``captured``: each cycle replays :func:`captured_cycle`'s step (the same
+    rms; not with ``after_level0``, which runs between its loops)."""
+    if captured and after_level0 is not None:
+        raise mc.ConfigurationError("mgcfd.run: after_level0 runs between a cycle's loops, so a captured cycle "
+                                    "cannot call it: pass captured=False.")
+    step = None
+    if captured:  # captured once per problem and chain mode: later runs replay it
+        if problem.ca not in problem.captured:
+            problem.captured[problem.ca] = captured_cycle(problem)
+        step = problem.captured[problem.ca]
     history = []
     for _ in range(cycles):
-        history.append(cycle(problem, after_level0=after_level0))
+        if step is None:
+            history.append(cycle(problem, after_level0=after_level0))
+        else:
+            history.append(_rms(problem, step()))
+            problem.cycles_done += 1
         if out is not None:
             print("%d %.15e" % (problem.cycles_done, history[-1]), file=out, flush=True)
         if on_cycle is not None:
