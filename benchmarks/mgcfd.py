@@ -13,7 +13,8 @@ skip, so its whole ``Max total runtime`` over ``--cycles`` cycles counts):
 * meshchain: 1 rank with the threads a user gets (all cores), 1 rank with 1 thread (a
   labelled row: ``MESHCHAIN_THREADS=1``), 2 and 4 ranks (``mpiexec``; one thread per rank);
   each also with the cycle captured once (``mc.capture``, :func:`meshchain.apps.mgcfd.captured_cycle`)
-  and replayed (rows marked ``captured``).
+  and replayed (rows marked ``captured``; on several ranks the replays run step by step in
+  Python, as that function says).
 
 The table gives the median milliseconds per cycle over ``--rounds`` rounds and each
 meshchain row's ratio to OP2 on as many cores (sequential for one core, OpenMP for two

@@ -582,8 +582,12 @@ def captured_cycle(problem: MGCFD):
     """A multigrid cycle as a step captured with ``mc.capture`` (see
     :mod:`meshchain.engine.capture`): its loops (133 on 4 levels with the synthetic chain)
     replayed with no Python between them, the whole cycle one chain run as ``problem.ca``
-    says (False: loop by loop). ``step()`` returns the Global level 0's squared residuals were
-    summed into (made inside the step; :func:`run` takes the rms from it)."""
+    says (False: loop by loop; True: communication-avoiding, the chain split at each step's
+    ``min_dt``; uncaptured, ``ca`` applies to the synthetic chain alone), its statistics under
+    the chain name ``"cycle"``. On several ranks the replays run step by step in Python: a step
+    reads ``min_dt``, reduced earlier in the same cycle, so its plan is not one that
+    :mod:`meshchain.engine.replay` compiles. ``step()`` returns the Global level 0's squared
+    residuals were summed into (made inside the step; :func:`run` takes the rms from it)."""
 
     @mc.capture(name="cycle", ca=problem.ca)
     def step():

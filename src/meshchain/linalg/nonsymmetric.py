@@ -198,10 +198,11 @@ def _restarted_inside(run, cycle, slots: int):
     names = [f"v{k}" for k in range(run.restart_length + slots)]
     try:
         halos = run.inside_halos(tuple(names[:run.restart_length + 1]))  # the vectors the operator multiplies
-        multiplied = halos[1]
-        owned = len(run.v["x"])
-        table = vector_table([*multiplied, *(run.v[name] for name in names[len(multiplied):])], owned)
-        basis = (table, owned, len(multiplied[0]))
+        multiplied, owned = halos[1], len(run.v["x"])
+        rows = len(multiplied[0])  # with the halo rows (one process: the owned ones)
+        table = np.concatenate([vector_table(multiplied, rows),
+                                vector_table([run.v[name] for name in names[len(multiplied):]], owned)])
+        basis = (table, owned, rows)
         return _restarted(run, lambda run, _, beta, i: _cycle_inside(cycle, run, halos, basis, beta, i), slots)
     finally:
         run.inside_done(*names, "w")
