@@ -38,15 +38,16 @@ def phase_source(calls, narrays: int, *, parallel: bool = True) -> str:
     entry = "_mc_loop" if parallel else "_mc_loop_serial"
     lines += [f"_mc_f{k} = sys.modules[{module!r}].{entry}" for k, (module, _) in enumerate(calls)]
     params = ", ".join(f"_mc_a{j}" for j in range(narrays))
-    body = [_loop_call(k, arguments) for k, (_, arguments) in enumerate(calls)]
+    numbered = [(k, arguments) for k, (_, arguments) in enumerate(calls)]
+    body = [_loop_call(k, arguments) for k, arguments in numbered]
     if len(calls) > PART:
         body = []
         for first in range(0, len(calls), PART):
-            part = list(enumerate(calls))[first:first + PART]
-            used = ", ".join(f"_mc_a{j}" for j in sorted({j for _, (_, arguments) in part for j in arguments}))
+            part = numbered[first:first + PART]
+            used = ", ".join(f"_mc_a{j}" for j in sorted({j for _, arguments in part for j in arguments}))
             lines += ["", "", "@_mc_njit(cache=True, nogil=True)",
                       f"def _mc_part{first // PART}(_mc_plan, _mc_idx, _mc_serial, {used}):",
-                      *[_loop_call(k, arguments) for k, (_, arguments) in part]]
+                      *[_loop_call(k, arguments) for k, arguments in part]]
             body.append(f"    _mc_part{first // PART}(_mc_plan, _mc_idx, _mc_serial, {used})")
     lines += ["", "", "@_mc_njit(cache=True, nogil=True)", f"def _mc_phase(_mc_plan, _mc_idx, _mc_serial, {params}):"]
     return "\n".join(lines + body) + "\n"

@@ -40,7 +40,7 @@ def vector_table(vectors, length: int) -> np.ndarray:
     for k, vector in enumerate(vectors):
         if vector.dtype != np.float64 or not vector.flags.c_contiguous or vector.size < length:
             raise InternalError(f"vector_table: vector {k} is {vector.dtype} of shape {vector.shape}, not float64 "
-                            f"C-contiguous with at least {length} entries")
+                                f"C-contiguous with at least {length} entries")
     return np.array([vector.ctypes.data for vector in vectors], np.int64)
 
 

@@ -47,9 +47,9 @@ import math
 
 import numpy as np
 
+from ..backends.vector_table import vector_table
 from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, REPLACE, RHO, STALLED_S, STALLED_T,
                        bicgstab_iterations, givens_norm, gmres_cycle, pipebicgstab_iterations, pipegmres_cycle)
-from ..backends.vector_table import vector_table
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
