@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import meshchain as mc
+from meshchain.backends import numba_backend, numba_fused
 from meshchain.engine import replay
 from meshchain.meshes import structured_tris
 
@@ -111,6 +112,25 @@ def test_compiled_replays_equal_python_replays_and_the_uncaptured_steps(comm, mo
         assert compiled_times[name][0] > 0, name
     flown = {name for name, (_, flight) in python_times.items() if flight > 0}
     assert flown and flown == {name for name, (_, flight) in compiled_times.items() if flight > 0}
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_phases_compiled_in_parts_give_the_bits_of_whole_phases(comm, monkeypatch):
+    """A phase of more loops than ``numba_fused.PART`` (1 here, so every phase of the CA chain
+    has parts) is generated as parts, each its own compiled function: not captured, replayed
+    in Python and replayed compiled, the dats and globals of whole phases, bit for bit."""
+    want = {how: diffusion(comm, True, how)[:2] for how in HOWS}
+    generated = []
+    source = numba_backend.phase_source
+    monkeypatch.setattr(numba_fused, "PART", 1)
+    monkeypatch.setattr(numba_backend, "phase_source", lambda *a, **k: generated.append(source(*a, **k)) or generated[-1])
+    for how in HOWS:
+        monkeypatch.setattr(replay, "COMPILE_AFTER", 0 if how == "compiled" else 10**9)
+        gathered, values = diffusion(comm, True, how)[:2]
+        assert values == want[how][1], how
+        for got, expected in zip(gathered, want[how][0]):
+            np.testing.assert_array_equal(got, expected)
+    assert any("def _mc_part1(" in text for text in generated), "no phase was generated in parts"
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
