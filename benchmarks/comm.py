@@ -59,6 +59,13 @@ machine: such rows say "(over)".
     (``meshchain.comm.sparse.TOTALS`` after ``reset_totals()``, summed over ranks):
     rounds (per rank), messages, MB.
 
+``sums``: short sums over ranks
+    Sums of 1, 2, 4, 16, 37 and 64 float64 values (37: an s-step CG block's reduction at
+    s = 4): a bare mpi4py ``Allreduce`` (the floor) against
+    :func:`meshchain.comm.pairwise.pairwise_sum` (recursive doubling, what the s-step
+    methods reduce with), interleaved, ``--sum-reps`` sums per sample; and whether every
+    rank got the same bits, and ``MPI_Allreduce``'s.
+
 Output: JSON (``--out``, default ``benchmarks/results/comm.json``) with the machine (CPU
 model, cores, MPICH version, Python, numba, mpi4py) and every measurement; Markdown
 tables on stdout (progress on stderr).
@@ -70,6 +77,7 @@ Usage::
                                                                    # shm and tcp, 720000 cells
     .venv/bin/python benchmarks/comm.py                            # Airfoil at 20000 cells per rank
     .venv/bin/python benchmarks/comm.py --parts sparse --network shm --ranks 2 4 --per-item-max 100000
+    .venv/bin/python benchmarks/comm.py --parts sums --ranks 2 3 4                 # short sums, ~1 min
 """
 
 from __future__ import annotations
@@ -86,14 +94,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TCP = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
-PARTS = ("transports", "sparse", "repartition")
+PARTS = ("transports", "sparse", "repartition", "sums")
+SUM_COUNTS = (1, 2, 4, 16, 37, 64)
+"""Float64 values per sum of the ``sums`` part (37: an s-step CG block's reduction at s = 4)."""
 TERMINATIONS = ("nbx", "allreduce", "neighbourhood")
 METHODS = ("block", "kway", "rib")
 MODES = {"loop": None, "ca": True}
-FULL = dict(per_rank=20000, iters=10, repeats=5, attempts=3, exchange_reps=100, items=[1000, 10000, 100000],
+FULL = dict(per_rank=20000, iters=10, repeats=5, attempts=3, exchange_reps=100, sum_reps=2000,
+            items=[1000, 10000, 100000],
             item_bytes=[8, 64, 256], items_per_sample=10000,
             per_item_max=10000)
-QUICK = dict(per_rank=2000, iters=2, repeats=3, attempts=1, exchange_reps=10, items=[1000], item_bytes=[8, 256],
+QUICK = dict(per_rank=2000, iters=2, repeats=3, attempts=1, exchange_reps=10, sum_reps=200, items=[1000], item_bytes=[8, 256],
              items_per_sample=2000, per_item_max=10000)
 
 
@@ -429,7 +440,48 @@ def repartition_worker(config: dict) -> dict:
     return {"rows": rows, "checks": checks, "cells": problem.cells.size, "methods": methods}
 
 
-WORKERS = {"transports": transports_worker, "sparse": sparse_worker, "repartition": repartition_worker}
+def sums_worker(config: dict) -> dict:
+    """Short sums over ranks: ``MPI_Allreduce`` (the floor: a bare mpi4py call) against
+    :func:`meshchain.comm.pairwise.pairwise_sum`, interleaved; and whether every rank got
+    the same bits (and, on two ranks, ``MPI_Allreduce``'s)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from meshchain.comm.pairwise import pairwise_sum
+
+    comm = MPI.COMM_WORLD
+    reps = config["sum_reps"]
+    rows = []
+    for count in SUM_COUNTS:
+        start = np.random.default_rng(comm.rank).uniform(-1.0, 1.0, count)
+        work = start.copy()
+
+        def by_mpi():
+            comm.Allreduce(start, work, op=MPI.SUM)
+
+        def by_pairs():
+            np.copyto(work, start)
+            pairwise_sum(comm, work)
+
+        variants = {"MPI_Allreduce": by_mpi, "pairwise": by_pairs}
+        for action in variants.values():
+            timed(comm, action, 50)
+        times = {name: [] for name in variants}
+        for _ in range(config["repeats"]):
+            for name, action in variants.items():
+                times[name].append(timed(comm, action, reps))
+        reference = np.empty(count)
+        comm.Allreduce(start, reference, op=MPI.SUM)
+        mine = pairwise_sum(comm, start.copy())
+        same = all(np.array_equal(mine, other) for other in comm.allgather(mine))
+        rows.append({"count": count, "same_on_every_rank": bool(comm.allreduce(same, op=MPI.LAND)),
+                     "equal_to_mpi": bool(comm.allreduce(np.array_equal(mine, reference), op=MPI.LAND)),
+                     **{name: sorted(values)[len(values) // 2] for name, values in times.items()}})
+    return {"rows": rows}
+
+
+WORKERS = {"transports": transports_worker, "sparse": sparse_worker, "repartition": repartition_worker,
+           "sums": sums_worker}
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -567,6 +619,17 @@ def sparse_table(results: list) -> str:
     return "\n".join(lines)
 
 
+def sums_table(results: list) -> str:
+    head = "| network | ranks | values | MPI_Allreduce µs | pairwise µs | pairwise ÷ MPI | same bits on every rank | bits of MPI |"
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for entry in results:
+        for r in entry["rows"]:
+            lines.append(f"| {entry['network']} | {_ranks(entry)} | {r['count']} | {r['MPI_Allreduce'] * 1e6:.1f} | "
+                         f"{r['pairwise'] * 1e6:.1f} | {r['pairwise'] / r['MPI_Allreduce']:.2f} | "
+                         f"{'yes' if r['same_on_every_rank'] else 'no'} | {'yes' if r['equal_to_mpi'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def repartition_table(results: list) -> str:
     head = ("| network | ranks | cells | method | repartition ms | spread % | iteration ms | spread % | "
             "repartition ÷ iteration | rebuild ms (1st iteration − steady) | sparse rounds | messages | MB moved |")
@@ -594,6 +657,7 @@ def main(argv=None) -> int:
                         help="a fixed naca0012(I, J) mesh instead (400 600: OP2's 720000 cells)")
     parser.add_argument("--iters", type=int, help="Airfoil iterations per sample (default 10; quick 2)")
     parser.add_argument("--exchange-reps", type=int, help="iterations' worth of exchanges per sample (100; quick 10)")
+    parser.add_argument("--sum-reps", type=int, help="sums: sums per sample (2000; quick 200)")
     parser.add_argument("--items", nargs="+", type=int, help="sparse: items per rank (1000 10000 100000)")
     parser.add_argument("--item-bytes", nargs="+", type=int, help="sparse: bytes per item (8 64 256)")
     parser.add_argument("--items-per-sample", type=int,
@@ -651,6 +715,10 @@ def main(argv=None) -> int:
     if "repartition" in results:
         print(f"\nRepartitioning Airfoil ({cells}), each method from the previous one's partition:\n")
         print(repartition_table(results["repartition"]))
+    if "sums" in results:
+        print("\nShort sums over ranks (float64, µs per sum, median of the rounds, slowest rank): MPI_Allreduce "
+              "against meshchain.comm.pairwise.pairwise_sum (recursive doubling):\n")
+        print(sums_table(results["sums"]))
     checks = [(part, e["network"], e["ranks"], e["checks"]) for part in ("transports", "repartition")
               for e in results.get(part, []) if any(e["checks"].values())]
     if checks:

@@ -14,6 +14,7 @@
   reusable buffers for destinations known only at run time; NBX, neighbourhood or allreduce
   termination), used for set-up and migration, and :mod:`.neighbourhood`, a neighbourhood
   that grows as ranks discover each other;
+* :mod:`.pairwise`: short sums over ranks by recursive doubling (a solver's block reductions);
 * :mod:`.pingpong`: ping-pong timing for the model's calibration;
 * :mod:`.progress`: what moves messages while a rank computes (``progress="none"``,
   ``"poll"``: a communication thread testing the requests in flight, ``"thread"``: MPICH's

@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from ..comm.pairwise import short_sum
 from ..core.cache import memo
 from ..core.errors import SolverError
 from ..types import Dat, Mat
@@ -84,13 +85,10 @@ class ScaledRun:
                 self.hosts[name], self.v[name] = host, host.reshape(-1)[:self.n]
 
     def total(self, values: np.ndarray) -> np.ndarray:
-        """``values`` summed over the ranks (one reduction)."""
+        """``values`` summed over the ranks (one reduction; a block of them in one message
+        round per doubling of the ranks, :func:`meshchain.comm.pairwise.short_sum`)."""
         self.reductions += 1
-        if self.comm is not None:
-            from mpi4py import MPI
-
-            self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
-        return values
+        return short_sum(self.comm, values)
 
     def products(self, wanted) -> None:
         """Sequences of products of ``Â`` (one matrix powers exchange): ``(x, ys, shifts)``

@@ -1,0 +1,89 @@
+"""Short sums over ranks by recursive doubling (meshchain.comm.pairwise): every rank gets the
+same bits, MPI_Allreduce's sum to rounding (its bits on two ranks, and exactly on whole
+numbers), on 1-4 ranks (3: a rank beyond the power of two); its messages never take another
+message's place; the s-step methods reduce with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshchain.comm.pairwise import TAG, pairwise_sum, short_sum
+
+
+def mpi_sum(comm, values):
+    from mpi4py import MPI
+
+    out = np.empty_like(values)
+    comm.Allreduce(values, out, op=MPI.SUM)
+    return out
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=120)
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(0, 80), whole=st.booleans())
+def test_pairwise_sum_gives_every_rank_the_same_bits_and_mpis_sum(comm, seed, count, whole):
+    rng = np.random.default_rng([seed, comm.rank])
+    values = rng.integers(-1000, 1000, count).astype(np.float64) if whole else \
+        rng.standard_normal(count) * 10.0 ** rng.integers(-8, 8, count)
+    reference = mpi_sum(comm, values)
+    for total in (pairwise_sum(comm, values.copy()), short_sum(comm, values.copy())):
+        every = comm.allgather(total)
+        assert all(np.array_equal(total, other) for other in every)  # the same bits on every rank
+        if whole or comm.size <= 2:  # whole numbers: exact; two ranks: one addition, as MPI's
+            assert np.array_equal(total, reference)
+        else:
+            scale = sum(np.abs(v) for v in comm.allgather(values))
+            assert np.all(np.abs(total - reference) <= 4 * np.finfo(float).eps * scale)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_pairwise_sums_never_take_another_messages_place(comm):
+    """Messages of another tag from every rank, waiting to be received while sums run, are
+    still there, whole, afterwards; sums back to back stay in order."""
+    rank, size = comm.rank, comm.size
+    others = [r for r in range(size) if r != rank]
+    pending = np.full(3, float(rank))
+    sent = [comm.Isend(pending, dest=other, tag=TAG - 1) for other in others]  # from every partner
+    totals = [pairwise_sum(comm, np.array([float(k + rank), 1.0])) for k in range(5)]
+    for other in others:
+        arrived = np.empty(3)
+        comm.Recv(arrived, source=other, tag=TAG - 1)
+        assert arrived.tolist() == [float(other)] * 3
+    for request in sent:
+        request.Wait()
+    ranks = sum(range(size))
+    assert [t.tolist() for t in totals] == [[float(k * size + ranks), float(size)] for k in range(5)]
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_an_sstep_solve_reduces_its_blocks_pairwise(comm, monkeypatch):
+    """The block s-step CG's Gram sums go through pairwise_sum, its single norms through
+    MPI_Allreduce; the solve converges."""
+    import meshchain as mc
+    from meshchain.comm import pairwise
+    from meshchain.meshes import structured_tris
+    from meshchain.apps import poisson
+
+    mc.reset_runtime(comm=comm)
+    problem = poisson.declare(structured_tris(10, 10))
+    counts = []
+    original = pairwise.pairwise_sum
+
+    def counted(comm_, values):
+        counts.append(len(values))
+        return original(comm_, values)
+
+    monkeypatch.setattr(pairwise, "pairwise_sum", counted)
+    info = mc.solve(problem.A, problem.u, problem.b, method="sstep-cg", s=4, pc="jacobi", rtol=1e-10)
+    assert info.converged, info.reason
+    assert counts and min(counts) >= 2 and max(counts) >= 4 * 5  # the blocks' Gram sums (s = 4)
+    assert len(counts) < info.reductions  # the lone norms: MPI_Allreduce
+    sstep = problem.u.gather()
+    problem.u.data[...] = 0.0
+    assert mc.solve(problem.A, problem.u, problem.b, method="cg", pc="jacobi", rtol=1e-12).converged
+    cg = problem.u.gather()
+    if comm.rank == 0:
+        assert np.max(np.abs(sstep - cg)) <= 1e-7 * np.max(np.abs(cg))
