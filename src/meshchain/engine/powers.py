@@ -40,7 +40,7 @@ import functools
 import numba
 import numpy as np
 
-from ..backends.sparse import add_scaled, csr_listed, csr_rows, csr_sequence, scaled_values
+from ..backends.sparse import add_scaled, csr_listed, csr_rows, csr_sequence, same_values, scaled_values
 from ..comm.agree import abort_all, raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.errors import DataShapeError, DeclarationError, MeshchainError
@@ -142,7 +142,7 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
 def _scaled(rows: PowersRows, scale: np.ndarray) -> np.ndarray:
     """The values of ``S A S`` on ``rows`` for ``S = diag(scale)``, worked out when ``scale``
     differs from the last one's copy."""
-    if rows.scaled is None or rows.scaled_by is None or not np.array_equal(rows.scaled_by, scale):
+    if rows.scaled is None or rows.scaled_by is None or not same_values(rows.scaled_by, scale):
         if rows.scaled is None:
             rows.scaled = np.empty_like(rows.values)
         indptr, _, indices, targets = rows.unsigned
