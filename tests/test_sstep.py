@@ -348,3 +348,53 @@ def test_a_matrix_free_operator_runs_the_block_form_with_one_chain_per_basis(com
         mc.solve(op, problem.x, problem.b, method="sstep-cg", s="auto")
     with pytest.raises(mc.SolverError, match="assembled mc.Mat"):
         mc.solve(op, problem.x, problem.b, method="ca-cg")
+
+
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.parametrize("method", ["sstep-cg", "ca-cg"])
+def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(comm, method, monkeypatch):
+    """x = 0 on every rank: the first residual is b, with no exchange or product, and the solve
+    gives the bits of one started from ``b - A 0``; x nonzero on one rank only: every rank
+    computes the residual (the decision is the same everywhere) and the solve still converges."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_tris(9, 9), dim=1, seed=3)
+    starting, residuals = [False], []
+    start, residual = sstep.CGRun.start, sstep.CGRun.residual
+
+    def counted_start(self):
+        starting[0] = True
+        try:
+            start(self)
+        finally:
+            starting[0] = False
+
+    def counted_residual(self, into):
+        if starting[0]:
+            residuals.append(into)
+        residual(self, into)
+
+    problem.solve(method, "jacobi", rtol=1e-10, s=4)  # the Newton shifts found: the solves below reuse them
+    monkeypatch.setattr(sstep.CGRun, "start", counted_start)
+    monkeypatch.setattr(sstep.CGRun, "residual", counted_residual)
+    info, x = problem.solve(method, "jacobi", rtol=1e-10, s=4)
+    assert info.converged and residuals == []
+
+    def always_a_product(self):  # the start before: r = b - A x whatever x is (its norm summed alike)
+        self.residual("r")
+        sums = self.total(np.array([sstep._weighted_dot(self.v["r"], self.v["weight"]), 1.0]))
+        self.start_norm = float(np.sqrt(max(float(sums[0]), 0.0)))
+        np.copyto(self.v["p"], self.v["r"])
+        self.fresh("p")
+
+    monkeypatch.setattr(sstep.CGRun, "start", always_a_product)
+    before, x_before = problem.solve(method, "jacobi", rtol=1e-10, s=4)
+    if comm.rank == 0:
+        assert np.array_equal(x, x_before)
+    assert info.residual_history == before.residual_history
+
+    monkeypatch.setattr(sstep.CGRun, "start", counted_start)
+    problem.x.data[...] = 0.0
+    if comm.rank == 0:
+        problem.x.data[0] = 1.0
+    info = mc.solve(problem.A, problem.x, problem.b, method=method, pc="jacobi", rtol=1e-10, s=4)
+    assert info.converged and residuals == ["r"]
