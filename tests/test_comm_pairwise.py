@@ -1,7 +1,7 @@
 """Short sums over ranks by recursive doubling (meshchain.comm.pairwise): every rank gets the
 same bits, MPI_Allreduce's sum to rounding (its bits on two ranks, and exactly on whole
 numbers), on 1-4 ranks (3: a rank beyond the power of two); its messages never take another
-message's place; the s-step methods reduce with it."""
+message's place (the s-step methods reduce with it: tests/test_sstep.py)."""
 
 from __future__ import annotations
 
@@ -56,34 +56,3 @@ def test_pairwise_sums_never_take_another_messages_place(comm):
         request.Wait()
     ranks = sum(range(size))
     assert [t.tolist() for t in totals] == [[float(k * size + ranks), float(size)] for k in range(5)]
-
-
-@pytest.mark.mpi(nprocs=(2,), timeout=300)
-def test_an_sstep_solve_reduces_its_blocks_pairwise(comm, monkeypatch):
-    """The block s-step CG's Gram sums go through pairwise_sum, its single norms through
-    MPI_Allreduce; the solve converges."""
-    import meshchain as mc
-    from meshchain.comm import pairwise
-    from meshchain.meshes import structured_tris
-    from meshchain.apps import poisson
-
-    mc.reset_runtime(comm=comm)
-    problem = poisson.declare(structured_tris(10, 10))
-    counts = []
-    original = pairwise.pairwise_sum
-
-    def counted(comm_, values):
-        counts.append(len(values))
-        return original(comm_, values)
-
-    monkeypatch.setattr(pairwise, "pairwise_sum", counted)
-    info = mc.solve(problem.A, problem.u, problem.b, method="sstep-cg", s=4, pc="jacobi", rtol=1e-10)
-    assert info.converged, info.reason
-    assert counts and min(counts) >= 2 and max(counts) >= 4 * 5  # the blocks' Gram sums (s = 4)
-    assert len(counts) < info.reductions  # the lone norms: MPI_Allreduce
-    sstep = problem.u.gather()
-    problem.u.data[...] = 0.0
-    assert mc.solve(problem.A, problem.u, problem.b, method="cg", pc="jacobi", rtol=1e-12).converged
-    cg = problem.u.gather()
-    if comm.rank == 0:
-        assert np.max(np.abs(sstep - cg)) <= 1e-7 * np.max(np.abs(cg))

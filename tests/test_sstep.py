@@ -350,12 +350,16 @@ def test_a_matrix_free_operator_runs_the_block_form_with_one_chain_per_basis(com
         mc.solve(op, problem.x, problem.b, method="ca-cg")
 
 
-@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
+@pytest.mark.mpi(nprocs=(1, 3), timeout=300)
 @pytest.mark.parametrize("method", ["sstep-cg", "ca-cg"])
 def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(comm, method, monkeypatch):
     """x = 0 on every rank: the first residual is b, with no exchange or product, and the solve
     gives the bits of one started from ``b - A 0``; x nonzero on one rank only: every rank
-    computes the residual (the decision is the same everywhere) and the solve still converges."""
+    computes the residual (the decision is the same everywhere) and the solve still converges.
+    On several ranks the block reductions are summed by recursive doubling, the lone norms by
+    ``MPI_Allreduce``."""
+    from meshchain.comm import pairwise
+
     mc.reset_runtime(comm=comm)
     problem = Problem(structured_tris(9, 9), dim=1, seed=3)
     starting, residuals = [False], []
@@ -376,8 +380,18 @@ def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(com
     problem.solve(method, "jacobi", rtol=1e-10, s=4)  # the Newton shifts found: the solves below reuse them
     monkeypatch.setattr(sstep.CGRun, "start", counted_start)
     monkeypatch.setattr(sstep.CGRun, "residual", counted_residual)
+    summed, pairwise_sum = [], pairwise.pairwise_sum
+
+    def counted_sum(comm_, values):
+        summed.append(len(values))
+        return pairwise_sum(comm_, values)
+
+    monkeypatch.setattr(pairwise, "pairwise_sum", counted_sum)
     info, x = problem.solve(method, "jacobi", rtol=1e-10, s=4)
     assert info.converged and residuals == []
+    if comm.size > 1:  # each block's sums (at least s numbers) pairwise; one-number norms by MPI_Allreduce
+        assert summed and max(summed) >= 4 and min(summed) >= 2 and len(summed) <= info.reductions
+        assert method == "ca-cg" or len(summed) < info.reductions  # the block form reduces lone norms too
 
     def always_a_product(self):  # the start before: r = b - A x whatever x is (its norm summed alike)
         self.residual("r")
