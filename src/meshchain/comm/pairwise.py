@@ -44,7 +44,7 @@ def short_sum(comm, values: np.ndarray) -> np.ndarray:
     ``MPI_Allreduce`` (one value on two ranks: one round already). Collective."""
     if comm is None or comm.size == 1:
         return values
-    if len(values) >= 1 << (comm.size.bit_length() - 1) and len(values) > 1:
+    if len(values) >= 1 << (comm.size.bit_length() - 1):  # (two or more: size >= 2)
         return pairwise_sum(comm, values)
     from mpi4py import MPI
 

@@ -236,21 +236,22 @@ class CGRun(ScaledRun):
         self.exit_norms = (plain, weighted)
         return weighted
 
-    def start(self) -> None:
-        """The first residual ``r̂ = b̂ - Â x̂`` into ``r`` and ``p``, its norm ``||B r||`` as
-        ``start_norm``. With ``x = 0`` on every rank (the usual start; one reduction, which
-        also sums ``||B b||``, tells) ``r̂ = b̂``: no exchange, no product, the same bits."""
+    def start(self) -> float:
+        """The first residual ``r̂ = b̂ - Â x̂`` into ``r`` and ``p``; its norm ``||B r||``. With
+        ``x = 0`` on every rank (the usual start; one reduction, which also sums ``||B b||``,
+        tells) ``r̂ = b̂``: no exchange, no product, the same bits."""
         v = self.v
         sums = self.total(np.array([_weighted_dot(v["b"], v["weight"]), float(np.any(v["x"]))]))
         if sums[1] == 0.0:
             np.copyto(v["r"], v["b"])
             self.fresh("r")
-            self.start_norm = math.sqrt(max(float(sums[0]), 0.0))
+            norm = math.sqrt(max(float(sums[0]), 0.0))
         else:
             self.residual("r")
-            self.start_norm = self.norm(v["r"])
+            norm = self.norm(v["r"])
         np.copyto(v["p"], v["r"])
         self.fresh("p")
+        return norm
 
     def residual(self, into: str) -> None:
         """``into = b̂ - Â x̂`` (one exchange of ``x̂``; a sequence plan of one product, kept)."""
@@ -427,9 +428,8 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
     np.multiply(v["scale"], v["scale"], out=v["weight"])  # ||B r||² = r̂ᵀ D^-1 r̂ with Jacobi
     run.unweight = 1.0 / v["weight"]  # ||b - A x||² = r̂ᵀ D r̂
     began = time.perf_counter()
-    run.start()
     reason = None
-    if run.tested(run.start_norm):
+    if run.tested(run.start()):
         reason = "converged"
     shifts = np.zeros(steps)
     if reason is None and basis == "newton":
