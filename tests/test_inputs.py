@@ -59,6 +59,30 @@ def test_an_integer_global_needs_no_value():
         mc.Global(1, 0.5, "half", dtype=np.int32)
 
 
+@settings(max_examples=20, deadline=None)
+@given(dim=st.integers(1, 4), value=st.floats(-1e6, 1e6), name=st.sampled_from([None, "g", "sum"]))
+def test_the_quick_declarations_equal_the_checked_ones(dim, value, name):
+    """A Global of a Python float and a Dat of zeros (what a step declares per reduction or as
+    a temporary) skip the checks: the same objects as those declared the checked way."""
+    mc.reset_runtime()
+    quick, checked = mc.Global(dim, value, name), mc.Global(dim, np.float64(value), name, dtype="float64")
+    assert (quick.name, quick.dim, quick.dtype) == (checked.name, checked.dim, checked.dtype)
+    assert quick.value.dtype == checked.value.dtype and np.array_equal(quick.value, checked.value)
+    s = mc.Set(3, "s")
+    zeros, typed = mc.Dat(s, dim, None, name), mc.Dat(s, dim, None, name, dtype=np.float64)
+    assert zeros.dtype == typed.dtype and np.array_equal(zeros.data_ro, typed.data_ro)
+    assert zeros.data_ro.shape == (3, dim)
+
+
+@pytest.mark.parametrize("dim", [0, -1, True, 1.0, "2"])
+def test_bad_dims_are_refused_on_the_quick_path_too(dim):
+    mc.reset_runtime()
+    with pytest.raises(mc.DataShapeError, match="dim must be"):
+        mc.Global(dim, 0.0, "g")
+    with pytest.raises(mc.DataShapeError, match="dim must be"):
+        mc.Dat(mc.Set(2, "s"), dim, None, "d")
+
+
 def test_a_global_value_cannot_be_written_to_unknowingly():
     mc.reset_runtime()
     g = mc.Global(1, 3.0, "g")

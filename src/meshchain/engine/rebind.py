@@ -96,12 +96,13 @@ class Binding:
         old = self.records
         if not self.supported or len(records) != len(old):
             return False
-        changed = [key for key, (a, b) in enumerate(zip(old, records)) if a is not b]
+        changed = [key for key in range(len(old)) if old[key] is not records[key]]
         if not _alike(old, records, changed):
             return False
-        for key in changed:
-            for write in self._prepared.get(key, ()):
-                self._prepare(records[key], write=write)
+        if self._prepared:
+            for key in changed:
+                for write in self._prepared.get(key, ()):
+                    self._prepare(records[key], write=write)
         for step, settle, validity, reductions in self._steps:
             step.settle = tuple([records[key] for key in settle])
             step.validity = tuple([(records[key], depth) for key, depth in validity])
@@ -109,13 +110,15 @@ class Binding:
                 if records[key] is not reduction.storage:
                     reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
                     reduction.storage = records[key]
-        moved = set(changed)
-        for exchange, keys in self._exchanges:
-            if moved.intersection(keys):
-                exchange.rebind([_array(records[key]) for key in keys])
+        if self._exchanges:
+            moved = set(changed)
+            for exchange, keys in self._exchanges:
+                if moved.intersection(keys):
+                    exchange.rebind([_array(records[key]) for key in keys])
         substitutions: dict = {}
         for key in changed:
-            array = _array(records[key])
+            record = records[key]
+            array = record.value if type(record) is GlobalStorage else record.host
             for number, position, ro in self._uses.get(key, ()):
                 substitutions.setdefault(number, []).append((position, readonly(array) if ro else array))
         calls = self._calls
@@ -129,8 +132,10 @@ def _alike(old, new, changed) -> bool:
     """Whether each ``changed`` new record's array has the shape, strides and dtype of the old one's."""
     for key in changed:
         a, b = old[key], new[key]
-        x, y = _array(a), _array(b)
-        if type(a) is not type(b) or x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
+        if type(a) is not type(b):
+            return False
+        x, y = (a.value, b.value) if type(a) is GlobalStorage else (a.host, b.host)
+        if x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
             return False
     return True
 

@@ -64,8 +64,8 @@ class Unit:
         The distinct kernels that read globals (a plan checks that those are unchanged).
     """
 
-    __slots__ = ("loops", "options", "signature", "objects", "sets", "storage", "names", "kernels", "_dats",
-                 "records", "store", "_is_dat")
+    __slots__ = ("loops", "options", "signature", "sets", "names", "kernels", "_dats", "records", "store", "_is_dat",
+                 "_objects", "_by_key")
 
     def __init__(self, loops, options, store):
         self.options, self.store = options, store
@@ -102,12 +102,25 @@ class Unit:
                 for obj in loop.data:
                     distinct.setdefault(id(obj), obj)
             objects = tuple(distinct.values())
-        self.loops = loops
-        self.objects = dict(enumerate(objects))
+        self.loops, self._objects, self._by_key = loops, objects, None
         get = self.store.get
         self.records = records = tuple([get(obj) for obj in objects])
-        self.storage = dict(enumerate(records))
         self._dats = tuple([record for record, is_dat in zip(records, self._is_dat) if is_dat])
+
+    @property
+    def objects(self) -> dict:
+        """Object key -> the dat or global of the latest execution (made when planning asks)."""
+        return self._maps()[0]
+
+    @property
+    def storage(self) -> dict:
+        """Object key -> its storage record of the latest execution."""
+        return self._maps()[1]
+
+    def _maps(self) -> tuple:
+        if self._by_key is None:
+            self._by_key = (dict(enumerate(self._objects)), dict(enumerate(self.records)))
+        return self._by_key
 
     def state(self) -> tuple:
         """The valid halo depth of each of the unit's dats."""

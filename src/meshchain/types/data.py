@@ -17,6 +17,8 @@ from .sets import Set
 
 __all__ = ["Dat", "Global"]
 
+_FLOAT64 = np.dtype(np.float64)
+
 
 def _check_access(access, owner: str, allowed, advice: str) -> Access:
     if not isinstance(access, Access):
@@ -66,7 +68,8 @@ class Dat:
         if not isinstance(dataset, Set):
             raise DataShapeError(f"Dat {self.name!r}: dataset must be a meshchain.Set, got {type(dataset).__name__}.")
         self.dataset = dataset
-        self.dim = check_count(dim, f"Dat {self.name!r} dim", minimum=1, error=DataShapeError)
+        self.dim = dim if type(dim) is int and dim >= 1 else check_count(dim, f"Dat {self.name!r} dim", minimum=1,
+                                                                          error=DataShapeError)
         self.uid = next_uid()
         self._args: dict = {}
         self.dtype = context.current().declare_dat(self, data, dtype)
@@ -81,6 +84,8 @@ class Dat:
     def rows(self, data, dtype, count: int):
         """``(dtype, array)``: ``data`` checked and copied into ``count`` rows of this dat
         (zeros for ``None``); raises :class:`DataShapeError` naming the dat and the fix."""
+        if data is None and dtype is None:  # a temporary: zeros of the default dtype
+            return _FLOAT64, np.zeros((count, self.dim))
         what = f"Dat {self.name!r} on {self.dataset.name!r}"
         chosen = resolve_dtype(data, dtype, what)
         if data is None:
@@ -95,9 +100,11 @@ class Dat:
     def __call__(self, access, path=None) -> Arg:
         """Make a loop argument: ``dat(mode)`` (direct), ``dat(mode, map[i])`` or ``dat(mode, map)``."""
         try:
-            arg = self._args[path][access]()  # checked once: the same argument is handed out again while it lives
-        except (KeyError, TypeError):
-            arg = None
+            held = self._args.get(path)  # checked once: the same argument is handed out again while it lives
+            held = None if held is None else held.get(access)
+        except TypeError:  # not hashable: not a path or mode (_make_arg says so)
+            held = None
+        arg = None if held is None else held()
         if arg is None:
             arg = self._make_arg(access, path)
             self._args.setdefault(path, {})[access] = weakref.ref(arg)  # weakly: the argument holds this dat
@@ -254,12 +261,18 @@ class Global:
     is_global = True
 
     def __init__(self, dim, value=0.0, name=None, *, dtype=None):
-        self.name = check_name(name, "global")
-        self.dim = check_count(dim, f"Global {self.name!r} dim", minimum=1, error=DataShapeError)
-        self.dtype = resolve_dtype(value, dtype, f"Global {self.name!r}")
+        if type(dim) is int and dim >= 1 and type(value) is float and dtype is None and (name is None or (
+                type(name) is str and name)):  # the common declaration (a new Global per reduction): all valid
+            self.name, self.dim, self.dtype = name or "global", dim, _FLOAT64
+            array = np.array([value]) if dim == 1 else np.full(dim, value)
+        else:
+            self.name = check_name(name, "global")
+            self.dim = check_count(dim, f"Global {self.name!r} dim", minimum=1, error=DataShapeError)
+            self.dtype = resolve_dtype(value, dtype, f"Global {self.name!r}")
+            array = self.coerce(value)
         self.uid = next_uid()
         self._args: dict = {}
-        context.current().declare_global(self, self.coerce(value))
+        context.current().declare_global(self, array)
 
     def coerce(self, value) -> np.ndarray:
         """``value`` (a scalar or ``dim`` values) as a fresh array of this global's dtype."""
@@ -273,13 +286,14 @@ class Global:
 
     def __call__(self, access, path=None) -> Arg:
         """Make a loop argument: ``glob(mc.READ)`` or a reduction ``INC``/``MIN``/``MAX``."""
-        try:
-            if path is None:
-                arg = self._args[access]()  # weakly held: the argument holds this global
-                if arg is not None:
-                    return arg
-        except (KeyError, TypeError):
-            pass
+        if path is None:
+            try:
+                held = self._args.get(access)  # weakly held: the argument holds this global
+            except TypeError:  # not hashable: not a mode (_make_arg says so)
+                held = None
+            arg = None if held is None else held()
+            if arg is not None:
+                return arg
         arg = self._make_arg(access, path)
         self._args[access] = weakref.ref(arg)
         return arg
