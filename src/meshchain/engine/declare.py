@@ -92,33 +92,35 @@ class Declarations:
             chosen, rows = d.rows(data, dtype, d.dataset.size)
             self._remember(d)
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
-        comm, n = self.comm, d.dataset.size
-        offsets = block_offsets(n, comm.size)
-        count = int(offsets[comm.rank + 1] - offsets[comm.rank])
-        block = None
         chosen = self._agreed_without_data(d, data, dtype)
         if chosen is not None:  # a temporary: no rank passed data, agreed in one small Allreduce
-            rows, tag = None, self._append(d)
-        else:
-            rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
-            error = None
-            try:
-                chosen, block = d.rows(rows, dtype, count)
-            except DataShapeError as exc:
-                error = exc
-            raise_together(comm, error)
-            tag = self._record(d, (d.name, d.dataset.name, d.dim, chosen.str))
-        tag = tag % 32000 + 1
+            return chosen, self._zeros(d, chosen, self._append(d) % 32000 + 1)
+        comm, n = self.comm, d.dataset.size
+        offsets = block_offsets(n, comm.size)
+        rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
+        error = None
+        try:
+            chosen, block = d.rows(rows, dtype, int(offsets[comm.rank + 1] - offsets[comm.rank]))
+        except DataShapeError as exc:
+            error = exc
+        raise_together(comm, error)
+        tag = self._record(d, (d.name, d.dataset.name, d.dim, chosen.str)) % 32000 + 1
         if not mesh.partitioned:
-            if block is None:
-                _, block = d.rows(None, chosen, count)
             return chosen, DatStorage(block, n_owned=len(block), tag=tag)
         layout = mesh.layout.of(d.dataset)
-        if rows is None:  # no rank passed data (agreed): every row is zero, nothing to fetch
-            _, local = d.rows(None, chosen, len(layout.global_ids))
-        else:
-            local = fetch_rows(comm, offsets, block, layout.global_ids)
+        local = fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
+
+    def _zeros(self, d: Dat, dtype, tag: int) -> DatStorage:
+        """The storage of a dat no rank passed data for: zeros, halos included (valid)."""
+        mesh = self._mesh
+        if not mesh.partitioned:
+            offsets = block_offsets(d.dataset.size, self.comm.size)
+            block = np.zeros((int(offsets[self.comm.rank + 1] - offsets[self.comm.rank]), d.dim), dtype=dtype)
+            return DatStorage(block, n_owned=len(block), tag=tag)
+        layout = mesh.layout.of(d.dataset)
+        local = np.zeros((len(layout.global_ids), d.dim), dtype=dtype)
+        return DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
 
     def _agreed_without_data(self, d: Dat, data, dtype):
         """The dtype of a dat no rank passed data for (a temporary), checked on every rank in
