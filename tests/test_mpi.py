@@ -351,6 +351,10 @@ def test_dats_declared_without_data_are_zeros_and_refuse_differences_on_every_ra
                                   layout_of(d.cells).global_ids[:layout_of(d.cells).n_owned])
     after = mc.Dat(d.cells, 1, None, "after")  # the ranks still declare in step
     assert storage(after).tag == storage(rooted).tag + 1
+    for _ in range(5000):  # a temporary per step: the record of declarations stays short, the tags in step
+        last = mc.Dat(d.cells, 1, None, "temporary")
+    assert storage(last).tag == storage(after).tag + 5000
+    assert len(mc.get_runtime().mesh.declarations._declared) <= 4096
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)

@@ -30,6 +30,8 @@ from ..comm.inputs import to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
 from ..types import Dat, GridInterior, Map, Set
+
+_PRUNE_AT = 4096  # dead weak references to declared objects kept at most about this many
 from ..types.maps import checked_values
 
 __all__ = ["Declarations"]
@@ -42,6 +44,8 @@ class Declarations:
     def __init__(self, mesh):
         self._mesh = mesh
         self._declared: list = []
+        self._prune_at = _PRUNE_AT  # the list's length at which dead references are dropped
+        self._count = 0  # objects declared on several ranks: a declaration's position (the same on every rank)
         self.map_rows: dict = {}  # map uid -> values (global numbering)
 
     @property
@@ -143,16 +147,19 @@ class Declarations:
     def adopt(self, other: "Declarations") -> None:
         """Take over ``other``'s record of declarations (one process, ``mc.reset_runtime``)."""
         self._declared = [r for r in other._declared if r() is not None]
+        self._count = other._count
 
     @staticmethod
     def global_(value: np.ndarray) -> GlobalStorage:
         return GlobalStorage(value)
 
     def _remember(self, obj) -> None:
-        """Record ``obj`` on one process (dead entries are dropped now and then)."""
+        """Record ``obj``: a weak reference, dead ones dropped now and then (a program that makes a
+        temporary per step keeps a short list)."""
         self._declared.append(weakref.ref(obj))
-        if len(self._declared) % 4096 == 0:
+        if len(self._declared) >= self._prune_at:
             self._declared = [r for r in self._declared if r() is not None]
+            self._prune_at = max(_PRUNE_AT, 2 * len(self._declared))
 
     def _record(self, obj, agreed) -> int:
         """Check that ``agreed`` is the same on every rank and record ``obj``; returns its
@@ -163,8 +170,9 @@ class Declarations:
     def _append(self, obj) -> int:
         """Record ``obj`` (on several ranks, after every rank agreed to); its position in the
         declaration order."""
-        self._declared.append(weakref.ref(obj))
-        return len(self._declared)
+        self._remember(obj)
+        self._count += 1
+        return self._count
 
     # --- what was declared ----------------------------------------------------------------------
 
