@@ -36,9 +36,11 @@ class Browser:
         self.port, self.profile = _free_port(), tempfile.mkdtemp(prefix="chromium-")
         self.process = subprocess.Popen(
             [executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             f"--remote-debugging-port={self.port}", f"--user-data-dir={self.profile}", "--window-size=1280,900",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.socket = websocket.create_connection(self._page_endpoint(), timeout=30)
+             f"--remote-debugging-port={self.port}", f"--remote-allow-origins=http://127.0.0.1:{self.port}",
+             f"--user-data-dir={self.profile}", "--window-size=1280,900", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # no Origin header: Chromium 111+ refuses DevTools connections from origins it was not told to allow
+        self.socket = websocket.create_connection(self._page_endpoint(), timeout=30, suppress_origin=True)
         self.sequence = 0
 
     def _page_endpoint(self) -> str:
