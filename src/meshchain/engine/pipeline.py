@@ -82,9 +82,10 @@ class Pipeline:
         state)`` when the run was such a compiled replay (for :meth:`run_again`), else None."""
         session = self.session
         distributed = session.distributed
-        if not distributed:  # the common case first: its plan, bound to these very records, current
+        if not distributed:  # the common case first: its plan, bound to these records (or rebound), current
             plan = self.plans.get((unit, None, None))
-            if plan is not None and plan.binding.records is unit.records and not (plan.kernels and not plan.current()):
+            if (plan is not None and not (plan.kernels and not plan.current())
+                    and (plan.binding.records is unit.records or plan.binding.rebind(plan, unit.records))):
                 self.plans.hits += 1
                 plan.run()
                 return
