@@ -30,11 +30,11 @@ from ..comm.inputs import to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
 from ..types import Dat, GridInterior, Map, Set
-
-_PRUNE_AT = 4096  # dead weak references to declared objects kept at most about this many
 from ..types.maps import checked_values
 
 __all__ = ["Declarations"]
+
+_PRUNE_AT = 4096  # dead weak references to declared objects kept at most about this many
 
 
 class Declarations:
@@ -104,7 +104,7 @@ class Declarations:
         rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
         error = None
         try:
-            chosen, block = d.rows(rows, dtype, int(offsets[comm.rank + 1] - offsets[comm.rank]))
+            chosen, block = d.rows(rows, dtype, _block_count(offsets, comm.rank))
         except DataShapeError as exc:
             error = exc
         raise_together(comm, error)
@@ -119,8 +119,8 @@ class Declarations:
         """The storage of a dat no rank passed data for: zeros, halos included (valid)."""
         mesh = self._mesh
         if not mesh.partitioned:
-            offsets = block_offsets(d.dataset.size, self.comm.size)
-            block = np.zeros((int(offsets[self.comm.rank + 1] - offsets[self.comm.rank]), d.dim), dtype=dtype)
+            count = _block_count(block_offsets(d.dataset.size, self.comm.size), self.comm.rank)
+            block = np.zeros((count, d.dim), dtype=dtype)
             return DatStorage(block, n_owned=len(block), tag=tag)
         layout = mesh.layout.of(d.dataset)
         local = np.zeros((len(layout.global_ids), d.dim), dtype=dtype)
@@ -197,3 +197,8 @@ class Declarations:
 def _forget(table: dict, obj) -> None:
     """Drop ``obj``'s entry from ``table`` when ``obj`` is garbage-collected."""
     weakref.finalize(obj, table.pop, obj.uid, None)
+
+
+def _block_count(offsets, rank: int) -> int:
+    """Rows ``rank`` holds in the block distribution of ``offsets`` (:func:`block_offsets`)."""
+    return int(offsets[rank + 1] - offsets[rank])

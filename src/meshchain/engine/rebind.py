@@ -117,8 +117,7 @@ class Binding:
                     exchange.rebind([_array(records[key]) for key in keys])
         substitutions: dict = {}
         for key in changed:
-            record = records[key]
-            array = record.value if type(record) is GlobalStorage else record.host
+            array = _array(records[key])
             for number, position, ro in self._uses.get(key, ()):
                 substitutions.setdefault(number, []).append((position, readonly(array) if ro else array))
         calls = self._calls
@@ -134,7 +133,7 @@ def _alike(old, new, changed) -> bool:
         a, b = old[key], new[key]
         if type(a) is not type(b):
             return False
-        x, y = (a.value, b.value) if type(a) is GlobalStorage else (a.host, b.host)
+        x, y = _array(a), _array(b)
         if x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
             return False
     return True
