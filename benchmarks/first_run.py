@@ -5,8 +5,8 @@ first run, or a fresh test session, pays), declares OP2's Airfoil on ``naca0012(
 and times the first stage (the loops compiled and saved to the cache) and then the steady
 stage (median of ``--steps`` stages). The trees take turns within every round, so that a
 shared VM's drift touches them alike; the table gives medians over ``--rounds`` rounds and
-each tree's ratio to the first one. The user's environment: no thread variables set but
-``MESHCHAIN_THREADS=1`` (what ``make demo`` sets), as the first stage of a serial run.
+each tree's ratio to the first one. The user's environment: no thread variables set, unless
+``--threads N`` sets ``MESHCHAIN_THREADS`` (what ``make demo`` does with 1; the table says so).
 
 Usage::
 
@@ -49,8 +49,10 @@ print(json.dumps({{"first": first, "steady": statistics.median(steady), "compile
 """
 
 
-def measure(src: str, mesh: str, steps: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()), MESHCHAIN_THREADS="1")
+def measure(src: str, mesh: str, steps: int, threads: int | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
+    if threads is not None:
+        env["MESHCHAIN_THREADS"] = str(threads)
     done = subprocess.run([sys.executable, "-c", WORKER.format(mesh=mesh, steps=steps)], env=env,
                           capture_output=True, text=True, timeout=900, cwd=tempfile.gettempdir())
     if done.returncode:
@@ -64,18 +66,21 @@ def main(argv=None) -> int:
     parser.add_argument("--mesh", default="100, 150", help="naca0012's arguments (default 100, 150: 45 000 cells)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--threads", type=int, help="set MESHCHAIN_THREADS (default: the environment as it is)")
     parser.add_argument("--json", default=str(HERE / "results" / "first_run.json"))
     args = parser.parse_args(argv)
     runs = {src: [] for src in args.src}
     for _ in range(args.rounds):
         for src in args.src:
-            runs[src].append(measure(src, args.mesh, args.steps))
+            runs[src].append(measure(src, args.mesh, args.steps, args.threads))
     rows = []
     for src, found in runs.items():
         rows.append({"src": src, "first_s": statistics.median(r["first"] for r in found),
                      "steady_ms": statistics.median(r["steady"] for r in found) * 1e3,
                      "first_each": [round(r["first"], 3) for r in found], "compiled": found[-1]["compiled"]})
     base = rows[0]
+    threads = "the environment's" if args.threads is None else f"MESHCHAIN_THREADS={args.threads}"
+    print(f"Airfoil on naca0012({args.mesh}), threads: {threads}")
     print("| source | first stage s (each round) | ratio | steady stage ms | ratio | compiled (stats) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -83,7 +88,7 @@ def main(argv=None) -> int:
               f"{row['first_s'] / base['first_s']:.2f} | {row['steady_ms']:.3f} | "
               f"{row['steady_ms'] / base['steady_ms']:.2f} | {row['compiled']} |")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"mesh": args.mesh, "rows": rows}, indent=2))
+    Path(args.json).write_text(json.dumps({"mesh": args.mesh, "threads": args.threads, "rows": rows}, indent=2))
     return 0
 
 

@@ -90,8 +90,8 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     compile instead of two (0.27-0.34 s instead of 0.52-0.69 s for a small loop here);
     ``_mc_blocks`` and ``_mc_reduce`` are those two halves for a scheduler of its own.
 
-    The block is a function of its own: Numba then optimises it as fully as plain sequential
-    code (inside a parfor body the same code runs measurably slower).
+    In ``_mc_loop`` the block is a function of its own: Numba then optimises it as fully as plain
+    sequential code (inside a parfor body the same code runs measurably slower).
     ``body`` is the inlined kernel (see :mod:`.inline`) or None to call ``_mc_kernel``.
     """
     nslots = max((s.slot for s in specs), default=-1) + 1
@@ -102,7 +102,8 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_starts, {', '.join(arrays)}):"]
     ranged = grid_rows(specs) or layer_columns(specs)
-    block = _block_lines(specs, body, reductions, ranged[0] if ranged else _RANGE, ranged[1] if ranged else grid_row(specs))
+    header, rows = ranged if ranged else (_RANGE, grid_row(specs))
+    block = _block_lines(specs, body, reductions, header, rows)
     lines += ["    " + line for line in block]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
