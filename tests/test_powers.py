@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.meshes import jittered_delaunay, structured_quads
+from meshchain.testing import parallel_assert
 from test_mat import copy_kernel
 from test_solvers import matrix_free
 
@@ -49,6 +50,20 @@ def cell_sums(problem, y):
     return out.gather()
 
 
+def equal_on_rank_0(comm, pairs, what):
+    """Each ``(want, have)`` pair (gathered: rank 0 holds them) equal bit for bit, asserted on
+    every rank at once: a mismatch fails every rank, so hypothesis shrinks in step on all of them
+    (rank 0 shrinking alone would run other examples than the rest: their collectives hang)."""
+    pairs = list(pairs)
+
+    def equal():
+        for want, have in pairs if comm.rank == 0 else ():
+            np.testing.assert_array_equal(have, want)
+        return True
+
+    parallel_assert(equal, what, comm=comm)
+
+
 @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
 @settings(max_examples=6, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -68,11 +83,8 @@ def test_powers_of_an_assembled_matrix_equal_repeated_products(comm, mesh, dim, 
     # the halo rows powers computed redundantly are what it says they are: a loop reading them
     # through the map (no exchange when the product is valid deep enough) sums the same
     sums = [cell_sums(problem, y) for y in (single[0], powered[0])]
-    if comm.rank == 0:
-        for want, have in zip(expected, got):
-            np.testing.assert_array_equal(have, want)
-        np.testing.assert_array_equal(sums[1], sums[0])
-        assert np.abs(expected[-1]).max() < 2.0**53
+    equal_on_rank_0(comm, [*zip(expected, got), (sums[0], sums[1])], "powers against repeated products")
+    parallel_assert(comm.rank != 0 or np.abs(expected[-1]).max() < 2.0**53, "exact in float64", comm=comm)
     # a sequence plan (the block s-step CG's bases) makes the same products into the rows of an array
     plan = mc.api.engine_surface().matrices.sequence_plan(problem.A, problem.x, steps)
     rows = np.empty((steps + 1, plan.width))
@@ -81,9 +93,7 @@ def test_powers_of_an_assembled_matrix_equal_repeated_products(comm, mesh, dim, 
     for k, y in enumerate(planned, start=1):
         y.data[...] = rows[k, :y.data.size].reshape(y.data.shape)
     got = [y.gather() for y in planned]
-    if comm.rank == 0:
-        for want, have in zip(expected, got):
-            np.testing.assert_array_equal(have, want)
+    equal_on_rank_0(comm, zip(expected, got), "sequence plan against repeated products")
     # again (the halo rows kept), from a vector a direct loop wrote (its halo stale): exchanged first
     start = problem.vectors(1, "start")[0]
     negate = mc.Kernel.from_source("def negate(a, b):\n" + "".join(f"    b[{j}] = -a[{j}]\n" for j in range(dim)))
@@ -95,9 +105,7 @@ def test_powers_of_an_assembled_matrix_equal_repeated_products(comm, mesh, dim, 
         problem.A.mult(previous, y)
         previous = y
     expected = [y.gather() for y in powered]
-    if comm.rank == 0:
-        for want, have in zip(expected, again):
-            np.testing.assert_array_equal(have, want)
+    equal_on_rank_0(comm, zip(expected, again), "powers from a stale halo against repeated products")
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
@@ -118,9 +126,7 @@ def test_powers_of_a_matrix_free_operator_equal_repeated_applications(comm, mesh
     mc.matrix_powers(op, problem.x, powered)
     got = [y.gather() for y in powered]
     chain = mc.stats().chains["element-by-element.powers"]
-    if comm.rank == 0:
-        for want, have in zip(expected, got):
-            np.testing.assert_array_equal(have, want)
+    equal_on_rank_0(comm, zip(expected, got), "matrix-free powers against repeated applications")
     if comm.size > 1:
         assert chain.mode == "ca" and chain.executions == 1
         assert chain.segments == 1  # one grouped exchange for all s applications
