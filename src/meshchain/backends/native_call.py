@@ -39,8 +39,6 @@ import numba
 from numba.core import cgutils, errors, types
 from numba.extending import intrinsic
 
-from ..core.errors import InternalError
-
 __all__ = ["call_native", "native_address", "signature_text"]
 
 
@@ -59,7 +57,7 @@ def native_address(dispatcher, arguments) -> tuple[int, str]:
         dispatcher.compile(kinds)
         result = dispatcher.overloads[kinds]
     if result.signature.return_type != types.none:
-        raise InternalError(f"call_native calls functions that return None, not {result.signature}")
+        raise TypeError(f"call_native calls functions that return None, not {result.signature}")
     return result.library.get_pointer_to_function(result.fndesc.llvm_func_name), signature_text(kinds)
 
 
