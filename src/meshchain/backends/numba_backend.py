@@ -186,7 +186,7 @@ class NumbaBackend(Backend):
         for position, run in enumerate(runs):
             executor = self._executor(run.loop, report)
             operands = executor.operands(run, plan.ntiles)
-            tile_arguments = (np.int64(0), offsets, index, 3 * position, *operands)
+            tile_arguments = (np.int64(0), offsets, index, position, *operands)
             self._compile(executor.tile, tile_arguments, run.loop, report, path=executor.path)
             parts.append((executor, operands, self._native(executor.tile, tile_arguments)))
         calls, arrays = _shared_arrays([operands for _, operands, _ in parts])
@@ -225,8 +225,8 @@ class NumbaBackend(Backend):
 
     def _arguments(self, run, report):
         """The loop's executor and the arguments of its ``_mc_loop`` for this run: colouring
-        (block starts, order and colour offsets in one array, their offsets, and 0: where in those
-        the run's three are), the serial flag, then ``_mc_block``'s operands."""
+        (block starts, order and colour offsets in one array, their offsets, and 0: the run's
+        part of them), the serial flag, then ``_mc_block``'s operands."""
         executor = self._executor(run.loop, report)
         plan, index = _concatenated([_colouring(run)])
         arguments = [plan, index, 0, self._serial(), *executor.operands(run, run.colouring.nblocks)]
