@@ -3,9 +3,7 @@
 Each round starts a new process per source tree with an empty cache directory (what a user's
 first run, or a fresh test session, pays), declares OP2's Airfoil on ``naca0012(--mesh)``,
 and times the first stage (the loops compiled and saved to the cache) and then the steady
-stage (median of ``--steps`` stages): its four loops one by one, or with ``--chain`` as one
-loop chain (``ca=False``: one phase that calls the four loops, compiled too), or with
-``--tile-size N`` as one sparse-tiled chain. The trees take turns within every round, so that a
+stage (median of ``--steps`` stages). The trees take turns within every round, so that a
 shared VM's drift touches them alike; the table gives medians over ``--rounds`` rounds and
 each tree's ratio to the first one. The user's environment: no thread variables set, unless
 ``--threads N`` sets ``MESHCHAIN_THREADS`` (what ``make demo`` does with 1; the table says so).
@@ -15,7 +13,6 @@ Usage::
     .venv/bin/python benchmarks/first_run.py                          # this tree
     git worktree add /tmp/old <commit>
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src   # before, after
-    .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --chain
 """
 
 from __future__ import annotations
@@ -39,24 +36,24 @@ from meshchain.meshes import naca0012
 mc.reset_runtime(cache_dir=tempfile.mkdtemp(prefix="first-run-"))
 a = airfoil.declare(naca0012({mesh}))
 began = time.perf_counter()
-airfoil.stage(a, **{how})
+airfoil.stage(a)
 mc.flush()
 first = time.perf_counter() - began
 steady = []
 for _ in range({steps}):
     began = time.perf_counter()
-    airfoil.stage(a, **{how})
+    airfoil.stage(a)
     mc.flush()
     steady.append(time.perf_counter() - began)
 print(json.dumps({{"first": first, "steady": statistics.median(steady), "compiled": list(mc.stats().compiled)}}))
 """
 
 
-def measure(src: str, mesh: str, steps: int, threads: int | None, how: dict) -> dict:
+def measure(src: str, mesh: str, steps: int, threads: int | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     if threads is not None:
         env["MESHCHAIN_THREADS"] = str(threads)
-    done = subprocess.run([sys.executable, "-c", WORKER.format(mesh=mesh, steps=steps, how=how)], env=env,
+    done = subprocess.run([sys.executable, "-c", WORKER.format(mesh=mesh, steps=steps)], env=env,
                           capture_output=True, text=True, timeout=900, cwd=tempfile.gettempdir())
     if done.returncode:
         raise SystemExit(f"the worker on {src} failed:\n{done.stderr[-3000:]}")
@@ -70,15 +67,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--threads", type=int, help="set MESHCHAIN_THREADS (default: the environment as it is)")
-    parser.add_argument("--chain", action="store_true", help="run the stage as one loop chain (ca=False)")
-    parser.add_argument("--tile-size", type=int, help="run the stage as one sparse-tiled chain of these tiles")
     parser.add_argument("--json", default=str(HERE / "results" / "first_run.json"))
     args = parser.parse_args(argv)
-    how = {} if not (args.chain or args.tile_size) else {"ca": False, "tile_size": args.tile_size}
     runs = {src: [] for src in args.src}
     for _ in range(args.rounds):
         for src in args.src:
-            runs[src].append(measure(src, args.mesh, args.steps, args.threads, how))
+            runs[src].append(measure(src, args.mesh, args.steps, args.threads))
     rows = []
     for src, found in runs.items():
         rows.append({"src": src, "first_s": statistics.median(r["first"] for r in found),
@@ -86,8 +80,7 @@ def main(argv=None) -> int:
                      "first_each": [round(r["first"], 3) for r in found], "compiled": found[-1]["compiled"]})
     base = rows[0]
     threads = "the environment's" if args.threads is None else f"MESHCHAIN_THREADS={args.threads}"
-    form = "loop by loop" if not how else f"one chain, tile_size={args.tile_size}"
-    print(f"Airfoil on naca0012({args.mesh}), {form}, threads: {threads}")
+    print(f"Airfoil on naca0012({args.mesh}), threads: {threads}")
     print("| source | first stage s (each round) | ratio | steady stage ms | ratio | compiled (stats) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -95,7 +88,7 @@ def main(argv=None) -> int:
               f"{row['first_s'] / base['first_s']:.2f} | {row['steady_ms']:.3f} | "
               f"{row['steady_ms'] / base['steady_ms']:.2f} | {row['compiled']} |")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"mesh": args.mesh, "threads": args.threads, "how": how, "rows": rows}, indent=2))
+    Path(args.json).write_text(json.dumps({"mesh": args.mesh, "threads": args.threads, "rows": rows}, indent=2))
     return 0
 
 
