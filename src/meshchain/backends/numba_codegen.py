@@ -3,9 +3,8 @@
 One module per loop signature: the kernel's constants, the kernel itself as a
 ``@njit`` function, ``_mc_loop``, which runs blocks of one colour on threads
 (``prange``; in order when ``_mc_serial`` says there is one thread, or when a colour has
-one block: starting a thread team costs microseconds) and colours one after another
-(its colouring is its part of arrays that a phase's loops share: a phase passes them on
-unchanged, with the loop's number, and slices nothing itself), and ``_mc_tile``, which runs the loop's
+one block: starting a thread team costs microseconds) and colours one after another,
+and ``_mc_tile``, which runs the loop's
 iterations of one sparse tile (a fused tiled chain calls it, see :mod:`.numba_backend`).
 For dynamic scheduling on Python threads (:mod:`.threads`) there are ``_mc_blocks``,
 which runs the blocks at positions ``[lo, hi)`` of the block order one after another
@@ -107,7 +106,7 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     block = _block_lines(specs, body, reductions, header, rows)
     lines += ["    " + line for line in block]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
-              f"def _mc_tile(_mc_b, _mc_plan, _mc_idx, _mc_run, {', '.join(arrays)}):"]
+              f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
     tile_rows = grid_row(specs) + layer_row(specs)
     lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, tile_rows)]
     names = ", ".join(arrays)
@@ -116,8 +115,7 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
         "",
         "",
         f"@_mc_njit(cache=True, parallel=True, {flags})",
-        f"def _mc_loop(_mc_plan, _mc_idx, _mc_run, _mc_serial, {names}):",
-        *_COLOURING,
+        f"def _mc_loop(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {names}):",
         "    for _mc_c in range(len(_mc_offsets) - 1):",
         "        _mc_first, _mc_last = _mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]",
         "        if _mc_serial or _mc_last - _mc_first <= 1:  # no thread team for one block",
@@ -130,8 +128,7 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
         "",
         "",
         f"@_mc_njit(cache=True, {flags})",
-        f"def _mc_loop_serial(_mc_plan, _mc_idx, _mc_run, _mc_serial, {names}):",
-        *_COLOURING,
+        f"def _mc_loop_serial(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {names}):",
         "    for _mc_i in range(_mc_offsets[0], _mc_offsets[-1]):  # colour after colour, block after block",
         "        _mc_b = _mc_order[_mc_i]",
         *["        " + line for line in block],
@@ -155,23 +152,15 @@ def _scheduled_pieces(specs, reductions, arrays, flags: str) -> list[str]:
     return lines + ["    " + line for line in body or ["pass"]]
 
 
-# the loop's colouring: block starts, block order and colour offsets, the parts ``3 run``, ``3 run + 1``
-# and ``3 run + 2`` of the int64 array ``_mc_plan`` (a phase's loops share one; ``_mc_idx`` their offsets)
-_COLOURING = ["    _mc_starts = _mc_plan[_mc_idx[3 * _mc_run]:_mc_idx[3 * _mc_run + 1]]",
-              "    _mc_order = _mc_plan[_mc_idx[3 * _mc_run + 1]:_mc_idx[3 * _mc_run + 2]]",
-              "    _mc_offsets = _mc_plan[_mc_idx[3 * _mc_run + 2]:_mc_idx[3 * _mc_run + 3]]"]
 _RANGE = ["for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):"]
-# a tile's runs: part ``3 run`` of ``_mc_plan`` (offsets ``_mc_idx``) the first run of each tile
-# (and the end of the last), parts ``3 run + 1`` and ``3 run + 2`` each run's first and end element
-_LISTED = ["_mc_o0, _mc_o1, _mc_o2 = _mc_idx[3 * _mc_run], _mc_idx[3 * _mc_run + 1], _mc_idx[3 * _mc_run + 2]",
-           "for _mc_r in range(_mc_plan[_mc_o0 + _mc_b], _mc_plan[_mc_o0 + _mc_b + 1]):",
-           "    for _mc_e in range(_mc_plan[_mc_o1 + _mc_r], _mc_plan[_mc_o2 + _mc_r]):"]
+_LISTED = ["for _mc_r in range(_mc_runs[_mc_b], _mc_runs[_mc_b + 1]):",
+           "    for _mc_e in range(_mc_lo[_mc_r], _mc_hi[_mc_r]):"]
 
 
 def _block_lines(specs, body, reductions, header, rows) -> list[str]:
     """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (a tile's runs of
-    consecutive elements, see :data:`_LISTED`): ``header`` opens the element loop(s) and binds
-    ``_mc_e``."""
+    consecutive elements, ``[_mc_lo[r], _mc_hi[r])`` for runs ``r`` of tile ``_mc_b``):
+    ``header`` opens the element loop(s) and binds ``_mc_e``."""
     inlined = body is not None
     # whole-map views the inlined body does not use (it loads each target's values itself, or adds
     # to scalar accumulators): no view
