@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import meshchain as mc
+from meshchain.testing import parallel_assert
 
 
 def host_rows(obj):
@@ -73,3 +76,17 @@ def example_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def equal_on_rank_0(comm, pairs, what):
+    """Each ``(want, have)`` pair (gathered: rank 0 holds them) equal bit for bit, asserted on
+    every rank at once: a mismatch fails every rank, so hypothesis shrinks in step on all of them
+    (rank 0 shrinking alone would run other examples than the rest: their collectives hang)."""
+    pairs = list(pairs)
+
+    def equal():
+        for want, have in pairs if comm.rank == 0 else ():
+            np.testing.assert_array_equal(have, want)
+        return True
+
+    parallel_assert(equal, what, comm=comm)

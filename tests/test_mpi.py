@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.meshes import naca0012, structured_quads
-from meshchain.testing import parallel_assert
 
-from helpers import host_rows, layout_of
+from helpers import equal_on_rank_0, host_rows, layout_of
 from test_backends_property import build, kernel_source, loop_specs
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -149,16 +148,9 @@ def run_random_loop(spec, comm, method):
 def test_random_loops_match_serial_bit_for_bit(comm, spec, method):
     expected = run_random_loop(spec, self_comm(), method)
     actual = run_random_loop(spec, comm, method)
-
-    def same():
-        for want, got in zip(expected, actual):
-            if got is not None:  # gathered dats live on rank 0 only
-                np.testing.assert_array_equal(got, want)
-        return True
-
-    # every rank fails together: hypothesis then shrinks on every rank in step (rank 0 alone would run
-    # other examples than the rest, whose collectives then never match: a hang, not a report)
-    parallel_assert(same, f"{spec!r}, {method}", comm=comm)
+    # gathered dats live on rank 0; a mismatch fails every rank, so hypothesis shrinks in step
+    pairs = [(want, got) for want, got in zip(expected, actual) if got is not None]
+    equal_on_rank_0(comm, pairs, f"{spec!r}, {method}")
 
 
 @st.composite

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import meshchain as mc
 from meshchain.meshes import jittered_delaunay, structured_quads
 from meshchain.testing import parallel_assert
+from helpers import equal_on_rank_0
 from test_mat import copy_kernel
 from test_solvers import matrix_free
 
@@ -48,20 +49,6 @@ def cell_sums(problem, y):
     out = mc.Dat(d.cells, 1, None, f"sum-{y.name}")
     mc.par_loop(mc.Kernel.from_source("\n".join(lines) + "\n"), d.cells, y(mc.READ, d.cell2node), out(mc.WRITE))
     return out.gather()
-
-
-def equal_on_rank_0(comm, pairs, what):
-    """Each ``(want, have)`` pair (gathered: rank 0 holds them) equal bit for bit, asserted on
-    every rank at once: a mismatch fails every rank, so hypothesis shrinks in step on all of them
-    (rank 0 shrinking alone would run other examples than the rest: their collectives hang)."""
-    pairs = list(pairs)
-
-    def equal():
-        for want, have in pairs if comm.rank == 0 else ():
-            np.testing.assert_array_equal(have, want)
-        return True
-
-    parallel_assert(equal, what, comm=comm)
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
