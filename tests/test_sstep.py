@@ -10,7 +10,7 @@ import collections
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
@@ -25,6 +25,18 @@ from test_solvers import MESHES, Problem, matrix_free
 
 def relative_error(got, want) -> float:
     return float(np.abs(got.ravel() - want.ravel()).max() / np.abs(want).max())
+
+
+def iteration_bound(cg, problem, steps) -> float:
+    """At most 1.2 times CG's iterations plus ``s``; where CG ended by running out of Krylov
+    space (at least as many iterations as unknowns: meshes of 8-12 nodes), 4 times CG's plus
+    ``s``. There the space runs out inside a block, the basis's rounding rather than the method
+    sets the residual the block ends with (1e-10 where CG's is 1e-13), and the directions
+    start again from it: another pass over the whole space, sometimes two (100 examples on 1-4
+    ranks: up to 3.5 times CG's iterations, for example ``structured_quads(2, 3)``, 12
+    unknowns, ``rtol=1e-12``, ``s=4``: 33 iterations to CG's 13)."""
+    exhausted = cg.iterations >= problem.expected.size
+    return (4.0 if exhausted else 1.2) * cg.iterations + steps
 
 
 def close_on_rank_0(comm, gathered, expected):
@@ -43,6 +55,9 @@ def close_on_rank_0(comm, gathered, expected):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 8),
        basis=st.sampled_from(["newton", "monomial"]), pc=st.sampled_from([None, "jacobi"]))
+@example(mesh=jittered_delaunay(8, seed=0), dim=1, seed=0, steps=3, basis="newton", pc=None)  # crept: 46 its
+@example(mesh=jittered_delaunay(8, seed=0), dim=1, seed=0, steps=4, basis="newton", pc=None)
+@example(mesh=jittered_delaunay(8, seed=28), dim=1, seed=26, steps=7, basis="newton", pc=None)  # stagnated
 def test_ca_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc):
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed)
@@ -52,7 +67,7 @@ def test_ca_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, di
     info, x = problem.solve("ca-cg", pc, rtol=1e-12, s=steps, basis=basis)
     assert info.converged, info.reason
     assert info.true_residual_preconditioned <= 1e-12 * info.residual_history[0] * 10
-    assert info.iterations <= 1.2 * cg.iterations + steps, (info.iterations, cg.iterations)
+    assert info.iterations <= iteration_bound(cg, problem, steps), (info.iterations, cg.iterations)
     close_on_rank_0(comm, x, problem.expected)
 
 
@@ -61,6 +76,7 @@ def test_ca_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, di
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 4),
        basis=st.sampled_from(["newton", "monomial"]), pc=st.sampled_from([None, "jacobi"]))
+@example(mesh=jittered_delaunay(8, seed=0), dim=1, seed=1, steps=4, basis="newton", pc=None)  # kept a noise pivot
 def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc):
     """The block form to rtol 1e-10 with ``s <= 4`` on these meshes of 8-60 nodes (its attainable
     accuracy on them is about 1e-11, and larger ``s`` exhaust their Krylov spaces in a few
@@ -72,7 +88,7 @@ def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm,
     info, x = problem.solve("sstep-cg", pc, rtol=1e-10, s=steps, basis=basis)
     assert info.converged, info.reason
     assert info.true_residual_preconditioned <= 1e-10 * info.residual_history[0] * 10
-    assert info.iterations <= 1.2 * cg.iterations + steps, (info.iterations, cg.iterations)
+    assert info.iterations <= iteration_bound(cg, problem, steps), (info.iterations, cg.iterations)
     close_on_rank_0(comm, x, problem.expected)
 
 

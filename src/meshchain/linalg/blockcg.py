@@ -73,8 +73,12 @@ __all__ = ["solve_block", "PIVOT", "JUMP"]
 JUMP = 100.0
 """A block after which the residual is this many times the one it started from is undone."""
 
-PIVOT = 1e-13
-"""A Cholesky pivot of ``W`` below this fraction of its diagonal entry ends the block there."""
+PIVOT = 1e-10
+"""A Cholesky pivot of ``W`` below this fraction of its diagonal entry ends the block there.
+``W``'s sums carry rounding of about 1e-13 of their size on large ranks, so a smaller pivot
+may be noise: where the Krylov space ran out inside a block (9 unknowns on 3 ranks), a pivot
+of that size kept a direction made of rounding and the block ended 4 times above the
+tolerance (one more block: 16 iterations to CG's 9; with this bound, 9)."""
 
 _jit = numba.njit(cache=True, nogil=True)
 _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reordered (vectorised): not bit-exact

@@ -80,6 +80,13 @@ DEFAULT_STEPS = 4
 MAX_STEPS = 16
 STAGNATION = 0.9  # a residual replacement must lower the true residual below this fraction of the last one
 PATIENCE = 4  # outer iterations without a new smallest residual before the true residual is looked at
+RESTART_DROP = 1e-5
+"""An outer iteration of CA-CG whose residual fell below this fraction of the one it started from
+starts the next one's directions from the residual. The coordinate iterations compute
+``(r, r)`` from the Gram matrix with errors of about ``ε`` times the basis's squared norms, so
+after a ``δ``-fold fall their ``β`` is off by about ``ε / δ²`` (2e-6 here): the old direction
+is no longer conjugate to anything, and carrying it on made the residual creep (an exhausted
+Krylov space, 9 unknowns on 3 ranks: 46 iterations to CG's 9; restarted, 12)."""
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 _shifts = memo("s-step Newton shifts", weak=True)  # per matrix: (engine, jacobi, s) -> (values stamp, shifts)
@@ -289,7 +296,12 @@ class CGRun(ScaledRun):
         return None
 
     def replaced(self) -> None:
-        """The true residual replaced the recursive one (the search directions are kept)."""
+        """The true residual replaced the recursive one: the directions start again from it.
+        A replacement follows a recursive residual that met the tolerance when the true one did
+        not, or no progress for a while: the last direction was made from the recursive
+        residual, and kept it took the true one from 4e-11 up to 4e-6 (stagnated; an exhausted
+        Krylov space, 9 unknowns on 2 ranks)."""
+        self.restart_directions()
 
     def fewer_steps(self, true: float, last_true: float) -> bool:
         """After a residual replacement that did not lower the residual: whether the run goes
@@ -365,6 +377,7 @@ class _Run(CGRun):
         x, r, p, norms, code = _inner(G[0], G[1], basis_change(shifts, s), s, self.maxiter - self.iterations,
                                       self.target)
         outcome = {0: None, 1: "converged", 2: "curvature"}[code]
+        started = self.history[-1]
         for norm in norms:
             self.iterations += 1
             self.tested(float(norm))
@@ -372,6 +385,8 @@ class _Run(CGRun):
         self.exit_norms = None
         for name in ("x", "r", "p"):
             self.fresh(name)
+        if outcome is None and len(norms) and norms[-1] < RESTART_DROP * started:
+            self.restart_directions()
         return outcome
 
 
