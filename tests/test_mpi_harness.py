@@ -63,7 +63,55 @@ def test_hypothesis_draws_the_same_examples_on_every_rank(comm, values):
     assert settings.default.derandomize
     assert settings.default.database is None
     assert settings.default.deadline is None
+    assert not settings.default.report_multiple_bugs  # no clock decides what runs after a failure
     assert comm.allgather(values) == [values] * comm.size
+
+
+def _drawn_integers() -> list:
+    """The integers a derandomized hypothesis test draws (the same test each call)."""
+    seen = []
+
+    @settings(max_examples=300, derandomize=True, database=None, deadline=None)
+    @given(value=st.integers(0, 10**6))
+    def record(value):
+        seen.append(value)
+
+    record()
+    return seen
+
+
+@pytest.mark.mpi(nprocs=2, timeout=120)
+def test_hypothesis_draws_do_not_depend_on_the_modules_a_rank_imported(comm, tmp_path):
+    """Hypothesis draws some values from the literals of the local modules in ``sys.modules``
+    (6.131 and later); a module only one rank imported (a generated loop, say) must not change
+    what that rank draws."""
+    before = _drawn_integers()
+    if comm.rank == 0:
+        probe = tmp_path / "meshchain_constants_probe.py"
+        probe.write_text("VALUES = [" + ", ".join(str(v) for v in range(1001, 10**6, 9973)) + "]\n")
+        sys.path.insert(0, str(tmp_path))
+    try:
+        if comm.rank == 0:
+            assert len(__import__("meshchain_constants_probe").VALUES) > 100
+        after = _drawn_integers()
+    finally:
+        if comm.rank == 0:
+            sys.path.remove(str(tmp_path))
+            sys.modules.pop("meshchain_constants_probe", None)
+    assert after == before
+    assert comm.allgather(after) == [after] * comm.size
+
+
+def test_the_child_empties_hypothesis_pool_of_module_constants(monkeypatch):
+    """What the child does to hypothesis (:func:`~meshchain.testing.harness.ignore_module_constants`),
+    done here on a copy of its provider module's state."""
+    providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
+    if not hasattr(providers, "_get_local_constants"):
+        pytest.skip("this hypothesis draws no constants from modules")
+    monkeypatch.setattr(providers, "_get_local_constants", providers._get_local_constants)
+    assert mpi_harness.ignore_module_constants()
+    pool = providers._get_local_constants()
+    assert not any(pool.set_for_type(kind) for kind in (int, float, bytes, str))
 
 
 @pytest.mark.parallel(nprocs=[1, 2], timeout=60)

@@ -95,10 +95,18 @@ Hypothesis
 Every rank must draw the same examples, or the ranks' collectives no longer
 match.  In the child the harness therefore loads a hypothesis settings profile
 (``meshchain-mpi``) built on the active profile with ``derandomize=True``,
-``database=None``, ``deadline=None`` and the ``too_slow`` health check
-suppressed (timing differs between ranks).  Tests keep their own
+``database=None``, ``deadline=None``, ``report_multiple_bugs=False`` and the
+``too_slow`` health check suppressed: nothing hypothesis decides may depend on
+the clock, which differs between ranks.  (With ``report_multiple_bugs`` on, after
+a first failing example hypothesis keeps generating until 10 s have passed on its
+clock; a failure on every rank then sent the ranks into different examples, and
+their collectives blocked until the timeout.)  Nor may it depend on the modules a
+rank imported: hypothesis draws some values from the literals of the project's
+modules in ``sys.modules`` (meshchain's generated loops among them, which ranks need
+not import alike), so the child empties that pool (:func:`ignore_module_constants`).
+Tests keep their own
 ``@settings(max_examples=...)`` etc., but must not set ``derandomize=False``,
-a ``database`` or a ``deadline``; if in doubt, write
+a ``database``, a ``deadline`` or ``report_multiple_bugs``; if in doubt, write
 ``@settings(derandomize=True, database=None, deadline=None)``.  Strategies must
 not depend on the rank.  A failure on only some ranks makes hypothesis shrink
 on those ranks alone; collectives then mismatch or block, and the test ends by
@@ -936,9 +944,34 @@ def load_hypothesis_profile() -> None:
         derandomize=True,
         database=None,
         deadline=None,
+        report_multiple_bugs=False,  # else generation goes on for 10 s of each rank's clock after a failure
         suppress_health_check=[*base.suppress_health_check, HealthCheck.too_slow],
     )
     settings.load_profile(HYPOTHESIS_PROFILE)
+    ignore_module_constants()
+
+
+def ignore_module_constants() -> bool:
+    """Keep hypothesis from drawing constants found in this process's modules (see the
+    module docstring); whether there was such a pool to empty (hypothesis 6.131 and later).
+
+    Hypothesis draws about one value in 20 from the literals of the "local" modules in
+    ``sys.modules`` (the project's, the tests', meshchain's generated loops), collected when
+    ``sys.modules`` grows and within a time limit. Ranks that imported different modules, or
+    reached a draw at a different moment of their imports, would draw different examples.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return False
+    if not callable(getattr(providers, "_get_local_constants", None)) or not hasattr(providers, "Constants"):
+        return False
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if cache is not None:
+        cache.clear()  # pools of permitted constants worked out before
+    return True
 
 
 class _ChildSession:
