@@ -3,7 +3,12 @@
 Each round starts a new process per source tree with an empty cache directory (what a user's
 first run, or a fresh test session, pays), declares OP2's Airfoil on ``naca0012(--mesh)``,
 and times the first stage (the loops compiled and saved to the cache) and then the steady
-stage (median of ``--steps`` stages). The trees take turns within every round, so that a
+stage (median of ``--steps`` stages): its four loops one by one, or with ``--chain`` as one
+loop chain (``ca=False``: one phase that calls the four loops, compiled too), or with
+``--tile-size N`` as one sparse-tiled chain. With ``--app mgcfd`` it declares MG-CFD on
+``channel_bump(--mesh)`` (default ``16, levels=3``) with two synthetic loops and times the
+first multigrid cycle and then the steady one, or with ``--captured`` the cycle captured
+(``mc.capture``: its 120 loops one compiled replay). The trees take turns within every round, so that a
 shared VM's drift touches them alike; the table gives medians over ``--rounds`` rounds and
 each tree's ratio to the first one. The user's environment: no thread variables set, unless
 ``--threads N`` sets ``MESHCHAIN_THREADS`` (what ``make demo`` does with 1; the table says so).
@@ -13,6 +18,8 @@ Usage::
     .venv/bin/python benchmarks/first_run.py                          # this tree
     git worktree add /tmp/old <commit>
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src   # before, after
+    .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --chain
+    .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --app mgcfd --captured
 """
 
 from __future__ import annotations
@@ -28,32 +35,45 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+DECLARE = {
+    "airfoil": ("from meshchain.apps import airfoil\n"
+                "from meshchain.meshes import naca0012\n"
+                "a = airfoil.declare(naca0012({mesh}))\n"
+                "def stage():\n"
+                "    airfoil.stage(a, **{how})\n"),
+    "mgcfd": ("from meshchain.apps import mgcfd\n"
+              "from meshchain.meshes import channel_bump\n"
+              "p = mgcfd.declare(channel_bump({mesh}), synthetic_loops=2)\n"
+              "mgcfd.initialise(p)\n"
+              "def stage():\n"
+              "    mgcfd.run(p, 1, captured={captured})\n"),
+}
+"""Per application: declare the problem, and ``stage()``, the step timed."""
+
 WORKER = """
 import json, statistics, sys, tempfile, time
 import meshchain as mc
-from meshchain.apps import airfoil
-from meshchain.meshes import naca0012
 mc.reset_runtime(cache_dir=tempfile.mkdtemp(prefix="first-run-"))
-a = airfoil.declare(naca0012({mesh}))
+{declare}
 began = time.perf_counter()
-airfoil.stage(a)
+stage()
 mc.flush()
 first = time.perf_counter() - began
 steady = []
 for _ in range({steps}):
     began = time.perf_counter()
-    airfoil.stage(a)
+    stage()
     mc.flush()
     steady.append(time.perf_counter() - began)
 print(json.dumps({{"first": first, "steady": statistics.median(steady), "compiled": list(mc.stats().compiled)}}))
 """
 
 
-def measure(src: str, mesh: str, steps: int, threads: int | None) -> dict:
+def measure(src: str, declare: str, steps: int, threads: int | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     if threads is not None:
         env["MESHCHAIN_THREADS"] = str(threads)
-    done = subprocess.run([sys.executable, "-c", WORKER.format(mesh=mesh, steps=steps)], env=env,
+    done = subprocess.run([sys.executable, "-c", WORKER.format(declare=declare, steps=steps)], env=env,
                           capture_output=True, text=True, timeout=900, cwd=tempfile.gettempdir())
     if done.returncode:
         raise SystemExit(f"the worker on {src} failed:\n{done.stderr[-3000:]}")
@@ -63,16 +83,26 @@ def measure(src: str, mesh: str, steps: int, threads: int | None) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", nargs="+", default=[str(HERE.parent / "src")], help="source trees to compare")
-    parser.add_argument("--mesh", default="100, 150", help="naca0012's arguments (default 100, 150: 45 000 cells)")
+    parser.add_argument("--app", choices=sorted(DECLARE), default="airfoil")
+    parser.add_argument("--mesh", help="naca0012's arguments (default 100, 150: 45 000 cells), or with --app mgcfd "
+                        "channel_bump's (default 16, levels=3)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--threads", type=int, help="set MESHCHAIN_THREADS (default: the environment as it is)")
+    parser.add_argument("--chain", action="store_true", help="run the stage as one loop chain (ca=False)")
+    parser.add_argument("--tile-size", type=int, help="run the stage as one sparse-tiled chain of these tiles")
+    parser.add_argument("--captured", action="store_true", help="--app mgcfd: replay the cycle captured")
     parser.add_argument("--json", default=str(HERE / "results" / "first_run.json"))
     args = parser.parse_args(argv)
+    if args.app == "airfoil" and args.captured or args.app == "mgcfd" and (args.chain or args.tile_size):
+        parser.error("--captured is for --app mgcfd; --chain and --tile-size for --app airfoil")
+    mesh = args.mesh or {"airfoil": "100, 150", "mgcfd": "16, levels=3"}[args.app]
+    how = {} if not (args.chain or args.tile_size) else {"ca": False, "tile_size": args.tile_size}
+    declare = DECLARE[args.app].format(mesh=mesh, how=how, captured=args.captured)
     runs = {src: [] for src in args.src}
     for _ in range(args.rounds):
         for src in args.src:
-            runs[src].append(measure(src, args.mesh, args.steps, args.threads))
+            runs[src].append(measure(src, declare, args.steps, args.threads))
     rows = []
     for src, found in runs.items():
         rows.append({"src": src, "first_s": statistics.median(r["first"] for r in found),
@@ -80,15 +110,21 @@ def main(argv=None) -> int:
                      "first_each": [round(r["first"], 3) for r in found], "compiled": found[-1]["compiled"]})
     base = rows[0]
     threads = "the environment's" if args.threads is None else f"MESHCHAIN_THREADS={args.threads}"
-    print(f"Airfoil on naca0012({args.mesh}), threads: {threads}")
-    print("| source | first stage s (each round) | ratio | steady stage ms | ratio | compiled (stats) |")
+    if args.app == "mgcfd":
+        title = f"MG-CFD on channel_bump({mesh}), 2 synthetic loops, {'captured' if args.captured else 'loop by loop'}"
+    else:
+        title = f"Airfoil on naca0012({mesh}), {'loop by loop' if not how else f'one chain, tile_size={args.tile_size}'}"
+    print(f"{title}, threads: {threads}")
+    step = "cycle" if args.app == "mgcfd" else "stage"
+    print(f"| source | first {step} s (each round) | ratio | steady {step} ms | ratio | compiled (stats) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['src']} | {row['first_s']:.2f} ({', '.join(map(str, row['first_each']))}) | "
               f"{row['first_s'] / base['first_s']:.2f} | {row['steady_ms']:.3f} | "
               f"{row['steady_ms'] / base['steady_ms']:.2f} | {row['compiled']} |")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"mesh": args.mesh, "threads": args.threads, "rows": rows}, indent=2))
+    Path(args.json).write_text(json.dumps({"app": args.app, "mesh": mesh, "threads": args.threads, "how": how,
+                                           "captured": args.captured, "rows": rows}, indent=2))
     return 0
 
 

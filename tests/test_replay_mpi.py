@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import meshchain as mc
-from meshchain.backends import numba_backend, numba_fused
+from meshchain.backends import numba_backend
 from meshchain.engine import replay
 from meshchain.meshes import structured_tris
 
@@ -115,22 +115,28 @@ def test_compiled_replays_equal_python_replays_and_the_uncaptured_steps(comm, mo
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
-def test_phases_compiled_in_parts_give_the_bits_of_whole_phases(comm, monkeypatch):
-    """A phase of more loops than ``numba_fused.PART`` (1 here, so every phase of the CA chain
-    has parts) is generated as parts, each its own compiled function: not captured, replayed
-    in Python and replayed compiled, the dats and globals of whole phases, bit for bit."""
+def test_phases_and_replays_call_their_loops_by_address_and_give_the_bits(comm, monkeypatch):
+    """Every generated phase and compiled replay calls the compiled loops (and phases) by the
+    address it is given (``call_native``), never by name (which would compile the callee into
+    it again): not captured, replayed in Python and replayed compiled, the same dats and
+    globals, bit for bit."""
     want = {how: diffusion(comm, True, how)[:2] for how in HOWS}
     generated = []
-    source = numba_backend.phase_source
-    monkeypatch.setattr(numba_fused, "PART", 1)
-    monkeypatch.setattr(numba_backend, "phase_source", lambda *a, **k: generated.append(source(*a, **k)) or generated[-1])
+    for name in ("phase_source", "replay_source"):
+        source = getattr(numba_backend, name)
+        monkeypatch.setattr(numba_backend, name,
+                            lambda *a, _source=source, **k: generated.append(_source(*a, **k)) or generated[-1])
     for how in HOWS:
         monkeypatch.setattr(replay, "COMPILE_AFTER", 0 if how == "compiled" else 10**9)
         gathered, values = diffusion(comm, True, how)[:2]
         assert values == want[how][1], how
         for got, expected in zip(gathered, want[how][0]):
             np.testing.assert_array_equal(got, expected)
-    assert any("def _mc_part1(" in text for text in generated), "no phase was generated in parts"
+    phases = [text for text in generated if "def _mc_phase(" in text]
+    replays = [text for text in generated if "def _mc_replay(" in text]
+    assert phases and replays, "no phase or no replay was generated"
+    for text in phases + replays:
+        assert "sys.modules" not in text and "_mc_call(_mc_" in text, text
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)

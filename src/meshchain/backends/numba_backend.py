@@ -35,6 +35,7 @@ from .base import Backend, arrays_of, combine_reductions, readonly
 from .compile_once import compiling_alone
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
+from .native_call import native_address
 from .numba_fused import phase_source, tiled_source
 from .numba_replay import ReplayCall, replay_source
 from .threads import ChunkedCall, WorkerPool
@@ -63,6 +64,7 @@ class NumbaBackend(Backend):
         self._executors = caches.cache("numba loop modules", limit=4096)
         self._fused = caches.cache("numba fused modules", limit=1024)
         self._entries = caches.cache("numba entry points", limit=8192, counts_hits=True)
+        self._natives = caches.cache("numba entry point addresses", limit=8192)
         self._pools: dict[int, WorkerPool] = {}
 
     def restore(self) -> None:
@@ -95,11 +97,13 @@ class NumbaBackend(Backend):
             function = executor.dispatcher if parallel else executor.serial
             return _Call(entry, tuple(arguments), names, executor.path, runs, function=function)
         calls, arrays = _shared_arrays([arguments[4:] for _, arguments, _ in parts])
-        plan, index = _concatenated([arguments[:3] for _, arguments, _ in parts])
-        module_calls = [(executor.module_name, call) for (executor, _, _), call in zip(parts, calls)]
-        function = self._generated("_mc_phase", phase_source(module_calls, len(arrays), parallel=parallel),
-                                   "chain_phase")
-        arguments = (plan, index, self._serial(), *arrays)
+        plan, index = _concatenated([_colouring(run) for run in runs])
+        natives = [self._native(executor.dispatcher if parallel else executor.serial, arguments)
+                   for executor, arguments, _ in parts]
+        addresses = np.array([address for address, _ in natives], dtype=np.int64)
+        source = phase_source([(signature, call) for (_, signature), call in zip(natives, calls)], len(arrays))
+        function = self._generated("_mc_phase", source, "chain_phase")
+        arguments = (plan, index, addresses, self._serial(), *arrays)
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs, function=function)
 
@@ -110,10 +114,10 @@ class NumbaBackend(Backend):
         call is not such a prepared call."""
         if any(getattr(call, "function", None) is None for call in calls):
             return None
-        described = [(call.function.py_func.__module__, call.function.py_func.__name__, len(call.arguments))
-                     for call in calls]
+        natives = [self._native(call.function, call.arguments) for call in calls]
+        described = [(signature, len(call.arguments)) for (_, signature), call in zip(natives, calls)]
         function = self._generated("_mc_replay", replay_source(described, exchanges, program), "replay")
-        call = ReplayCall(function)
+        call = ReplayCall(function, np.array([address for address, _ in natives], dtype=np.int64))
         call.bind(arguments)
         call.entry = self._compile(function, (call.boxed,), None, report, what="replay of a captured step")
         return call
@@ -154,7 +158,7 @@ class NumbaBackend(Backend):
         """``run``'s groups of ``_mc_blocks`` chunks (one per colour) and its ``_mc_reduce``
         call (None without reductions)."""
         executor, arguments = self._arguments(run, report)
-        starts, order, offsets = arguments[:3]
+        starts, order, offsets = _colouring(run)
         operands = tuple(arguments[4:])
         blocks = self._compile(executor.blocks, (0, 0, starts, order, *operands), run.loop, report,
                                path=executor.path)
@@ -177,25 +181,27 @@ class NumbaBackend(Backend):
         on threads, each tile calling every loop's ``_mc_tile`` in chain order. Reductions go
         to per-tile partial rows, combined in tile order afterwards, so the result does not
         depend on the thread count."""
+        offsets, index = _concatenated([plan.runs[position] for position in range(len(runs))])
         parts = []
         for position, run in enumerate(runs):
             executor = self._executor(run.loop, report)
             operands = executor.operands(run, plan.ntiles)
-            self._compile(executor.tile, (np.int64(0), *plan.runs[position], *operands), run.loop, report,
-                          path=executor.path)
-            parts.append((executor, operands))
-        calls, arrays = _shared_arrays([operands for _, operands in parts])
-        offsets, index = _concatenated([plan.runs[position] for position in range(len(runs))])
-        module_calls = [(executor.module_name, call) for (executor, _), call in zip(parts, calls)]
-        source = tiled_source(module_calls, len(arrays), parallel=self._threaded([plan.colour_offsets]))
+            tile_arguments = (np.int64(0), offsets, index, 3 * position, *operands)
+            self._compile(executor.tile, tile_arguments, run.loop, report, path=executor.path)
+            parts.append((executor, operands, self._native(executor.tile, tile_arguments)))
+        calls, arrays = _shared_arrays([operands for _, operands, _ in parts])
+        natives = [native for _, _, native in parts]
+        addresses = np.array([address for address, _ in natives], dtype=np.int64)
+        calls = [(signature, call) for (_, signature), call in zip(natives, calls)]
+        source = tiled_source(calls, len(arrays), parallel=self._threaded([plan.colour_offsets]))
         function = self._generated("_mc_tiled", source, "tiled_chain")
-        arguments = (plan.colour_offsets, plan.tile_order, offsets, index, self._serial(), *arrays)
+        arguments = (plan.colour_offsets, plan.tile_order, offsets, index, addresses, self._serial(), *arrays)
         names = [run.loop.name for run in runs]
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"tiled chain of loops {names}")
         call = _Call(entry, arguments, names, None, runs)
         reductions = [(run.loop, arrays_of(run), dict(zip(executor.reductions,
                                                         operands[len(operands) - len(executor.reductions):])))
-                      for run, (executor, operands) in zip(runs, parts) if executor.reductions]
+                      for run, (executor, operands, _) in zip(runs, parts) if executor.reductions]
         if not reductions:
             return call
 
@@ -219,11 +225,11 @@ class NumbaBackend(Backend):
 
     def _arguments(self, run, report):
         """The loop's executor and the arguments of its ``_mc_loop`` for this run: colouring
-        (block starts, order, colour offsets), the serial flag, then ``_mc_block``'s operands."""
+        (block starts, order and colour offsets in one array, their offsets, and 0: where in those
+        the run's three are), the serial flag, then ``_mc_block``'s operands."""
         executor = self._executor(run.loop, report)
-        colouring = run.colouring
-        arguments = [colouring.block_starts, colouring.block_order, colouring.colour_offsets, self._serial(),
-                     *executor.operands(run, colouring.nblocks)]
+        plan, index = _concatenated([_colouring(run)])
+        arguments = [plan, index, 0, self._serial(), *executor.operands(run, run.colouring.nblocks)]
         return executor, arguments
 
     def _serial(self) -> bool:
@@ -273,6 +279,21 @@ class NumbaBackend(Backend):
             return found
         entry = entries[key] = self._entry_point(function, arguments, loop, report, path=path, what=what)
         return entry
+
+    def _native(self, function, arguments) -> tuple[int, str]:
+        """The address of ``function``'s entry point for ``arguments`` (compiled already) and the
+        text of its argument types, for a call by address (:func:`.native_call.native_address`),
+        remembered by the argument types as :meth:`_compile` remembers entry points. The address
+        stays valid: every generated module stays in ``sys.modules`` (:func:`import_generated`),
+        and with it its dispatchers and their compiled code."""
+        types = tuple(map(_type_key, arguments))
+        if None in types:
+            return native_address(function, arguments)
+        key = (function, types)
+        found = self._natives.get(key)
+        if found is None:
+            found = self._natives[key] = native_address(function, arguments)
+        return found
 
     def _entry_point(self, function, arguments, loop, report, *, path=None, what=None):
         signature = tuple(self._numba.typeof(a) for a in arguments)
@@ -378,6 +399,12 @@ def _shared_arrays(groups):
             indices.append(seen[key])
         calls.append(tuple(indices))
     return calls, arrays
+
+
+def _colouring(run):
+    """``run``'s block starts, block order and colour offsets."""
+    colouring = run.colouring
+    return colouring.block_starts, colouring.block_order, colouring.colour_offsets
 
 
 def _concatenated(groups):

@@ -3,8 +3,9 @@
 One module per loop signature: the kernel's constants, the kernel itself as a
 ``@njit`` function, ``_mc_loop``, which runs blocks of one colour on threads
 (``prange``; in order when ``_mc_serial`` says there is one thread, or when a colour has
-one block: starting a thread team costs microseconds) and colours one after another,
-and ``_mc_tile``, which runs the loop's
+one block: starting a thread team costs microseconds) and colours one after another
+(its colouring is its part of arrays that a phase's loops share: a phase passes them on
+unchanged, with where the loop's part is, and nothing slices them), and ``_mc_tile``, which runs the loop's
 iterations of one sparse tile (a fused tiled chain calls it, see :mod:`.numba_backend`).
 For dynamic scheduling on Python threads (:mod:`.threads`) there are ``_mc_blocks``,
 which runs the blocks at positions ``[lo, hi)`` of the block order one after another
@@ -100,13 +101,13 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
     arrays = [f"_mc_d{j}" for j in range(nslots)] + [f"_mc_m{k}" for k in range(nmaps)]
     arrays += [f"_mc_p{i}" for i in reductions]
     flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
-    lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_starts, {', '.join(arrays)}):"]
+    lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_plan, _mc_s, {', '.join(arrays)}):"]
     ranged = grid_rows(specs) or layer_columns(specs)
     header, rows = ranged if ranged else (_RANGE, grid_row(specs))
-    block = _block_lines(specs, body, reductions, header, rows)
+    block = _starts_in_plan(_block_lines(specs, body, reductions, header, rows))
     lines += ["    " + line for line in block]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
-              f"def _mc_tile(_mc_b, _mc_runs, _mc_lo, _mc_hi, {', '.join(arrays)}):"]
+              f"def _mc_tile(_mc_b, _mc_plan, _mc_idx, _mc_at, {', '.join(arrays)}):"]
     tile_rows = grid_row(specs) + layer_row(specs)
     lines += ["    " + line for line in _block_lines(specs, body, reductions, _LISTED, tile_rows)]
     names = ", ".join(arrays)
@@ -115,22 +116,24 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
         "",
         "",
         f"@_mc_njit(cache=True, parallel=True, {flags})",
-        f"def _mc_loop(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {names}):",
-        "    for _mc_c in range(len(_mc_offsets) - 1):",
-        "        _mc_first, _mc_last = _mc_offsets[_mc_c], _mc_offsets[_mc_c + 1]",
+        f"def _mc_loop(_mc_plan, _mc_idx, _mc_at, _mc_serial, {names}):",
+        *_COLOURING,
+        "    for _mc_c in range(_mc_idx[_mc_at + 3] - _mc_f - 1):",
+        "        _mc_first, _mc_last = _mc_plan[_mc_f + _mc_c], _mc_plan[_mc_f + _mc_c + 1]",
         "        if _mc_serial or _mc_last - _mc_first <= 1:  # no thread team for one block",
         "            for _mc_i in range(_mc_first, _mc_last):",
-        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
+        f"                _mc_block(_mc_plan[_mc_o + _mc_i], _mc_plan, _mc_s, {names})",
         "        else:",
         "            for _mc_i in _mc_prange(_mc_first, _mc_last):",
-        f"                _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
+        f"                _mc_block(_mc_plan[_mc_o + _mc_i], _mc_plan, _mc_s, {names})",
         *finals,
         "",
         "",
         f"@_mc_njit(cache=True, {flags})",
-        f"def _mc_loop_serial(_mc_starts, _mc_order, _mc_offsets, _mc_serial, {names}):",
-        "    for _mc_i in range(_mc_offsets[0], _mc_offsets[-1]):  # colour after colour, block after block",
-        "        _mc_b = _mc_order[_mc_i]",
+        f"def _mc_loop_serial(_mc_plan, _mc_idx, _mc_at, _mc_serial, {names}):",
+        *_COLOURING,
+        "    for _mc_i in range(_mc_plan[_mc_f], _mc_plan[_mc_idx[_mc_at + 3] - 1]):  # all colours in order",
+        "        _mc_b = _mc_plan[_mc_o + _mc_i]",
         *["        " + line for line in block],
         *finals,
     ]
@@ -146,21 +149,37 @@ def _scheduled_pieces(specs, reductions, arrays, flags: str) -> list[str]:
     lines = [f"@_mc_njit(cache=True, {flags})",
              f"def _mc_blocks(_mc_lo, _mc_hi, _mc_starts, _mc_order, {names}):",
              "    for _mc_i in range(_mc_lo, _mc_hi):",
-             f"        _mc_block(_mc_order[_mc_i], _mc_starts, {names})",
+             f"        _mc_block(_mc_order[_mc_i], _mc_starts, 0, {names})",
              "", "", f"@_mc_njit(cache=True, {flags})", f"def _mc_reduce({names}):"]
     body = [line for i in reductions for line in _final_reduction(i, specs[i])]
     return lines + ["    " + line for line in body or ["pass"]]
 
 
+# the loop's colouring: block starts, block order and colour offsets, three parts of the int64 array
+# ``_mc_plan`` (a phase's loops share one) from offsets ``_mc_idx[_mc_at]``, ``_mc_idx[_mc_at + 1]``,
+# ``_mc_idx[_mc_at + 2]`` (the loop's: ``_mc_at`` is 3 k for the phase's k-th loop), read in place
+# (``_mc_s``, ``_mc_o``, ``_mc_f``): a slice costs Numba ~25 ms to compile, and every operation here
+# costs each loop's compile, so there are few
+_COLOURING = ["    _mc_s = _mc_idx[_mc_at]", "    _mc_o = _mc_idx[_mc_at + 1]", "    _mc_f = _mc_idx[_mc_at + 2]"]
 _RANGE = ["for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):"]
-_LISTED = ["for _mc_r in range(_mc_runs[_mc_b], _mc_runs[_mc_b + 1]):",
-           "    for _mc_e in range(_mc_lo[_mc_r], _mc_hi[_mc_r]):"]
+# a tile's runs, three parts of ``_mc_plan`` from offsets ``_mc_idx[_mc_at]`` etc. as above: the first run
+# of each tile (and the end of the last), then each run's first and its end element
+_LISTED = ["_mc_o0 = _mc_idx[_mc_at]", "_mc_o1 = _mc_idx[_mc_at + 1]", "_mc_o2 = _mc_idx[_mc_at + 2]",
+           "for _mc_r in range(_mc_plan[_mc_o0 + _mc_b], _mc_plan[_mc_o0 + _mc_b + 1]):",
+           "    for _mc_e in range(_mc_plan[_mc_o1 + _mc_r], _mc_plan[_mc_o2 + _mc_r]):"]
+
+
+def _starts_in_plan(lines) -> list[str]:
+    """``lines`` reading block ``b``'s start in place, ``_mc_plan[_mc_s + b]``, where they say ``_mc_starts[b]``."""
+    lines = [line.replace("_mc_starts[", "_mc_plan[_mc_s + ") for line in lines]
+    assert not any("_mc_starts" in line for line in lines), "every use of the block starts is an index"
+    return lines
 
 
 def _block_lines(specs, body, reductions, header, rows) -> list[str]:
     """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (a tile's runs of
-    consecutive elements, ``[_mc_lo[r], _mc_hi[r])`` for runs ``r`` of tile ``_mc_b``):
-    ``header`` opens the element loop(s) and binds ``_mc_e``."""
+    consecutive elements, see :data:`_LISTED`): ``header`` opens the element loop(s) and binds
+    ``_mc_e``."""
     inlined = body is not None
     # whole-map views the inlined body does not use (it loads each target's values itself, or adds
     # to scalar accumulators): no view
