@@ -392,9 +392,11 @@ def test_a_chain_run_loop_by_loop_refuses_tiling_and_says_why(comm):
 def edges_only_vertex_chain(comm, nchains, *, ca=True, executions=2):
     """The vertex-centred chain on a mesh declared as nodes, edges and ``e2n`` only, the edges
     partitioned (METIS, fixed seed) and every node owned by the lowest rank among the owners
-    of the edges that reach it. Rank 0 then owns every node its own edges touch: no owned
-    edge reaches its halo, and only other ranks' edges, run in its exec halo, reach its nodes."""
+    of the edges that reach it (``distribute.SHARED_TARGETS = "lowest"``, for as long as this
+    runs). Rank 0 then owns every node its own edges touch: no owned edge reaches its halo,
+    and only other ranks' edges, run in its exec halo, reach its nodes."""
     from meshchain.apps import vertex
+    from meshchain.partition import distribute
 
     mc.reset_runtime(comm=comm)
     mesh = structured_tris(12, 12)
@@ -406,7 +408,11 @@ def edges_only_vertex_chain(comm, nchains, *, ca=True, executions=2):
         u=mc.Dat(nodes, 2, rng.integers(-3, 4, size=(mesh.nnode, 2)), "u", dtype=np.int64),
         res=mc.Dat(nodes, 2, None, "res", dtype=np.int64),
         acc=mc.Dat(nodes, 1, None, "acc", dtype=np.int64))
-    mc.partition("kway", seed_set=edges)
+    rule, distribute.SHARED_TARGETS = distribute.SHARED_TARGETS, "lowest"
+    try:
+        mc.partition("kway", seed_set=edges)
+    finally:
+        distribute.SHARED_TARGETS = rule
     vertex.run(problem, nchains, executions, ca=ca)
     return problem
 
@@ -438,6 +444,10 @@ def test_chain_core_waits_for_nodes_the_exec_halo_writes_when_no_owned_edge_reac
 
     expected = vertex.checksum(edges_only_vertex_chain(self_comm(), nchains, ca=None))
     problem = edges_only_vertex_chain(comm, nchains)
+    session = mc.get_runtime()
+    owned_nodes, owned_edges = session.layout_of(problem.nodes).n_owned, session.layout_of(problem.edges).n_owned
+    reach = np.asarray(problem.e2n.values[:owned_edges])
+    assert comm.allgather(bool((reach < owned_nodes).all()))[0]  # the case: rank 0's edges reach no halo node
     chain = mc.stats().chains["vertex"]
     assert chain.mode == "ca" and chain.depth == nchains
     assert vertex.checksum(problem) == (expected if comm.rank == 0 else None)
