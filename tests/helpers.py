@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 import meshchain as mc
@@ -92,17 +90,3 @@ def equal_on_rank_0(comm, pairs, what):
         return True
 
     parallel_assert(equal, what, comm=comm)
-
-
-@contextlib.contextmanager
-def shared_targets_to_the_lowest_rank():
-    """Partition as before 2026-12-03 inside the block: a target (a node of partitioned cells)
-    that several ranks' rows reach goes to the lowest of them, which builds cases some tests
-    need (a rank owning no node, a rank whose edges reach no halo node)."""
-    from meshchain.partition import distribute
-
-    rule, distribute.SHARED_TARGETS = distribute.SHARED_TARGETS, "lowest"
-    try:
-        yield
-    finally:
-        distribute.SHARED_TARGETS = rule

@@ -19,7 +19,6 @@ from meshchain.engine import replay
 from meshchain.meshes import naca0012, structured_tris
 
 from chain_programs import Program, programs, segments_needed
-from helpers import shared_targets_to_the_lowest_rank
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::meshchain.MeshchainWarning")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -393,8 +392,8 @@ def test_a_chain_run_loop_by_loop_refuses_tiling_and_says_why(comm):
 def edges_only_vertex_chain(comm, nchains, *, ca=True, executions=2):
     """The vertex-centred chain on a mesh declared as nodes, edges and ``e2n`` only, the edges
     partitioned (METIS, fixed seed) and every node owned by the lowest rank among the owners
-    of the edges that reach it (:func:`helpers.shared_targets_to_the_lowest_rank`). Rank 0 then owns every node its own edges touch: no owned edge reaches its halo,
-    and only other ranks' edges, run in its exec halo, reach its nodes."""
+    of the edges that reach it. Rank 0 then owns every node its own edges touch: no owned
+    edge reaches its halo, and only other ranks' edges, run in its exec halo, reach its nodes."""
     from meshchain.apps import vertex
 
     mc.reset_runtime(comm=comm)
@@ -407,8 +406,7 @@ def edges_only_vertex_chain(comm, nchains, *, ca=True, executions=2):
         u=mc.Dat(nodes, 2, rng.integers(-3, 4, size=(mesh.nnode, 2)), "u", dtype=np.int64),
         res=mc.Dat(nodes, 2, None, "res", dtype=np.int64),
         acc=mc.Dat(nodes, 1, None, "acc", dtype=np.int64))
-    with shared_targets_to_the_lowest_rank():
-        mc.partition("kway", seed_set=edges)
+    mc.partition("kway", seed_set=edges)
     vertex.run(problem, nchains, executions, ca=ca)
     return problem
 

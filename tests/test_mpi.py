@@ -436,32 +436,3 @@ def test_ranks_sharing_a_cache_compile_a_new_loop_once(comm, tmp_path):
         np.testing.assert_array_equal(got[:, 0], 2.0 * np.arange(mesh.nnode) + 1.0)
     compiled_here = [compilations - hits for compilations, hits in counts]  # entry points not found on disk
     assert sum(compiled_here) == max(compiled_here) and sum(hits for _, hits in counts) >= comm.size - 1, counts
-
-
-@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=120)
-@pytest.mark.parametrize("mesh", ["tets", "tris"])
-def test_the_nodes_on_partition_borders_are_shared_out_between_their_ranks(comm, mesh):
-    """Cells partitioned by ``kway``, the nodes derived from them: each node is owned by one of
-    the ranks whose cells reach it, and the ranks own about as many nodes as cells would have
-    them own (the lowest rank took every border node: 2179 and 1917 nodes of a 4096-node cube
-    on 2 ranks, 1175 against 1024 on average on 4)."""
-    from meshchain.meshes import structured_tets, structured_tris
-
-    whole = structured_tets(15, 15, 15) if mesh == "tets" else structured_tris(63, 63)
-    d = whole.declare()
-    mc.partition("kway", seed_set=d.cells, seed=0)
-    session = mc.get_runtime()
-    nodes, cells = session.layout_of(d.nodes), session.layout_of(d.cells)
-    touched = np.unique(np.asarray(d.cell2node.values[: cells.n_owned]))
-    mine = nodes.global_ids[touched]  # the nodes this rank's cells reach
-    owned_ids = nodes.global_ids[: nodes.n_owned]
-    reached = comm.allgather(mine)
-    by_others = np.unique(np.concatenate([r for rank, r in enumerate(reached) if rank != comm.rank]))
-    border = np.intersect1d(mine, by_others)
-    report = comm.allgather((bool(np.isin(owned_ids, mine).all()), int(nodes.n_owned),
-                             float(np.isin(border, owned_ids).mean()) if len(border) else 0.5))
-    assert all(reached_by_own_cells for reached_by_own_cells, _, _ in report), report
-    counts = [count for _, count, _ in report]
-    assert sum(counts) == whole.nnode
-    assert max(counts) <= 1.06 * whole.nnode / comm.size, report
-    assert all(0.2 <= share <= 0.8 for _, _, share in report), report  # each rank owns part of its border

@@ -7,10 +7,8 @@ whole mesh except rank 0 for ``"kway"``, whose graph is gathered there):
    (parallel recursive inertial bisection of a coordinate dat), ``"kway"`` (METIS on
    the seed set's adjacency graph);
 2. derive every other set's owners through the maps (a row follows its first target;
-   a target follows one of the ranks whose rows reach it, picked by a hash of its global
-   id (:data:`SHARED_TARGETS`), so that the targets on a border are shared out between
-   its ranks; a subset follows its parent through its injection map, and maps the library
-   composed for subsets take no part);
+   a target follows the lowest-ranked row that reaches it; a subset follows its parent
+   through its injection map, and maps the library composed for subsets take no part);
 3. build halo layers and local numbering (:mod:`.layout`) into a
    :class:`~.layout.MeshLayout`.
 
@@ -36,14 +34,6 @@ __all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of",
            "primary_maps", "seed_adjacency", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
-
-SHARED_TARGETS = "spread"
-"""How a target that rows of several ranks reach gets its owner: ``"spread"``, one of those
-ranks picked by a hash of the target's global id (each about equally often), or ``"lowest"``,
-the lowest of them. With ``"lowest"`` every border's targets went to its lower rank: the nodes
-of ``structured_tets(15, 15, 15)`` with its cells partitioned by ``"kway"`` were owned 2179 and
-1917 on 2 ranks and at most 1175 against 1024 on average on 4, and a solver over the nodes
-waits for the rank with the most."""
 MAX_DEPTH = 48  # halo layers: enough for a grid chain of 40 sweeps (the CA stencil study's steps)
 
 
@@ -234,7 +224,8 @@ def derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners) -> dict:
         leader = next((m for m in maps if m.source in owners and m.target not in owners
                        and not isinstance(m.target, Subset)), None)
         if leader is not None:
-            owners[leader.target] = _referencing_owner(comm, leader, map_blocks[leader.uid], owners[leader.source])
+            owners[leader.target] = _lowest_referencing_owner(comm, leader, map_blocks[leader.uid],
+                                                              owners[leader.source])
             continue
         alone = next((s for s in sets if s not in owners and not isinstance(s, Subset)), None)
         if alone is None:
@@ -255,35 +246,16 @@ def whole_columns(comm, s, owners: np.ndarray) -> np.ndarray:
     return fetch_rows(comm, offsets, owners, ids - ids % s.layers)
 
 
-def _referencing_owner(comm, m, block_rows, source_owners):
-    """The owners of this rank's block of ``m``'s targets: one of the ranks whose rows reach
-    each (:data:`SHARED_TARGETS`); a target no row reaches stays on this rank."""
+def _lowest_referencing_owner(comm, m, block_rows, source_owners):
     offsets = block_offsets(m.target.size, comm.size)
     targets = block_rows.ravel().astype(np.int64)
     ranks = np.repeat(source_owners, m.arity)
     received, _ = alltoallv(comm, np.stack([targets, ranks], axis=1), block_owner(offsets, targets))
     lo, hi = offsets[comm.rank], offsets[comm.rank + 1]
-    result = np.full(hi - lo, comm.rank, dtype=np.int64)
-    if len(received):
-        target, rank = np.divmod(np.unique(received[:, 0] * comm.size + received[:, 1]), comm.size)
-        first = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])  # each target's ranks, ascending
-        count = np.diff(np.r_[first, len(target)])
-        pick = first if SHARED_TARGETS == "lowest" else first + spread(target[first]) % count
-        result[target[first] - lo] = rank[pick]
+    result = np.full(hi - lo, comm.size, dtype=np.int64)
+    np.minimum.at(result, received[:, 0] - lo, received[:, 1])
+    result[result == comm.size] = comm.rank
     return result
-
-
-def spread(ids: np.ndarray) -> np.ndarray:
-    """A hash of global ids (Fibonacci hashing, the high bits of ``id * 2^64 / φ``): whatever
-    stride a border's ids have, their hashes modulo a small number are about uniform (``id``
-    modulo 2 is not: the nodes of a plane ``x = c`` of a structured mesh share its parity).
-
-    >>> import numpy as np
-    >>> np.bincount(spread(np.arange(0, 4000, 16)) % 2).tolist()
-    [125, 125]
-    """
-    mixed = np.asarray(ids, dtype=np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return (mixed >> np.uint64(40)).astype(np.int64)
 
 
 def _local_values(m, local_values) -> np.ndarray:
