@@ -100,7 +100,8 @@ match.  In the child the harness therefore loads a hypothesis settings profile
 the clock, which differs between ranks.  (With ``report_multiple_bugs`` on, after
 a first failing example hypothesis keeps generating until 10 s have passed on its
 clock; a failure on every rank then sent the ranks into different examples, and
-their collectives blocked until the timeout.)  Nor may it depend on the modules a
+their collectives blocked until the timeout; the one clock left is the shrinker's
+5-minute limit, longer than most tests' timeouts.)  Nor may it depend on the modules a
 rank imported: hypothesis draws some values from the literals of the project's
 modules in ``sys.modules`` (meshchain's generated loops among them, which ranks need
 not import alike), so the child empties that pool (:func:`ignore_module_constants`).
