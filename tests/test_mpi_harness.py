@@ -104,7 +104,8 @@ def test_hypothesis_draws_do_not_depend_on_the_modules_a_rank_imported(comm, tmp
 
 def test_the_child_empties_hypothesis_pool_of_module_constants(monkeypatch):
     """What the child does to hypothesis (:func:`~meshchain.testing.harness.ignore_module_constants`),
-    done here on a copy of its provider module's state."""
+    done here in the parent: the patched function is put back afterwards (monkeypatch), and the
+    pool cache it clears is recomputed on the next draw."""
     providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
     if not hasattr(providers, "_get_local_constants"):
         pytest.skip("this hypothesis draws no constants from modules")
