@@ -232,6 +232,14 @@ SAFE = {
     "negative": ("def f(a):\n    for i in range(2):\n        a[i - 2] = 0\n", [(2,)]),
     "local-array": ("def f(a):\n    t = np.zeros(10)\n    t[7] = 1.0\n    a[0] = t[7]\n", [(1,)]),
     "no-views-used": ("def f(a):\n    pass\n", [(1,)]),
+    "flattened-matrix": ("def f(k, y):\n    for i in range(3):\n        for j in range(3):\n"
+                         "            y[i] += k[3 * i + j]\n", [(9,), (3,)]),
+    "product-either-side": ("def f(a):\n    for i in range(2):\n        a[i * 2 + 1] = a[2 * i]\n", [(4,)]),
+    "floor-division": ("def f(a):\n    for i in range(6):\n        a[i // 2] = 0\n", [(3,)]),
+    "remainder-wrapping": ("def f(a):\n    for i in range(3):\n        a[(i + 1) % 3] = 0\n", [(3,)]),
+    "remainder-negative-left": ("def f(a):\n    for i in range(3):\n        a[(i - 1) % 3] = 0\n", [(3,)]),
+    "loops-one-after-another": ("def f(a, b):\n    for v in range(5):\n        a[v] = b[v]\n"
+                                "    for v in range(5):\n        b[v] = 0.0\n", [(5,), (5,)]),
 }
 
 
@@ -255,6 +263,12 @@ UNKNOWN = {
     "slice": ("def f(a):\n    a[0:2] = 0\n", [(2,)]),
     "float-index": ("def f(a):\n    a[1.0] = 0\n", [(2,)]),
     "comprehension": ("def f(a):\n    for i in range(2):\n        t = [a[i] for i in range(5)]\n", [(2,)]),
+    # a bound outside the view that may not be taken (i * i, a remainder of a product): run-time checks, no error
+    "product-of-two-variables": ("def f(a):\n    for i in range(2):\n        a[i * i] = 0\n", [(1,)]),
+    "remainder-of-a-product": ("def f(a):\n    for i in range(3):\n        a[(3 * i) % 3] = 0\n", [(1,)]),
+    "division-by-a-variable": ("def f(a):\n    for i in range(1, 3):\n        a[4 // i] = 0\n", [(5,)]),
+    "division-by-zero": ("def f(a):\n    a[1 // 0] = 0\n", [(2,)]),
+    "used-after-its-loop": ("def f(a):\n    for v in range(2):\n        a[v] = 0\n    a[v] = 1\n", [(2,)]),
 }
 
 
@@ -272,6 +286,9 @@ OUT_OF_BOUNDS = {
     "second-axis": ("def f(w):\n    w[1, 3] = 0\n", [(2, 3)], 2, r"index 3 of w reaches 3, outside axis 1 of its view of shape \(2, 3\)"),
     "too-many-indices": ("def f(a):\n    a[0, 0] = 0\n", [(2,)], 2, r"a has 1 dimension\(s\) \(view shape \(2,\)\) but is indexed with 2"),
     "read-side": ("def f(a, b):\n    b[0] = a[2]\n", [(2,), (1,)], 2, r"index 2 of a reaches 2"),
+    "flattened-matrix": ("def f(k):\n    for i in range(3):\n        for j in range(3):\n            k[3 * i + j] = 0\n",
+                         [(8,)], 4, r"index 3 \* i \+ j of k reaches 8"),
+    "floor-division": ("def f(a):\n    for i in range(7):\n        a[i // 2] = 0\n", [(3,)], 3, r"index i // 2 of a reaches 3"),
 }
 
 

@@ -1,9 +1,15 @@
 """Static checks of kernel indexing against the shapes of the argument views.
 
 ``index_safety(kernel, shapes)`` proves that every subscript of an argument view
-stays in bounds (constant indices, ``for i in range(const)`` loop variables and
-sums of those), raises :class:`KernelError` for an index proven out of bounds, and
-otherwise reports that run-time bounds checks are needed.
+stays in bounds (constant indices, ``for i in range(const)`` loop variables, and sums,
+differences and products of those, floor division and remainder by a positive
+constant: ``k[3 * i + j]`` over a flattened 3x3 element matrix), raises
+:class:`KernelError` for an index proven out of bounds, and otherwise reports that
+run-time bounds checks are needed.
+
+An index is proven out of bounds only when the value outside its view is reached: a
+bound that may not be (the product of two loop variables, a remainder that wraps) makes
+the kernel need run-time checks instead of failing.
 
 Examples
 --------
@@ -14,17 +20,50 @@ Examples
 True
 >>> index_safety(k, [(4,)])
 True
+>>> flat = mc.Kernel.from_source("def g(k, y):\\n    for i in range(3):\\n        for j in range(3):\\n"
+...                              "            y[i] += k[3 * i + j]\\n")
+>>> index_safety(flat, [(9,), (3,)])
+True
 """
 
 from __future__ import annotations
 
 import ast
+from typing import NamedTuple
 
 from ..core.errors import KernelError
 
 __all__ = ["index_safety", "written_params", "non_increment_uses"]
 
-Interval = tuple[int, int]
+
+class Interval(NamedTuple):
+    """The values an integer expression takes lie in ``[low, high]``; ``reached``: both
+    bounds are taken by some iteration (so a bound outside a view is a proven error)."""
+
+    low: int
+    high: int
+    reached: bool = True
+
+
+def _product(left: Interval, right: Interval) -> Interval:
+    """``left * right``: the corners' extremes; reached when one side is a constant (the
+    other's bounds scaled), not in general (``i * i`` never takes the corner ``low * high``)."""
+    corners = [a * b for a in (left.low, left.high) for b in (right.low, right.high)]
+    constant = left.low == left.high or right.low == right.high
+    return Interval(min(corners), max(corners), left.reached and right.reached and constant)
+
+
+def _by_constant(op, left: Interval, right: Interval) -> Interval | None:
+    """``left // c`` or ``left % c`` for a constant ``c > 0`` (Python's rounding and sign);
+    None for any other divisor."""
+    if right.low != right.high or right.low <= 0:
+        return None
+    divisor = right.low
+    if isinstance(op, ast.FloorDiv):
+        return Interval(left.low // divisor, left.high // divisor, left.reached)
+    if 0 <= left.low and left.high < divisor:  # no wrap: the remainder is the value itself
+        return left
+    return Interval(0, divisor - 1, False)
 
 
 def index_safety(kernel, shapes) -> bool:
@@ -97,15 +136,19 @@ def _is_subscript_base(tree, name_node) -> bool:
 
 def _stored_names(tree) -> dict[str, int]:
     """Count the assignments to each name. A plain ``for name in ...`` target counts only when
-    the name is bound by more than one loop (nested loops reusing a name leave it changed)."""
-    loop_targets = [n.target for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)]
-    loops_per_name: dict[str, int] = {}
-    for target in loop_targets:
-        loops_per_name[target.id] = loops_per_name.get(target.id, 0) + 1
-    single_loop_targets = {id(t) for t in loop_targets if loops_per_name[t.id] == 1}
+    a loop nested inside it binds the same name (the outer body then goes on with the inner
+    loop's last value); loops one after another may reuse a name."""
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)]
+    rebinding = set()
+    for loop in loops:
+        inner = [n for statement in loop.body for n in ast.walk(statement)
+                 if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == loop.target.id]
+        if inner:
+            rebinding.add(loop.target.id)
+    loop_targets = {id(loop.target) for loop in loops if loop.target.id not in rebinding}
     counts: dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in single_loop_targets:
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in loop_targets:
             counts[node.id] = counts.get(node.id, 0) + 1
     return counts
 
@@ -152,23 +195,28 @@ class _Checker:
         if call.keywords or not 1 <= len(bounds) <= 2 or any(b is None or b[0] != b[1] for b in bounds):
             return None
         start, stop = (0, bounds[0][0]) if len(bounds) == 1 else (bounds[0][0], bounds[1][0])
-        return (start, stop - 1) if stop > start else None
+        return Interval(start, stop - 1) if stop > start else None
 
     def interval(self, node, env) -> Interval | None:
         if isinstance(node, ast.Constant) and type(node.value) is int:
-            return (node.value, node.value)
+            return Interval(node.value, node.value)
         if isinstance(node, ast.Name):
             return env.get(node.id)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             inner = self.interval(node.operand, env)
-            return None if inner is None else (-inner[1], -inner[0])
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            return None if inner is None else Interval(-inner.high, -inner.low, inner.reached)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
             left, right = self.interval(node.left, env), self.interval(node.right, env)
             if left is None or right is None:
                 return None
+            reached = left.reached and right.reached
             if isinstance(node.op, ast.Add):
-                return (left[0] + right[0], left[1] + right[1])
-            return (left[0] - right[1], left[1] - right[0])
+                return Interval(left.low + right.low, left.high + right.high, reached)
+            if isinstance(node.op, ast.Sub):
+                return Interval(left.low - right.high, left.high - right.low, reached)
+            if isinstance(node.op, ast.Mult):
+                return _product(left, right)
+            return _by_constant(node.op, left, right)
         return None
 
     def check_subscript(self, node, env):
@@ -183,8 +231,11 @@ class _Checker:
                 self.proven = False
                 continue
             extent = shape[axis]
-            if span[0] < -extent or span[1] >= extent:
-                self.fail(node, f"index {ast.unparse(index)} of {name} reaches {span[0] if span[0] < -extent else span[1]}, "
+            if span.low < -extent or span.high >= extent:
+                if not span.reached:  # the bound may not be taken: checked at run time instead
+                    self.proven = False
+                    continue
+                self.fail(node, f"index {ast.unparse(index)} of {name} reaches {span.low if span.low < -extent else span.high}, "
                                 f"outside axis {axis} of its view of shape {shape}")
 
     def fail(self, node, message):
