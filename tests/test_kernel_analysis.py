@@ -238,6 +238,8 @@ SAFE = {
     "floor-division": ("def f(a):\n    for i in range(6):\n        a[i // 2] = 0\n", [(3,)]),
     "remainder-wrapping": ("def f(a):\n    for i in range(3):\n        a[(i + 1) % 3] = 0\n", [(3,)]),
     "remainder-negative-left": ("def f(a):\n    for i in range(3):\n        a[(i - 1) % 3] = 0\n", [(3,)]),
+    "reshaped-block": ("def f(flat, x):\n    for k in range(6):\n        flat[k] = 0.0\n    a = flat.reshape((2, 3))\n"
+                       "    a[1, 2] += x[0]\n", [(6,), (1,)]),
     "loops-one-after-another": ("def f(a, b):\n    for v in range(5):\n        a[v] = b[v]\n"
                                 "    for v in range(5):\n        b[v] = 0.0\n", [(5,), (5,)]),
 }
@@ -268,6 +270,10 @@ UNKNOWN = {
     "remainder-of-a-product": ("def f(a):\n    for i in range(3):\n        a[(3 * i) % 3] = 0\n", [(1,)]),
     "division-by-a-variable": ("def f(a):\n    for i in range(1, 3):\n        a[4 // i] = 0\n", [(5,)]),
     "division-by-zero": ("def f(a):\n    a[1 // 0] = 0\n", [(2,)]),
+    "reshape-to-another-size": ("def f(flat):\n    a = flat.reshape((2, 2))\n    a[0, 0] = 1.0\n", [(6,)]),
+    "reshaped-name-assigned-twice": ("def f(flat):\n    a = flat.reshape((2, 3))\n    a = flat.reshape((3, 2))\n"
+                                     "    a[0, 0] = 1.0\n", [(6,)]),
+    "reshaped-view-escapes": ("def f(flat):\n    a = flat.reshape((2, 3))\n    g(a)\n", [(6,)]),
     "used-after-its-loop": ("def f(a):\n    for v in range(2):\n        a[v] = 0\n    a[v] = 1\n", [(2,)]),
 }
 
@@ -288,6 +294,8 @@ OUT_OF_BOUNDS = {
     "read-side": ("def f(a, b):\n    b[0] = a[2]\n", [(2,), (1,)], 2, r"index 2 of a reaches 2"),
     "flattened-matrix": ("def f(k):\n    for i in range(3):\n        for j in range(3):\n            k[3 * i + j] = 0\n",
                          [(8,)], 4, r"index 3 \* i \+ j of k reaches 8"),
+    "reshaped-block": ("def f(flat):\n    a = flat.reshape((2, 3))\n    a[2, 0] += 1.0\n", [(6,)], 3,
+                       r"index 2 of a reaches 2, outside axis 0 of its view of shape \(2, 3\)"),
     "floor-division": ("def f(a):\n    for i in range(7):\n        a[i // 2] = 0\n", [(3,)], 3, r"index i // 2 of a reaches 3"),
 }
 

@@ -3,7 +3,8 @@
 ``index_safety(kernel, shapes)`` proves that every subscript of an argument view
 stays in bounds (constant indices, ``for i in range(const)`` loop variables, and sums,
 differences and products of those, floor division and remainder by a positive
-constant: ``k[3 * i + j]`` over a flattened 3x3 element matrix), raises
+constant: ``k[3 * i + j]`` over a flattened 3x3 element matrix; a view reshaped once by
+``name = view.reshape((r, c))``, as assembly kernels take their matrix block), raises
 :class:`KernelError` for an index proven out of bounds, and otherwise reports that
 run-time bounds checks are needed.
 
@@ -153,6 +154,13 @@ def _stored_names(tree) -> dict[str, int]:
     return counts
 
 
+def _count(shape) -> int:
+    count = 1
+    for extent in shape:
+        count *= extent
+    return count
+
+
 class _Checker:
     def __init__(self, kernel, shape_of, stored):
         self.kernel, self.shape_of, self.stored = kernel, shape_of, stored
@@ -163,6 +171,8 @@ class _Checker:
             self.visit(statement, env)
 
     def visit(self, node, env):
+        if isinstance(node, ast.Assign) and self.reshaped_view(node):
+            return
         if isinstance(node, ast.For):
             self.visit(node.iter, env)
             inner = dict(env)
@@ -187,6 +197,27 @@ class _Checker:
             return
         for child in ast.iter_child_nodes(node):
             self.visit(child, env)
+
+    def reshaped_view(self, node) -> bool:
+        """``name = view.reshape((r, c))`` with constant extents of the view's size, ``name``
+        assigned nowhere else (the matrix block of an assembly kernel): ``name`` is then a view
+        of that shape, its subscripts checked like a parameter's. False for anything else."""
+        value = node.value
+        if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute) and value.func.attr == "reshape"
+                and isinstance(value.func.value, ast.Name) and value.func.value.id in self.shape_of
+                and not value.keywords):
+            return False
+        name, base = node.targets[0].id, value.func.value.id
+        extents = value.args[0].elts if len(value.args) == 1 and isinstance(value.args[0], ast.Tuple) else value.args
+        if not all(isinstance(e, ast.Constant) and type(e.value) is int and e.value > 0 for e in extents):
+            return False
+        shape = tuple(e.value for e in extents)
+        flat = self.shape_of[base]
+        if name in self.shape_of or self.stored.get(name, 0) != 1 or len(flat) != 1 or _count(shape) != flat[0]:
+            return False
+        self.shape_of[name] = shape
+        return True
 
     def range_interval(self, call, env) -> Interval | None:
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
