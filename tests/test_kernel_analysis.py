@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.ir.analysis import index_safety
@@ -274,6 +276,9 @@ UNKNOWN = {
     "reshaped-name-assigned-twice": ("def f(flat):\n    a = flat.reshape((2, 3))\n    a = flat.reshape((3, 2))\n"
                                      "    a[0, 0] = 1.0\n", [(6,)]),
     "reshaped-view-escapes": ("def f(flat):\n    a = flat.reshape((2, 3))\n    g(a)\n", [(6,)]),
+    "guarded-by-a-branch": ("def f(a):\n    for i in range(3):\n        if i < 1:\n            a[i + 1] = 0\n", [(2,)]),
+    "after-a-break": ("def f(a):\n    for i in range(4):\n        if i == 2:\n            break\n        a[i] = 0\n",
+                      [(2,)]),
     "used-after-its-loop": ("def f(a):\n    for v in range(2):\n        a[v] = 0\n    a[v] = 1\n", [(2,)]),
 }
 
@@ -305,6 +310,45 @@ def test_index_safety_proven_out_of_bounds(case):
     source, shapes, line, message = OUT_OF_BOUNDS[case]
     with pytest.raises(mc.KernelError, match=rf"kernel 'chk' at <meshchain kernel chk>:{line}: {message}.*check the argument's dim/arity"):
         index_safety(k(source), shapes)
+
+
+def _index_expressions(depth: int = 3):
+    """Integer expressions over the loop variables ``i`` and ``j`` and small constants."""
+    leaves = st.one_of(st.sampled_from(["i", "j"]), st.integers(-3, 6).map(str))
+    if depth == 0:
+        return leaves
+    inner = _index_expressions(depth - 1)
+    binary = st.tuples(inner, st.sampled_from(["+", "-", "*"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    by_constant = st.tuples(inner, st.sampled_from(["//", "%"]), st.integers(1, 4)).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    return st.one_of(leaves, binary, by_constant, inner.map(lambda e: f"(-{e})"))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(expression=_index_expressions(), extent=st.integers(1, 12), i_range=st.tuples(st.integers(0, 2), st.integers(1, 4)),
+       j_range=st.tuples(st.integers(-2, 1), st.integers(1, 3)), guard=st.one_of(st.none(), st.integers(0, 4)),
+       stop=st.one_of(st.none(), st.integers(0, 4)))
+def test_index_safety_agrees_with_every_iteration(expression, extent, i_range, j_range, guard, stop):
+    """Proven safe: every index the loops reach is in bounds (Python's negative indexing
+    counts); proven out of bounds: one they reach is outside. Brute force over the loops, the
+    subscript guarded by ``if i < guard`` and the loop left by ``break`` at ``i == stop``."""
+    (i0, i_count), (j0, j_count) = i_range, j_range
+    body = f"a[{expression}] = 0"
+    if guard is not None:
+        body = f"if i < {guard}:\n                {body}"
+    leave = "" if stop is None else f"        if i == {stop}:\n            break\n"
+    source = (f"def f(a):\n    for i in range({i0}, {i0 + i_count}):\n{leave}"
+              f"        for j in range({j0}, {j0 + j_count}):\n            {body}\n")
+    run = [i for i in range(i0, i0 + i_count)]
+    run = run if stop is None or stop not in run else run[:run.index(stop)]
+    values = [eval(expression, {}, {"i": i, "j": j})  # noqa: S307 - an expression this test made
+              for i in run for j in range(j0, j0 + j_count) if guard is None or i < guard]
+    inside = all(-extent <= v < extent for v in values)
+    try:
+        proven = index_safety(k(source), [(extent,)])
+    except mc.KernelError:
+        assert not inside, (source, extent, values)
+        return
+    assert inside or not proven, (source, extent, values)
 
 
 def test_index_safety_names_the_file_of_a_decorated_kernel():

@@ -9,8 +9,10 @@ constant: ``k[3 * i + j]`` over a flattened 3x3 element matrix; a view reshaped 
 run-time bounds checks are needed.
 
 An index is proven out of bounds only when the value outside its view is reached: a
-bound that may not be (the product of two loop variables, a remainder that wraps) makes
-the kernel need run-time checks instead of failing.
+bound that may not be (``i - i``, a remainder that wraps, a subscript under a branch or in
+a kernel that can leave a loop early) makes the kernel need run-time checks instead of
+failing. ``tests/test_kernel_analysis.py`` checks both verdicts against every iteration of
+random index expressions.
 
 Examples
 --------
@@ -39,19 +41,27 @@ __all__ = ["index_safety", "written_params", "non_increment_uses"]
 
 class Interval(NamedTuple):
     """The values an integer expression takes lie in ``[low, high]``; ``reached``: both
-    bounds are taken by some iteration (so a bound outside a view is a proven error)."""
+    bounds are taken by some iteration (so a bound outside a view is a proven error);
+    ``names``: the loop variables the expression reads."""
 
     low: int
     high: int
     reached: bool = True
+    names: frozenset = frozenset()
+
+
+def _combined(left: Interval, right: Interval, low: int, high: int) -> Interval:
+    """``[low, high]`` of a sum, difference or product of ``left`` and ``right``: its bounds
+    are reached when theirs are and they read different loop variables (every pair of their
+    values is then taken; ``i - i`` never takes ``low - high``)."""
+    reached = left.reached and right.reached and not (left.names & right.names)
+    return Interval(low, high, reached, left.names | right.names)
 
 
 def _product(left: Interval, right: Interval) -> Interval:
-    """``left * right``: the corners' extremes; reached when one side is a constant (the
-    other's bounds scaled), not in general (``i * i`` never takes the corner ``low * high``)."""
+    """``left * right``: the extremes of the corners."""
     corners = [a * b for a in (left.low, left.high) for b in (right.low, right.high)]
-    constant = left.low == left.high or right.low == right.high
-    return Interval(min(corners), max(corners), left.reached and right.reached and constant)
+    return _combined(left, right, min(corners), max(corners))
 
 
 def _by_constant(op, left: Interval, right: Interval) -> Interval | None:
@@ -61,10 +71,15 @@ def _by_constant(op, left: Interval, right: Interval) -> Interval | None:
         return None
     divisor = right.low
     if isinstance(op, ast.FloorDiv):
-        return Interval(left.low // divisor, left.high // divisor, left.reached)
+        return Interval(left.low // divisor, left.high // divisor, left.reached, left.names)
     if 0 <= left.low and left.high < divisor:  # no wrap: the remainder is the value itself
         return left
-    return Interval(0, divisor - 1, False)
+    return Interval(0, divisor - 1, False, left.names)
+
+
+_SKIPS = (ast.Break, ast.Continue, ast.Return, ast.Raise, ast.Assert)  # later statements may not run
+_CONDITIONAL = (ast.If, ast.While, ast.Try, ast.With, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp,
+                ast.GeneratorExp)
 
 
 def index_safety(kernel, shapes) -> bool:
@@ -165,6 +180,8 @@ class _Checker:
     def __init__(self, kernel, shape_of, stored):
         self.kernel, self.shape_of, self.stored = kernel, shape_of, stored
         self.proven = all(self.stored.get(p, 0) == 0 for p in shape_of)
+        self.skips = any(isinstance(n, _SKIPS) for n in ast.walk(kernel.tree))  # then no subscript is sure to run
+        self.conditional = 0  # inside a branch, a short-circuit or a comprehension: may not run
 
     def visit_body(self, statements, env):
         for statement in statements:
@@ -180,7 +197,7 @@ class _Checker:
             if isinstance(target, ast.Name):
                 span = self.range_interval(node.iter, env)
                 if span is not None and self.stored.get(target.id, 0) == 0:
-                    inner[target.id] = span
+                    inner[target.id] = span._replace(names=frozenset([target.id]))
                 else:
                     inner.pop(target.id, None)
             self.visit_body(node.body, inner)
@@ -195,8 +212,11 @@ class _Checker:
         if isinstance(node, ast.Name) and node.id in self.shape_of:
             self.proven = False  # the whole view escapes (call argument, alias, attribute): cannot prove
             return
+        conditional = isinstance(node, _CONDITIONAL)
+        self.conditional += conditional
         for child in ast.iter_child_nodes(node):
             self.visit(child, env)
+        self.conditional -= conditional
 
     def reshaped_view(self, node) -> bool:
         """``name = view.reshape((r, c))`` with constant extents of the view's size, ``name``
@@ -235,16 +255,15 @@ class _Checker:
             return env.get(node.id)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             inner = self.interval(node.operand, env)
-            return None if inner is None else Interval(-inner.high, -inner.low, inner.reached)
+            return None if inner is None else Interval(-inner.high, -inner.low, inner.reached, inner.names)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
             left, right = self.interval(node.left, env), self.interval(node.right, env)
             if left is None or right is None:
                 return None
-            reached = left.reached and right.reached
             if isinstance(node.op, ast.Add):
-                return Interval(left.low + right.low, left.high + right.high, reached)
+                return _combined(left, right, left.low + right.low, left.high + right.high)
             if isinstance(node.op, ast.Sub):
-                return Interval(left.low - right.high, left.high - right.low, reached)
+                return _combined(left, right, left.low - right.high, left.high - right.low)
             if isinstance(node.op, ast.Mult):
                 return _product(left, right)
             return _by_constant(node.op, left, right)
@@ -263,7 +282,7 @@ class _Checker:
                 continue
             extent = shape[axis]
             if span.low < -extent or span.high >= extent:
-                if not span.reached:  # the bound may not be taken: checked at run time instead
+                if not span.reached or self.conditional or self.skips:  # may not be taken: checked at run time
                     self.proven = False
                     continue
                 self.fail(node, f"index {ast.unparse(index)} of {name} reaches {span.low if span.low < -extent else span.high}, "
