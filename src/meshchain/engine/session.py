@@ -181,7 +181,10 @@ class Session:
         storage = self.storage(g)
         self.force_write(g)
         storage.settle()
-        storage.value[...] = g.coerce(new)
+        if type(new) is float and g.dtype.kind == "f":  # the common case: what coerce would make, without the array
+            storage.value[...] = new
+        else:
+            storage.value[...] = g.coerce(new)
 
     # --- recording (see :mod:`.tracing`; the session checks each loop once per structure) ----------------
 
