@@ -101,10 +101,10 @@ def test_ranks_agree_after_a_run_only_where_a_loop_can_fail(comm):
     plans skip the agreement (one Allreduce per execution); loops with index checks (debug,
     or indices the analysis cannot prove) and the reference backend keep it. The decision
     depends only on the loop and the configuration, so every rank takes the same."""
-    def agrees(backend, kernel, **options):
+    def agrees(backend, kernel, dim=1, **options):
         mc.reset_runtime(comm=comm, backend=backend, **options)
         cells = mc.Set(8, "cells")
-        q = mc.Dat(cells, 1, np.zeros(8), "q")
+        q = mc.Dat(cells, dim, np.zeros((8, dim)), "q")
         mc.partition("block", seed_set=cells)
         mc.par_loop(kernel, cells, q(mc.RW))
         mc.flush()
@@ -113,9 +113,11 @@ def test_ranks_agree_after_a_run_only_where_a_loop_can_fail(comm):
 
     checked = mc.Kernel.from_source("def checked(a):\n    a[int(a[0])] += 1.0\n")
     proven = mc.Kernel.from_source("def proven(a):\n    a[0] += 1.0\n")
+    flattened = mc.Kernel.from_source("def flattened(k):\n    for i in range(3):\n        for j in range(3):\n"
+                                      "            k[3 * i + j] += 1.0\n")  # an element matrix stored flat
     decisions = (agrees("numba", proven), agrees("numba", proven, debug=True), agrees("numba", checked),
-                 agrees("reference", proven))
-    assert decisions == (False, True, True, True)
+                 agrees("reference", proven), agrees("numba", flattened, dim=9))
+    assert decisions == (False, True, True, True, False)
     assert comm.allgather(decisions) == [decisions] * comm.size
 
 
