@@ -351,6 +351,28 @@ def test_index_safety_agrees_with_every_iteration(expression, extent, i_range, j
     assert inside or not proven, (source, extent, values)
 
 
+LOOP_EXTENT = 3  # read by loops_to_a_module_constant (rebound by the test below)
+
+
+@mc.kernel
+def loops_to_a_module_constant(a):
+    for i in range(LOOP_EXTENT):
+        a[i] = 0.0
+
+
+def test_index_safety_reads_module_integers_and_checks_again_when_one_is_rebound(monkeypatch):
+    """``range(LOOP_EXTENT)`` is proven with LOOP_EXTENT's value; the cached verdict is not
+    reused once LOOP_EXTENT is rebound (the kernel is then compiled, and checked, again)."""
+    assert loops_to_a_module_constant.index_safety([(3,)]) is True
+    monkeypatch.setitem(globals(), "LOOP_EXTENT", 4)
+    with pytest.raises(mc.KernelError, match="index i of a reaches 3"):
+        loops_to_a_module_constant.index_safety([(3,)])
+    monkeypatch.setitem(globals(), "LOOP_EXTENT", np.int64(2))
+    assert loops_to_a_module_constant.index_safety([(3,)]) is True
+    monkeypatch.setitem(globals(), "LOOP_EXTENT", 2.0)  # not an integer: nothing proven
+    assert index_safety(loops_to_a_module_constant, [(3,)]) is False
+
+
 def test_index_safety_names_the_file_of_a_decorated_kernel():
     @mc.kernel
     def decorated(a):

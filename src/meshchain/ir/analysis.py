@@ -1,7 +1,8 @@
 """Static checks of kernel indexing against the shapes of the argument views.
 
 ``index_safety(kernel, shapes)`` proves that every subscript of an argument view
-stays in bounds (constant indices, ``for i in range(const)`` loop variables, and sums,
+stays in bounds (constant indices, module-level integers such as ``NVAR``, ``for i in
+range(const)`` loop variables, and sums,
 differences and products of those, floor division and remainder by a positive
 constant: ``k[3 * i + j]`` over a flattened 3x3 element matrix; a view reshaped once by
 ``name = view.reshape((r, c))``, as assembly kernels take their matrix block), raises
@@ -34,9 +35,11 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
+import numpy as np
+
 from ..core.errors import KernelError
 
-__all__ = ["index_safety", "written_params", "non_increment_uses"]
+__all__ = ["index_safety", "integer_constants", "written_params", "non_increment_uses"]
 
 
 class Interval(NamedTuple):
@@ -93,8 +96,21 @@ def index_safety(kernel, shapes) -> bool:
     shape_of = dict(zip(kernel.params, shapes))
     stored = _stored_names(kernel.tree)
     checker = _Checker(kernel, shape_of, stored)
-    checker.visit_body(kernel.tree.body, {})
+    numbers = {name: Interval(value, value) for name, value in integer_constants(kernel)}
+    checker.visit_body(kernel.tree.body, numbers)
     return checker.proven
+
+
+def integer_constants(kernel) -> tuple:
+    """``((name, value), ...)``: the module-level integers the kernel reads (compile-time
+    constants: a kernel is compiled again, and checked again, when one is rebound)."""
+    found = []
+    namespace = kernel.func.__globals__
+    for name in kernel.free_names:
+        value = namespace.get(name)
+        if type(value) is int or (isinstance(value, np.integer) and not isinstance(value, np.bool_)):
+            found.append((name, int(value)))
+    return tuple(found)
 
 
 def written_params(kernel) -> set[str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analysis import index_safety, non_increment_uses, written_params
+from .analysis import index_safety, integer_constants, non_increment_uses, written_params
 from ..core.cache import memo
 from ..core.errors import KernelError
 
@@ -171,11 +171,12 @@ class Kernel:
         return self._increment_uses[param]
 
     def index_safety(self, shapes) -> bool:
-        """Cached :func:`meshchain.ir.analysis.index_safety` for these view shapes."""
-        shapes = tuple(shapes)
-        if shapes not in self._safety:
-            self._safety[shapes] = index_safety(self, shapes)
-        return self._safety[shapes]
+        """Cached :func:`meshchain.ir.analysis.index_safety` for these view shapes and the
+        current values of the module-level integers the kernel reads."""
+        key = (tuple(shapes), integer_constants(self))
+        if key not in self._safety:
+            self._safety[key] = index_safety(self, key[0])
+        return self._safety[key]
 
     def _resolve(self, name: str, value) -> Constant:
         if value is _MISSING and hasattr(builtins, name):
