@@ -208,8 +208,8 @@ def measure(comm, *, costs: dict, observations, previous, path: Path | None, key
     machine = Machine(latency, bandwidth, pack_cost, overlap=overlap_of(key.progress, overlaps))
     costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
     machine, fitted = _overheads(comm, observations, machine, costs, previous)
-    calibration = Calibration(machine, costs, comm.size, key.host,
-                              datetime.datetime.now().isoformat(timespec="seconds"), fitted,
+    created = comm.bcast(datetime.datetime.now().isoformat(timespec="seconds"), root=0)  # rank 0's, as saved
+    calibration = Calibration(machine, costs, comm.size, key.host, created, fitted,
                               min(times, key=times.get) if times else "", times,
                               min(progress_times, key=progress_times.get) if progress_times else "", progress_times,
                               overlaps, measure_copy_bandwidth(comm), key.network, key.threads, key.transport,
