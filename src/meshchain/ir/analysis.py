@@ -33,6 +33,7 @@ True
 from __future__ import annotations
 
 import ast
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -185,13 +186,6 @@ def _stored_names(tree) -> dict[str, int]:
     return counts
 
 
-def _count(shape) -> int:
-    count = 1
-    for extent in shape:
-        count *= extent
-    return count
-
-
 class _Checker:
     def __init__(self, kernel, shape_of, stored):
         self.kernel, self.shape_of, self.stored = kernel, shape_of, stored
@@ -250,7 +244,7 @@ class _Checker:
             return False
         shape = tuple(e.value for e in extents)
         flat = self.shape_of[base]
-        if name in self.shape_of or self.stored.get(name, 0) != 1 or len(flat) != 1 or _count(shape) != flat[0]:
+        if name in self.shape_of or self.stored.get(name, 0) != 1 or len(flat) != 1 or math.prod(shape) != flat[0]:
             return False
         self.shape_of[name] = shape
         return True
