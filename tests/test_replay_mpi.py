@@ -22,12 +22,14 @@ FLUX = ("def flux(ua, ub, ra, rb):\n"
 UPDATE = "def update(r, u):\n    u[0] = u[0] + r[0] + 0.001 * u[0] * u[0]\n"
 TOTAL = "def total(u, s):\n    s[0] += u[0] * u[0]\n"
 LARGEST = "def largest(u, m):\n    m[0] = max(m[0], u[0])\n"
+SCALE = "def scale(m, u):\n    u[0] = u[0] - 0.01 * m[0]\n"
 HOWS = ("uncaptured", "python", "compiled")
 
 
-def diffusion_steps(comm, ca, *, pairs: int = 1):
+def diffusion_steps(comm, ca, *, pairs: int = 1, rereads: bool = False):
     """A new session with ``pairs`` argument sets of a diffusion step (zero, flux over facets,
-    update, a sum and a maximum into globals made inside the step); returns ``run(how,
+    update, a sum and a maximum into globals made inside the step; with ``rereads`` a hundredth of
+    that maximum then taken from the field, which is summed into the same global again); returns ``run(how,
     steps)``, which runs ``steps`` steps ``how`` (not captured, or captured: replayed in
     Python, or compiled from the first replay, as :data:`replay.COMPILE_AFTER` says), the
     argument sets used in turn (each replay then binds the shared plan to other objects),
@@ -38,7 +40,8 @@ def diffusion_steps(comm, ca, *, pairs: int = 1):
     fields = [(mc.Dat(d.nodes, 1, np.sin(np.arange(n, dtype=np.float64) + k), f"u{k}"),
                mc.Dat(d.nodes, 1, None, f"r{k}")) for k in range(pairs)]
     mc.partition("kway", seed_set=d.cells)
-    zero, flux, update, total, largest = (mc.Kernel.from_source(s) for s in (ZERO, FLUX, UPDATE, TOTAL, LARGEST))
+    zero, flux, update, total, largest, scale = (mc.Kernel.from_source(s)
+                                                 for s in (ZERO, FLUX, UPDATE, TOTAL, LARGEST, SCALE))
 
     def step(u, r):
         mc.par_loop(zero, d.nodes, r(mc.WRITE))
@@ -48,6 +51,9 @@ def diffusion_steps(comm, ca, *, pairs: int = 1):
         s, m = mc.Global(1, 0.0, "s"), mc.Global(1, -1.0e300, "m")
         mc.par_loop(total, d.nodes, u(mc.READ), s(mc.INC))
         mc.par_loop(largest, d.nodes, u(mc.READ), m(mc.MAX))
+        if rereads:  # the maximum read by a later loop of the step, the sum reduced a second time
+            mc.par_loop(scale, d.nodes, m(mc.READ), u(mc.RW))
+            mc.par_loop(total, d.nodes, u(mc.READ), s(mc.INC))
         return s, m
 
     captured = mc.capture(step, name="diffusion", ca=ca)
@@ -67,11 +73,11 @@ def diffusion_steps(comm, ca, *, pairs: int = 1):
     return run, fields
 
 
-def diffusion(comm, ca, how, *, pairs: int = 1, steps: int = 6):
+def diffusion(comm, ca, how, *, pairs: int = 1, steps: int = 6, rereads: bool = False):
     """:func:`diffusion_steps` run ``how``: the dats gathered, the globals' values after each
     step, the statistics (:func:`counts`, and the compute (a chain's: core) and flight
     seconds by loop and chain name) and the plans."""
-    run, fields = diffusion_steps(comm, ca, pairs=pairs)
+    run, fields = diffusion_steps(comm, ca, pairs=pairs, rereads=rereads)
     values = run(how, steps)
     gathered = [dat.gather() for pair in fields for dat in pair]
     stats = mc.stats()
@@ -112,6 +118,38 @@ def test_compiled_replays_equal_python_replays_and_the_uncaptured_steps(comm, mo
         assert compiled_times[name][0] > 0, name
     flown = {name for name, (_, flight) in python_times.items() if flight > 0}
     assert flown and flown == {name for name, (_, flight) in compiled_times.items() if flight > 0}
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+@pytest.mark.parametrize("ca", [False, True])
+def test_a_step_that_reads_or_reduces_again_a_global_it_reduced_replays_compiled(comm, monkeypatch, ca):
+    """A step that shifts its field by a maximum it reduced and sums into a global twice:
+    its plan replays compiled (its reductions over ranks reset, started and waited for inside
+    the compiled calls where the Python path does so), with the bits of the uncaptured steps
+    and of the Python replays: as one compiled piece, as a piece per prepared call (exchanges
+    and reductions begun in one piece and finished in another), and when rank 0 replays
+    compiled and the other ranks in Python (both start the same collectives in the same
+    order); with one and two argument sets in turn."""
+    hows = (("uncaptured", 10**9, replay.PIECE), ("python", 10**9, replay.PIECE), ("compiled", 0, replay.PIECE),
+            ("pieces", 0, 1), ("mixed", 0 if comm.rank == 0 else 10**9, replay.PIECE))
+    for pairs in (1, 2):
+        found, compiled = {}, {}
+        for how, compile_after, piece in hows:
+            monkeypatch.setattr(replay, "COMPILE_AFTER", compile_after)
+            monkeypatch.setattr(replay, "PIECE", piece)
+            found[how] = diffusion(comm, ca, how if how in HOWS else "compiled", pairs=pairs, rereads=True)
+            # (the next session closes the plans): how many compiled pieces each plan ran as
+            compiled[how] = sorted(len(plan.compiled.pieces) for plan in found[how][3] if plan.compiled)
+        gathered, values, _, _ = found["uncaptured"]
+        assert len(set(values)) == len(values), "every step's globals differ: the test would see a stale value"
+        for how in ("python", "compiled", "pieces", "mixed"):
+            assert found[how][1] == values, how
+            for want, got in zip(gathered, found[how][0]):
+                np.testing.assert_array_equal(got, want)
+        assert compiled["uncaptured"] == compiled["python"] == [] and compiled["compiled"], compiled
+        assert compiled["mixed"] == (compiled["compiled"] if comm.rank == 0 else []), compiled
+        assert min(compiled["pieces"]) > max(compiled["compiled"]), compiled
+        assert found["compiled"][2][0] == found["python"][2][0] == found["pieces"][2][0]
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)

@@ -166,8 +166,10 @@ def finish_exchange(functions, x, rows, receive, requests, statuses):
 
 @numba.njit(cache=True, nogil=True)
 def start_sum(functions, values, out, handles, request):
-    """``MPI_Iallreduce``: start ``out = sum over ranks of values`` (float64, contiguous;
-    collective), its request into ``request`` (one C int) for :func:`wait_one`; the MPI error code."""
+    """``MPI_Iallreduce``: start ``out = sum over ranks of values`` (contiguous; collective),
+    its request into ``request`` (one C int) for :func:`wait_one`; the MPI error code.
+    ``handles``: ``[comm, datatype, op]`` (:func:`.compiled.handles`: float64 and ``MPI_SUM``;
+    another datatype and op reduce so too)."""
     return _call_iallreduce(functions[4], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
                             handles[0], request.ctypes.data)
 

@@ -40,7 +40,8 @@ import numba
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "start_rows", "finish_rows", "addresses"]
+__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "CompiledReduction", "start_rows",
+           "finish_rows", "addresses"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,6 +149,34 @@ class CompiledExchange:
         for request in self._requests:
             request.Free()
         self._requests, self.requests = [], np.zeros(0, dtype=np.int32)
+
+
+# --- a reduction over ranks started in compiled code ----------------------------------------------
+
+
+class CompiledReduction:
+    """What compiled code needs to start ``MPI_Iallreduce`` of ``values`` with ``op`` over
+    ``comm`` (:func:`.by_address.start_sum`) and wait for it (:func:`.by_address.wait_one`):
+    ``handles`` (``[comm, datatype, op]``, C ints), ``request`` (one C int) and ``status``;
+    :meth:`request_object` hands the request it started to mpi4py (to be waited for in Python).
+
+    >>> import numpy as np
+    >>> reduction = CompiledReduction(MPI.COMM_SELF, np.zeros(2), MPI.MAX)
+    >>> reduction.handles.dtype, reduction.request.shape
+    (dtype('int32'), (1,))
+    """
+
+    __slots__ = ("handles", "request", "status")
+
+    def __init__(self, comm, values: np.ndarray, op):
+        datatype = MPI._typedict[values.dtype.char]  # the datatype mpi4py gives the same array
+        self.handles = _as_c_ints([MPI._handleof(comm), MPI._handleof(datatype), MPI._handleof(op)])
+        self.request = _as_c_ints([MPI._handleof(MPI.REQUEST_NULL)])
+        self.status = np.zeros(MPI._sizeof(MPI.Status), dtype=np.uint8)
+
+    def request_object(self):
+        """The request compiled code started last, as an mpi4py ``Request``."""
+        return MPI.Request.fromhandle(int(self.request.view(np.uint32)[0]))
 
 
 # --- the addresses of the calls by address (:mod:`.by_address`) -----------------------------------
