@@ -17,9 +17,11 @@ variables set):
 * **cg**: a matrix-free CG written with par_loops the way OP2's C apps write it (P1
   stiffness plus a small mass term on ``structured_tris(n, n)``, at least ``--cells``
   cells, element matrices in a cell dat; every reduction and every scalar a new Global),
-  against the same code with its globals made once (hoisted), and the same code as three
+  against the same code with its globals made once (hoisted), the same code as three
   captured steps (new Globals made inside them; the scalars the Python computes between
-  them passed in one Global each); time per iteration;
+  them passed in one Global each), and the whole iteration as one captured step whose
+  kernels compute the scalars from the globals reduced earlier in the step (on several
+  ranks it replays compiled, reductions included); time per iteration;
 * **memory** (1 rank): the growth of the peak RSS over ``--memory-steps`` steps that each
   create a temporary Dat and Global.
 
@@ -126,6 +128,12 @@ AXPY2 = ("def axpy2(alpha, p, ap, x, r):\n"
          "    x[0] += alpha[0] * p[0]\n"
          "    r[0] -= alpha[0] * ap[0]\n")
 XPAY = "def xpay(beta, r, p):\n    p[0] = r[0] + beta[0] * p[0]\n"
+# the scalars computed in the kernels from the globals reduced earlier in the step (one captured step)
+AXPY2_FROM = ("def axpy2_from(rr, pap, p, ap, x, r):\n"
+              "    alpha = rr[0] / pap[0]\n"
+              "    x[0] += alpha * p[0]\n"
+              "    r[0] -= alpha * ap[0]\n")
+XPAY_FROM = "def xpay_from(rr_new, rr, r, p):\n    p[0] = r[0] + (rr_new[0] / rr[0]) * p[0]\n"
 
 
 def element_matrices(coords: np.ndarray, cells: np.ndarray) -> np.ndarray:
@@ -151,7 +159,8 @@ def cg_worker(config: dict) -> dict:
     mc.partition("rib", coords=d.coords)
     comm = mc.get_runtime().comm
     kernels = {name: mc.Kernel.from_source(source) for name, source in
-               (("spmv", SPMV), ("dot", DOT), ("zero", ZERO), ("axpy2", AXPY2), ("xpay", XPAY))}
+               (("spmv", SPMV), ("dot", DOT), ("zero", ZERO), ("axpy2", AXPY2), ("xpay", XPAY),
+                ("axpy2_from", AXPY2_FROM), ("xpay_from", XPAY_FROM))}
     x, r, p, ap = (vectors[n] for n in ("x", "r", "p", "ap"))
     hoisted = {name: mc.Global(1, 0.0, name) for name in ("pap", "rr", "alpha", "beta")}
 
@@ -206,6 +215,25 @@ def cg_worker(config: dict) -> dict:
         direction(beta_in)
         return rr_new
 
+    @mc.capture
+    def iteration(rr):  # the whole iteration: alpha and beta computed in the kernels from the globals
+        mc.par_loop(kernels["zero"], d.nodes, ap(mc.WRITE))
+        mc.par_loop(kernels["spmv"], d.cells, k(mc.READ), p(mc.READ, d.cell2node), ap(mc.INC, d.cell2node))
+        pap = mc.Global(1, 0.0, "pap")
+        mc.par_loop(kernels["dot"], d.nodes, p(mc.READ), ap(mc.READ), pap(mc.INC))
+        mc.par_loop(kernels["axpy2_from"], d.nodes, rr(mc.READ), pap(mc.READ), p(mc.READ), ap(mc.READ), x(mc.RW),
+                    r(mc.RW))
+        rr_new = mc.Global(1, 0.0, "rr")
+        mc.par_loop(kernels["dot"], d.nodes, r(mc.READ), r(mc.READ), rr_new(mc.INC))
+        mc.par_loop(kernels["xpay_from"], d.nodes, rr_new(mc.READ), rr(mc.READ), r(mc.READ), p(mc.RW))
+        return rr_new
+
+    rr_in = mc.Global(1, 0.0, "rr")
+
+    def iterate_one_step(rr: float) -> float:
+        rr_in.value = rr
+        return float(iteration(rr_in).value[0])
+
     def solve(fresh) -> tuple:
         x.data[:, 0] = 0.0
         r.data[:, 0] = rhs.data_ro[:, 0]
@@ -215,13 +243,17 @@ def cg_worker(config: dict) -> dict:
         comm.Barrier()
         began = time.perf_counter()
         for _ in range(config["cg_iterations"]):
-            rr = iterate_captured(rr) if fresh == "captured" else iterate(rr, fresh)
+            if fresh == "one step":
+                rr = iterate_one_step(rr)
+            else:
+                rr = iterate_captured(rr) if fresh == "captured" else iterate(rr, fresh)
         seconds = (time.perf_counter() - began) / config["cg_iterations"]
         return seconds, math.sqrt(rr / first)
 
     rows = {}
     for fresh, name in ((False, "globals hoisted"), (True, "a new Global per reduction and scalar"),
-                        ("captured", "captured steps, new Globals inside")):
+                        ("captured", "captured steps, new Globals inside"),
+                        ("one step", "one captured step, scalars in kernels")):
         solve(fresh)  # compiled, planned
         mc.stats(reset=True)
         timings, reduction = [], None
