@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.backends import numba_backend
 from meshchain.engine import replay
 from meshchain.meshes import structured_tris
+
+from chain_programs import Program, programs
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -150,6 +154,42 @@ def test_a_step_that_reads_or_reduces_again_a_global_it_reduced_replays_compiled
         assert compiled["mixed"] == (compiled["compiled"] if comm.rank == 0 else []), compiled
         assert min(compiled["pieces"]) > max(compiled["compiled"]), compiled
         assert found["compiled"][2][0] == found["python"][2][0] == found["pieces"][2][0]
+
+
+#: Loops put around a random program: globals reduced first and read (or reduced again) later.
+REDUCED_FIRST = (("nodes", (("na", mc.READ, None, None), ("g", mc.INC, None, None))),
+                 ("cells", (("ca", mc.READ, None, None), ("hi", mc.MAX, None, None))))
+READ_LATER = (("cells", (("cb", mc.RW, None, None), ("g", mc.READ, None, None))),
+              ("nodes", (("nb", mc.RW, None, None), ("hi", mc.READ, None, None), ("g", mc.INC, None, None))))
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=600)
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=programs(max_loops=3), mode=st.sampled_from([None, True, False]), piece=st.sampled_from([1, 12]))
+def test_random_steps_that_read_globals_they_reduced_replay_compiled_with_the_bits(comm, spec, mode, piece):
+    """Random programs between loops that reduce globals and loops that read them (or reduce
+    them again), captured as a step: replayed compiled (in pieces of ``piece`` calls), the
+    results of the Python replays and of the uncaptured executions, bit for bit."""
+    mesh, loops = spec
+    spec = (mesh, REDUCED_FIRST + loops + READ_LATER)
+    results, compiled = [], []
+    for how in ("uncaptured", "python", "compiled"):
+        mc.reset_runtime(comm=comm)
+        program = Program(spec)
+        saved = replay.COMPILE_AFTER, replay.PIECE
+        replay.COMPILE_AFTER, replay.PIECE = (0 if how == "compiled" else 10**9), piece
+        try:
+            program.run(mode, executions=5, captured=how != "uncaptured")
+        finally:
+            replay.COMPILE_AFTER, replay.PIECE = saved
+        results.append(program.results())
+        compiled.append(any(plan.compiled for plan in mc.get_runtime().pipeline.plans.values()))
+    assert compiled == [False, False, True], compiled
+    for other in results[1:]:
+        for want, got in zip(results[0], other):
+            if got is not None:
+                np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
