@@ -26,7 +26,8 @@ from llvmlite import ir as _llvm
 from numba.core import types as _types
 from numba.extending import intrinsic
 
-__all__ = ["start_all", "wait_all", "clock", "sum_all", "start_sum", "wait_one", "start_exchange", "finish_exchange"]
+__all__ = ["start_all", "wait_all", "clock", "sum_all", "start_allreduce", "wait_one", "start_exchange",
+           "finish_exchange"]
 
 
 def _as_int32(context, builder, value, kind):
@@ -165,11 +166,10 @@ def finish_exchange(functions, x, rows, receive, requests, statuses):
 
 
 @numba.njit(cache=True, nogil=True)
-def start_sum(functions, values, out, handles, request):
-    """``MPI_Iallreduce``: start ``out = sum over ranks of values`` (contiguous; collective),
-    its request into ``request`` (one C int) for :func:`wait_one`; the MPI error code.
-    ``handles``: ``[comm, datatype, op]`` (:func:`.compiled.handles`: float64 and ``MPI_SUM``;
-    another datatype and op reduce so too)."""
+def start_allreduce(functions, values, out, handles, request):
+    """``MPI_Iallreduce``: start ``out = values reduced over ranks`` (contiguous; collective)
+    with ``handles`` ``[comm, datatype, op]`` (:func:`.compiled.handles`: float64 and
+    ``MPI_SUM``), its request into ``request`` (one C int) for :func:`wait_one`; the MPI error code."""
     return _call_iallreduce(functions[4], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
                             handles[0], request.ctypes.data)
 

@@ -156,7 +156,7 @@ class CompiledExchange:
 
 class CompiledReduction:
     """What compiled code needs to start ``MPI_Iallreduce`` of ``values`` with ``op`` over
-    ``comm`` (:func:`.by_address.start_sum`) and wait for it (:func:`.by_address.wait_one`):
+    ``comm`` (:func:`.by_address.start_allreduce`) and wait for it (:func:`.by_address.wait_one`):
     ``handles`` (``[comm, datatype, op]``, C ints), ``request`` (one C int) and ``status``;
     :meth:`request_object` hands the request it started to mpi4py (to be waited for in Python).
 
@@ -186,7 +186,7 @@ class CompiledReduction:
 def addresses() -> np.ndarray:
     """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce, MPI_Iallreduce, MPI_Wait]``'s
     addresses in this process (int64), for the calls by address of :mod:`.by_address`
-    (``start_all``, ``wait_all``, ``clock``, ``sum_all``, ``start_sum``, ``wait_one``); None where
+    (``start_all``, ``wait_all``, ``clock``, ``sum_all``, ``start_allreduce``, ``wait_one``); None where
     :func:`available` is False or the C library has no ``clock_gettime``."""
     library = _library()
     if library is None:

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned, ilu_apply
 from ..backends.vector_table import vector_at
-from ..comm.by_address import finish_exchange, start_exchange, start_sum, sum_all, wait_one
+from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
 from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
@@ -516,7 +516,7 @@ def _started(distributed, functions, handles, mine, total, request):
     if not distributed:
         total[:] = mine
         return 0
-    return start_sum(functions, mine, total, handles, request)
+    return start_allreduce(functions, mine, total, handles, request)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
