@@ -98,14 +98,14 @@ def test_the_basis_satisfies_the_arnoldi_relation_and_is_orthonormal(monkeypatch
     mc.reset_runtime()
     problem = Nonsymmetric(structured_tris(16, 16), seed=2, skew=2.0)
     cycles = []
-    cycle = cagmres._Run.cycle
+    cycle = cagmres._CAGMRESRun.cycle
 
     def kept(self, beta):
         outcome = cycle(self, beta)
         cycles.append((self.Q.copy(), self.H.copy(), self.iterations, self.v["scale"].copy(), self.pulls.copy()))
         return outcome
 
-    monkeypatch.setattr(cagmres._Run, "cycle", kept)
+    monkeypatch.setattr(cagmres._CAGMRESRun, "cycle", kept)
     info, _ = problem.solve("ca-gmres", "jacobi", rtol=1e-10, s=6, restart=24)
     assert info.converged, info.reason
     A = problem.A.to_scipy()
@@ -127,7 +127,7 @@ def test_each_block_sends_one_message_per_neighbour_and_reduces_once(comm, steps
     mc.reset_runtime(comm=counting)
     problem = ad.declare(jittered_delaunay(400, seed=2), peclet=10.0)
     per_block = []
-    block = cagmres._Run.block
+    block = cagmres._CAGMRESRun.block
 
     def counted(self, j, shifts, pulls):
         counting.sends.clear()
@@ -137,7 +137,7 @@ def test_each_block_sends_one_message_per_neighbour_and_reduces_once(comm, steps
                           self.reductions - reductions, self.refinements - refinements))
         return made
 
-    monkeypatch.setattr(cagmres._Run, "block", counted)
+    monkeypatch.setattr(cagmres._CAGMRESRun, "block", counted)
     info = ad.solve(problem, method="ca-gmres", pc="jacobi", rtol=1e-10, s=steps)
     assert info.converged, info.reason
     blocks = [entry for entry in per_block if entry[0] == steps]
@@ -161,7 +161,7 @@ def test_a_basis_that_loses_rank_is_recovered_with_a_smaller_s_and_a_warning(com
     gmres = ad.solve(problem, method="gmres", pc=None, rtol=1e-10)
     info = ad.solve(problem, method="ca-gmres", pc=None, rtol=1e-10, s=16, basis="monomial")
     assert info.converged and info.iterations <= 1.5 * gmres.iterations, (info.iterations, gmres.iterations)
-    cycle, sizes = cagmres._Run.cycle, []
+    cycle, sizes = cagmres._CAGMRESRun.cycle, []
 
     def claims(self, beta):
         sizes.append(self.block_size)
@@ -169,14 +169,14 @@ def test_a_basis_that_loses_rank_is_recovered_with_a_smaller_s_and_a_warning(com
             return "converged"
         return cycle(self, beta)
 
-    monkeypatch.setattr(cagmres._Run, "cycle", claims)
+    monkeypatch.setattr(cagmres._CAGMRESRun, "cycle", claims)
     with pytest.warns(mc.MeshchainWarning, match="lost rank") as warned:
         info = ad.solve(problem, method="ca-gmres", pc="jacobi", rtol=1e-10, s=8)
     assert info.converged, info.reason
     assert sizes[:4] == [8, 4, 2, 1] and "going on with s=4" in str(warned[0].message), sizes
     assert comm.allgather(info.iterations) == [info.iterations] * comm.size
     sizes.clear()
-    monkeypatch.setattr(cagmres._Run, "cycle", lambda self, beta: sizes.append(1) or "converged")
+    monkeypatch.setattr(cagmres._CAGMRESRun, "cycle", lambda self, beta: sizes.append(1) or "converged")
     with pytest.warns(mc.MeshchainWarning, match="lost rank"):
         info = ad.solve(problem, method="ca-gmres", pc="jacobi", rtol=1e-10, s=2)
     assert not info.converged and info.reason.startswith("stagnated"), info.reason

@@ -367,3 +367,24 @@ def test_importing_meshchain_does_not_start_mpi():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def class_names(tree) -> list:
+    """The names of the classes ``tree`` defines (at any depth)."""
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+
+def test_class_names_are_found():
+    tree = ast.parse("class A:\n    class B:\n        pass\ndef f():\n    class C(A):\n        pass\n")
+    assert class_names(tree) == ["A", "B", "C"]
+
+
+def test_no_two_classes_share_a_name():
+    """One class per name in the library (a reader, a traceback or ``stats`` output never has to
+    ask which ``Plan`` or ``Run`` it is)."""
+    where: dict = {}
+    for name, path in modules().items():
+        for cls in class_names(ast.parse(path.read_text(), str(path))):
+            where.setdefault(cls, []).append(name)
+    shared = {cls: found for cls, found in where.items() if len(found) > 1}
+    assert not shared, shared

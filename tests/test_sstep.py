@@ -122,7 +122,7 @@ def test_each_outer_iteration_sends_one_message_per_neighbour_and_reduces_once(c
     mc.reset_runtime(comm=counting)
     problem = Problem(structured_tris(12, 12), dim=1, seed=4)
     per_outer = []
-    run_class = blockcg._BlockRun if method == "sstep-cg" else sstep._Run
+    run_class = blockcg._BlockRun if method == "sstep-cg" else sstep._CACGRun
     outer = run_class.outer
 
     def counted(self, shifts):

@@ -35,7 +35,7 @@ from ..partition.grids import box_offsets, box_targets, checked_blocks
 from ..types import Arg, Grid, GridInterior
 from ..types.maps import ColumnsMap, undeclared_map
 
-__all__ = ["Arithmetic", "GridLowering", "is_grid_set", "middle_box", "refuse_grids"]
+__all__ = ["ArithmeticPart", "GridLowering", "is_grid_set", "middle_box", "refuse_grids"]
 
 
 def is_grid_set(s) -> bool:
@@ -51,7 +51,7 @@ def refuse_grids(sets, what: str) -> None:
                                  f"programs without grids.")
 
 
-class Arithmetic(NamedTuple):
+class ArithmeticPart(NamedTuple):
     """The part of a lowered grid loop that runs by index arithmetic on this rank: its first
     ``count`` iterations, as ``loop`` (the loop as written, with this rank's geometry)."""
 
@@ -83,7 +83,7 @@ class GridLowering:
         self.declarations = declarations  # its map_rows are the layout's values on one process
         self.boxes: dict = {}  # interior -> its box map
         self.columns: dict = {}  # (iteration set uid, offsets) -> ColumnsMap
-        self.arithmetic_parts = arithmetic_parts  # lowered loop -> (interior layout, grid layout, Arithmetic or None)
+        self.arithmetic_parts = arithmetic_parts  # lowered loop -> (interior layout, grid layout, ArithmeticPart or None)
 
     def lowered(self, loop, *, exclusive=None):
         """``loop`` (over a grid or its interior, checked) with its grid dats reached through
@@ -92,7 +92,7 @@ class GridLowering:
                             exclusive=exclusive)
         return dataclasses.replace(lowered, written=loop)
 
-    def arithmetic(self, loop, layout) -> Arithmetic | None:
+    def arithmetic(self, loop, layout) -> ArithmeticPart | None:
         """The part of lowered ``loop`` that runs by index arithmetic with ``layout`` (the
         session's :class:`~meshchain.partition.layout.MeshLayout`), or None."""
         if loop.written is None or not isinstance(loop.iterset, GridInterior):
@@ -158,7 +158,7 @@ class GridLowering:
         return found
 
 
-def _arithmetic_part(lowered, inner, outer) -> Arithmetic | None:
+def _arithmetic_part(lowered, inner, outer) -> ArithmeticPart | None:
     """:meth:`GridLowering.arithmetic` of ``lowered`` from the interior's and the grid's layouts."""
     written = lowered.written
     interior = written.iterset
@@ -171,4 +171,4 @@ def _arithmetic_part(lowered, inner, outer) -> Arithmetic | None:
         return None
     geometry = (tuple(int(n) for n in ghi - glo), tuple(int(c) for c in ilo - glo), tuple(int(n) for n in ihi - ilo))
     loop = make_loop(written.kernel, interior, written.args, written.name, geometry=geometry)
-    return Arithmetic(dataclasses.replace(loop, origin=lowered), count)
+    return ArithmeticPart(dataclasses.replace(loop, origin=lowered), count)

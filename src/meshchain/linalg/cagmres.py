@@ -256,7 +256,7 @@ def _update(Q, y, x):
             x[i] += coefficient * qk[i]
 
 
-class _Run(ScaledRun):
+class _CAGMRESRun(ScaledRun):
     """One CA-GMRES solve: the scaled system's run, the basis ``Q`` (owned rows), the shifts."""
 
     def __init__(self, engine, A, dats: dict, steps: int, restart: int, *, newton: bool, **options):
@@ -400,7 +400,7 @@ def solve_cagmres(engine, A, x, b, *, steps, restart, basis, pc, rtol, atol, max
     dats = work_dats(engine, A, "ca-gmres", steps, ["x", "b", "t", "scale", *[f"W{i}" for i in range(steps + 1)]])
     for count in {1, steps}:  # halo layers and halo rows now: the iterations exchange vectors only
         engine.matrices.prepare_products(A, count)
-    run = _Run(engine, A, dats, steps, restart, newton=basis == "newton", jacobi=pc == "jacobi", rtol=rtol,
+    run = _CAGMRESRun(engine, A, dats, steps, restart, newton=basis == "newton", jacobi=pc == "jacobi", rtol=rtol,
                atol=atol, maxiter=maxiter, monitor=monitor)
     enter(engine, A, x, b, run)
     began = time.perf_counter()

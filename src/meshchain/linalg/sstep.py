@@ -344,7 +344,7 @@ class CGRun(ScaledRun):
         return _lanczos_eigenvalues(alphas, betas), False
 
 
-class _Run(CGRun):
+class _CACGRun(CGRun):
     """One CA-CG solve: the scaled system's run, its basis and Gram matrices."""
 
     def __init__(self, engine, A, dats: dict, steps: int, **options):
@@ -427,7 +427,7 @@ def _work(engine, A, steps: int) -> dict:
 
 def solve_cacg(engine, A, x, b, *, steps, basis, pc, rtol, atol, maxiter, monitor) -> SolveInfo:
     """``mc.solve(A, x, b, method="ca-cg")`` (see the module docstring; collective)."""
-    run = _Run(engine, A, _work(engine, A, steps), steps, jacobi=pc == "jacobi", rtol=rtol, atol=atol,
+    run = _CACGRun(engine, A, _work(engine, A, steps), steps, jacobi=pc == "jacobi", rtol=rtol, atol=atol,
                maxiter=maxiter, monitor=monitor)
     return drive(run, A, x, b, steps=steps, basis=basis, pc=pc, method="ca-cg")
 
