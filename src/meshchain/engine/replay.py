@@ -38,9 +38,12 @@ A plan is compiled once it has been replayed :data:`COMPILE_AFTER` times (a piec
 few seconds the first time on a machine, and loads from the disk cache afterwards), so a
 step replayed a few times never pays for it. Pieces keep a long plan's compile in check:
 compiling one function, and the boxing of its arguments, takes time that grows faster than
-its size (MG-CFD's captured cycle on 2 ranks, 90 calls: 2-3 minutes as one function, one as
-pieces of 12). ``mc.stats()`` counts the compiles under the plan's first loop (its
-``time_compile``, ``compilations`` and ``cache_hits``).
+its size. MG-CFD's captured cycle on 2 ranks, 90 calls, the first time on a machine: 2-3
+minutes as one function; about one as pieces of 12 whose arguments were boxed as one tuple
+each; 18 s with each call's, exchange's and reduction's arguments boxed on their own
+(:mod:`meshchain.backends.numba_replay`; pieces of 6 and 24 took longer:
+``benchmarks/replay_compile.py``). ``mc.stats()`` counts the compiles under the plan's first
+loop (its ``time_compile``, ``compilations`` and ``cache_hits``).
 
 Examples
 --------
@@ -66,7 +69,8 @@ __all__ = ["CompiledReplay", "COMPILE_AFTER"]
 COMPILE_AFTER = 32
 
 #: Prepared calls per compiled piece of a replay: compiling one function (and the boxing of its
-#: arguments) takes time that grows faster than its size (90 calls in one piece: minutes).
+#: arguments) takes time that grows faster than its size (90 calls in one piece: minutes; MG-CFD's
+#: cycle compiled in 18 s as pieces of 12, 20 s as pieces of 6, 23 s as pieces of 24).
 PIECE = 12
 
 
