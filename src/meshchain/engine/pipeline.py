@@ -54,7 +54,11 @@ class Pipeline:
     def __init__(self, session):
         self.session = session
         caches = session.caches
-        self.units = caches.cache("units", limit=2048, counts_hits=True)
+        self.units = caches.cache("units", limit=2048, counts_hits=True,
+                                  on_drop=lambda _: self._chain_units.clear())
+        # a chain's loops found again as the same checked loops (:mod:`.loops` hands out the loop
+        # made last time for the same arguments): its unit without working out the unit's key
+        self._chain_units = caches.cache("chain units by their loops", limit=1024)
         self.plans = caches.cache("plans", limit=1024, events=("configure", "partition", "repartition"),
                                   on_drop=self._dropped, counts_hits=True)
         self.schedules = caches.cache("schedules", limit=2048, events=("configure", "partition", "repartition"),
@@ -63,15 +67,24 @@ class Pipeline:
 
     def execute(self, run, loops) -> Unit:
         """Run ``loops``, recorded in chain ``run`` (None: one loop on its own); returns their unit."""
+        units = self.units
+        if run is not None:
+            same = (run.options, *map(id, loops))
+            unit = self._chain_units.get(same)
+            if unit is not None and unit.loops == tuple(loops):  # the unit holds its loops: their ids are theirs
+                units.hits += 1
+                self.run_unit(unit)
+                return unit
         options = None if run is None else run.options
         key = unit_key(loops, options)
-        units = self.units
         unit = units.get(key)
         if unit is None:
             unit = units[key] = Unit(loops, options, self.session.store)
         else:
             units.hits += 1
             unit.bind(loops)
+        if run is not None:
+            self._chain_units[same] = unit
         self.run_unit(unit)
         return unit
 
