@@ -9,6 +9,10 @@ caller as usual): the caller compiles in a fraction of the time, whatever the ca
 as the address is an argument, not a constant in the machine code, Numba's disk cache keeps
 the caller like any other function.
 
+:func:`call_native_with` does the same with the arguments in one tuple: a caller that holds them
+as a tuple (a captured step's compiled replay, :mod:`.numba_replay`) passes it whole, which
+compiles faster than taking each element out (each a typed and reference-counted operation).
+
 :func:`native_address` gives the address of a dispatcher's compiled overload and the text
 :func:`call_native` checks the call's argument types against: a call whose arguments are not
 of exactly the types the callee was compiled for fails to compile (it would read its
@@ -41,7 +45,7 @@ from numba.extending import intrinsic
 
 from ..core.errors import InternalError
 
-__all__ = ["call_native", "native_address", "signature_text"]
+__all__ = ["call_native", "call_native_with", "native_address", "signature_text"]
 
 
 def signature_text(kinds) -> str:
@@ -79,12 +83,55 @@ def call_native(typingctx, address, signature, *arguments):
     def codegen(context, builder, call_signature, args):
         values = [context.cast(builder, value, kind, wanted) for value, kind, wanted in
                   zip(cgutils.unpack_tuple(builder, args[2], len(kinds)), given, kinds)]
-        function_type = context.call_conv.get_function_type(types.none, kinds)
-        where = context.cast(builder, args[0], call_signature.args[0], types.intp)
-        function = builder.inttoptr(where, function_type.as_pointer())
-        status, _ = context.call_conv.call_function(builder, function, types.none, kinds, values)
-        with cgutils.if_unlikely(builder, status.is_error):
-            context.call_conv.return_status_propagate(builder, status)
+        _call(context, builder, args[0], call_signature.args[0], kinds, values)
         return context.get_dummy_value()
 
     return types.none(address, signature, types.StarArgTuple(given)), codegen
+
+
+@intrinsic
+def call_native_with(typingctx, address, signature, arguments):
+    """:func:`call_native` with ``arguments`` in one tuple (passed on element by element as
+    the tuple holds them: the callee borrows them, as from any caller).
+
+    >>> import numba
+    >>> import numpy as np
+    >>> @numba.njit
+    ... def twice_into(out, x):
+    ...     out[0] = 2 * x
+    >>> out = np.zeros(1)
+    >>> address, signature = native_address(twice_into, (out, 3.5))
+    >>> @numba.njit
+    ... def caller(address, arguments):
+    ...     call_native_with(address, "(Array(float64, 1, 'C', False, aligned=True), float64)", arguments)
+    >>> caller(address, (out, 1.5))
+    >>> float(out[0])
+    3.0
+    """
+    if not isinstance(signature, types.StringLiteral):
+        return None  # Numba asks again with the string as a literal
+    if not isinstance(arguments, types.BaseTuple):
+        raise errors.TypingError(f"call_native_with: the arguments must be a tuple, not {arguments}")
+    given = tuple(arguments)
+    kinds = tuple(types.unliteral(kind) for kind in given)
+    if signature_text(kinds) != signature.literal_value:
+        raise errors.TypingError(f"call_native_with: the arguments are {signature_text(kinds)}, but the function at "
+                                 f"the address was compiled for {signature.literal_value}")
+
+    def codegen(context, builder, call_signature, args):
+        values = [context.cast(builder, value, kind, wanted) for value, kind, wanted in
+                  zip(cgutils.unpack_tuple(builder, args[2], len(kinds)), given, kinds)]
+        _call(context, builder, args[0], call_signature.args[0], kinds, values)
+        return context.get_dummy_value()
+
+    return types.none(address, signature, arguments), codegen
+
+
+def _call(context, builder, address, address_type, kinds, values) -> None:
+    """Call the function at ``address`` with ``values`` of types ``kinds``; its error propagates."""
+    function_type = context.call_conv.get_function_type(types.none, kinds)
+    where = context.cast(builder, address, address_type, types.intp)
+    function = builder.inttoptr(where, function_type.as_pointer())
+    status, _ = context.call_conv.call_function(builder, function, types.none, kinds, values)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
