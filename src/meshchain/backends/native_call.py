@@ -97,16 +97,15 @@ def call_native_with(typingctx, address, signature, arguments):
     >>> import numba
     >>> import numpy as np
     >>> @numba.njit
-    ... def twice_into(out, x):
-    ...     out[0] = 2 * x
-    >>> out = np.zeros(1)
-    >>> address, signature = native_address(twice_into, (out, 3.5))
-    >>> @numba.njit
-    ... def caller(address, arguments):
-    ...     call_native_with(address, "(Array(float64, 1, 'C', False, aligned=True), float64)", arguments)
-    >>> caller(address, (out, 1.5))
-    >>> float(out[0])
-    3.0
+    ... def add(total, values):
+    ...     for v in values:
+    ...         total[0] += v
+    >>> total, values = np.zeros(1, dtype=np.int64), np.arange(4)
+    >>> address, signature = native_address(add, (total, values))
+    >>> run = numba.njit(lambda address, arguments: call_native_with(address, signature, arguments))
+    >>> run(address, (total, values)); run(address, (total, values))
+    >>> int(total[0])
+    12
     """
     if not isinstance(signature, types.StringLiteral):
         return None  # Numba asks again with the string as a literal
