@@ -75,18 +75,7 @@ def call_native(typingctx, address, signature, *arguments):
     if not isinstance(signature, types.StringLiteral):
         return None  # Numba asks again with the string as a literal
     given = tuple(arguments)
-    kinds = tuple(types.unliteral(kind) for kind in given)  # a constant argument: its type's value
-    if signature_text(kinds) != signature.literal_value:
-        raise errors.TypingError(f"call_native: the arguments are {signature_text(kinds)}, but the function at the "
-                                 f"address was compiled for {signature.literal_value}")
-
-    def codegen(context, builder, call_signature, args):
-        values = [context.cast(builder, value, kind, wanted) for value, kind, wanted in
-                  zip(cgutils.unpack_tuple(builder, args[2], len(kinds)), given, kinds)]
-        _call(context, builder, args[0], call_signature.args[0], kinds, values)
-        return context.get_dummy_value()
-
-    return types.none(address, signature, types.StarArgTuple(given)), codegen
+    return types.none(address, signature, types.StarArgTuple(given)), _codegen("call_native", signature, given)
 
 
 @intrinsic
@@ -111,11 +100,16 @@ def call_native_with(typingctx, address, signature, arguments):
         return None  # Numba asks again with the string as a literal
     if not isinstance(arguments, types.BaseTuple):
         raise errors.TypingError(f"call_native_with: the arguments must be a tuple, not {arguments}")
-    given = tuple(arguments)
-    kinds = tuple(types.unliteral(kind) for kind in given)
+    return types.none(address, signature, arguments), _codegen("call_native_with", signature, tuple(arguments))
+
+
+def _codegen(name: str, signature, given):
+    """The code calling the function at the address with the tuple of arguments of types
+    ``given`` (checked against ``signature``: a call of other types fails to compile)."""
+    kinds = tuple(types.unliteral(kind) for kind in given)  # a constant argument: its type's value
     if signature_text(kinds) != signature.literal_value:
-        raise errors.TypingError(f"call_native_with: the arguments are {signature_text(kinds)}, but the function at "
-                                 f"the address was compiled for {signature.literal_value}")
+        raise errors.TypingError(f"{name}: the arguments are {signature_text(kinds)}, but the function at the "
+                                 f"address was compiled for {signature.literal_value}")
 
     def codegen(context, builder, call_signature, args):
         values = [context.cast(builder, value, kind, wanted) for value, kind, wanted in
@@ -123,7 +117,7 @@ def call_native_with(typingctx, address, signature, arguments):
         _call(context, builder, args[0], call_signature.args[0], kinds, values)
         return context.get_dummy_value()
 
-    return types.none(address, signature, arguments), codegen
+    return codegen
 
 
 def _call(context, builder, address, address_type, kinds, values) -> None:

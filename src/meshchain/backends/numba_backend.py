@@ -117,8 +117,7 @@ class NumbaBackend(Backend):
         if any(getattr(call, "function", None) is None for call in calls):
             return None
         natives = [self._native(call.function, call.arguments) for call in calls]
-        described = [(signature, len(call.arguments)) for (_, signature), call in zip(natives, calls)]
-        source = replay_source(described, exchanges, program, reductions)
+        source = replay_source([signature for _, signature in natives], exchanges, program, reductions)
         function = self._generated("_mc_replay", source, "replay")
         call = ReplayCall(function, np.array([address for address, _ in natives], dtype=np.int64))
         call.bind(arguments)
