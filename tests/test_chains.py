@@ -203,6 +203,29 @@ def test_new_objects_each_execution_reuse_the_plans_bit_for_bit(spec, mode):
             np.testing.assert_array_equal(got, want)
 
 
+def test_a_chain_run_again_binds_the_objects_of_each_execution():
+    """A chain executed again with the same loops finds its unit by those loops; with a new
+    dat in between, and then the first one again, each execution writes to its own objects."""
+    s, a, b, _ = small_world()
+    pipeline = mc.get_runtime().pipeline
+
+    def pair(target):
+        with mc.loop_chain("pair"):
+            mc.par_loop(add_one, s, a(mc.RW))
+            mc.par_loop(copy_into, s, a(mc.READ), target(mc.WRITE))
+
+    pair(b)
+    hits = pipeline.units.hits
+    pair(b)
+    assert pipeline.units.hits == hits + 1
+    fresh = mc.Dat(s, 1, None, "fresh", dtype=np.int64)
+    pair(fresh)
+    assert fresh.data_ro[:, 0].tolist() == [3, 4, 5] and b.data_ro[:, 0].tolist() == [2, 3, 4]
+    pair(b)
+    assert b.data_ro[:, 0].tolist() == [4, 5, 6] and fresh.data_ro[:, 0].tolist() == [3, 4, 5]
+    assert a.data_ro[:, 0].tolist() == [4, 5, 6]
+
+
 def test_loop_chain_runs_when_the_block_ends():
     s, a, b, _ = small_world()
     with mc.loop_chain("pair"):
