@@ -17,7 +17,9 @@ skip, so its whole ``Max total runtime`` over ``--cycles`` cycles counts):
   ``meshchain.engine.replay.COMPILE_AFTER + 4`` cycles, so that the timed cycles replay as in
   a long run: on several ranks as compiled calls); and on 2 ranks captured but every replay
   run step by step in Python (the row ``replayed in Python``: what compiling the replays
-  gains, in the same run).
+  gains, in the same run). The rank rows partition with ``rib`` (the default of
+  :func:`meshchain.apps.mgcfd.declare`); rows marked ``kway`` partition the graph, as OP2's MPI
+  runs here do (PT-Scotch's k-way), and are compared with OP2 on as many ranks too.
 
 The table gives the median milliseconds per cycle over ``--rounds`` rounds and each
 meshchain row's ratio to OP2 on as many cores (sequential for one core, OpenMP for two
@@ -62,17 +64,23 @@ OP2_VARIANTS = {"OP2 seq": ("mgcfd_seq", 1, {}), "OP2 OpenMP 2 threads": ("mgcfd
                 "OP2 MPI 2 ranks": ("mgcfd_mpi", 2, {}), "OP2 MPI 4 ranks": ("mgcfd_mpi", 4, {})}
 _PLAIN = {"meshchain, default threads": (1, {}), "meshchain, 1 thread (MESHCHAIN_THREADS=1)":
           (1, {"MESHCHAIN_THREADS": "1"}), "meshchain 2 ranks": (2, {}), "meshchain 4 ranks": (4, {})}
-MESHCHAIN_VARIANTS = {**{name: (ranks, extra, False) for name, (ranks, extra) in _PLAIN.items()},
-                      **{f"{name}, captured": (ranks, extra, True) for name, (ranks, extra) in _PLAIN.items()},
-                      "meshchain 2 ranks, captured, replayed in Python": (2, {}, "python")}
+_KWAY = {"meshchain 2 ranks, kway": (2, False), "meshchain 4 ranks, kway": (4, False),
+         "meshchain 2 ranks, kway, captured": (2, True)}
+MESHCHAIN_VARIANTS = {**{name: (ranks, extra, False, "rib") for name, (ranks, extra) in _PLAIN.items()},
+                      **{f"{name}, captured": (ranks, extra, True, "rib") for name, (ranks, extra) in _PLAIN.items()},
+                      "meshchain 2 ranks, captured, replayed in Python": (2, {}, "python", "rib"),
+                      **{name: (ranks, {}, captured, "kway") for name, (ranks, captured) in _KWAY.items()}}
 """name -> (ranks, extra environment, whether each cycle replays a step captured with
 ``mc.capture``: ``mgcfd.run(..., captured=True)``; ``"python"``: and on several ranks every
-replay runs step by step in Python, never compiled)."""
+replay runs step by step in Python, never compiled; how the mesh is partitioned: ``"rib"``,
+the default of :func:`meshchain.apps.mgcfd.declare`, or ``"kway"``, a graph partition as OP2's
+MPI runs here make with PT-Scotch)."""
 CORES = {"OP2 seq": 1, "OP2 OpenMP 2 threads": 2, "OP2 MPI 2 ranks": 2, "OP2 MPI 4 ranks": 4,
-         **{name: ranks for name, (ranks, _, _) in MESHCHAIN_VARIANTS.items()}}
+         **{name: ranks for name, (ranks, *_) in MESHCHAIN_VARIANTS.items()}}
 _OP2_ALIKE = {"meshchain, default threads": "OP2 OpenMP 2 threads", "meshchain, 1 thread (MESHCHAIN_THREADS=1)": "OP2 seq",
               "meshchain 2 ranks": "OP2 MPI 2 ranks", "meshchain 4 ranks": "OP2 MPI 4 ranks"}
-SAME_CORES = {**_OP2_ALIKE, **{f"{name}, captured": op2 for name, op2 in _OP2_ALIKE.items()}}
+SAME_CORES = {**_OP2_ALIKE, **{f"{name}, captured": op2 for name, op2 in _OP2_ALIKE.items()},
+              **{name: f"OP2 MPI {ranks} ranks" for name, (ranks, _) in _KWAY.items()}}
 
 
 def op2_seconds(binary: Path, ranks: int, extra: dict, folder: Path, cycles: int, timeout: float = 120) -> float:
@@ -98,9 +106,10 @@ def op2_seconds(binary: Path, ranks: int, extra: dict, folder: Path, cycles: int
 
 
 def meshchain_seconds(ranks: int, extra: dict, folder: Path, cycles: int, warmup: int, cache: str, *,
-                      captured: bool) -> dict:
+                      captured: bool, method: str = "rib") -> dict:
     """Seconds per cycle of meshchain's MG-CFD (a worker job; slowest rank), its threads."""
-    config = json.dumps({"input": str(folder / "input.dat"), "cycles": cycles, "warmup": warmup, "captured": captured})
+    config = json.dumps({"input": str(folder / "input.dat"), "cycles": cycles, "warmup": warmup, "captured": captured,
+                         "method": method})
     command = [sys.executable, __file__, "--worker", config]
     if ranks > 1:
         command = [mpiexec(), "-n", str(ranks), *command]
@@ -117,7 +126,7 @@ def worker(config: dict) -> dict:
 
     from meshchain.engine import replay
 
-    problem = mgcfd.declare(config["input"], synthetic_loops=2)
+    problem = mgcfd.declare(config["input"], synthetic_loops=2, method=config["method"])
     warmup = config["warmup"]
     if config["captured"] == "python":
         replay.COMPILE_AFTER = 10**9
@@ -205,8 +214,9 @@ def compare(args) -> dict:
                 binary, ranks, extra = OP2_VARIANTS[name]
                 times[name].append(op2_seconds(op2 / binary, ranks, extra, folder, args.cycles))
             else:
-                ranks, extra, captured = MESHCHAIN_VARIANTS[name]
-                found = meshchain_seconds(ranks, extra, folder, args.cycles, args.warmup, cache, captured=captured)
+                ranks, extra, captured, method = MESHCHAIN_VARIANTS[name]
+                found = meshchain_seconds(ranks, extra, folder, args.cycles, args.warmup, cache, captured=captured,
+                                          method=method)
                 times[name].append(found["seconds"])
                 if not extra and ranks == 1 and not captured:
                     threads = found["threads"]
