@@ -123,6 +123,23 @@ def slowest(comm, seconds: float) -> float:
     return seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX)
 
 
+def interleaved(comm, variants: dict, repeats: int) -> tuple[dict, dict]:
+    """``(last results, seconds per round)`` of ``variants`` (name -> call) run in turns,
+    ``repeats + 1`` rounds, each call timed on the slowest rank (all ranks start together);
+    the first round (compiling, set-up) is not counted. Taking turns makes a shared VM's drift
+    in speed touch every variant alike."""
+    times, found = {name: [] for name in variants}, {}
+    for repeat in range(repeats + 1):
+        for name, call in variants.items():
+            if comm is not None:
+                comm.Barrier()
+            began = time.perf_counter()
+            found[name] = call()
+            if repeat:
+                times[name].append(slowest(comm, time.perf_counter() - began))
+    return found, times
+
+
 def timed(comm, action, reps: int) -> float:
     """Seconds per call of ``action`` over ``reps`` calls, slowest rank (all ranks start together)."""
     comm.Barrier()

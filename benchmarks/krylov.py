@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import THREAD_VARIABLES, launch, machine, serve, slowest, user_environment  # noqa: E402
+from comm import THREAD_VARIABLES, interleaved, launch, machine, serve, slowest, user_environment  # noqa: E402
 
 METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 # meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
@@ -274,16 +274,7 @@ def sstep_row(per_rank: int, ranks: int, config: dict) -> dict:
     solvers = {method + "".join(f" s={v}" for v in options.values()): _meshchain_solver(problem, method, config, options)
                for method, options in (*SSTEP, ("sstep-cg", {"s": "auto"}))}
     solvers.update({f"PETSc {name}": _petsc_solver(problem, *PETSC[name], config) for name in ("cg", "pipecg")})
-    times = {name: [] for name in solvers}
-    found = {}
-    for repeat in range(config["repeats"] + 1):
-        for name, solve in solvers.items():
-            if comm is not None:
-                comm.Barrier()
-            began = time.perf_counter()
-            found[name] = solve()
-            if repeat:
-                times[name].append(slowest(comm, time.perf_counter() - began))
+    found, times = interleaved(comm, solvers, config["repeats"])
     row = {"unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
     for name, result in found.items():
         result = dict(result, seconds=statistics.median(times[name]))

@@ -15,6 +15,7 @@ from meshchain.apps import poisson
 from meshchain.backends.sparse import ilu0, ilu0_solve, owned_block
 from meshchain.linalg import precond
 from meshchain.meshes import jittered_delaunay, structured_tris
+from test_mat import copy_kernel
 from test_solvers import METHODS, Problem, matrix_free
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
@@ -269,3 +270,51 @@ def test_the_new_preconditioners_call_no_blas(monkeypatch):
     for pc in ("bjacobi-ilu", "chebyshev"):
         info, _ = problem.solve("pipecg", pc, rtol=1e-10)
         assert info.converged, (pc, info.reason)
+
+
+# --- set-up kept with the matrix ----------------------------------------------------------------------------
+
+KEPT = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_a_preconditioners_set_up_is_kept_until_the_matrix_changes(comm, monkeypatch):
+    """A second solve with the same matrix sets nothing up and gives the bits of a solve that
+    set everything up again; new values (an assembly) are set up again and solved right."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=3)
+    setups = []
+    setup = precond._setup
+    monkeypatch.setattr(precond, "_setup", lambda pc, *args: setups.append(pc) or setup(pc, *args))
+    scale = np.linalg.norm(problem.expected)
+    for pc in KEPT:
+        first, x_first = problem.solve("cg", pc, rtol=1e-10)
+        again, x_again = problem.solve("pipecg", pc, rtol=1e-10)
+        kept, x_kept = problem.solve("cg", pc, rtol=1e-10)
+        assert setups.count(pc) == 1, (pc, setups)  # the second and third solves used the first one's
+        with monkeypatch.context() as m:
+            m.setattr(precond, "_KEPT", ())  # nothing kept: set up again
+            fresh, x_fresh = problem.solve("cg", pc, rtol=1e-10)
+        assert setups.count(pc) == 2, (pc, setups)
+        assert first.converged and again.converged and kept.converged, pc
+        assert kept.iterations == fresh.iterations == first.iterations, pc
+        assert kept.residual_history == fresh.residual_history, pc  # the same bits
+        if comm.rank == 0:
+            np.testing.assert_array_equal(x_kept, x_fresh, err_msg=pc)
+            np.testing.assert_allclose(x_again.ravel(), problem.expected, atol=1e-6 * scale, err_msg=pc)
+
+    d, width = problem.mesh, problem.mesh.cell2node.arity * 2
+    problem.A.zero()  # new values: A doubled, so x halves
+    problem.k.data[...] *= 2.0
+    mc.par_loop(copy_kernel(width, width), d.cells, problem.A(mc.INC, (d.cell2node, d.cell2node)), problem.k(mc.READ))
+    for pc in KEPT:
+        info, x = problem.solve("cg", pc, rtol=1e-10)
+        assert setups.count(pc) == 3 and info.converged, (pc, setups, info.reason)
+        if comm.rank == 0:
+            np.testing.assert_allclose(x.ravel(), problem.expected / 2, atol=1e-6 * scale, err_msg=pc)
+
+    op = matrix_free(problem, 2)  # matrix-free: its diagonal is a dat, set up at every solve
+    for _ in range(2):
+        problem.x.data[...] = 0.0
+        assert mc.solve(op, problem.x, problem.b, method="cg", pc="jacobi", rtol=1e-10).converged
+    assert setups.count("jacobi") == 5, setups

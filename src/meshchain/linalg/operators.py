@@ -100,6 +100,10 @@ class _Assembled(_Operator):
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)
 
+    def values_stamp(self):
+        """What changes whenever the matrix's values or layout change (the same on every rank)."""
+        return self.matrices.values_stamp(self.mat)
+
     gives_bounds = True  # ||A||_inf and the nonzeros per row, for residual replacement
 
     def norm_inf(self) -> float:

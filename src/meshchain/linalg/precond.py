@@ -6,9 +6,9 @@
   symmetric sweep on each rank's owned block of an assembled matrix; no communication.
 * ``"bjacobi-ilu"``: PETSc's default parallel preconditioner (``PCBJACOBI`` with ``PCILU``
   on each block): ILU(0) of each rank's owned block of an assembled matrix (owned rows,
-  owned columns, this rank's local order, natural ordering, no fill), factored once per
-  solve; each application is a forward and a backward triangular solve, with no
-  communication. A matrix of ``dim > 1`` is factored by scalar rows, as PETSc factors the
+  owned columns, this rank's local order, natural ordering, no fill), factored when a
+  solve first needs it (see below); each application is a forward and a backward
+  triangular solve, with no communication. A matrix of ``dim > 1`` is factored by scalar rows, as PETSc factors the
   AIJ matrix :meth:`Mat.to_petsc <meshchain.Mat.to_petsc>` makes of it.
 * ``"chebyshev"``: a Chebyshev polynomial of degree :data:`CHEBYSHEV_DEGREE` in the
   Jacobi-scaled operator ``D^-1 A``, on the interval PETSc's Chebyshev smoother takes
@@ -17,6 +17,16 @@
   their halo exchanges) and vector updates only, no reduction: it suits the pipelined
   methods. Assembled or matrix-free (with a diagonal).
 * a :class:`Preconditioner`: the user's own ``apply(r, z)`` on dats.
+
+**Set-up kept.** As PETSc sets a preconditioner up again only when its operator changed, the
+set-up of ``"jacobi"``, ``"sgs"`` and ``"bjacobi-ilu"`` (the diagonal, its check, the ILU(0)
+factors) and ``"chebyshev"``'s eigenvalue estimate are kept with an assembled matrix and
+used again by the next solve while its values and layout are unchanged
+(:meth:`~meshchain.engine.matrices.Matrices.values_stamp`, the same on every rank); an
+assembly, ``zero``/``zero_rows``, a repartition or new halo layers set them up again (values
+changed behind meshchain's back, through arrays PETSc shares with :meth:`Mat.to_petsc
+<meshchain.Mat.to_petsc>`, are not seen). A matrix-free operator's are made for every solve
+(its diagonal is a dat that may change at any time).
 
 Every one is a fixed linear operator ``B``, symmetric positive definite when ``A`` is
 (``"bjacobi-ilu"``: when every pivot of the factorization is positive, which holds for
@@ -226,6 +236,10 @@ class IncompleteLU:
         ilu_apply(*self.factors, self.inverse, r, z)
 
 
+_setups = memo("preconditioner set-ups", weak=True)  # per Mat: {(pc, n): (engine, stamp, kept set-up)}
+_KEPT = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
+"""The preconditioners whose set-up is kept with an assembled matrix (see the module docstring)."""
+
 _scratch = memo("preconditioner work vectors", weak=True)  # per row set: (engine, (purpose, dim) -> dats)
 
 
@@ -331,18 +345,20 @@ class Chebyshev:
         ``[low, high]`` as multiples of the estimated largest eigenvalue of ``D^-1 A``.
     steps : int, keyword-only
         CG steps of the estimate.
+    largest : float, keyword-only
+        The estimate an earlier set-up made on the same operator (None: estimate it now).
     """
 
     pointwise = False
 
     def __init__(self, engine, operator, dinv: np.ndarray, *, degree: int = CHEBYSHEV_DEGREE,
-                 bounds: tuple = CHEBYSHEV_BOUNDS, steps: int = ESTIMATE_STEPS):
+                 bounds: tuple = CHEBYSHEV_BOUNDS, steps: int = ESTIMATE_STEPS, largest: float | None = None):
         n = len(dinv)
         self.jacobi, self.degree = dinv, degree
         self.dinv = np.ones(n)  # what the fused passes apply; apply() overwrites it
         self.vectors = _Vectors(engine, operator, "chebyshev", ("d", "w"), n)
         self.res = np.empty(n)
-        self.largest = self._estimate(engine, operator, n, steps)
+        self.largest = self._estimate(engine, operator, n, steps) if largest is None else largest
         self.low, self.high = bounds[0] * self.largest, bounds[1] * self.largest
 
     def _estimate(self, engine, operator, n: int, steps: int) -> float:
@@ -518,11 +534,38 @@ def make_preconditioner(pc, operator, n: int, *, engine):
     if pc in ("sgs", "bjacobi-ilu") and pattern is None:
         raise SolverError(f"solve: pc={pc!r} needs an assembled matrix; {operator.name!r} is matrix-free "
                           f"(use pc='chebyshev' or 'jacobi' with its diagonal, a mc.Preconditioner, or None).")
+    stamp = operator.values_stamp() if pattern is not None else None  # None: nothing kept (matrix-free)
+    kept = _kept_setup(operator, pc, n, engine, stamp)
+    if kept is None:
+        kept = _setup(pc, operator, n, engine)
+        if stamp is not None and pc in _KEPT:
+            _setups.setdefault(operator.mat, {})[(pc, n)] = (engine, stamp, kept)
+    if pc == "chebyshev":  # its vectors are views of the session's dats: made again, the estimate kept
+        dinv, largest = kept
+        return Chebyshev(engine, operator, dinv, largest=largest)
+    return kept
+
+
+def _setup(pc: str, operator, n: int, engine):
+    """What :func:`make_preconditioner` keeps of ``pc``'s set-up: the preconditioner itself, or
+    for ``"chebyshev"`` ``(dinv, largest)`` (collective: the checks agree over ranks)."""
     if pc == "bjacobi-ilu":
-        return IncompleteLU.factor(pattern, operator)
+        return IncompleteLU.factor(operator.pattern, operator)
     diagonal = _positive_diagonal(pc, operator, n)
     if pc == "jacobi":
         return Pointwise(1.0 / diagonal)
     if pc == "sgs":
-        return SymmetricGaussSeidel(pattern, diagonal)
-    return Chebyshev(engine, operator, 1.0 / diagonal)
+        return SymmetricGaussSeidel(operator.pattern, diagonal)
+    made = Chebyshev(engine, operator, 1.0 / diagonal)
+    return made.jacobi, made.largest
+
+
+def _kept_setup(operator, pc: str, n: int, engine, stamp):
+    """The set-up an earlier solve kept for ``operator``'s matrix with these values and layout
+    (``stamp``), or None. Every rank finds the same (the stamp is the same on every rank)."""
+    if stamp is None or pc not in _KEPT:
+        return None
+    found = _setups.get(operator.mat, {}).get((pc, n))
+    if found is None or found[0] is not engine or found[1] != stamp:
+        return None
+    return found[2]

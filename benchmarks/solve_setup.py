@@ -1,0 +1,174 @@
+"""Repeated solves with one matrix: the preconditioner's set-up kept, as PETSc keeps it.
+
+A time-stepping code solves with the same matrix at every step. PETSc sets its
+preconditioner up once (``KSPSolve`` sets ``PCSetUp`` again only when the operator
+changed); ``mc.solve`` keeps the set-up of ``"jacobi"``, ``"sgs"``, ``"bjacobi-ilu"`` and
+``"chebyshev"`` with an assembled matrix while its values and layout are unchanged
+(:mod:`meshchain.linalg.precond`). Per job (``mpiexec -n R``, ``--network shm|tcp``) on the
+P1 Poisson problem of :mod:`meshchain.apps.poisson` (``structured_tets``, about
+``--per-rank`` unknowns per rank), CG from ``x = 0`` to ``--rtol``, whole solves (set-up,
+iterations, the true residual at exit) in interleaved rounds, median of ``--repeats``,
+slowest rank:
+
+* **kept**: ``mc.solve`` as a user calls it again and again;
+* **set up every solve**: the same with nothing kept (``precond._KEPT = ()``, how every
+  solve ran before);
+* **PETSc**: ``KSPSolve`` of KSPCG with PCJACOBI, PCBJACOBI/PCILU (``bjacobi-ilu``) and
+  PCSOR with ``-pc_sor_local_symmetric`` (``sgs``: one local symmetric Gauss-Seidel sweep)
+  on the same matrix (``A.to_petsc()``), set up once; none for ``chebyshev`` (PETSc's
+  Chebyshev is a KSP, not a PC).
+
+Both meshchain variants take the same iterations and give the same bits (the JSON's
+``same_bits``). Usage::
+
+    .venv/bin/python benchmarks/solve_setup.py                   # 1 and 2 ranks, shm and tcp
+    .venv/bin/python benchmarks/solve_setup.py --ranks 1 --per-rank 2000
+
+Writes ``benchmarks/results/solve_setup.json`` and prints the table for ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from comm import interleaved, launch, machine, serve, user_environment  # noqa: E402
+
+PCS = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
+PETSC_PC = {"jacobi": ("jacobi", {}), "bjacobi-ilu": ("bjacobi", {}),
+            "sgs": ("sor", {"pc_sor_local_symmetric": None})}
+"""PETSc's PC (and options) for each of meshchain's, where PETSc has the same one."""
+
+
+def _petsc_solver(problem, pc: str, rtol: float):
+    """A solve of PETSc's KSPCG with ``pc`` from ``x = 0`` (its set-up made now); its iterations."""
+    from petsc4py import PETSc
+
+    kind, options = PETSC_PC[pc]
+    A, b = problem.A.to_petsc(), problem.A.petsc_vec(problem.b)
+    database = PETSc.Options("solve_setup_")
+    for key, value in options.items():
+        database[key] = value
+    ksp = PETSc.KSP().create(comm=A.getComm())
+    ksp.setOptionsPrefix("solve_setup_")
+    ksp.setOperators(A)
+    ksp.setType("cg")
+    ksp.getPC().setType(kind)
+    ksp.setTolerances(rtol=rtol, atol=0.0)
+    ksp.setFromOptions()
+    for key in options:
+        database.delValue(key)
+    x = b.duplicate()
+    x.set(0.0)
+    ksp.solve(b, x)  # sets up
+
+    def solve() -> int:
+        x.set(0.0)
+        ksp.solve(b, x)
+        return ksp.getIterationNumber()
+
+    return solve
+
+
+def worker(config: dict) -> dict:
+    """One job: per preconditioner, the three variants' whole solves (module docstring)."""
+    import meshchain as mc
+    from meshchain.apps import poisson
+    from meshchain.linalg import precond
+    from meshchain.meshes import structured_tets
+
+    comm = mc.get_runtime().comm
+    ranks = 1 if comm is None else comm.size
+    n = max(2, round((config["per_rank"] * ranks) ** (1 / 3)) - 1)
+    problem = poisson.declare(structured_tets(n, n, n))
+    kept = precond._KEPT
+    rows = []
+    for pc in PCS:
+        def ours(keep: bool, pc=pc):
+            precond._KEPT = kept if keep else ()
+            try:
+                problem.u.data[...] = 0.0
+                info = mc.solve(problem.A, problem.u, problem.b, method="cg", pc=pc, rtol=config["rtol"])
+            finally:
+                precond._KEPT = kept
+            return info.iterations, info.residual_history
+
+        variants = {"kept": lambda: ours(True), "set up every solve": lambda: ours(False)}
+        if pc in PETSC_PC:
+            variants["PETSc"] = _petsc_solver(problem, pc, config["rtol"])
+        found, times = interleaved(comm, variants, config["repeats"])  # the first round compiles, sets up
+        row = {"pc": pc, "unknowns": problem.mesh.nodes.size,
+               "same_bits": found["kept"] == found["set up every solve"]}
+        for name in variants:
+            iterations = found[name] if name == "PETSc" else found[name][0]
+            row[name] = {"seconds": statistics.median(times[name]), "iterations": iterations}
+        rows.append(row)
+    return {"ranks": ranks, "rows": rows} if comm is None or comm.rank == 0 else {}
+
+
+def table(results: list) -> str:
+    lines = ["| network | ranks | unknowns | pc | its (PETSc) | set up every solve, ms | kept, ms | kept ÷ every solve "
+             "| PETSc, ms | kept ÷ PETSc | same bits |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for row in result["rows"]:
+            kept, every = row["kept"], row["set up every solve"]
+            petsc = row.get("PETSc")
+            theirs = f" ({petsc['iterations']})" if petsc else ""
+            petsc_ms = f"{petsc['seconds'] * 1e3:.3f}" if petsc else ""
+            to_petsc = f"{kept['seconds'] / petsc['seconds']:.2f}" if petsc else ""
+            lines.append(
+                f"| {result['network']} | {result['ranks']} | {row['unknowns']} | {row['pc']} "
+                f"| {kept['iterations']}{theirs} | {every['seconds'] * 1e3:.3f} | {kept['seconds'] * 1e3:.3f} "
+                f"| {kept['seconds'] / every['seconds']:.2f} "
+                f"| {petsc_ms} | {to_petsc} "
+                f"| {'yes' if row['same_bits'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", nargs=1, help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
+    parser.add_argument("--per-rank", type=int, nargs="+", default=[2000, 20000])
+    parser.add_argument("--rtol", type=float, default=1e-8)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--out", default=str(HERE / "results" / "solve_setup.json"))
+    args = parser.parse_args(argv)
+    if args.worker:
+        return serve(worker, json.loads(args.config))
+    began = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="solve-setup-") as folder:
+        env = user_environment(MESHCHAIN_CACHE_DIR=f"{folder}/meshchain")
+        for network in args.network:
+            for ranks in args.ranks:
+                if ranks == 1 and network == "tcp":
+                    continue  # one process sends nothing
+                for per_rank in args.per_rank:
+                    config = {"per_rank": per_rank, "rtol": args.rtol, "repeats": args.repeats}
+                    found = launch(__file__, ["worker"], ranks, network, env, config, args.timeout,
+                                   f"solve set-up ({per_rank} per rank)")
+                    results.append(dict(found, network=network if ranks > 1 else "-"))
+    about = machine()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"machine": about, "results": results}, indent=1))
+    print(f"{about['cpu']}; no thread variables set; CG to rtol {args.rtol}, whole solves, median of {args.repeats} "
+          f"interleaved rounds, slowest rank; whole run {time.perf_counter() - began:.0f} s.\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
