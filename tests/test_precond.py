@@ -318,3 +318,20 @@ def test_a_preconditioners_set_up_is_kept_until_the_matrix_changes(comm, monkeyp
         problem.x.data[...] = 0.0
         assert mc.solve(op, problem.x, problem.b, method="cg", pc="jacobi", rtol=1e-10).converged
     assert setups.count("jacobi") == 5, setups
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_cg_applies_ilu_inside_its_compiled_calls(comm, monkeypatch):
+    """``cg`` with ``"bjacobi-ilu"`` iterates inside compiled calls (the bits of its Python
+    loop: ``test_solvers.test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit``)."""
+    from meshchain.linalg import krylov
+
+    mc.reset_runtime(comm=comm)
+    problem = Problem(jittered_delaunay(50, seed=2), dim=2, seed=8)
+    calls = []
+    for name in ("cg_iterations", "cg_iterations_on_ranks"):
+        monkeypatch.setattr(krylov, name, lambda *args, call=getattr(krylov, name): calls.append(1) or call(*args))
+    info, x = problem.solve("cg", "bjacobi-ilu", rtol=1e-10)
+    assert info.converged and calls, (info.reason, calls)
+    if comm.rank == 0:
+        np.testing.assert_allclose(x.ravel(), problem.expected, atol=1e-7 * np.linalg.norm(problem.expected))

@@ -140,14 +140,15 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
-       pc=st.sampled_from([None, "jacobi", "bjacobi-ilu"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
+       pc=st.sampled_from([None, "jacobi", "bjacobi-ilu", "sgs"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
        rtol=st.sampled_from([1e-10, 1e-3]),
        method=st.sampled_from(["cg", "cg1", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
     """``cg``, ``cg1``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
     call; restart 5 here, so that solves restart) run their iterations inside compiled calls
-    (the nonsymmetric ones with ILU(0) too; CG with it runs the Python loop both times)
+    (the nonsymmetric ones and ``cg`` with ILU(0) and SGS too; ``cg1`` with them runs the Python loop
+    both times)
     (``linalg/compiled.py``; on
     several ranks with MPI called from them); a monitor makes them
     run the Python loop: iterates, norms, reason and counts are the same on every rank, for SPD
@@ -167,7 +168,7 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
             refusals.append(str(exc))
     if refusals:
         assert len(refusals) == 2 and refusals[0] == refusals[1], refusals
-        assert shift < 0 and ("positive diagonal" in refusals[0] and pc == "jacobi"
+        assert shift < 0 and ("positive diagonal" in refusals[0] and pc in ("jacobi", "sgs")
                               or "zero pivot" in refusals[0] and pc == "bjacobi-ilu"), (pc, refusals[0])
         return
     (inside, x_inside), (loop, x_loop) = outcomes

@@ -1,8 +1,10 @@
 """Compiled sparse-matrix kernels on compressed sparse rows (CSR) whose rows are split in
 two: the entries ``indptr[r]:split[r]`` (columns this rank owns) and ``split[r]:indptr[r+1]``
 (halo columns). :func:`csr_owned` runs while the halo values travel, :func:`csr_halo` after.
-The preconditioners work on the owned block alone: :func:`symmetric_gauss_seidel` sweeps it,
-:func:`owned_block` copies it out and :func:`ilu0` / :func:`ilu0_solve` factor and apply its ILU(0).
+The preconditioners work on the owned block alone: :func:`owned_block` copies it out,
+:func:`ilu0` / :func:`ilu0_solve` factor and apply its ILU(0), :func:`gauss_seidel_factors` gives
+a symmetric Gauss-Seidel sweep as factors of the same layout (:func:`split_factors`,
+:func:`ilu_apply`).
 
 Examples
 --------
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_listed", "add_scaled", "scaled_values", "same_values", "scatter_add", "scatter_set", "symmetric_gauss_seidel", "owned_block", "ilu0", "ilu0_solve", "split_factors",
+__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_listed", "add_scaled", "scaled_values", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors", "owned_block", "ilu0", "ilu0_solve", "split_factors",
            "ilu_apply", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -172,25 +174,31 @@ def same_values(a, b):
 
 
 @_jit
-def symmetric_gauss_seidel(indptr, split, indices, values, diag, r, z):
-    """One symmetric Gauss-Seidel sweep for ``D_L z = r`` on the owned block (halo columns
-    ignored): forward ``(D + L) t = r``, then backward ``(D + U) z = D t``. Symmetric
-    positive definite when the owned block is."""
-    n = len(split)
+def gauss_seidel_factors(indptr, indices, values):
+    """The factors of one symmetric Gauss-Seidel sweep, ``M = (D + L) D^-1 (D + U)``, on a
+    square CSR matrix whose rows have sorted columns, in place in ``values``: ``L D^-1``
+    (unit diagonal, not stored) strictly below the diagonal, ``D + U`` on and above it, as
+    :func:`ilu0` leaves its factors (so :func:`split_factors` and :func:`ilu_apply` apply
+    ``M^-1``: forward ``(D + L) t = r``, then backward ``(D + U) z = D t``). Returns every
+    row's diagonal position (-1: none stored; nothing is scaled by it).
+
+    >>> indptr, indices = np.array([0, 2, 4]), np.array([0, 1, 0, 1])
+    >>> values = np.array([2.0, -1.0, -1.0, 4.0])
+    >>> gauss_seidel_factors(indptr, indices, values).tolist(), values.tolist()
+    ([0, 3], [2.0, -1.0, -0.5, 4.0])
+    """
+    n = len(indptr) - 1
+    diagonal = np.full(n, -1, dtype=np.int64)
     for i in range(n):
-        s = r[i]
-        for k in range(indptr[i], split[i]):
+        for k in range(indptr[i], indptr[i + 1]):
+            if indices[k] == i:
+                diagonal[i] = k
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
-            if j < i:
-                s -= values[k] * z[j]
-        z[i] = s / diag[i]
-    for i in range(n - 1, -1, -1):
-        s = 0.0
-        for k in range(indptr[i], split[i]):
-            j = indices[k]
-            if j > i:
-                s += values[k] * z[j]
-        z[i] -= s / diag[i]
+            if j < i and diagonal[j] >= 0:
+                values[k] /= values[diagonal[j]]
+    return diagonal
 
 
 @_jit

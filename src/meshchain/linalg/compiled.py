@@ -27,8 +27,9 @@ Examples
 >>> indptr, split = np.array([0, 1, 2], np.uint32), np.array([1, 2], np.uint32)
 >>> indices, values = np.array([0, 1], np.uint32), np.array([2.0, 4.0])
 >>> x, r, z, p, w = np.zeros(2), np.array([2.0, 4.0]), np.array([1.0, 1.0]), np.array([1.0, 1.0]), np.zeros(2)
->>> dinv, history = np.array([0.5, 0.25]), np.zeros(8)
->>> cg_iterations(indptr, split, indices, values, False, x, r, z, p, w, dinv, np.array([6.0]), 0.0, 0, 100, history)
+>>> from meshchain.linalg.precond import Pointwise
+>>> jacobi, history = Pointwise(np.array([0.5, 0.25])).compiled, np.zeros(8)
+>>> cg_iterations(indptr, split, indices, values, False, x, r, z, p, w, jacobi, np.array([6.0]), 0.0, 0, 100, history)
 (1, 1, 0.0, 2, 1)
 >>> x.tolist()
 [1.0, 1.0]
@@ -70,14 +71,17 @@ def _outcome(i, zz, rz, target, maxiter):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, dinv, state, target, i, maxiter, history):
+def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history):
     """Iterations ``i + 1, ...`` of preconditioned CG from ``state = [(r, z)]`` and ``p``:
     ``(iteration, why, value, reductions, norms written)``, the norms tested written to
     ``history`` (one per iteration). ``why`` is one of :data:`GOING` (``state`` holds the
     ``(r, z)`` to go on from), :data:`NORM` (``value``: the norm, which met the target, is not
     finite or reached ``maxiter``), :data:`CURVATURE` (``value``: ``(p, A p)``) or
-    :data:`BREAKDOWN` (``value``: ``(r, B r)``). ``halo``: whether the matrix has halo columns."""
+    :data:`BREAKDOWN` (``value``: ``(r, B r)``). ``halo``: whether the matrix has halo columns.
+    ``pc``: the preconditioner's ``compiled`` form (:func:`precondition`): pointwise, fused
+    into the update, or ILU(0), applied after it as the Python loop does."""
     out = np.zeros(3)
+    dinv, factored = pc[0], len(pc[7]) > 0
     for k in range(len(history)):
         csr_owned(indptr, split, indices, values, p, w)
         if halo:
@@ -86,6 +90,9 @@ def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, dinv, sta
         if not (math.isfinite(pw) and pw > 0.0):
             return i, CURVATURE, pw, 2 * k + 1, k
         cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
+        if factored:
+            precondition(pc, r, z)
+            dot_pairs(r, z, z, z, z, z, out)
         i += 1
         history[k], why, value = _outcome(i, out[1], out[0], target, maxiter)
         if why != GOING:
@@ -116,9 +123,10 @@ def _on_ranks():
     from ..comm.compiled import finish_rows, start_rows, sum_over_ranks
 
     @numba.njit(nogil=True, error_model="numpy")
-    def iterate(indptr, split, indices, values, halo, x, r, z, p, w, dinv, state, target, i, maxiter, history,
+    def iterate(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history,
                 p_all, send_at, send, receive_at, receive, requests, statuses, handles):
         out, mine, total = np.zeros(3), np.zeros(2), np.zeros(2)
+        dinv, factored = pc[0], len(pc[7]) > 0
         for k in range(len(history)):
             error = start_rows(p_all, send_at, send, requests)
             csr_owned(indptr, split, indices, values, p_all, w)
@@ -133,6 +141,9 @@ def _on_ranks():
             if not (math.isfinite(pw) and pw > 0.0):
                 return i, CURVATURE, pw, 2 * k + 1, k
             cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
+            if factored:
+                precondition(pc, r, z)
+                dot_pairs(r, z, z, z, z, z, out)
             mine[0], mine[1] = out[0], out[1]
             error = sum_over_ranks(mine, total, handles)
             if error:
@@ -232,10 +243,11 @@ is (``omega`` cannot be formed; ``value``: it) or ``(s, t)`` is (``value``: it).
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def precondition(pc, source, target):
-    """``target = B source`` in the nonsymmetric methods: ``pc`` is a preconditioner's
+    """``target = B source`` in the nonsymmetric methods and CG: ``pc`` is a preconditioner's
     ``compiled`` form (:mod:`.precond`), ``(dinv, l_ptr, l_indices, l_values, u_ptr, u_indices,
-    u_values, inverse)``: with no ``inverse`` pointwise (``dinv``), else the ILU(0) of
-    :func:`~meshchain.backends.sparse.ilu_apply` (what ``"bjacobi-ilu"`` applies in Python)."""
+    u_values, inverse)``: with no ``inverse`` pointwise (``dinv``), else the triangular solves of
+    :func:`~meshchain.backends.sparse.ilu_apply` (what ``"bjacobi-ilu"`` and ``"sgs"`` apply in
+    Python)."""
     dinv, l_ptr, l_indices, l_values, u_ptr, u_indices, u_values, inverse = pc
     if len(inverse) == 0:
         scale(dinv, source, target)

@@ -68,7 +68,7 @@ def cg(run):
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     if reason is None and run.inside is not None:
         return _inside(run, cg_iterations, cg_iterations_on_ranks, ("x", "r", "z", "p", "w"), ("p", "w"),
-                       np.array([rz]), 0, "(p, A p)")
+                       np.array([rz]), 0, "(p, A p)", pc=run.pc.compiled)
     while reason is None:
         run.A("p", "w")
         pw = run.reduce(np.array([dot(v["p"], v["w"])]))[0]
@@ -95,18 +95,20 @@ INSIDE_ITERATIONS = 1024
 """The most iterations one compiled call of :func:`_inside` runs before Python sees them."""
 
 
-def _inside(run, one, on_ranks, vectors, operator, state, i: int, curvature: str):
+def _inside(run, one, on_ranks, vectors, operator, state, i: int, curvature: str, *, pc=None):
     """A method's loop from iteration ``i`` as calls of its compiled iterations (:mod:`.compiled`:
     ``one`` on one process, ``on_ranks`` on several) over ``vectors`` (names) from ``state``;
-    ``operator``: the names of the operator's input and output. The same bits, norms, counts
-    and reasons as the Python loop (``curvature``: what a non-positive curvature is called)."""
+    ``operator``: the names of the operator's input and output; ``pc``: what they take for the
+    preconditioner (None: its pointwise ``dinv``). The same bits, norms, counts and reasons as
+    the Python loop (``curvature``: what a non-positive curvature is called)."""
     v, reason = run.v, None
+    pc = run.pc.dinv if pc is None else pc
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
     source, target = operator
     extra = run.inside_extra(source)
     iterate = on_ranks if extra else one
     while reason is None:
-        i, why, value, reductions, written = iterate(*run.inside, *[v[name] for name in vectors], run.pc.dinv, state,
+        i, why, value, reductions, written = iterate(*run.inside, *[v[name] for name in vectors], pc, state,
                                                      run.target, i, run.maxiter, history, *extra)
         if why == COMMUNICATION:
             run.communication_failed(int(value))

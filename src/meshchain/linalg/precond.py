@@ -3,7 +3,8 @@
 * ``None``: none (ones, fused into the methods' vector passes).
 * ``"jacobi"``: the inverse diagonal, pointwise (fused into the methods' vector passes).
 * ``"sgs"``: GeoFEM-style localized symmetric Gauss-Seidel: block Jacobi over the ranks, one
-  symmetric sweep on each rank's owned block of an assembled matrix; no communication.
+  symmetric sweep on each rank's owned block of an assembled matrix; no communication. Its
+  sweep is applied as two triangular solves, as ILU(0)'s (:class:`SymmetricGaussSeidel`).
 * ``"bjacobi-ilu"``: PETSc's default parallel preconditioner (``PCBJACOBI`` with ``PCILU``
   on each block): ILU(0) of each rank's owned block of an assembled matrix (owned rows,
   owned columns, this rank's local order, natural ordering, no fill), factored when a
@@ -79,7 +80,7 @@ import warnings
 import numba
 import numpy as np
 
-from ..backends.sparse import ilu0, ilu_apply, owned_block, split_factors, symmetric_gauss_seidel
+from ..backends.sparse import gauss_seidel_factors, ilu0, ilu_apply, owned_block, split_factors
 from ..core.cache import memo
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Set
@@ -175,20 +176,6 @@ class Pointwise:
         scale(self.dinv, r, z)
 
 
-class SymmetricGaussSeidel:
-    """One symmetric Gauss-Seidel sweep on this rank's owned block of an assembled matrix."""
-
-    pointwise = False
-
-    def __init__(self, pattern, diagonal: np.ndarray):
-        self.pattern, self.diag = pattern, diagonal
-        self.dinv = np.ones(len(diagonal))  # what the fused passes apply; apply() overwrites it
-
-    def apply(self, r: np.ndarray, z: np.ndarray) -> None:
-        p = self.pattern
-        symmetric_gauss_seidel(p.indptr, p.split, p.indices, p.values, self.diag, r, z)
-
-
 class IncompleteLU:
     """ILU(0) of this rank's owned block of an assembled matrix (``"bjacobi-ilu"``).
 
@@ -234,6 +221,30 @@ class IncompleteLU:
 
     def apply(self, r: np.ndarray, z: np.ndarray) -> None:
         ilu_apply(*self.factors, self.inverse, r, z)
+
+
+class SymmetricGaussSeidel(IncompleteLU):
+    """One symmetric Gauss-Seidel sweep on this rank's owned block of an assembled matrix
+    (``"sgs"``): ``z = M^-1 r`` with ``M = (D + L) D^-1 (D + U)``, forward ``(D + L) t = r``
+    then backward ``(D + U) z = D t``, applied as :class:`IncompleteLU`'s triangular solves of
+    the factors ``L D^-1`` and ``D + U`` (:func:`~meshchain.backends.sparse.gauss_seidel_factors`),
+    so the methods that apply ILU(0) inside their compiled calls apply it there too.
+
+    >>> import scipy.sparse as sp
+    >>> a = sp.csr_matrix(np.array([[4.0, -1.0, 0.0], [-1.0, 4.0, -1.0], [0.0, -1.0, 4.0]]))
+    >>> class Block:
+    ...     indptr, split, indices, values = a.indptr, a.indptr[1:], a.indices, a.data
+    >>> z = np.zeros(3); SymmetricGaussSeidel.of(Block).apply(np.ones(3), z)
+    >>> d, lower = np.diag(a.diagonal()), sp.tril(a, -1).toarray()
+    >>> np.allclose(z, np.linalg.solve((d + lower) @ np.linalg.inv(d) @ (d + lower.T), np.ones(3)))
+    True
+    """
+
+    @classmethod
+    def of(cls, pattern):
+        """The sweep of ``pattern``'s owned block (its diagonal checked positive before)."""
+        indptr, indices, values = owned_block(pattern.indptr, pattern.split, pattern.indices, pattern.values)
+        return cls(indptr, indices, values, gauss_seidel_factors(indptr, indices, values))
 
 
 _setups = memo("preconditioner set-ups", weak=True)  # per Mat: {(pc, n): (engine, stamp, kept set-up)}
@@ -555,7 +566,7 @@ def _setup(pc: str, operator, n: int, engine):
     if pc == "jacobi":
         return Pointwise(1.0 / diagonal)
     if pc == "sgs":
-        return SymmetricGaussSeidel(operator.pattern, diagonal)
+        return SymmetricGaussSeidel.of(operator.pattern)
     made = Chebyshev(engine, operator, 1.0 / diagonal)
     return made.jacobi, made.largest
 

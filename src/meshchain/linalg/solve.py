@@ -45,6 +45,9 @@ solve as diverged (PETSc's default ``dtol``). The CG family stops on a curvature
 (``cg``/``cg1``/``bicgstab`` iterate inside compiled calls that test what the Python loop tests)."""
 
 METHODS = {**SYMMETRIC, **NONSYMMETRIC}
+FACTORS_INSIDE = (*NONSYMMETRIC, "cg")
+"""The methods whose compiled iterations apply a factored preconditioner (``"bjacobi-ilu"``, ``"sgs"``) too;
+the other symmetric methods run their Python loop with it."""
 S_STEP = ("sstep-cg", "ca-cg", "ca-gmres")
 """The communication-avoiding methods (:mod:`.blockcg`, :mod:`.sstep`, :mod:`.cagmres`): matrix powers kernel,
 assembled Mat."""
@@ -80,11 +83,12 @@ class SolveRun:
     def _inside(self, engine, operator, pc, n: int, monitor):
         """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
         values, halo``) when the iterations can run inside compiled calls: an assembled
-        matrix, a pointwise preconditioner (the nonsymmetric methods: any with a ``compiled``
-        form, ILU(0) too), no monitor, and on several ranks an MPI library compiled code can call
+        matrix, a pointwise preconditioner (the nonsymmetric methods and ``cg``: any with a
+        ``compiled`` form, ILU(0) and SGS too: :data:`FACTORS_INSIDE`), no monitor, and on
+        several ranks an MPI library compiled code can call
         (:func:`meshchain.comm.compiled.available`); else None."""
         pattern = getattr(operator, "pattern", None)
-        compiled_pc = pc.pointwise or (self.method in NONSYMMETRIC and hasattr(pc, "compiled"))
+        compiled_pc = pc.pointwise or (self.method in FACTORS_INSIDE and hasattr(pc, "compiled"))
         if pattern is None or monitor is not None or not compiled_pc or pattern.n_rows != n:  # n_rows: scalar rows
             return None
         if engine.distributed:
