@@ -71,8 +71,11 @@ def test_zero_rows_zeroes_every_component_and_sets_the_diagonal(comm):
     mc.reset_runtime(comm=comm)
     mesh = structured_quads(5, 4)
     d, A, blocks = declare(mesh, 2, 3, "kway")
+    matrices = mc.get_runtime().surface.matrices
+    norms = [matrices.norm_inf(A)]  # ||A||_inf, kept until the values change (the solvers' bounds)
     rows = np.array([0, 7, 29])
     A.zero_rows(rows, diagonal=5.0)
+    norms += [matrices.norm_inf(A), matrices.norm_inf(A)]
     gathered = A.to_scipy()
     diagonal = mc.Dat(d.nodes, 2, None, "diagonal")
     A.diagonal(diagonal)
@@ -85,6 +88,8 @@ def test_zero_rows_zeroes_every_component_and_sets_the_diagonal(comm):
                 expected[2 * r + c, 2 * r + c] = 5.0
         assert abs(gathered - expected.tocsr()).max() == 0.0
         np.testing.assert_array_equal(values.ravel(), expected.tocsr().diagonal())
+        before = abs(reference(mesh.cells, blocks, mesh.nnode, 2)).sum(axis=1).max()
+        assert norms == [before, *[abs(expected.tocsr()).sum(axis=1).max()] * 2], norms
 
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=200)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_listed", "add_scaled", "scaled_values", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors", "owned_block", "ilu0", "ilu0_solve", "split_factors",
+__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_listed", "add_scaled", "scaled_values", "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors", "owned_block", "ilu0", "ilu0_solve", "split_factors",
            "ilu_apply", "scatter_add"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -155,6 +155,26 @@ def scaled_values(indptr, indices, values, targets, scale, out):
         row = scale[targets[r]]
         for k in range(indptr[r], indptr[r + 1]):
             out[k] = row * values[k] * scale[indices[k]]
+
+
+@_jit
+def largest_row_sum(indptr, values):
+    """The largest sum of absolute values over the rows of a CSR matrix (0.0 without rows; NaN
+    where a row's is): its infinity norm.
+
+    >>> largest_row_sum(np.array([0, 2, 3]), np.array([2.0, -3.0, 4.0]))
+    5.0
+    """
+    largest = 0.0
+    for r in range(len(indptr) - 1):
+        total = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            total += abs(values[k])
+        if total != total:
+            return total
+        if total > largest:
+            largest = total
+    return largest
 
 
 @_jit

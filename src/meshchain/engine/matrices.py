@@ -25,7 +25,7 @@ import textwrap
 
 import numpy as np
 
-from ..backends.sparse import csr_halo, csr_owned, scatter_add, scatter_set
+from ..backends.sparse import csr_halo, csr_owned, largest_row_sum, scatter_add, scatter_set
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.access import Access
@@ -47,7 +47,7 @@ class Pattern:
 
     __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_cols", "n_owned_cols",
                  "depth", "scatters", "layout", "keys", "assembled", "col_layout", "exchanges", "unsigned",
-                 "row_gids", "version")
+                 "row_gids", "version", "norms")
     # ``unsigned``: (indptr, split, indices) as the narrowest unsigned integers that hold them; the
     # SpMV kernels run measurably faster on them (no wraparound tests, 32-bit loop counters)
 
@@ -66,6 +66,7 @@ class Pattern:
         self.col_layout, self.exchanges = col_layout, {}  # the halo exchanges of the vectors multiplied
         self.row_gids = row_gids  # global ids of the owned row elements, in local order
         self.version = 0  # counts changes of the values (what copies of them are checked against)
+        self.norms = (-1, 0.0)  # (version, ||A||_inf over the ranks) of the last norm_inf
 
     @property
     def rows(self) -> np.ndarray:
@@ -385,12 +386,13 @@ class Matrices:
         return out
 
     def norm_inf(self, mat) -> float:
-        """``||A||_inf``, the largest absolute row sum (collective)."""
+        """``||A||_inf``, the largest absolute row sum (collective; kept until the values change,
+        which every rank sees at the same call)."""
         pattern = self.pattern(mat)
         self.settle(mat)
-        sums = np.zeros(pattern.n_rows)
-        np.add.at(sums, pattern.rows, np.abs(pattern.values))
-        return self._max(float(sums.max()) if sums.size else 0.0)
+        if pattern.norms[0] != pattern.version:
+            pattern.norms = (pattern.version, self._max(largest_row_sum(pattern.indptr, pattern.values)))
+        return pattern.norms[1]
 
     def max_nonzeros(self, mat) -> int:
         """The most entries any row stores (collective)."""
