@@ -116,6 +116,14 @@ def test_residual_replacement_reaches_the_accuracy_plain_pipecg_cannot(comm):
     for info in (plain, replaced, classical):
         assert info.converged, (info.method, info.reason)
         assert info.true_residual_preconditioned <= FALSE_CONVERGENCE_FACTOR * target, info.true_residual_preconditioned
+    # the replacements inside compiled calls, as the Python loop (a monitor makes it run) does them, bit for bit
+    for option in (True, False):
+        inside = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=option)
+        loop = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=option,
+                             monitor=lambda i, norm: None)
+        assert inside.residual_history == loop.residual_history and inside.true_residual == loop.true_residual
+        assert (inside.iterations, inside.replacements, inside.restarts, inside.reductions) == \
+            (loop.iterations, loop.replacements, loop.restarts, loop.reductions)
 
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
@@ -137,15 +145,15 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
-@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+@settings(max_examples=14, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi", "bjacobi-ilu", "sgs"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
        rtol=st.sampled_from([1e-10, 1e-3]),
-       method=st.sampled_from(["cg", "cg1", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
+       method=st.sampled_from(["cg", "cg1", "pipecg", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
-    """``cg``, ``cg1``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
+    """``cg``, ``cg1``, ``pipecg``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
     call; restart 5 here, so that solves restart) run their iterations inside compiled calls
     (the nonsymmetric ones and ``cg`` with ILU(0) and SGS too; ``cg1`` with them runs the Python loop
     both times)

@@ -47,7 +47,7 @@ class Pattern:
 
     __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_cols", "n_owned_cols",
                  "depth", "scatters", "layout", "keys", "assembled", "col_layout", "exchanges", "unsigned",
-                 "row_gids", "version", "norms")
+                 "row_gids", "version", "norms", "widest")
     # ``unsigned``: (indptr, split, indices) as the narrowest unsigned integers that hold them; the
     # SpMV kernels run measurably faster on them (no wraparound tests, 32-bit loop counters)
 
@@ -67,6 +67,7 @@ class Pattern:
         self.row_gids = row_gids  # global ids of the owned row elements, in local order
         self.version = 0  # counts changes of the values (what copies of them are checked against)
         self.norms = (-1, 0.0)  # (version, ||A||_inf over the ranks) of the last norm_inf
+        self.widest = -1  # the most entries a row stores on any rank (-1: not summed yet)
 
     @property
     def rows(self) -> np.ndarray:
@@ -395,9 +396,12 @@ class Matrices:
         return pattern.norms[1]
 
     def max_nonzeros(self, mat) -> int:
-        """The most entries any row stores (collective)."""
+        """The most entries any row stores (collective the first time for a pattern, which
+        every rank makes at the same call)."""
         pattern = self.pattern(mat)
-        return int(self._max(int(np.diff(pattern.indptr).max()) if pattern.n_rows else 0))
+        if pattern.widest < 0:
+            pattern.widest = int(self._max(int(np.diff(pattern.indptr).max()) if pattern.n_rows else 0))
+        return pattern.widest
 
     def max_over_ranks(self, values) -> list:
         """Each of ``values`` (integers) maximised over the ranks (collective)."""

@@ -46,10 +46,12 @@ import numpy as np
 from ..backends.sparse import csr_halo, csr_owned, ilu_apply
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
-from .fused import _axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb, scal, scale, waxpy
+from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb,
+                    pipecg_update, scal, scale, waxpy)
+from .replacement import EPS, TOL
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
-           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle",
+           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle", "pipecg_iterations", "bounds_after_update", "BOUNDS",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -715,3 +717,109 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, ro
             return i, COMMUNICATION, float(error), done, added
     _corrected(basis, owned, x, g, columns, added)
     return i, why, value, done, added
+
+
+# --- pipelined CG -------------------------------------------------------------------------------------------
+
+BOUNDS = 11
+"""The length of :func:`bounds_after_update`'s state: ``[a, k, b_norm, errr, errrprev, errs, errw,
+errz, errncs, errncz, replaced]`` (:class:`~meshchain.linalg.replacement.ReplacementBounds`'s)."""
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def bounds_after_update(bounds, i, now, before, alpha, beta):
+    """:meth:`ReplacementBounds.after_update <meshchain.linalg.replacement.ReplacementBounds.after_update>`
+    on its state ``bounds`` (:data:`BOUNDS`), with the norms ``now`` and ``before`` as arrays
+    ``[dp, du, dw, dx, ds, dz, dpp, dq, dm]``: the same operations in the same order, the same
+    bits. Whether to replace the residual now."""
+    a, k, eps = bounds[0], bounds[1], EPS
+    alpha, beta = abs(alpha), abs(beta)
+    dp, du, dx, ds, dz, dpp, dq, dm = now[0], now[1], now[3], now[4], now[5], now[6], now[7], now[8]
+    bp, bu, bw, bx, bs, bz, bpp, bq = before[0], before[1], before[2], before[3], before[4], before[5], before[6], \
+        before[7]
+    errncr = math.sqrt(a * bx + 2 * a * alpha * dpp + bp + 2 * alpha * ds) * eps
+    errncw = math.sqrt(a * bu + 2 * a * alpha * dq + bw + 2 * alpha * dz) * eps
+    if i > 1:
+        bounds[8] = math.sqrt(a * bu + 2 * a * beta * bpp + bw + 2 * beta * bs) * eps
+        bounds[9] = math.sqrt((k + 2) * a * dm + 2 * a * beta * bq + 2 * beta * bz) * eps
+    errncs, errncz = bounds[8], bounds[9]
+    if i == 1:
+        bounds[3] = (math.sqrt((k + 1) * a * bx + bounds[2]) * eps + math.sqrt(alpha * k * a * dpp) * eps + errncr)
+        bounds[5] = math.sqrt(k * a * dpp) * eps
+        bounds[6] = math.sqrt(k * a * bu) * eps + math.sqrt(alpha * k * a * dq) * eps + errncw
+        bounds[7] = math.sqrt(k * a * dq) * eps
+    elif bounds[10] != 0.0:
+        bounds[4] = bounds[3]
+        bounds[3] = math.sqrt((k + 1) * a * dx + bounds[2]) * eps
+        bounds[5] = math.sqrt(k * a * dpp) * eps
+        bounds[6] = math.sqrt(k * a * du) * eps
+        bounds[7] = math.sqrt(k * a * dq) * eps
+        bounds[10] = 0.0
+    else:
+        errs, errw, errz = bounds[5], bounds[6], bounds[7]
+        bounds[4] = bounds[3]
+        bounds[3] += alpha * beta * errs + alpha * errw + errncr + alpha * errncs
+        bounds[5] = errw + beta * errs + errncs
+        bounds[6] += alpha * beta * errz + errncw + alpha * errncz
+        bounds[7] = beta * errz + errncz
+    if i > 1 and bounds[4] <= TOL * bp and bounds[3] > TOL * dp:
+        bounds[10] = 1.0
+        return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def pipecg_iterations(indptr, split, indices, values, halo, x, r, u, w, m, n, z, q, p, s, pc, state, out, bounds,
+                      before, target, i, maxiter, history, distributed, m_all, exchange, functions, handles):
+    """Iterations from the top of :func:`.krylov.pipecg`'s loop at iteration ``i >= 1`` with a
+    pointwise preconditioner (``pc``: :func:`precondition`'s), ``state = [alpha, beta,
+    gamma_old]`` and ``out`` (the 10 sums of the last update): each sum started
+    (``MPI_Iallreduce``) and in flight while ``n = A m`` is computed (``m = B w`` was fused into
+    the update), then the step lengths, the update and, with ``bounds[0] >= 0``
+    (:func:`bounds_after_update`'s state; ``before``: the norms at the last top), the
+    residual-replacement test. ``(iteration, why, value, reductions, norms written to
+    history)``: :data:`NORM` (``value``: the norm tested, which decides), :data:`CURVATURE`
+    (the step's denominator), :data:`BREAKDOWN` (``(r, B r)``), :data:`REPLACE` (iteration
+    ``i - 1`` asks for residual replacement: Python replaces, then calls again) or :data:`GOING`
+    (``history`` full). The same passes, sums and decisions as the Python loop, bit for bit."""
+    dinv = pc[0]
+    alpha, beta, gamma_old = state[0], state[1], state[2]
+    total, now = np.zeros(len(out)), np.zeros(9)
+    request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
+    done = 0
+    for k in range(len(history)):
+        error = _started(distributed, functions, handles, out, total, request)
+        product = _product(distributed, functions, handles, indptr, split, indices, values, halo, m_all, n,
+                           exchange) if error == 0 else 0
+        waited = _waited(distributed, functions, request, status) if error == 0 else 0
+        done += 1
+        error = error or product or waited
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        gamma, delta = total[0], total[1]
+        norm = math.sqrt(max(total[2], 0.0))
+        history[k] = norm
+        if not math.isfinite(norm) or norm <= target or i >= maxiter:
+            return i, NORM, norm, done, k + 1
+        alpha_old, beta_old = alpha, beta
+        beta = gamma / gamma_old
+        denominator = delta - beta / alpha * gamma
+        if not (math.isfinite(denominator) and denominator > 0.0):
+            return i, CURVATURE, denominator, done, k + 1
+        if not (math.isfinite(gamma) and gamma > 0.0):
+            return i, BREAKDOWN, gamma, done, k + 1
+        alpha = gamma / denominator
+        gamma_old = gamma
+        pipecg_update(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv, out)
+        replace = False
+        if bounds[0] >= 0.0:
+            now[0] = now[1] = math.sqrt(max(total[2], 0.0))
+            for j in range(7):
+                now[2 + j] = math.sqrt(max(total[3 + j], 0.0))
+            replace = bounds_after_update(bounds, i, now, before, alpha_old, beta_old)
+            before[:] = now
+        i += 1
+        state[0], state[1], state[2] = alpha, beta, gamma_old
+        if replace:
+            return i, REPLACE, 0.0, done, k + 1
+    return i, GOING, 0.0, done, len(history)

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from .compiled import (BREAKDOWN, COMMUNICATION, CURVATURE, NORM, cg1_iterations, cg1_iterations_on_ranks,
-                       cg_iterations, cg_iterations_on_ranks)
+from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
+                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, pipecg_iterations)
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -184,6 +184,8 @@ def pipecg(run):
     bounds = run.replacement_bounds()
     i, alpha, beta, gamma_old, replacements, before = 0, 0.0, 0.0, 0.0, 0, None
     while True:
+        if i > 0 and run.inside is not None:
+            return _pipecg_inside(run, out, bounds, before, i, np.array([alpha, beta, gamma_old]), replacements)
         handle = run.start(out.copy())
         run.B("w", "m")
         run.A("m", "n")
@@ -207,6 +209,41 @@ def pipecg(run):
                 replacements += 1
             before = now
         i += 1
+    return i, reason, replacements
+
+
+def _pipecg_inside(run, out, bounds, before, i: int, state, replacements: int):
+    """:func:`pipecg`'s loop from the top of iteration ``i >= 1`` (``state = [alpha, beta,
+    gamma_old]``, ``before``: the norms of the last top, or None without ``bounds``) as calls of
+    :func:`.compiled.pipecg_iterations`, the residual replacements done here between them: the
+    same bits, norms, counts and reasons as the Python loop."""
+    v, reason = run.v, None
+    history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
+    distributed, (m_all,), exchange, functions, handles = run.inside_halos(("m",))
+    kept = np.full(BOUNDS, -1.0) if bounds is None else bounds.state()
+    norms = np.zeros(9) if before is None else np.array([before[name] for name in ("dp", "du", *_PIPECG_NORMS)])
+    vectors = [v[name] for name in ("x", "r", "u", "w", "m", "n", "z", "q", "p", "s")]
+    try:
+        while reason is None:
+            i, why, value, reductions, written = pipecg_iterations(
+                *run.inside, *vectors, run.pc.compiled, state, out, kept, norms, run.target, i, run.maxiter, history,
+                distributed, m_all, exchange, functions, handles)
+            if why == COMMUNICATION:
+                run.communication_failed(int(value))
+            run.reductions += reductions
+            decided = why == NORM  # its norm is recorded by run.check below
+            run.history.extend(float(norm) for norm in history[:written - decided])
+            if decided:
+                reason = run.check(i, value)
+            elif why == CURVATURE:
+                reason = _indefinite("the step's (p, A p)", value)
+            elif why == BREAKDOWN:
+                reason = _indefinite("(r, B r)", value)
+            elif why == REPLACE:
+                _pipecg_restart(run, out)
+                replacements += 1
+    finally:
+        run.inside_done("m", "n")
     return i, reason, replacements
 
 

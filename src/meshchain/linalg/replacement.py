@@ -44,6 +44,12 @@ class ReplacementBounds:
         self.errncs = self.errncz = 0.0
         self.replaced = False
 
+    def state(self) -> np.ndarray:
+        """The bounds as the array :func:`~meshchain.linalg.compiled.bounds_after_update` runs
+        on (``[a, k, b_norm, errr, errrprev, errs, errw, errz, errncs, errncz, replaced]``)."""
+        return np.array([self.a, self.k, self.b_norm, self.errr, self.errrprev, self.errs, self.errw, self.errz,
+                         self.errncs, self.errncz, float(self.replaced)])
+
     def after_update(self, i: int, now: dict, before: dict, *, alpha: float, beta: float) -> bool:
         a, k, eps = self.a, self.k, EPS
         alpha, beta = abs(alpha), abs(beta)
