@@ -51,7 +51,8 @@ from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot,
 from .replacement import EPS, TOL
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
-           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle", "pipecg_iterations", "bounds_after_update", "BOUNDS",
+           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle",
+           "pipecg_iterations", "bounds_after_update", "BOUNDS",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
