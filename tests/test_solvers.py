@@ -145,15 +145,15 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
-@settings(max_examples=14, deadline=None, derandomize=True, database=None,
+@settings(max_examples=16, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi", "bjacobi-ilu", "sgs"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
        rtol=st.sampled_from([1e-10, 1e-3]),
-       method=st.sampled_from(["cg", "cg1", "pipecg", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
+       method=st.sampled_from(["cg", "cg1", "pipecg", "pipecr", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
-    """``cg``, ``cg1``, ``pipecg``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
+    """``cg``, ``cg1``, ``pipecg``, ``pipecr``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
     call; restart 5 here, so that solves restart) run their iterations inside compiled calls
     (the nonsymmetric ones and ``cg`` with ILU(0) and SGS too; ``cg1`` with them runs the Python loop
     both times)
@@ -194,21 +194,24 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
-@pytest.mark.parametrize("method", ["cg", "cg1"])
+@pytest.mark.parametrize("method", ["cg", "cg1", "pipecg", "pipecr"])
 def test_long_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatch, method):
-    """More iterations than one compiled call runs (``INSIDE_ITERATIONS``): the parts join up."""
+    """More iterations than one compiled call runs (``INSIDE_ITERATIONS``): the parts join up
+    (the pipelined methods' first iteration runs in Python, their compiled calls from the second)."""
     from meshchain.linalg import krylov
 
     calls = []
-    name = f"{method}_iterations" if comm.size == 1 else f"{method}_iterations_on_ranks"
+    pipelined = method.startswith("pipe")
+    name = f"{method}_iterations" if comm.size == 1 or pipelined else f"{method}_iterations_on_ranks"
     iterate = getattr(krylov, name)
     monkeypatch.setattr(krylov, "INSIDE_ITERATIONS", 5)
     monkeypatch.setattr(krylov, name, lambda *args: calls.append(1) or iterate(*args))
     mc.reset_runtime(comm=comm)
     problem = Problem(structured_quads(9, 9), seed=2)
-    inside, x_inside = problem.solve(method, None, rtol=1e-12)
+    options = {"residual_replacement": False} if method == "pipecg" else {}  # a replacement ends a call early
+    inside, x_inside = problem.solve(method, None, rtol=1e-12, **options)
     made = len(calls)
-    loop, x_loop = problem.solve(method, None, rtol=1e-12, monitor=lambda i, norm: None)
+    loop, x_loop = problem.solve(method, None, rtol=1e-12, monitor=lambda i, norm: None, **options)
     assert inside.iterations > 3 * krylov.INSIDE_ITERATIONS and inside.converged
     assert made == -(-inside.iterations // krylov.INSIDE_ITERATIONS) and len(calls) == made  # the monitor: Python
     assert inside.residual_history == loop.residual_history and inside.reductions == loop.reductions

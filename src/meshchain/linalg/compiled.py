@@ -47,12 +47,12 @@ from ..backends.sparse import csr_halo, csr_owned, ilu_apply
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
 from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb,
-                    pipecg_update, scal, scale, waxpy)
+                    pipecg_update, pipecr_update, scal, scale, waxpy)
 from .replacement import EPS, TOL
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
            "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle",
-           "pipecg_iterations", "bounds_after_update", "BOUNDS",
+           "pipecg_iterations", "pipecr_iterations", "bounds_after_update", "BOUNDS",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -770,6 +770,36 @@ def bounds_after_update(bounds, i, now, before, alpha, beta):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _pipelined_top(distributed, functions, handles, out, total, request, status, indptr, split, indices, values, halo,
+                   m_all, n, exchange, history, k, i, gamma_old, alpha, target, maxiter):
+    """The top of a single-reduction iteration ``i >= 1`` (the Python loops' ``run.start``,
+    ``run.A``, ``run.wait``, ``run.check`` then ``_step_lengths``): ``total = out`` summed over
+    ranks while ``n = A m`` is computed, the norm written to ``history[k]``, then ``(why, value,
+    alpha, beta)``: :data:`COMMUNICATION` (the first MPI error code; a sum started is always
+    waited for), :data:`NORM` when the norm decides, :data:`CURVATURE` (the denominator
+    ``delta - beta / alpha gamma``) or :data:`BREAKDOWN` (``gamma``) when not positive, else
+    :data:`GOING` with the new step lengths."""
+    error = _started(distributed, functions, handles, out, total, request)
+    product = _product(distributed, functions, handles, indptr, split, indices, values, halo, m_all, n,
+                       exchange) if error == 0 else 0
+    waited = _waited(distributed, functions, request, status) if error == 0 else 0
+    error = error or product or waited
+    if error:
+        return COMMUNICATION, float(error), alpha, 0.0
+    gamma, delta = total[0], total[1]
+    history[k] = norm = math.sqrt(max(total[2], 0.0))
+    if not math.isfinite(norm) or norm <= target or i >= maxiter:
+        return NORM, norm, alpha, 0.0
+    beta = gamma / gamma_old
+    denominator = delta - beta / alpha * gamma
+    if not (math.isfinite(denominator) and denominator > 0.0):
+        return CURVATURE, denominator, alpha, beta
+    if not (math.isfinite(gamma) and gamma > 0.0):
+        return BREAKDOWN, gamma, alpha, beta
+    return GOING, 0.0, gamma / denominator, beta
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def pipecg_iterations(indptr, split, indices, values, halo, x, r, u, w, m, n, z, q, p, s, pc, state, out, bounds,
                       before, target, i, maxiter, history, distributed, m_all, exchange, functions, handles):
     """Iterations from the top of :func:`.krylov.pipecg`'s loop at iteration ``i >= 1`` with a
@@ -789,28 +819,14 @@ def pipecg_iterations(indptr, split, indices, values, halo, x, r, u, w, m, n, z,
     request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
     done = 0
     for k in range(len(history)):
-        error = _started(distributed, functions, handles, out, total, request)
-        product = _product(distributed, functions, handles, indptr, split, indices, values, halo, m_all, n,
-                           exchange) if error == 0 else 0
-        waited = _waited(distributed, functions, request, status) if error == 0 else 0
-        done += 1
-        error = error or product or waited
-        if error:
-            return i, COMMUNICATION, float(error), done, k
-        gamma, delta = total[0], total[1]
-        norm = math.sqrt(max(total[2], 0.0))
-        history[k] = norm
-        if not math.isfinite(norm) or norm <= target or i >= maxiter:
-            return i, NORM, norm, done, k + 1
         alpha_old, beta_old = alpha, beta
-        beta = gamma / gamma_old
-        denominator = delta - beta / alpha * gamma
-        if not (math.isfinite(denominator) and denominator > 0.0):
-            return i, CURVATURE, denominator, done, k + 1
-        if not (math.isfinite(gamma) and gamma > 0.0):
-            return i, BREAKDOWN, gamma, done, k + 1
-        alpha = gamma / denominator
-        gamma_old = gamma
+        why, value, alpha, beta = _pipelined_top(distributed, functions, handles, out, total, request, status,
+                                                 indptr, split, indices, values, halo, m_all, n, exchange, history,
+                                                 k, i, gamma_old, alpha, target, maxiter)
+        done += 1
+        if why != GOING:
+            return i, why, value, done, k + (why != COMMUNICATION)
+        gamma_old = total[0]
         pipecg_update(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv, out)
         replace = False
         if bounds[0] >= 0.0:
@@ -823,4 +839,31 @@ def pipecg_iterations(indptr, split, indices, values, halo, x, r, u, w, m, n, z,
         state[0], state[1], state[2] = alpha, beta, gamma_old
         if replace:
             return i, REPLACE, 0.0, done, k + 1
+    return i, GOING, 0.0, done, len(history)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def pipecr_iterations(indptr, split, indices, values, halo, x, u, w, m, n, z, q, p, pc, state, out, target, i,
+                      maxiter, history, distributed, m_all, exchange, functions, handles):
+    """Iterations from the top of :func:`.krylov.pipecr`'s loop at iteration ``i >= 1`` with a
+    pointwise preconditioner, ``state = [alpha, gamma_old]`` and ``out`` (the 3 sums of the
+    last update), as :func:`pipecg_iterations` (no residual replacement): the same passes, sums
+    and decisions as the Python loop, bit for bit. :data:`CURVATURE`: the step's denominator;
+    :data:`BREAKDOWN`: ``(A u, u)``."""
+    dinv = pc[0]
+    alpha, gamma_old = state[0], state[1]
+    total = np.zeros(len(out))
+    request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
+    done = 0
+    for k in range(len(history)):
+        why, value, alpha, beta = _pipelined_top(distributed, functions, handles, out, total, request, status,
+                                                 indptr, split, indices, values, halo, m_all, n, exchange, history,
+                                                 k, i, gamma_old, alpha, target, maxiter)
+        done += 1
+        if why != GOING:
+            return i, why, value, done, k + (why != COMMUNICATION)
+        gamma_old = total[0]
+        pipecr_update(alpha, beta, n, m, u, w, z, q, p, x, dinv, out)
+        i += 1
+        state[0], state[1] = alpha, gamma_old
     return i, GOING, 0.0, done, len(history)

@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
-                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, pipecg_iterations)
+                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, pipecg_iterations,
+                       pipecr_iterations)
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -217,17 +218,27 @@ def _pipecg_inside(run, out, bounds, before, i: int, state, replacements: int):
     gamma_old]``, ``before``: the norms of the last top, or None without ``bounds``) as calls of
     :func:`.compiled.pipecg_iterations`, the residual replacements done here between them: the
     same bits, norms, counts and reasons as the Python loop."""
+    kept = np.full(BOUNDS, -1.0) if bounds is None else bounds.state()
+    norms = np.zeros(9) if before is None else np.array([before[name] for name in ("dp", "du", *_PIPECG_NORMS)])
+    vectors = ("x", "r", "u", "w", "m", "n", "z", "q", "p", "s")
+    return _pipelined_inside(run, pipecg_iterations, vectors, (state, out, kept, norms), i, replacements,
+                             ("the step's (p, A p)", "(r, B r)"), lambda: _pipecg_restart(run, out))
+
+
+def _pipelined_inside(run, iterate, vectors, arguments, i: int, replacements: int, names, replace=None):
+    """A pipelined method's loop from the top of iteration ``i >= 1`` as calls of its compiled
+    ``iterate`` over ``vectors`` (names) and ``arguments`` (its state), the operator's input
+    ``m`` exchanged inside; ``names``: what a non-positive step denominator and ``gamma`` are
+    called; ``replace()`` makes a residual replacement the compiled iterations ask for.
+    ``(iterations, reason, replacements)``."""
     v, reason = run.v, None
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
     distributed, (m_all,), exchange, functions, handles = run.inside_halos(("m",))
-    kept = np.full(BOUNDS, -1.0) if bounds is None else bounds.state()
-    norms = np.zeros(9) if before is None else np.array([before[name] for name in ("dp", "du", *_PIPECG_NORMS)])
-    vectors = [v[name] for name in ("x", "r", "u", "w", "m", "n", "z", "q", "p", "s")]
     try:
         while reason is None:
-            i, why, value, reductions, written = pipecg_iterations(
-                *run.inside, *vectors, run.pc.compiled, state, out, kept, norms, run.target, i, run.maxiter, history,
-                distributed, m_all, exchange, functions, handles)
+            i, why, value, reductions, written = iterate(
+                *run.inside, *[v[name] for name in vectors], run.pc.compiled, *arguments, run.target, i, run.maxiter,
+                history, distributed, m_all, exchange, functions, handles)
             if why == COMMUNICATION:
                 run.communication_failed(int(value))
             run.reductions += reductions
@@ -236,11 +247,11 @@ def _pipecg_inside(run, out, bounds, before, i: int, state, replacements: int):
             if decided:
                 reason = run.check(i, value)
             elif why == CURVATURE:
-                reason = _indefinite("the step's (p, A p)", value)
+                reason = _indefinite(names[0], value)
             elif why == BREAKDOWN:
-                reason = _indefinite("(r, B r)", value)
+                reason = _indefinite(names[1], value)
             elif why == REPLACE:
-                _pipecg_restart(run, out)
+                replace()
                 replacements += 1
     finally:
         run.inside_done("m", "n")
@@ -293,6 +304,9 @@ def pipecr(run):
     dot_pairs(v["w"], v["u"], v["m"], v["w"], v["u"], v["u"], out)
     i, alpha, gamma_old = 0, 0.0, 0.0
     while True:
+        if i > 0 and run.inside is not None:
+            return _pipelined_inside(run, pipecr_iterations, ("x", "u", "w", "m", "n", "z", "q", "p"),
+                                     (np.array([alpha, gamma_old]), out), i, 0, ("the step's (A p, B A p)", "(A u, u)"))
         handle = run.start(out.copy())
         run.A("m", "n")
         gamma, delta, uu = run.wait(handle)
