@@ -87,8 +87,10 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -532,6 +534,89 @@ def run_job(part: str, network: str, ranks: int, config: dict, cache_dir: str, t
     # calibration of another program picks a transport or turns the model on
     env = dict(os.environ, MESHCHAIN_THREADS="1", MESHCHAIN_CACHE_DIR=cache_dir, NUMBA_NUM_THREADS="1")
     return launch(__file__, [part], ranks, network, env, config, timeout, part)
+
+
+def solver_arguments(description: str, *, repeats: int, out: str) -> argparse.ArgumentParser:
+    """The options of a solver benchmark run by :func:`sweep_solves` (its worker's too)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--worker", nargs=1, help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
+    parser.add_argument("--per-rank", type=int, nargs="+", default=[2000, 20000])
+    parser.add_argument("--rtol", type=float, default=1e-8)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--out", default=out)
+    return parser
+
+
+def sweep_solves(script: str, args, label: str, **config) -> tuple[list, dict]:
+    """One :func:`launch` of ``script``'s ``worker`` per network in ``args.network``, rank count
+    in ``args.ranks`` (1 rank once, as network "-": one process sends nothing) and size in
+    ``args.per_rank``, each with ``per_rank``, ``rtol``, ``repeats`` and ``config``, in the
+    user's environment and a compile cache of its own; the results (each with its
+    ``network``) and :func:`machine`, both written to ``args.out``."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="solves-") as folder:
+        env = user_environment(MESHCHAIN_CACHE_DIR=f"{folder}/meshchain")
+        for network in args.network:
+            for ranks in args.ranks:
+                if ranks == 1 and network == "tcp":
+                    continue
+                for per_rank in args.per_rank:
+                    job = dict(config, per_rank=per_rank, rtol=args.rtol, repeats=args.repeats)
+                    found = launch(script, ["worker"], ranks, network, env, job, args.timeout,
+                                   f"{label} ({per_rank} per rank)")
+                    results.append(dict(found, network=network if ranks > 1 else "-"))
+    about = machine()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"machine": about, "results": results}, indent=1))
+    return results, about
+
+
+def solve_row(comm, variants: dict, repeats: int, same: tuple, **row) -> dict:
+    """``row`` with each of ``variants``' whole solves timed in :func:`interleaved` rounds (the
+    first compiles and sets up): its median ``seconds`` and ``iterations`` (a variant returns
+    them, or ``(iterations, history)``), and ``same_bits``: whether the two variants named in
+    ``same`` returned the same."""
+    found, times = interleaved(comm, variants, repeats)
+    row["same_bits"] = found[same[0]] == found[same[1]]
+    for name in variants:
+        iterations = found[name] if isinstance(found[name], int) else found[name][0]
+        row[name] = {"seconds": statistics.median(times[name]), "iterations": iterations}
+    return row
+
+
+def petsc_solver(problem, ksp_type: str, pc_type: str, rtol: float, options: dict | None = None):
+    """A whole solve of PETSc's ``ksp_type`` with ``pc_type`` (and PETSc ``options``) on
+    ``problem.A`` (``to_petsc``) from ``x = 0``, set up now: ``solve()`` returns its iterations."""
+    from petsc4py import PETSc
+
+    A, b = problem.A.to_petsc(), problem.A.petsc_vec(problem.b)
+    options = options or {}
+    database = PETSc.Options("bench_")
+    for key, value in options.items():
+        database[key] = value
+    ksp = PETSc.KSP().create(comm=A.getComm())
+    ksp.setOptionsPrefix("bench_")
+    ksp.setOperators(A)
+    ksp.setType(ksp_type)
+    ksp.getPC().setType(pc_type)
+    ksp.setTolerances(rtol=rtol, atol=0.0)
+    ksp.setFromOptions()
+    for key in options:
+        database.delValue(key)
+    x = b.duplicate()
+    x.set(0.0)
+    ksp.solve(b, x)  # sets up
+
+    def solve() -> int:
+        x.set(0.0)
+        ksp.solve(b, x)
+        return ksp.getIterationNumber()
+
+    return solve
 
 
 #: Thread variables a user does not set: benchmarks run without them unless a labelled row asks.

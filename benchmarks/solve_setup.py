@@ -29,11 +29,8 @@ Writes ``benchmarks/results/solve_setup.json`` and prints the table for ``benchm
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,42 +38,12 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import interleaved, launch, machine, serve, user_environment  # noqa: E402
+from comm import petsc_solver, serve, solve_row, solver_arguments, sweep_solves  # noqa: E402
 
 PCS = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
 PETSC_PC = {"jacobi": ("jacobi", {}), "bjacobi-ilu": ("bjacobi", {}),
             "sgs": ("sor", {"pc_sor_local_symmetric": None})}
 """PETSc's PC (and options) for each of meshchain's, where PETSc has the same one."""
-
-
-def _petsc_solver(problem, pc: str, rtol: float):
-    """A solve of PETSc's KSPCG with ``pc`` from ``x = 0`` (its set-up made now); its iterations."""
-    from petsc4py import PETSc
-
-    kind, options = PETSC_PC[pc]
-    A, b = problem.A.to_petsc(), problem.A.petsc_vec(problem.b)
-    database = PETSc.Options("solve_setup_")
-    for key, value in options.items():
-        database[key] = value
-    ksp = PETSc.KSP().create(comm=A.getComm())
-    ksp.setOptionsPrefix("solve_setup_")
-    ksp.setOperators(A)
-    ksp.setType("cg")
-    ksp.getPC().setType(kind)
-    ksp.setTolerances(rtol=rtol, atol=0.0)
-    ksp.setFromOptions()
-    for key in options:
-        database.delValue(key)
-    x = b.duplicate()
-    x.set(0.0)
-    ksp.solve(b, x)  # sets up
-
-    def solve() -> int:
-        x.set(0.0)
-        ksp.solve(b, x)
-        return ksp.getIterationNumber()
-
-    return solve
 
 
 def worker(config: dict) -> dict:
@@ -104,13 +71,10 @@ def worker(config: dict) -> dict:
 
         variants = {"kept": lambda: ours(True), "set up every solve": lambda: ours(False)}
         if pc in PETSC_PC:
-            variants["PETSc"] = _petsc_solver(problem, pc, config["rtol"])
-        found, times = interleaved(comm, variants, config["repeats"])  # the first round compiles, sets up
-        row = {"pc": pc, "unknowns": problem.mesh.nodes.size,
-               "same_bits": found["kept"] == found["set up every solve"]}
-        for name in variants:
-            iterations = found[name] if name == "PETSc" else found[name][0]
-            row[name] = {"seconds": statistics.median(times[name]), "iterations": iterations}
+            kind, options = PETSC_PC[pc]
+            variants["PETSc"] = petsc_solver(problem, "cg", kind, config["rtol"], options)
+        row = solve_row(comm, variants, config["repeats"], ("kept", "set up every solve"), pc=pc,
+                        unknowns=problem.mesh.nodes.size)
         rows.append(row)
     return {"ranks": ranks, "rows": rows} if comm is None or comm.rank == 0 else {}
 
@@ -135,35 +99,12 @@ def table(results: list) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=1, help=argparse.SUPPRESS)
-    parser.add_argument("--config", help=argparse.SUPPRESS)
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--network", nargs="+", choices=("shm", "tcp"), default=["shm", "tcp"])
-    parser.add_argument("--per-rank", type=int, nargs="+", default=[2000, 20000])
-    parser.add_argument("--rtol", type=float, default=1e-8)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--timeout", type=float, default=1200)
-    parser.add_argument("--out", default=str(HERE / "results" / "solve_setup.json"))
+    parser = solver_arguments(__doc__.splitlines()[0], repeats=9, out=str(HERE / "results" / "solve_setup.json"))
     args = parser.parse_args(argv)
     if args.worker:
         return serve(worker, json.loads(args.config))
     began = time.perf_counter()
-    results = []
-    with tempfile.TemporaryDirectory(prefix="solve-setup-") as folder:
-        env = user_environment(MESHCHAIN_CACHE_DIR=f"{folder}/meshchain")
-        for network in args.network:
-            for ranks in args.ranks:
-                if ranks == 1 and network == "tcp":
-                    continue  # one process sends nothing
-                for per_rank in args.per_rank:
-                    config = {"per_rank": per_rank, "rtol": args.rtol, "repeats": args.repeats}
-                    found = launch(__file__, ["worker"], ranks, network, env, config, args.timeout,
-                                   f"solve set-up ({per_rank} per rank)")
-                    results.append(dict(found, network=network if ranks > 1 else "-"))
-    about = machine()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"machine": about, "results": results}, indent=1))
+    results, about = sweep_solves(__file__, args, "solve set-up")
     print(f"{about['cpu']}; no thread variables set; CG to rtol {args.rtol}, whole solves, median of {args.repeats} "
           f"interleaved rounds, slowest rank; whole run {time.perf_counter() - began:.0f} s.\n")
     print(table(results))

@@ -1,0 +1,101 @@
+"""Pipelined CG methods inside compiled calls, against their Python loops, cg and PETSc.
+
+``pipecg`` and ``pipecr`` with an assembled matrix, ``pc=None`` or ``"jacobi"`` and no
+``monitor`` run their iterations from the second on inside compiled calls
+(:mod:`meshchain.linalg.compiled`: ``pipecg_iterations``, ``pipecr_iterations``), the one sum of
+an iteration an ``MPI_Iallreduce`` in flight while the operator is applied. Per job
+(``mpiexec -n R``, ``--network shm|tcp``) on the P1 Poisson problem of
+:mod:`meshchain.apps.poisson` (``structured_tets``, about ``--per-rank`` unknowns per rank),
+whole solves from ``x = 0`` to ``--rtol`` with Jacobi (set-up, iterations, the true residual at
+exit) in interleaved rounds, median of ``--repeats``, slowest rank, per method:
+
+* **cg**: meshchain's ``cg``, the reference a user compares with;
+* **compiled**: ``mc.solve(..., method=method)`` as a user calls it;
+* **loop**: the same with a ``monitor`` that does nothing, which makes it run its Python loop
+  over compiled passes (how every solve of it ran before); the same bits (``same_bits``);
+* **PETSc**: ``KSPSolve`` of KSPPIPECG or KSPPIPECR with PCJACOBI on the same matrix
+  (``A.to_petsc()``), set up once.
+
+Usage::
+
+    .venv/bin/python benchmarks/pipelined.py                  # 1 and 2 ranks, shm and tcp
+    .venv/bin/python benchmarks/pipelined.py --ranks 2 --network tcp --per-rank 2000
+
+Writes ``benchmarks/results/pipelined.json`` and prints the table for ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from comm import petsc_solver, serve, solve_row, solver_arguments, sweep_solves  # noqa: E402
+
+METHODS = ("pipecg", "pipecr")
+
+
+def worker(config: dict) -> dict:
+    """One job: per pipelined method, the four variants' whole solves (module docstring)."""
+    import meshchain as mc
+    from meshchain.apps import poisson
+    from meshchain.meshes import structured_tets
+
+    comm = mc.get_runtime().comm
+    ranks = 1 if comm is None else comm.size
+    n = max(2, round((config["per_rank"] * ranks) ** (1 / 3)) - 1)
+    problem = poisson.declare(structured_tets(n, n, n))
+    rows = []
+    for method in config["methods"]:
+        def ours(method: str, monitor=None):
+            problem.u.data[...] = 0.0
+            info = mc.solve(problem.A, problem.u, problem.b, method=method, pc="jacobi", rtol=config["rtol"],
+                            monitor=monitor)
+            return info.iterations, info.residual_history
+
+        variants = {"cg": lambda: ours("cg"), "compiled": lambda m=method: ours(m),
+                    "loop": lambda m=method: ours(m, lambda i, norm: None),
+                    "PETSc": petsc_solver(problem, method, "jacobi", config["rtol"])}
+        row = solve_row(comm, variants, config["repeats"], ("compiled", "loop"), method=method,
+                        unknowns=problem.mesh.nodes.size)
+        rows.append(row)
+    return {"ranks": ranks, "rows": rows} if comm is None or comm.rank == 0 else {}
+
+
+def table(results: list) -> str:
+    lines = ["| network | ranks | unknowns | method | its (cg, PETSc) | cg ms | compiled ms | loop ms | compiled ÷ loop "
+             "| PETSc ms | compiled ÷ PETSc | compiled ÷ cg | same bits |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for row in result["rows"]:
+            ms = {name: row[name]["seconds"] * 1e3 for name in ("cg", "compiled", "loop", "PETSc")}
+            lines.append(
+                f"| {result['network']} | {result['ranks']} | {row['unknowns']} | {row['method']} "
+                f"| {row['compiled']['iterations']} ({row['cg']['iterations']}, {row['PETSc']['iterations']}) "
+                f"| {ms['cg']:.2f} | {ms['compiled']:.2f} | {ms['loop']:.2f} | {ms['compiled'] / ms['loop']:.2f} "
+                f"| {ms['PETSc']:.2f} | {ms['compiled'] / ms['PETSc']:.2f} | {ms['compiled'] / ms['cg']:.2f} "
+                f"| {'yes' if row['same_bits'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = solver_arguments(__doc__.splitlines()[0], repeats=11, out=str(HERE / "results" / "pipelined.json"))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    args = parser.parse_args(argv)
+    if args.worker:
+        return serve(worker, json.loads(args.config))
+    began = time.perf_counter()
+    results, about = sweep_solves(__file__, args, "pipelined CG", methods=args.methods)
+    print(f"{about['cpu']}; no thread variables set; Jacobi, rtol {args.rtol}, whole solves, median of "
+          f"{args.repeats} interleaved rounds, slowest rank; whole run {time.perf_counter() - began:.0f} s.\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
