@@ -1,10 +1,10 @@
 """Pipelined CG methods inside compiled calls, against their Python loops, cg and PETSc.
 
-``pipecg`` and ``pipecr`` with an assembled matrix, ``pc=None`` or ``"jacobi"`` and no
-``monitor`` run their iterations from the second on inside compiled calls
-(:mod:`meshchain.linalg.compiled`: ``pipecg_iterations``, ``pipecr_iterations``), the one sum of
-an iteration an ``MPI_Iallreduce`` in flight while the operator is applied. Per job
-(``mpiexec -n R``, ``--network shm|tcp``) on the P1 Poisson problem of
+``pipecg``, ``pipecr`` and ``groppcg`` with an assembled matrix, ``pc=None`` or ``"jacobi"`` and
+no ``monitor`` run their iterations inside compiled calls (:mod:`meshchain.linalg.compiled`:
+``pipecg_iterations``, ``pipecr_iterations``, ``groppcg_iterations``), each sum of an iteration
+an ``MPI_Iallreduce`` in flight while the operator (groppcg: or the preconditioner) is
+applied. Per job (``mpiexec -n R``, ``--network shm|tcp``) on the P1 Poisson problem of
 :mod:`meshchain.apps.poisson` (``structured_tets``, about ``--per-rank`` unknowns per rank),
 whole solves from ``x = 0`` to ``--rtol`` with Jacobi (set-up, iterations, the true residual at
 exit) in interleaved rounds, median of ``--repeats``, slowest rank, per method:
@@ -13,7 +13,7 @@ exit) in interleaved rounds, median of ``--repeats``, slowest rank, per method:
 * **compiled**: ``mc.solve(..., method=method)`` as a user calls it;
 * **loop**: the same with a ``monitor`` that does nothing, which makes it run its Python loop
   over compiled passes (how every solve of it ran before); the same bits (``same_bits``);
-* **PETSc**: ``KSPSolve`` of KSPPIPECG or KSPPIPECR with PCJACOBI on the same matrix
+* **PETSc**: ``KSPSolve`` of KSPPIPECG, KSPPIPECR or KSPGROPPCG with PCJACOBI on the same matrix
   (``A.to_petsc()``), set up once.
 
 Usage::
@@ -37,7 +37,7 @@ if str(HERE) not in sys.path:
 
 from comm import petsc_solver, serve, solve_row, solver_arguments, sweep_solves  # noqa: E402
 
-METHODS = ("pipecg", "pipecr")
+METHODS = ("pipecg", "pipecr", "groppcg")
 
 
 def worker(config: dict) -> dict:

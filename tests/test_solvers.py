@@ -145,18 +145,19 @@ def test_indefinite_and_singular_matrices_do_not_claim_convergence(comm, method)
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
-@settings(max_examples=16, deadline=None, derandomize=True, database=None,
+@settings(max_examples=18, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), shift=st.sampled_from([0.2, -1.5]),
        pc=st.sampled_from([None, "jacobi", "bjacobi-ilu", "sgs"]), maxiter=st.sampled_from([0, 1, 3, 10000]),
        rtol=st.sampled_from([1e-10, 1e-3]),
-       method=st.sampled_from(["cg", "cg1", "pipecg", "pipecr", "bicgstab", "gmres", "pipebicgstab", "pipegmres"]))
+       method=st.sampled_from(["cg", "cg1", "pipecg", "pipecr", "groppcg", "bicgstab", "gmres", "pipebicgstab",
+                                "pipegmres"]))
 def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh, dim, seed, shift, pc, maxiter, rtol,
                                                                     method):
-    """``cg``, ``cg1``, ``pipecg``, ``pipecr``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and ``pipegmres`` (a cycle per
-    call; restart 5 here, so that solves restart) run their iterations inside compiled calls
-    (the nonsymmetric ones and ``cg`` with ILU(0) and SGS too; ``cg1`` with them runs the Python loop
-    both times)
+    """``cg``, ``cg1``, ``pipecg``, ``pipecr``, ``groppcg``, ``bicgstab``, ``pipebicgstab``, ``gmres`` and
+    ``pipegmres`` (a cycle per call; restart 5 here, so that solves restart) run their iterations
+    inside compiled calls (the nonsymmetric ones, ``cg`` and ``groppcg`` with ILU(0) and SGS too; the
+    others with them run the Python loop both times)
     (``linalg/compiled.py``; on
     several ranks with MPI called from them); a monitor makes them
     run the Python loop: iterates, norms, reason and counts are the same on every rank, for SPD
@@ -194,14 +195,14 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
-@pytest.mark.parametrize("method", ["cg", "cg1", "pipecg", "pipecr"])
+@pytest.mark.parametrize("method", ["cg", "cg1", "pipecg", "pipecr", "groppcg"])
 def test_long_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatch, method):
     """More iterations than one compiled call runs (``INSIDE_ITERATIONS``): the parts join up
-    (the pipelined methods' first iteration runs in Python, their compiled calls from the second)."""
+    (pipecg's and pipecr's first iteration runs in Python, their compiled calls from the second)."""
     from meshchain.linalg import krylov
 
     calls = []
-    pipelined = method.startswith("pipe")
+    pipelined = method.startswith("pipe") or method == "groppcg"  # one function, one process or several
     name = f"{method}_iterations" if comm.size == 1 or pipelined else f"{method}_iterations_on_ranks"
     iterate = getattr(krylov, name)
     monkeypatch.setattr(krylov, "INSIDE_ITERATIONS", 5)

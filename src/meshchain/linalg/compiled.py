@@ -46,13 +46,13 @@ import numpy as np
 from ..backends.sparse import csr_halo, csr_owned, ilu_apply
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
-from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, lincomb,
-                    pipecg_update, pipecr_update, scal, scale, waxpy)
+from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, gropp_direction,
+                    gropp_update, lincomb, pipecg_update, pipecr_update, scal, scale, waxpy)
 from .replacement import EPS, TOL
 
 __all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
            "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle",
-           "pipecg_iterations", "pipecr_iterations", "bounds_after_update", "BOUNDS",
+           "pipecg_iterations", "pipecr_iterations", "groppcg_iterations", "bounds_after_update", "BOUNDS",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -866,4 +866,53 @@ def pipecr_iterations(indptr, split, indices, values, halo, x, u, w, m, n, z, q,
         pipecr_update(alpha, beta, n, m, u, w, z, q, p, x, dinv, out)
         i += 1
         state[0], state[1] = alpha, gamma_old
+    return i, GOING, 0.0, done, len(history)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def groppcg_iterations(indptr, split, indices, values, halo, x, r, z, p, s, q, w, pc, state, out, target, i, maxiter,
+                       history, distributed, z_all, exchange, functions, handles):
+    """Iterations from the top of :func:`.krylov.groppcg`'s loop at iteration ``i`` (``state =
+    [gamma, delta]``, the last ``(r, B r)`` and ``(p, A p)``; ``q = B s`` applied) with any
+    compiled preconditioner (``pc``: :func:`precondition`'s): per iteration the update, then
+    ``[(r, z), (z, z)]`` summed (``MPI_Iallreduce``) while ``w = A z`` is computed, the direction,
+    then ``(p, s)`` summed while ``q = B s`` is applied. ``(iteration, why, value, reductions,
+    norms written to history)`` as :func:`pipecg_iterations`; :data:`CURVATURE`: ``(p, A p)``,
+    :data:`BREAKDOWN`: ``(r, B r)``. The same passes, sums and decisions as the Python loop, bit
+    for bit."""
+    gamma, delta = state[0], state[1]
+    mine, total = np.zeros(2), np.zeros(2)
+    request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
+    done = 0
+    for k in range(len(history)):
+        if not (math.isfinite(delta) and delta > 0.0):
+            return i, CURVATURE, delta, done, k
+        gropp_update(gamma / delta, p, s, q, x, r, z, out)
+        mine[0], mine[1] = out[0], out[1]
+        error = _started(distributed, functions, handles, mine, total, request)
+        product = _product(distributed, functions, handles, indptr, split, indices, values, halo, z_all, w,
+                           exchange) if error == 0 else 0
+        waited = _waited(distributed, functions, request, status) if error == 0 else 0
+        done += 1
+        error = error or product or waited
+        if error:
+            return i, COMMUNICATION, float(error), done, k
+        gamma_new = total[0]
+        i += 1
+        history[k] = norm = math.sqrt(max(total[1], 0.0))
+        if not math.isfinite(norm) or norm <= target or i >= maxiter:
+            return i, NORM, norm, done, k + 1
+        if not (math.isfinite(gamma_new) and gamma_new > 0.0):
+            return i, BREAKDOWN, gamma_new, done, k + 1
+        gropp_direction(gamma_new / gamma, z, w, p, s, out)
+        gamma = gamma_new
+        error = _started(distributed, functions, handles, out[:1], total[:1], request)
+        if error == 0:
+            precondition(pc, s, q)
+            error = _waited(distributed, functions, request, status)
+        done += 1
+        if error:
+            return i, COMMUNICATION, float(error), done, k + 1
+        delta = total[0]
+        state[0], state[1] = gamma, delta
     return i, GOING, 0.0, done, len(history)

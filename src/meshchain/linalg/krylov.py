@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
-                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, pipecg_iterations,
-                       pipecr_iterations)
+                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, groppcg_iterations,
+                       pipecg_iterations, pipecr_iterations)
 from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -225,15 +225,16 @@ def _pipecg_inside(run, out, bounds, before, i: int, state, replacements: int):
                              ("the step's (p, A p)", "(r, B r)"), lambda: _pipecg_restart(run, out))
 
 
-def _pipelined_inside(run, iterate, vectors, arguments, i: int, replacements: int, names, replace=None):
-    """A pipelined method's loop from the top of iteration ``i >= 1`` as calls of its compiled
-    ``iterate`` over ``vectors`` (names) and ``arguments`` (its state), the operator's input
-    ``m`` exchanged inside; ``names``: what a non-positive step denominator and ``gamma`` are
-    called; ``replace()`` makes a residual replacement the compiled iterations ask for.
-    ``(iterations, reason, replacements)``."""
+def _pipelined_inside(run, iterate, vectors, arguments, i: int, replacements: int, names, replace=None,
+                      operands=("m", "n")):
+    """A single-reduction or pipelined method's loop from the top of iteration ``i`` as calls of
+    its compiled ``iterate`` over ``vectors`` (names) and ``arguments`` (its state), the
+    operator's input (``operands``: its input and output) exchanged inside; ``names``: what a
+    non-positive step denominator and ``gamma`` are called; ``replace()`` makes a residual
+    replacement the compiled iterations ask for. ``(iterations, reason, replacements)``."""
     v, reason = run.v, None
     history = np.empty(max(1, min(run.maxiter, INSIDE_ITERATIONS)))
-    distributed, (m_all,), exchange, functions, handles = run.inside_halos(("m",))
+    distributed, (m_all,), exchange, functions, handles = run.inside_halos(operands[:1])
     try:
         while reason is None:
             i, why, value, reductions, written = iterate(
@@ -254,7 +255,7 @@ def _pipelined_inside(run, iterate, vectors, arguments, i: int, replacements: in
                 replace()
                 replacements += 1
     finally:
-        run.inside_done("m", "n")
+        run.inside_done(*operands)
     return i, reason, replacements
 
 
@@ -271,6 +272,9 @@ def groppcg(run):
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     run.B("s", "q", fused_done=False)
+    if reason is None and run.inside is not None:
+        return _pipelined_inside(run, groppcg_iterations, ("x", "r", "z", "p", "s", "q", "w"),
+                                 (np.array([gamma, delta]), out), i, 0, ("(p, A p)", "(r, B r)"), operands=("z", "w"))
     while reason is None:
         reason = _indefinite("(p, A p)", delta)
         if reason is not None:

@@ -45,7 +45,7 @@ solve as diverged (PETSc's default ``dtol``). The CG family stops on a curvature
 (``cg``/``cg1``/``bicgstab`` iterate inside compiled calls that test what the Python loop tests)."""
 
 METHODS = {**SYMMETRIC, **NONSYMMETRIC}
-FACTORS_INSIDE = (*NONSYMMETRIC, "cg")
+FACTORS_INSIDE = (*NONSYMMETRIC, "cg", "groppcg")
 """The methods whose compiled iterations apply a factored preconditioner (``"bjacobi-ilu"``, ``"sgs"``) too;
 the other symmetric methods run their Python loop with it."""
 S_STEP = ("sstep-cg", "ca-cg", "ca-gmres")
