@@ -12,6 +12,9 @@ first multigrid cycle and then the steady one, or with ``--captured`` the cycle 
 shared VM's drift touches them alike; the table gives medians over ``--rounds`` rounds and
 each tree's ratio to the first one. The user's environment: no thread variables set, unless
 ``--threads N`` sets ``MESHCHAIN_THREADS`` (what ``make demo`` does with 1; the table says so).
+``--ranks N`` runs each process as ``mpiexec -n N`` ranks sharing the cache directory (times:
+the slowest rank's); ``--warm`` fills the cache directory with an untimed run first, so the
+timed first stage loads its loops from the disk cache (a user's second run).
 
 Usage::
 
@@ -20,6 +23,7 @@ Usage::
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src   # before, after
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --chain
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --app mgcfd --captured
+    .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --ranks 2 --warm
 """
 
 from __future__ import annotations
@@ -51,32 +55,50 @@ DECLARE = {
 """Per application: declare the problem, and ``stage()``, the step timed."""
 
 WORKER = """
-import json, statistics, sys, tempfile, time
+import json, statistics, sys, time
 import meshchain as mc
-mc.reset_runtime(cache_dir=tempfile.mkdtemp(prefix="first-run-"))
+mc.reset_runtime(cache_dir={cache_dir!r})
+comm = mc.get_runtime().comm
+
+
+def slowest(seconds):
+    from mpi4py import MPI
+
+    return seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX)
+
+
 {declare}
+if comm is not None:
+    comm.Barrier()
 began = time.perf_counter()
 stage()
 mc.flush()
-first = time.perf_counter() - began
+first = slowest(time.perf_counter() - began)
 steady = []
 for _ in range({steps}):
     began = time.perf_counter()
     stage()
     mc.flush()
-    steady.append(time.perf_counter() - began)
-print(json.dumps({{"first": first, "steady": statistics.median(steady), "compiled": list(mc.stats().compiled)}}))
+    steady.append(slowest(time.perf_counter() - began))
+if comm is None or comm.rank == 0:
+    print(json.dumps({{"first": first, "steady": statistics.median(steady), "compiled": list(mc.stats().compiled)}}))
 """
 
 
-def measure(src: str, declare: str, steps: int, threads: int | None) -> dict:
+def measure(src: str, declare: str, steps: int, threads: int | None, *, ranks: int = 1, warm: bool = False) -> dict:
+    """One process (``ranks`` > 1: one ``mpiexec`` job) on tree ``src`` with a new cache
+    directory (``warm``: filled by an untimed run first); its JSON."""
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     if threads is not None:
         env["MESHCHAIN_THREADS"] = str(threads)
-    done = subprocess.run([sys.executable, "-c", WORKER.format(declare=declare, steps=steps)], env=env,
-                          capture_output=True, text=True, timeout=900, cwd=tempfile.gettempdir())
-    if done.returncode:
-        raise SystemExit(f"the worker on {src} failed:\n{done.stderr[-3000:]}")
+    launcher = [] if ranks == 1 else [str(Path(sys.executable).parent / "mpiexec"), "-n", str(ranks)]
+    with tempfile.TemporaryDirectory(prefix="first-run-") as cache_dir:
+        for timed in (False, True)[not warm:]:
+            source = WORKER.format(declare=declare, steps=steps if timed else 1, cache_dir=cache_dir)
+            done = subprocess.run([*launcher, sys.executable, "-c", source], env=env, capture_output=True, text=True,
+                                  timeout=900, cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL)
+            if done.returncode:
+                raise SystemExit(f"the worker on {src} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -92,6 +114,8 @@ def main(argv=None) -> int:
     parser.add_argument("--chain", action="store_true", help="run the stage as one loop chain (ca=False)")
     parser.add_argument("--tile-size", type=int, help="run the stage as one sparse-tiled chain of these tiles")
     parser.add_argument("--captured", action="store_true", help="--app mgcfd: replay the cycle captured")
+    parser.add_argument("--ranks", type=int, default=1, help="MPI ranks sharing the cache directory")
+    parser.add_argument("--warm", action="store_true", help="time the first stage with the loops on disk already")
     parser.add_argument("--json", default=str(HERE / "results" / "first_run.json"))
     args = parser.parse_args(argv)
     if args.app == "airfoil" and args.captured or args.app == "mgcfd" and (args.chain or args.tile_size):
@@ -102,7 +126,7 @@ def main(argv=None) -> int:
     runs = {src: [] for src in args.src}
     for _ in range(args.rounds):
         for src in args.src:
-            runs[src].append(measure(src, declare, args.steps, args.threads))
+            runs[src].append(measure(src, declare, args.steps, args.threads, ranks=args.ranks, warm=args.warm))
     rows = []
     for src, found in runs.items():
         rows.append({"src": src, "first_s": statistics.median(r["first"] for r in found),
@@ -114,7 +138,7 @@ def main(argv=None) -> int:
         title = f"MG-CFD on channel_bump({mesh}), 2 synthetic loops, {'captured' if args.captured else 'loop by loop'}"
     else:
         title = f"Airfoil on naca0012({mesh}), {'loop by loop' if not how else f'one chain, tile_size={args.tile_size}'}"
-    print(f"{title}, threads: {threads}")
+    print(f"{title}, threads: {threads}, {args.ranks} rank(s), {'warm' if args.warm else 'empty'} cache")
     step = "cycle" if args.app == "mgcfd" else "stage"
     print(f"| source | first {step} s (each round) | ratio | steady {step} ms | ratio | compiled (stats) |")
     print("|---|---|---|---|---|---|")
@@ -124,7 +148,8 @@ def main(argv=None) -> int:
               f"{row['steady_ms'] / base['steady_ms']:.2f} | {row['compiled']} |")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"app": args.app, "mesh": mesh, "threads": args.threads, "how": how,
-                                           "captured": args.captured, "rows": rows}, indent=2))
+                                           "captured": args.captured, "ranks": args.ranks, "warm": args.warm,
+                                           "rows": rows}, indent=2))
     return 0
 
 

@@ -311,6 +311,49 @@ def test_a_compile_lock_held_elsewhere_is_waited_for_then_skipped_with_a_warning
             assert module.held(1) == 2
 
 
+def test_a_loop_already_in_the_disk_cache_is_loaded_without_the_compile_lock(tmp_path):
+    """Ranks starting with a warm cache load their loops side by side: with the signature on
+    disk, :func:`compiling_alone` takes no lock (a lock held elsewhere is not waited for); a
+    signature not on disk still waits for it."""
+    import fcntl
+    import importlib.util
+    import warnings
+
+    import numba
+
+    from meshchain.backends.compile_once import cached_on_disk, compiling_alone, lock_path
+
+    source = tmp_path / "warm_module.py"
+    source.write_text("import numba\n\n\n@numba.njit(cache=True)\ndef warm(x):\n    return x + 1\n")
+
+    def fresh():  # another process's dispatcher: nothing compiled in memory
+        spec = importlib.util.spec_from_file_location("warm_module", source)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.warm
+
+    on_disk, elsewhere = (numba.int64,), (numba.float64,)
+    first = fresh()
+    assert not cached_on_disk(first, on_disk)
+    first.compile(on_disk)
+    second = fresh()
+    assert cached_on_disk(second, on_disk) and not cached_on_disk(second, elsewhere)
+    path = lock_path(second)
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process compiling something
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with compiling_alone(second, on_disk, wait=0.2):
+                second.compile(on_disk)
+        assert second(1) == 2 and second.stats.cache_hits[on_disk] == 1  # loaded, not compiled
+        with pytest.warns(mc.MeshchainWarning, match=r"\[compile-lock\] waited 0 s"):
+            with compiling_alone(second, elsewhere, wait=0.2):
+                second.compile(elsewhere)
+    finally:
+        os.close(holder)
+
+
 # --------------------------------------------------------------------------- #
 # Empty sets
 # --------------------------------------------------------------------------- #

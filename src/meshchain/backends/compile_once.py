@@ -10,7 +10,10 @@ no collective (a rank that compiles nothing never takes part) and is held only w
 compiles (no MPI call inside). A process waits for it at most ``WAIT_SECONDS`` (a holder
 stopped in a debugger, a lock a crashed NFS client left behind), then compiles without it
 and warns. Where locks are unavailable (no ``fcntl``, a function Numba does not cache, a
-read-only directory) each process compiles on its own, as before.
+read-only directory) each process compiles on its own, as before. Given the signature, a
+function the disk cache already holds (:func:`cached_on_disk`) is loaded without the lock:
+ranks starting with a warm cache load their loops side by side instead of one after another
+(on 2 ranks, Airfoil's first iteration took 327-339 ms with the lock and 182-188 without).
 
 Examples
 --------
@@ -37,7 +40,7 @@ try:
 except ImportError:  # not on POSIX: no lock, each process compiles for itself
     fcntl = None
 
-__all__ = ["compiling_alone", "WAIT_SECONDS"]
+__all__ = ["compiling_alone", "cached_on_disk", "WAIT_SECONDS"]
 
 #: the longest a process waits for another one's compilation before compiling itself
 WAIT_SECONDS = 300.0
@@ -49,6 +52,20 @@ def lock_path(function) -> str | None:
     cache_file = getattr(getattr(function, "_cache", None), "_cache_file", None)
     index = getattr(cache_file, "_index_path", None)
     return None if index is None else os.path.abspath(f"{index}.lock")
+
+
+def cached_on_disk(function, signature) -> bool:
+    """Whether Numba's disk cache of ``function`` (a dispatcher) holds ``signature`` now (its
+    index, current for the function's source, names it, and the data file it names is there:
+    Numba writes the index first and the data atomically after), so that
+    ``function.compile(signature)`` loads it; False where that cannot be told."""
+    cache = getattr(function, "_cache", None)
+    try:
+        files = cache._cache_file
+        name = files._load_index().get(cache._index_key(signature, function.targetctx.codegen()))
+        return name is not None and os.path.exists(files._data_path(name))
+    except Exception:  # noqa: BLE001 - no disk cache (NullCache), or Numba's internals moved: lock as before
+        return False
 
 
 def _acquire(handle: int, path: str, wait: float) -> bool:
@@ -69,10 +86,12 @@ def _acquire(handle: int, path: str, wait: float) -> bool:
 
 
 @contextlib.contextmanager
-def compiling_alone(function, *, wait: float = WAIT_SECONDS):
+def compiling_alone(function, signature=None, *, wait: float = WAIT_SECONDS):
     """Hold the lock of ``function`` (a Numba dispatcher) for the ``with`` block: one process
-    at a time compiles it, and the next loads it from the disk cache the first one wrote."""
-    path = lock_path(function) if fcntl is not None else None
+    at a time compiles it, and the next loads it from the disk cache the first one wrote. With
+    ``signature`` (what the block compiles) already on disk, no lock: each process loads it."""
+    on_disk = signature is not None and cached_on_disk(function, signature)
+    path = lock_path(function) if fcntl is not None and not on_disk else None
     handle = None
     if path is not None:
         try:

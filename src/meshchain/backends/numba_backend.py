@@ -305,7 +305,7 @@ class NumbaBackend(Backend):
         hits = _cache_hits(function)
         began = time.perf_counter()
         try:
-            with compiling_alone(function), slp_vectorizing(self._numba):
+            with compiling_alone(function, signature), slp_vectorizing(self._numba):
                 entry = function.compile(signature)
         except self._numba.core.errors.NumbaError as exc:
             if what is not None and path is None:
