@@ -588,25 +588,48 @@ def solve_row(comm, variants: dict, repeats: int, same: tuple, **row) -> dict:
     return row
 
 
-def petsc_solver(problem, ksp_type: str, pc_type: str, rtol: float, options: dict | None = None):
-    """A whole solve of PETSc's ``ksp_type`` with ``pc_type`` (and PETSc ``options``) on
-    ``problem.A`` (``to_petsc``) from ``x = 0``, set up now: ``solve()`` returns its iterations."""
+def cube_for(per_rank: int, ranks: int) -> int:
+    """Hexahedra per side so that the cube has about ``per_rank * ranks`` nodes."""
+    return max(2, round((per_rank * ranks) ** (1 / 3)) - 1)
+
+
+def poisson_problem(per_rank: int) -> tuple:
+    """``(comm, ranks, problem)``: :mod:`meshchain.apps.poisson` on ``structured_tets`` with about
+    ``per_rank`` unknowns per rank (``comm`` None on one process)."""
+    import meshchain as mc
+    from meshchain.apps import poisson
+    from meshchain.meshes import structured_tets
+
+    comm = mc.get_runtime().comm
+    ranks = 1 if comm is None else comm.size
+    n = cube_for(per_rank, ranks)
+    return comm, ranks, poisson.declare(structured_tets(n, n, n))
+
+
+def petsc_ksp(problem, ksp_type: str, options: dict, *, rtol: float, maxiter=None, pc: str = "jacobi"):
+    """``(ksp, A, b)``: PETSc's KSP of ``ksp_type`` with ``options`` on the problem's matrix."""
     from petsc4py import PETSc
 
-    A, b = problem.A.to_petsc(), problem.A.petsc_vec(problem.b)
-    options = options or {}
-    database = PETSc.Options("bench_")
-    for key, value in options.items():
-        database[key] = value
+    A = problem.A.to_petsc()
+    b = problem.A.petsc_vec(problem.b)
+    opts = PETSc.Options()
+    for key, value in dict(options, options_suppress_deprecated_warnings=None).items():
+        opts[key] = value
     ksp = PETSc.KSP().create(comm=A.getComm())
-    ksp.setOptionsPrefix("bench_")
     ksp.setOperators(A)
     ksp.setType(ksp_type)
-    ksp.getPC().setType(pc_type)
-    ksp.setTolerances(rtol=rtol, atol=0.0)
+    ksp.getPC().setType(pc)
+    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter or 100000)
     ksp.setFromOptions()
-    for key in options:
-        database.delValue(key)
+    for key in (*options, "options_suppress_deprecated_warnings"):
+        opts.delValue(key)
+    return ksp, A, b
+
+
+def petsc_solver(problem, ksp_type: str, pc: str, rtol: float, options: dict | None = None):
+    """A whole solve of :func:`petsc_ksp`'s KSP from ``x = 0``, set up now: ``solve()`` returns
+    its iterations."""
+    ksp, _, b = petsc_ksp(problem, ksp_type, options or {}, rtol=rtol, pc=pc)
     x = b.duplicate()
     x.set(0.0)
     ksp.solve(b, x)  # sets up
@@ -617,6 +640,19 @@ def petsc_solver(problem, ksp_type: str, pc_type: str, rtol: float, options: dic
         return ksp.getIterationNumber()
 
     return solve
+
+
+def solver_main(script: str, args, worker, table, label: str, what: str, **config) -> int:
+    """A solver benchmark's ``main`` once its options are parsed (:func:`solver_arguments`): under
+    ``mpiexec`` the worker's side, else :func:`sweep_solves` and its table (``what``: the solves)."""
+    if args.worker:
+        return serve(worker, json.loads(args.config))
+    began = time.perf_counter()
+    results, about = sweep_solves(script, args, label, **config)
+    print(f"{about['cpu']}; no thread variables set; {what}, rtol {args.rtol}, whole solves, median of "
+          f"{args.repeats} interleaved rounds, slowest rank; whole run {time.perf_counter() - began:.0f} s.\n")
+    print(table(results))
+    return 0
 
 
 #: Thread variables a user does not set: benchmarks run without them unless a labelled row asks.

@@ -57,7 +57,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import THREAD_VARIABLES, interleaved, launch, machine, serve, slowest, user_environment  # noqa: E402
+from comm import (THREAD_VARIABLES, cube_for, interleaved, launch, machine, petsc_ksp, serve,  # noqa: E402
+                  slowest, user_environment)
 
 METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 # meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
@@ -81,11 +82,6 @@ QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
 # --- the worker ----------------------------------------------------------------------------------
 
 
-def cube_for(per_rank: int, ranks: int) -> int:
-    """Hexahedra per side so that the cube has about ``per_rank * ranks`` nodes."""
-    return max(2, round((per_rank * ranks) ** (1 / 3)) - 1)
-
-
 def meshchain_runs(problem, method: str, config: dict, *, pc: str = "jacobi", **options) -> dict:
     import meshchain as mc
 
@@ -103,26 +99,6 @@ def meshchain_runs(problem, method: str, config: dict, *, pc: str = "jacobi", **
     return {"iterations": last.iterations, "converged": bool(last.converged), "reason": last.reason,
             "true_residual": last.true_residual, "time_per_iteration": statistics.median(per_iteration),
             "wait_per_iteration": statistics.median(wait)}
-
-
-def petsc_ksp(problem, ksp_type: str, options: dict, *, rtol: float, maxiter=None, pc: str = "jacobi"):
-    """``(ksp, A, b)``: PETSc's KSP of ``ksp_type`` with ``options`` on the problem's matrix."""
-    from petsc4py import PETSc
-
-    A = problem.A.to_petsc()
-    b = problem.A.petsc_vec(problem.b)
-    opts = PETSc.Options()
-    for key, value in dict(options, options_suppress_deprecated_warnings=None).items():
-        opts[key] = value
-    ksp = PETSc.KSP().create(comm=A.getComm())
-    ksp.setOperators(A)
-    ksp.setType(ksp_type)
-    ksp.getPC().setType(pc)
-    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter or 100000)
-    ksp.setFromOptions()
-    for key in (*options, "options_suppress_deprecated_warnings"):
-        opts.delValue(key)
-    return ksp, A, b
 
 
 def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,

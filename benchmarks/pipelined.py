@@ -26,16 +26,14 @@ Writes ``benchmarks/results/pipelined.json`` and prints the table for ``benchmar
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import petsc_solver, serve, solve_row, solver_arguments, sweep_solves  # noqa: E402
+from comm import petsc_solver, poisson_problem, solve_row, solver_arguments, solver_main  # noqa: E402
 
 METHODS = ("pipecg", "pipecr", "groppcg")
 
@@ -43,13 +41,8 @@ METHODS = ("pipecg", "pipecr", "groppcg")
 def worker(config: dict) -> dict:
     """One job: per pipelined method, the four variants' whole solves (module docstring)."""
     import meshchain as mc
-    from meshchain.apps import poisson
-    from meshchain.meshes import structured_tets
 
-    comm = mc.get_runtime().comm
-    ranks = 1 if comm is None else comm.size
-    n = max(2, round((config["per_rank"] * ranks) ** (1 / 3)) - 1)
-    problem = poisson.declare(structured_tets(n, n, n))
+    comm, ranks, problem = poisson_problem(config["per_rank"])
     rows = []
     for method in config["methods"]:
         def ours(method: str, monitor=None):
@@ -68,8 +61,8 @@ def worker(config: dict) -> dict:
 
 
 def table(results: list) -> str:
-    lines = ["| network | ranks | unknowns | method | its (cg, PETSc) | cg ms | compiled ms | loop ms | compiled ÷ loop "
-             "| PETSc ms | compiled ÷ PETSc | compiled ÷ cg | same bits |",
+    lines = ["| network | ranks | unknowns | method | its (cg, PETSc) | cg ms | compiled ms | loop ms "
+             "| compiled ÷ loop | PETSc ms | compiled ÷ PETSc | compiled ÷ cg | same bits |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for row in result["rows"]:
@@ -87,14 +80,7 @@ def main(argv=None) -> int:
     parser = solver_arguments(__doc__.splitlines()[0], repeats=11, out=str(HERE / "results" / "pipelined.json"))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     args = parser.parse_args(argv)
-    if args.worker:
-        return serve(worker, json.loads(args.config))
-    began = time.perf_counter()
-    results, about = sweep_solves(__file__, args, "pipelined CG", methods=args.methods)
-    print(f"{about['cpu']}; no thread variables set; Jacobi, rtol {args.rtol}, whole solves, median of "
-          f"{args.repeats} interleaved rounds, slowest rank; whole run {time.perf_counter() - began:.0f} s.\n")
-    print(table(results))
-    return 0
+    return solver_main(__file__, args, worker, table, "pipelined CG", "Jacobi", methods=args.methods)
 
 
 if __name__ == "__main__":

@@ -29,16 +29,14 @@ Writes ``benchmarks/results/solve_setup.json`` and prints the table for ``benchm
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import petsc_solver, serve, solve_row, solver_arguments, sweep_solves  # noqa: E402
+from comm import petsc_solver, poisson_problem, solve_row, solver_arguments, solver_main  # noqa: E402
 
 PCS = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
 PETSC_PC = {"jacobi": ("jacobi", {}), "bjacobi-ilu": ("bjacobi", {}),
@@ -49,14 +47,9 @@ PETSC_PC = {"jacobi": ("jacobi", {}), "bjacobi-ilu": ("bjacobi", {}),
 def worker(config: dict) -> dict:
     """One job: per preconditioner, the three variants' whole solves (module docstring)."""
     import meshchain as mc
-    from meshchain.apps import poisson
     from meshchain.linalg import precond
-    from meshchain.meshes import structured_tets
 
-    comm = mc.get_runtime().comm
-    ranks = 1 if comm is None else comm.size
-    n = max(2, round((config["per_rank"] * ranks) ** (1 / 3)) - 1)
-    problem = poisson.declare(structured_tets(n, n, n))
+    comm, ranks, problem = poisson_problem(config["per_rank"])
     kept = precond._KEPT
     rows = []
     for pc in PCS:
@@ -100,15 +93,7 @@ def table(results: list) -> str:
 
 def main(argv=None) -> int:
     parser = solver_arguments(__doc__.splitlines()[0], repeats=9, out=str(HERE / "results" / "solve_setup.json"))
-    args = parser.parse_args(argv)
-    if args.worker:
-        return serve(worker, json.loads(args.config))
-    began = time.perf_counter()
-    results, about = sweep_solves(__file__, args, "solve set-up")
-    print(f"{about['cpu']}; no thread variables set; CG to rtol {args.rtol}, whole solves, median of {args.repeats} "
-          f"interleaved rounds, slowest rank; whole run {time.perf_counter() - began:.0f} s.\n")
-    print(table(results))
-    return 0
+    return solver_main(__file__, parser.parse_args(argv), worker, table, "solve set-up", "CG")
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot,
                     gropp_update, lincomb, pipecg_update, pipecr_update, scal, scale, waxpy)
 from .replacement import EPS, TOL
 
-__all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks", "bicgstab_iterations",
-           "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE", "pipegmres_cycle",
+__all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks",
+           "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
+           "pipegmres_cycle",
            "pipecg_iterations", "pipecr_iterations", "groppcg_iterations", "bounds_after_update", "BOUNDS",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 

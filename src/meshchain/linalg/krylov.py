@@ -18,7 +18,8 @@ import numpy as np
 from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
                        cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, groppcg_iterations,
                        pipecg_iterations, pipecr_iterations)
-from .fused import aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start, pipecg_update, pipecr_update, residual
+from .fused import (aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start,
+                    pipecg_update, pipecr_update, residual)
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
 
