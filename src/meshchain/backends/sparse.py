@@ -23,8 +23,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_listed", "add_scaled", "scaled_values", "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors", "owned_block", "ilu0", "ilu0_solve", "split_factors",
-           "ilu_apply", "scatter_add"]
+__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_listed", "add_scaled", "scaled_values",
+           "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors", "owned_block", "ilu0",
+           "ilu0_solve", "split_factors", "ilu_apply"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
