@@ -117,13 +117,39 @@ def test_residual_replacement_reaches_the_accuracy_plain_pipecg_cannot(comm):
         assert info.converged, (info.method, info.reason)
         assert info.true_residual_preconditioned <= FALSE_CONVERGENCE_FACTOR * target, info.true_residual_preconditioned
     # the replacements inside compiled calls, as the Python loop (a monitor makes it run) does them, bit for bit
-    for option in (True, False):
+    for option in (True, False, None):
         inside = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=option)
         loop = poisson.solve(p, method="pipecg", pc="jacobi", rtol=1e-14, residual_replacement=option,
                              monitor=lambda i, norm: None)
         assert inside.residual_history == loop.residual_history and inside.true_residual == loop.true_residual
         assert (inside.iterations, inside.replacements, inside.restarts, inside.reductions) == \
             (loop.iterations, loop.replacements, loop.restarts, loop.reductions)
+
+
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_default_replacement_waits_until_the_tolerance_is_within_reach_of_rounding(comm):
+    """PETSc's criterion (``residual_replacement=True``) replaces whenever the gap estimate
+    crosses ``sqrt(eps)`` times the residual, also at ``rtol=1e-8`` where the estimate stays
+    far below the target; the default replaces only where the estimate reaches
+    ``TARGET_FRACTION`` of the target. At ``1e-8`` it makes no replacement, and its solve is the
+    plain recurrence's (the same iterations and norms), whose true residual meets the
+    tolerance; nearer rounding (``1e-13``) it replaces, and the true residual meets it too."""
+    mc.reset_runtime(comm=comm)
+    p = poisson.declare(structured_tris(24, 24))
+    for rtol in (1e-8, 1e-13):
+        petsc = poisson.solve(p, method="pipecg", pc="jacobi", rtol=rtol, residual_replacement=True)
+        default = poisson.solve(p, method="pipecg", pc="jacobi", rtol=rtol)
+        plain = poisson.solve(p, method="pipecg", pc="jacobi", rtol=rtol, residual_replacement=False)
+        target = rtol * default.residual_history[0]
+        for info in (petsc, default, plain):
+            assert info.converged, (rtol, info.reason)
+            assert info.true_residual_preconditioned <= FALSE_CONVERGENCE_FACTOR * target, (rtol, info.replacements)
+        assert petsc.replacements >= 1, rtol
+        if rtol == 1e-8:
+            assert default.replacements == 0 and default.restarts == 0, (default.replacements, default.restarts)
+            assert default.residual_history == plain.residual_history and default.iterations == plain.iterations
+        else:
+            assert default.replacements >= 1 and default.restarts == 0, (default.replacements, default.restarts)
 
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)

@@ -94,8 +94,11 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         Cools et al. say it drifted (PETSc's PIPECGRR, with the matrix's real nonzeros per
         row); reaches the accuracy of classical CG. ``None`` (the default): on whenever the
         operator gives the bounds' inputs (every Mat; a LinearOperator given ``norm_inf`` and
-        ``nonzeros_per_row``); the bounds replace only when the residual nears the rounding
-        level, so a loose tolerance runs plain PIPECG's iterations. Whatever this says, a
+        ``nonzeros_per_row``), replacing only where the bounds' gap estimate also exceeds a
+        tenth of the target norm (the tolerance is within reach of rounding), so a loose
+        tolerance runs plain PIPECG's iterations; ``True``: PETSc's criterion alone, which also
+        replaces far above the tolerance (each replacement: four products and two
+        preconditioner applications). Whatever this says, a
         recurrence that rounding breaks down (a curvature ``<= 0`` that inner products
         computed directly do not confirm, or a recursive residual that met the tolerance
         while the true one did not) restarts the method from the current ``x``

@@ -723,9 +723,9 @@ def pipegmres_cycle(indptr, split, indices, values, halo, x, w, basis, owned, ro
 
 # --- pipelined CG -------------------------------------------------------------------------------------------
 
-BOUNDS = 11
+BOUNDS = 12
 """The length of :func:`bounds_after_update`'s state: ``[a, k, b_norm, errr, errrprev, errs, errw,
-errz, errncs, errncz, replaced]`` (:class:`~meshchain.linalg.replacement.ReplacementBounds`'s)."""
+errz, errncs, errncz, replaced, floor]`` (:class:`~meshchain.linalg.replacement.ReplacementBounds`'s)."""
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -764,7 +764,7 @@ def bounds_after_update(bounds, i, now, before, alpha, beta):
         bounds[5] = errw + beta * errs + errncs
         bounds[6] += alpha * beta * errz + errncw + alpha * errncz
         bounds[7] = beta * errz + errncz
-    if i > 1 and bounds[4] <= TOL * bp and bounds[3] > TOL * dp:
+    if i > 1 and bounds[4] <= max(TOL * bp, bounds[11]) and bounds[3] > max(TOL * dp, bounds[11]):
         bounds[10] = 1.0
         return True
     return False

@@ -197,6 +197,8 @@ def pipecg(run):
         reason = run.check(i, norm)
         if reason is not None:
             break
+        if i == 0 and bounds is not None:
+            bounds.aim(run.target)
         alpha_old, beta_old = alpha, beta
         alpha, beta, reason = _step_lengths(i, gamma, delta, gamma_old, alpha, ("the step's (p, A p)", "(r, B r)"))
         if reason is not None:

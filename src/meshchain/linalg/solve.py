@@ -31,7 +31,7 @@ from .petsc import solve_with_petsc
 from .operators import as_operator
 from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
-from .replacement import ReplacementBounds
+from .replacement import TARGET_FRACTION, ReplacementBounds
 from .blockcg import solve_block
 from .freecg import solve_free
 from .sstep import check_options, solve_cacg
@@ -246,7 +246,9 @@ class SolveRun:
     def replacement_bounds(self):
         """The rounding-error bounds of residual replacement (:mod:`.replacement`), or None:
         with ``residual_replacement=None`` (the default) whenever the operator gives
-        ``||A||_inf`` and its nonzeros per row (every Mat; a LinearOperator given them)."""
+        ``||A||_inf`` and its nonzeros per row (every Mat; a LinearOperator given them), and
+        then replacing only where the tolerance is within reach of rounding
+        (:data:`~.replacement.TARGET_FRACTION`); with ``True``, by PETSc's criterion alone."""
         if not (self.replacement or self.replacement is None and self.operator.gives_bounds):
             return None
         operator = self.operator
@@ -254,7 +256,7 @@ class SolveRun:
         b_norm = math.sqrt(self.sum(dot(b, b)))
         size = operator.row_set.size * operator.dim
         return ReplacementBounds(norm_inf=operator.norm_inf(), nonzeros=operator.nonzeros_per_row(), size=size,
-                                 b_norm=b_norm)
+                                 b_norm=b_norm, fraction=0.0 if self.replacement else TARGET_FRACTION)
 
     def sum(self, value: float) -> float:
         return float(self.reduce(np.array([value]))[0])
