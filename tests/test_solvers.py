@@ -126,6 +126,39 @@ def test_residual_replacement_reaches_the_accuracy_plain_pipecg_cannot(comm):
             (loop.iterations, loop.replacements, loop.restarts, loop.reductions)
 
 
+def compiled_exchanges(matrices, A) -> list:
+    """The compiled iterations' halo exchanges kept with ``A``'s pattern."""
+    return [exchange for key, (_, exchange) in matrices.pattern(A).exchanges.items() if isinstance(key, tuple)]
+
+
+@pytest.mark.mpi(nprocs=2, timeout=300)
+def test_compiled_iterations_keep_their_halo_exchange_with_the_matrix(comm):
+    """On several ranks the iterations inside compiled calls exchange the operator's input
+    through persistent requests made at the first solve and kept with the matrix: the next
+    solve starts the same ones. Halo layers added (an s-step solve's matrix powers) move the
+    matrix to the new layout and free them; the next solve makes new ones and reaches the
+    answer a fresh runtime reaches."""
+    mc.reset_runtime(comm=comm)
+    p = poisson.declare(structured_tris(16, 16))
+    matrices = mc.get_runtime().surface.matrices
+    first = poisson.solve(p, method="cg")
+    kept = compiled_exchanges(matrices, p.A)
+    assert len(kept) == 1 and len(kept[0].requests) > 0, kept
+    again = poisson.solve(p, method="cg")
+    assert compiled_exchanges(matrices, p.A) == kept and again.residual_history == first.residual_history
+    assert poisson.solve(p, method="sstep-cg", s=3).converged  # three halo layers: the matrix moves
+    assert len(kept[0].requests) == 0 and compiled_exchanges(matrices, p.A) == []
+    after = poisson.solve(p, method="cg")
+    x = p.u.gather()
+    assert len(compiled_exchanges(matrices, p.A)) == 1 and after.iterations == first.iterations
+    mc.reset_runtime(comm=comm)
+    fresh = poisson.declare(structured_tris(16, 16))
+    poisson.solve(fresh, method="cg")
+    expected = fresh.u.gather()
+    if comm.rank == 0:
+        np.testing.assert_allclose(x, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+
+
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
 def test_default_replacement_waits_until_the_tolerance_is_within_reach_of_rounding(comm):
     """PETSc's criterion (``residual_replacement=True``) replaces whenever the gap estimate

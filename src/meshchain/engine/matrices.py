@@ -63,7 +63,7 @@ class Pattern:
         self.unsigned = (self.indptr.astype(wide), self.split.astype(wide), self.indices.astype(wide))
         self.n_rows, self.n_cols, self.n_owned_cols = n_rows, n_cols, n_owned_cols  # rows: the owned ones
         self.depth, self.layout, self.scatters, self.assembled = depth, layout, {}, False
-        self.col_layout, self.exchanges = col_layout, {}  # the halo exchanges of the vectors multiplied
+        self.col_layout, self.exchanges = col_layout, {}  # the halo exchanges of the vectors multiplied (and compiled)
         self.row_gids = row_gids  # global ids of the owned row elements, in local order
         self.version = 0  # counts changes of the values (what copies of them are checked against)
         self.norms = (-1, 0.0)  # (version, ||A||_inf over the ranks) of the last norm_inf
@@ -544,6 +544,21 @@ class Matrices:
         exchange = self.session.backend.halo_exchange(self.session.comm, items, tag=storage.tag, transport="p2p")
         pattern.exchanges[id(storage)] = (storage, exchange)
         return exchange
+
+    def compiled_exchange(self, pattern: Pattern, dim: int, tag: int):
+        """The halo exchange of a vector (``dim`` values per row, message ``tag``) on
+        ``pattern``'s columns that compiled iterations start and finish
+        (:class:`~meshchain.comm.compiled.CompiledExchange`): made at the first solve that asks
+        for it and kept with the pattern, so a later solve only starts its persistent requests;
+        freed with the pattern's other exchanges when the layout or the matrix changes."""
+        key = ("compiled", dim, tag)
+        found = pattern.exchanges.get(key)
+        if found is None:
+            from ..comm.compiled import CompiledExchange  # mpi4py: only on several ranks
+
+            exports, imports = self.halo_rows(pattern)
+            found = pattern.exchanges[key] = (key, CompiledExchange(self.session.comm, exports, imports, dim, tag=tag))
+        return found[1]
 
     # --- PETSc -------------------------------------------------------------------------------------------
 

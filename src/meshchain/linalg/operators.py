@@ -97,6 +97,11 @@ class _Assembled(_Operator):
         """Per neighbour, the rows of ``x`` that :meth:`apply`'s halo exchange sends and receives."""
         return self.matrices.halo_rows(self.pattern)
 
+    def compiled_exchange(self, tag: int):
+        """The halo exchange of ``x`` (message ``tag``) that compiled iterations run, kept with
+        the matrix's pattern between solves."""
+        return self.matrices.compiled_exchange(self.pattern, self.dim, tag)
+
     def diagonal(self) -> np.ndarray:
         return self.matrices.diagonal_values(self.mat)
 

@@ -78,7 +78,6 @@ class SolveRun:
         self.method, self.replacement, self.restart_length = method, replacement, restart
         self.unpreconditioned = method in UNPRECONDITIONED_NORM  # the norm tested is ||b - A x||
         self.inside = self._inside(engine, operator, pc, n, monitor)
-        self._exchange = None  # the halo exchange of iterations inside compiled calls on several ranks
 
     def _inside(self, engine, operator, pc, n: int, monitor):
         """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
@@ -103,16 +102,14 @@ class SolveRun:
     def inside_extra(self, source: str) -> tuple:
         """What the ``..._on_ranks`` functions of :mod:`.compiled` take after their one-process
         counterparts' arguments (``()`` on one process): vector ``source`` (the operator's
-        input) with its halo rows, the arrays of a halo exchange of it (made now;
-        :meth:`inside_done` frees it) and the MPI handles."""
+        input) with its halo rows, the arrays of a halo exchange of it (kept with the matrix
+        between solves) and the MPI handles."""
         if not self.engine.distributed:
             return ()
-        from ..comm.compiled import CompiledExchange, handles
+        from ..comm.compiled import handles
 
-        exports, imports = self.operator.halo_rows()
         vector = self.storages[source]
-        self._exchange = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=vector.tag)
-        e = self._exchange
+        e = self.operator.compiled_exchange(vector.tag)
         return (vector.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
                 handles(self.comm))
 
@@ -120,19 +117,15 @@ class SolveRun:
         """What iterations by address (:func:`.compiled.bicgstab_iterations`,
         :func:`.compiled.gmres_cycle`) take beside their vectors: ``(distributed, vectors with
         halo rows, exchange, functions, handles)`` for the operator's inputs ``sources`` (names);
-        on one process the vectors themselves and empty arrays. The exchange is made at the
-        first call and kept until :meth:`inside_done`."""
+        on one process the vectors themselves and empty arrays. The exchange is kept with the
+        matrix between solves."""
         if not self.engine.distributed:
             empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
                      np.zeros(1, np.uint8))
             return False, tuple(self.v[name] for name in sources), empty, np.zeros(4, np.int64), np.zeros(3, np.int64)
-        from ..comm.compiled import CompiledExchange, addresses, handles  # mpi4py: only on several ranks
+        from ..comm.compiled import addresses, handles  # mpi4py: only on several ranks
 
-        if self._exchange is None:
-            exports, imports = self.operator.halo_rows()
-            tag = self.storages[sources[0]].tag
-            self._exchange = CompiledExchange(self.comm, exports, imports, self.operator.dim, tag=tag)
-        e = self._exchange
+        e = self.operator.compiled_exchange(self.storages[sources[0]].tag)
         exchange = (e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses)
         return (True, tuple(self.storages[name].host.reshape(-1) for name in sources), exchange, addresses(),
                 handles(self.comm))
@@ -146,13 +139,9 @@ class SolveRun:
 
     def inside_done(self, *names: str) -> None:
         """What :meth:`A` marks, after iterations ran inside compiled calls: the halos of the
-        vectors the operator read and wrote (``names``) are stale (and the halo exchange is
-        freed)."""
+        vectors the operator read and wrote (``names``) are stale."""
         for name in names:
             self.storages[name].valid_depth = 0
-        exchange, self._exchange = self._exchange, None
-        if exchange is not None:
-            exchange.close()
 
     def communication_failed(self, code: int) -> None:
         """An MPI call inside compiled code failed on this rank: the others may wait for it in a
