@@ -46,23 +46,27 @@ def csr_owned(indptr, split, indices, values, x, y):
 
 @_jit
 def csr_halo(indptr, split, indices, values, x, y):
-    """``y[r] += sum of values[k] * x[indices[k]]`` over the halo-column entries of row ``r``."""
+    """``y[r] += values[k] * x[indices[k]]`` for the halo-column entries of row ``r``, added to
+    ``y[r]`` one by one: after :func:`csr_owned`, each row's entries in one running sum, as
+    PETSc's MPIAIJ product adds its off-diagonal block (a sum of the halo entries added at the
+    end rounds differently, and Krylov methods that amplify rounding then part from PETSc's
+    iterations)."""
     for r in range(len(split)):
-        total = 0.0
+        total = y[r]
         k, end = split[r], indptr[r + 1]
         while k < end:
             total += values[k] * x[indices[k]]
             k += 1
-        y[r] += total
+        y[r] = total
 
 
 @_jit
 def csr_rows(indptr, split, indices, values, targets, count, x, y, shift):
-    """``y[t] = owned + halo - shift x[t]`` with ``t = targets[r]``, for rows ``r < count``,
-    where ``owned`` and ``halo`` are the row's sums of ``values[k] x[j]`` over its
-    owned-column and halo-column entries: ``(A - shift I) x`` on a prefix of the rows. With
-    ``shift = 0`` the bits of :func:`csr_owned` then :func:`csr_halo` (subtracting 0 changes no
-    bit). The matrix powers kernel's product; unsigned indices run fastest.
+    """``y[t] = sum - shift x[t]`` with ``t = targets[r]``, for rows ``r < count``, where
+    ``sum`` is the row's running sum of ``values[k] x[j]`` over its owned-column entries, then
+    its halo-column entries: ``(A - shift I) x`` on a prefix of the rows. With ``shift = 0`` the
+    bits of :func:`csr_owned` then :func:`csr_halo` (subtracting 0 changes no bit). The matrix
+    powers kernel's product; unsigned indices run fastest.
 
     >>> indptr, split = np.array([0, 2, 3]), np.array([1, 3])
     >>> indices, values = np.array([0, 2, 1]), np.array([2.0, 1.0, 3.0])
@@ -74,17 +78,12 @@ def csr_rows(indptr, split, indices, values, targets, count, x, y, shift):
     """
     for r in range(count):
         total = 0.0
-        k, end = indptr[r], split[r]
+        k, end = indptr[r], indptr[r + 1]  # the owned-column entries come first, then the halo's
         while k < end:
             total += values[k] * x[indices[k]]
             k += 1
-        halo = 0.0
-        k, end = split[r], indptr[r + 1]
-        while k < end:
-            halo += values[k] * x[indices[k]]
-            k += 1
         t = targets[r]
-        y[t] = total + halo - shift * x[t]
+        y[t] = total - shift * x[t]
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
