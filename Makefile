@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.meshchain-installed
 PETSC  := $(VENV)/.petsc-installed
 SUDO   := $(shell test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: demo test docs browser bench clean
+.PHONY: demo test docs browser bench clean clean-numba
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,5 +49,9 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/airfoil_vs_c.py
 
-clean:
+# Numba's cached functions in src/: a helper compiled into another module's function is not checked for changes
+clean-numba:
+	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+
+clean: clean-numba
 	rm -rf $(VENV) build benchmarks/build docs/_build .pytest_cache .hypothesis .meshchain-cache
