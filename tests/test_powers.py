@@ -274,3 +274,27 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
         matrices.prepare_products(problem.A, 6)  # deeper halo layers: every dat's storage moves
         with pytest.raises(mc.DeclarationError, match="storage moved"):
             plan.run(np.zeros(3), rows)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(rows=st.integers(1, 12), seed=st.integers(0, 2**31 - 1))
+def test_the_powers_product_has_the_bits_of_the_owned_then_halo_products(rows, seed):
+    """``csr_rows`` (the matrix powers product, one running sum per row) and ``csr_owned`` then
+    ``csr_halo`` (the solvers' product, the halo entries added to the owned sum one by one, as
+    PETSc's MPIAIJ product adds them) give the same bits on float data."""
+    from meshchain.backends.sparse import csr_halo, csr_owned, csr_rows
+
+    rng = np.random.default_rng(seed)
+    n_owned, n_cols = rows + 2, rows + 6
+    owned = [np.sort(rng.choice(n_owned, rng.integers(0, n_owned + 1), replace=False)) for _ in range(rows)]
+    halo = [np.sort(rng.choice(np.arange(n_owned, n_cols), rng.integers(0, 5), replace=False)) for _ in range(rows)]
+    indices = np.concatenate([np.concatenate([o, h]) for o, h in zip(owned, halo)]).astype(np.int64)
+    indptr = np.concatenate([[0], np.cumsum([len(o) + len(h) for o, h in zip(owned, halo)])]).astype(np.int64)
+    split = indptr[:-1] + np.array([len(o) for o in owned], dtype=np.int64)
+    values, x = rng.standard_normal(len(indices)), rng.standard_normal(n_cols)
+    expected = np.zeros(rows)
+    csr_owned(indptr, split, indices, values, x, expected)
+    csr_halo(indptr, split, indices, values, x, expected)
+    found = np.zeros(rows)
+    csr_rows(indptr, indices, values, np.arange(rows), rows, x, found, 0.0)
+    assert found.tobytes() == expected.tobytes()

@@ -61,24 +61,24 @@ def csr_halo(indptr, split, indices, values, x, y):
 
 
 @_jit
-def csr_rows(indptr, split, indices, values, targets, count, x, y, shift):
+def csr_rows(indptr, indices, values, targets, count, x, y, shift):
     """``y[t] = sum - shift x[t]`` with ``t = targets[r]``, for rows ``r < count``, where
-    ``sum`` is the row's running sum of ``values[k] x[j]`` over its owned-column entries, then
-    its halo-column entries: ``(A - shift I) x`` on a prefix of the rows. With ``shift = 0`` the
+    ``sum`` is the row's running sum of ``values[k] x[j]`` over its entries (owned-column ones
+    first, then the halo's): ``(A - shift I) x`` on a prefix of the rows. With ``shift = 0`` the
     bits of :func:`csr_owned` then :func:`csr_halo` (subtracting 0 changes no bit). The matrix
     powers kernel's product; unsigned indices run fastest.
 
-    >>> indptr, split = np.array([0, 2, 3]), np.array([1, 3])
+    >>> indptr = np.array([0, 2, 3])
     >>> indices, values = np.array([0, 2, 1]), np.array([2.0, 1.0, 3.0])
     >>> x, y = np.array([1.0, 1.0, 10.0]), np.zeros(3)
-    >>> csr_rows(indptr, split, indices, values, np.array([2, 0]), 2, x, y, 0.0); y.tolist()
+    >>> csr_rows(indptr, indices, values, np.array([2, 0]), 2, x, y, 0.0); y.tolist()
     [3.0, 0.0, 12.0]
-    >>> csr_rows(indptr, split, indices, values, np.array([2, 0]), 2, x, y, 1.0); y.tolist()
+    >>> csr_rows(indptr, indices, values, np.array([2, 0]), 2, x, y, 1.0); y.tolist()
     [2.0, 0.0, 2.0]
     """
     for r in range(count):
         total = 0.0
-        k, end = indptr[r], indptr[r + 1]  # the owned-column entries come first, then the halo's
+        k, end = indptr[r], indptr[r + 1]
         while k < end:
             total += values[k] * x[indices[k]]
             k += 1

@@ -122,7 +122,7 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
             for storage in stale:
                 storage.valid_depth = steps * depth
     values = rows.values
-    indptr, split, indices, targets = rows.unsigned
+    indptr, _, indices, targets = rows.unsigned
     if scaled is not None:
         values = _scaled(rows, scaled.host.reshape(-1))
     for xs, ys, shifts, pulls in wanted:
@@ -132,7 +132,7 @@ def sequences(matrices, mat, wanted, *, scale=None) -> None:
             out = storage.host.reshape(-1)
             shift = 0.0 if shifts is None else float(shifts[k - 1])
             count = rows.count((steps - k) * depth)
-            csr_rows(indptr, split, indices, values, targets, count, previous, out, shift)
+            csr_rows(indptr, indices, values, targets, count, previous, out, shift)
             if pulls is not None and pulls[k - 1] != 0.0:
                 add_scaled(targets, count, before, float(pulls[k - 1]), out)
             storage.valid_depth = (steps - k) * depth if session.distributed else 0

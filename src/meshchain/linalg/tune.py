@@ -136,9 +136,9 @@ def _sweep(block):
 
 def _product_kernel(rows, x, y) -> float:
     """Seconds of the compiled product on the owned rows alone (no engine around it)."""
-    indptr, split, indices, targets = rows.unsigned
+    indptr, _, indices, targets = rows.unsigned
     began = time.perf_counter()
-    csr_rows(indptr, split, indices, rows.values, targets, rows.count(0), x.reshape(-1), y.reshape(-1), 0.0)
+    csr_rows(indptr, indices, rows.values, targets, rows.count(0), x.reshape(-1), y.reshape(-1), 0.0)
     return time.perf_counter() - began
 
 
