@@ -4,6 +4,8 @@ Python, and as the step not captured at all (run by the MPI harness)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -157,6 +159,54 @@ def test_a_step_that_reads_or_reduces_again_a_global_it_reduced_replays_compiled
 
 
 #: Loops put around a random program: globals reduced first and read (or reduced again) later.
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_a_compiled_replay_after_a_write_to_the_field_it_reads_exchanges_again_and_times_in_seconds(comm, monkeypatch):
+    """A step reads a field through a map and does not write it: from its second replay on, the
+    field's halo is valid and its plan sends nothing for it. Writing the field's owned values
+    between replays makes the halo stale: the next replay may not run that compiled plan again
+    (its quick way checks the halo depths), and the sums stay those of the uncaptured steps with
+    the same writes, bit for bit. The times the compiled call took (by the time-stamp counter
+    where it is trusted) are seconds: the chain's total lies within the wall-clock time around
+    the replays."""
+    monkeypatch.setattr(replay, "COMPILE_AFTER", 0)
+    found = {}
+    for how in ("uncaptured", "compiled"):
+        mc.reset_runtime(comm=comm, transport="persistent")
+        d = structured_tris(9, 7).declare()
+        u = mc.Dat(d.nodes, 1, np.sin(np.arange(d.nodes.size, dtype=np.float64)), "u")
+        r = mc.Dat(d.nodes, 1, None, "r")
+        mc.partition("kway", seed_set=d.cells)
+        zero, flux, total = (mc.Kernel.from_source(source) for source in (ZERO, FLUX, TOTAL))
+
+        def step():
+            mc.par_loop(zero, d.nodes, r(mc.WRITE))
+            mc.par_loop(flux, d.facets, u(mc.READ, d.facet2node[0]), u(mc.READ, d.facet2node[1]),
+                        r(mc.INC, d.facet2node[0]), r(mc.INC, d.facet2node[1]))
+            s = mc.Global(1, 0.0, "s")
+            mc.par_loop(total, d.nodes, r(mc.READ), s(mc.INC))
+            return s
+
+        captured = mc.capture(step, name="fluxes", ca=False)
+        values = []
+        began = time.perf_counter()
+        for k in range(9):
+            if how == "uncaptured":
+                with mc.loop_chain("fluxes", ca=False):
+                    s = step()
+            else:
+                s = captured()
+            values.append(float(s.value[0]))
+            if k % 3 == 2:
+                u.data[:] = u.data * 0.5 + 1.0  # a host write, on every rank: halo copies now stale
+        elapsed = time.perf_counter() - began
+        found[how] = values, r.gather(), mc.stats().chains["fluxes"].time_total, elapsed
+    (want, want_r, _, _), (got, got_r, total, elapsed) = found["uncaptured"], found["compiled"]
+    assert got == want
+    np.testing.assert_array_equal(got_r, want_r)
+    assert any(plan.compiled for plan in mc.get_runtime().pipeline.plans.values())
+    assert 0.0 < total < elapsed
+
+
 REDUCED_FIRST = (("nodes", (("na", mc.READ, None, None), ("g", mc.INC, None, None))),
                  ("cells", (("ca", mc.READ, None, None), ("hi", mc.MAX, None, None))))
 READ_LATER = (("cells", (("cb", mc.RW, None, None), ("g", mc.READ, None, None))),

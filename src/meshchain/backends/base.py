@@ -88,11 +88,12 @@ class Backend(ABC):
         (or load from a cache) made while preparing. Errors in compiling raise here.
         """
 
-    def replay(self, calls, exchanges: int, program, arguments, report):
+    def replay(self, calls, exchanges: int, program, arguments, report, *, reductions=(), ticks: bool = False):
         """A callable running a captured step's plan whole in compiled code, bound to the argument
         tuple ``arguments`` (``calls``: its prepared calls, ``exchanges`` halo exchanges,
-        ``program`` the operations in order: see :mod:`meshchain.backends.numba_replay`), or
-        None: this backend replays in Python."""
+        ``program`` the operations in order, ``reductions`` whether each reduction over ranks is an
+        increment, ``ticks`` its stamps read the time-stamp counter: see
+        :mod:`meshchain.backends.numba_replay`), or None: this backend replays in Python."""
         return None
 
     def threads_in_use(self) -> int:

@@ -107,17 +107,18 @@ class NumbaBackend(Backend):
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs, function=function)
 
-    def replay(self, calls, exchanges: int, program, arguments, report, *, reductions=()):
+    def replay(self, calls, exchanges: int, program, arguments, report, *, reductions=(), ticks: bool = False):
         """A captured step's compiled replay (or a piece of it), a
         :class:`~.numba_replay.ReplayCall` bound to ``arguments`` (:mod:`.numba_replay`):
         ``calls``, prepared calls of :meth:`phase` (their ``function``), ``exchanges``
         exchanges, ``program`` the operations in order,
-        ``reductions`` per reduction over ranks whether it is an increment. None where a call
-        is not such a prepared call."""
+        ``reductions`` per reduction over ranks whether it is an increment, ``ticks``: its clock
+        is the time-stamp counter. None where a call is not such a prepared call."""
         if any(getattr(call, "function", None) is None for call in calls):
             return None
         natives = [self._native(call.function, call.arguments) for call in calls]
-        source = replay_source([signature for _, signature in natives], exchanges, program, reductions)
+        source = replay_source([signature for _, signature in natives], exchanges, program, reductions,
+                               ticks=ticks)
         function = self._generated("_mc_replay", source, "replay")
         call = ReplayCall(function, np.array([address for address, _ in natives], dtype=np.int64))
         call.bind(arguments)

@@ -10,6 +10,11 @@ step's compiled replay, :mod:`meshchain.backends.numba_replay`; the Krylov itera
 where that holds). Importing this module does not import mpi4py (which would initialise MPI
 before the session chooses its thread level).
 
+Compiled code that times itself reads one of two clocks: :func:`clock`, seconds on the clock
+``time.perf_counter`` reads (``clock_gettime``, about 36 ns a reading on an x86 VM), or
+:func:`ticks`, the processor's time-stamp counter (``rdtsc``, about 9 ns), where
+:func:`cycle_seconds` says it counts steadily: on x86-64 Linux whose kernel keeps time by it.
+
 Examples
 --------
 >>> import numpy as np
@@ -21,12 +26,17 @@ True
 
 from __future__ import annotations
 
+import functools
+import platform
+import time
+
 import numba
 from llvmlite import ir as _llvm
+from numba.core import cgutils as _cgutils
 from numba.core import types as _types
 from numba.extending import intrinsic
 
-__all__ = ["start_all", "wait_all", "clock", "sum_all", "start_allreduce", "wait_one", "start_exchange",
+__all__ = ["start_all", "wait_all", "clock", "ticks", "cycle_seconds", "sum_all", "start_allreduce", "wait_one", "start_exchange",
            "finish_exchange"]
 
 
@@ -138,6 +148,77 @@ def clock(functions, scratch):
     """Seconds on the clock ``time.perf_counter`` reads (CLOCK_MONOTONIC); ``scratch``: two int64."""
     _call_int_pointer(functions[2], _CLOCK_MONOTONIC, scratch.ctypes.data)
     return scratch[0] + 1.0e-9 * scratch[1]
+
+
+@intrinsic
+def ticks(typingctx):
+    """The time-stamp counter (``llvm.readcyclecounter``: ``rdtsc`` on x86-64), in compiled
+    code only; its ticks are :func:`cycle_seconds` seconds each. Read it only where that is not
+    None (on other processors the instruction may not be allowed)."""
+    def codegen(context, builder, signature, args):
+        function = _cgutils.get_or_insert_function(builder.module, _llvm.FunctionType(_llvm.IntType(64), []),
+                                                   "llvm.readcyclecounter")
+        return builder.call(function, [])
+
+    return _types.int64(), codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def read_ticks():
+    """:func:`ticks`, from Python."""
+    return ticks()
+
+
+_STEADY_FLAGS = ("constant_tsc", "nonstop_tsc")
+_CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+_CPUINFO = "/proc/cpuinfo"
+
+
+def counter_is_steady() -> bool:
+    """Whether the time-stamp counter counts wall-clock time here: an x86-64 processor whose
+    counter runs at one rate in every power state (``constant_tsc``, ``nonstop_tsc``) and a
+    Linux kernel that keeps its own time by it (so it agrees across cores)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open(_CLOCKSOURCE) as source:
+            if source.read().strip() != "tsc":
+                return False
+        with open(_CPUINFO) as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(flag in flags for flag in _STEADY_FLAGS)
+
+
+@functools.lru_cache(maxsize=None)
+def cycle_seconds(spin: float = 0.005):
+    """Seconds per tick of :func:`ticks`, measured once per process against
+    ``time.perf_counter`` over ``spin`` seconds (busy; within 1e-4 on a VM), or None
+    where :func:`counter_is_steady` is False (then time compiled code with :func:`clock`).
+
+    >>> rate = cycle_seconds()
+    >>> rate is None or 1e-11 < rate < 1e-8   # between 100 GHz and 100 MHz
+    True
+    """
+    if not counter_is_steady():
+        return None
+    read_ticks()  # compiled (or loaded) before it is timed
+
+    def pair():  # a reading of both clocks: of 5 tries the one least apart (not interrupted)
+        tries = []
+        for _ in range(5):
+            before = time.perf_counter()
+            count = read_ticks()
+            after = time.perf_counter()
+            tries.append((after - before, count, 0.5 * (before + after)))
+        return min(tries)[1:]
+
+    first, began = pair()
+    while time.perf_counter() - began < spin:
+        pass
+    last, ended = pair()
+    return (ended - began) / (last - first) if last > first else None
 
 
 @numba.njit(cache=True, nogil=True)

@@ -72,25 +72,33 @@ class PlanAccount:
         self.predicted_from = None
         self.prediction = None
         self.sequence = 0  # the session's run counter at this plan's latest run ("how it last ran")
-        self.measured = None  # (seconds, slots): what compiled code adds up (:meth:`measure`), folded in when read
+        self.measured = None  # (sums, slots, unit): what compiled code adds up (:meth:`measure`), folded in when read
 
-    def measure(self, slots) -> np.ndarray:
-        """An array of seconds that compiled code adds to (a compiled replay,
+    def measure(self, slots, *, unit: float = 1.0) -> np.ndarray:
+        """An array of times that compiled code adds to (a compiled replay,
         :mod:`meshchain.engine.replay`), one per slot: ``("compute", i)``, ``("wait", name)``,
         ``("flight", name)``, ``("hidden", name)``, ``("core",)``, ``("halo",)`` or
-        ``("chain_wait",)``; folded into those fields when statistics are read."""
+        ``("chain_wait",)``, in clock units of ``unit`` seconds (a time-stamp counter's ticks);
+        folded into those fields, in seconds, when statistics are read.
+
+        >>> account = PlanAccount({}, None, None, [])
+        >>> sums = account.measure([("core",)], unit=0.5)
+        >>> sums[0] += 6.0
+        >>> account.fold(); account.core
+        3.0
+        """
         if self.measured is not None:
             self.fold()
-        seconds = np.zeros(len(slots))
-        self.measured = (seconds, tuple(slots))
-        return seconds
+        sums = np.zeros(len(slots))
+        self.measured = (sums, tuple(slots), unit)
+        return sums
 
     def fold(self) -> None:
         """Move the seconds compiled code added up (:meth:`measure`) into the fields."""
         if self.measured is None:
             return
-        seconds, slots = self.measured
-        for value, slot in zip(seconds.tolist(), slots):
+        sums, slots, unit = self.measured
+        for value, slot in zip((sums * unit).tolist(), slots):
             kind = slot[0]
             if kind == "compute":
                 self.compute[slot[1]] += value
@@ -100,7 +108,7 @@ class PlanAccount:
                 self.flight.setdefault(slot[1], [0.0, 0.0])[kind == "hidden"] += value
             else:
                 setattr(self, kind, getattr(self, kind) + value)
-        seconds.fill(0.0)
+        sums.fill(0.0)
 
     def add_phase(self, shares) -> int:
         """Register a phase call that runs ``shares``; returns its index into ``compute``."""

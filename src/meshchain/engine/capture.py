@@ -124,7 +124,9 @@ class CapturedStep:
             return self._capture(session, key, args, kwargs)
         if tracing.trace.entries:
             session.flush()
-        capture.replay()
+        rerun = capture.rerun  # the quick way where nothing is restored first and nothing changed
+        if rerun is None or capture.restores or not rerun():
+            capture.replay()
         self.replays += 1
         return capture.result
 
@@ -157,14 +159,14 @@ class _Capture:
     values, and what the function returned."""
 
     __slots__ = ("session", "run", "loops", "unit", "globals", "dats", "restores", "result", "arguments", "generation",
-                 "label", "last")
+                 "label", "rerun")
 
     def __init__(self, session, run, loops, made, result, arguments):
         self.session, self.run, self.loops, self.result = session, run, tuple(loops), result
         self.arguments = arguments  # kept alive: the key holds their identities
         self.unit, self.generation = None, -1
         self.label = None  # the profiler's label of a replay, made at the first profiled one
-        self.last = None  # (weak reference to the plan, state) of the last replay's compiled run (Pipeline.run_again)
+        self.rerun = None  # runs the last replay's compiled plan again where nothing changed (CompiledReplay.again)
         self.globals, self.dats = _initial_values(session, self.loops, made)
         self.restores = bool(self.globals or self.dats)
 
@@ -186,9 +188,9 @@ class _Capture:
         if unit.loops is not self.loops:  # the unit ran other objects meanwhile (a step alike)
             unit.bind(self.loops)
         try:
-            last, pipeline = self.last, session.pipeline
-            if last is None or not pipeline.run_again(unit, last):
-                self.last = pipeline.run_unit(unit, replayed=True)
+            rerun = self.rerun
+            if rerun is None or not rerun():
+                self.rerun = session.pipeline.run_unit(unit, replayed=True)
         except Exception as exc:
             session.after_failure(exc, self.loops)
             raise

@@ -30,7 +30,6 @@ Examples
 from __future__ import annotations
 
 import time
-import weakref
 
 from ..comm.agree import abort_all
 from ..core import profiling
@@ -91,8 +90,9 @@ class Pipeline:
     def run_unit(self, unit, *, replayed: bool = False):
         """Run ``unit`` bound to its latest loops' objects (a captured step replays this way:
         ``replayed``, then on several ranks as the plan's compiled replay where it can,
-        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns ``(weak reference to the plan,
-        state)`` when the run was such a compiled replay (for :meth:`run_again`), else None."""
+        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns the compiled replay's
+        :meth:`~meshchain.engine.replay.CompiledReplay.again` when the run was one (the next
+        replay's quick way), else None."""
         session = self.session
         distributed = session.distributed
         if not distributed:  # the common case first: its plan, bound to these records (or rebound), current
@@ -126,7 +126,7 @@ class Pipeline:
             if replayed and options.ca != "auto" and not first and plan.run_compiled():
                 # not observed: the model's driver overheads are those of runs step by step. A ca="auto"
                 # step never runs compiled: its learner times every run, and its decision is collective
-                return weakref.ref(plan), state
+                return plan.compiled.again(self, unit, state)
             began = _clock()
             plan.run()
             seconds = _clock() - began
@@ -135,24 +135,6 @@ class Pipeline:
                 session.model.observe(chain.mode == "ca", seconds, chain.profile, learner)
             return
         plan.run()
-
-    def run_again(self, unit, last) -> bool:
-        """Replay ``unit`` as ``last``, the ``(weak reference to the plan, state)`` of its previous
-        replay's compiled run (:meth:`run_unit`; a capture does not keep a dropped plan alive), when
-        nothing that picks the plan changed: the same objects bound, the same halo state, kernels
-        unchanged; the plan then runs compiled where it still can
-        (:meth:`~meshchain.engine.plans.Plan.run_compiled`). False: nothing ran (then
-        :meth:`run_unit` it)."""
-        plan, state = last[0](), last[1]
-        if (plan is None or not plan.compiled or plan.binding.records is not unit.records or unit.state() != state
-                or (plan.kernels and not plan.current())):
-            return False
-        self.sequence += 1
-        plan.account.sequence = self.sequence
-        if not plan.run_compiled():
-            return False
-        self.plans.hits += 1
-        return True
 
     def profile(self, unit):
         """The model terms of ``unit`` in its current state on this rank (both ways)."""

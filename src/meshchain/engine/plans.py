@@ -248,12 +248,7 @@ class Plan:
             compiled = self.compiled = self.compiler(self) or False
         if not compiled or _profiling.active is not None or _activity.watched:
             return False
-        began = _clock()
         compiled.run()
-        account = self.account
-        account.runs += 1
-        if self.chain:
-            account.total += _clock() - began
         return True
 
     def run(self) -> None:

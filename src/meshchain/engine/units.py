@@ -126,6 +126,10 @@ class Unit:
         """The valid halo depth of each of the unit's dats."""
         return tuple([storage.valid_depth for storage in self._dats])
 
+    def dats(self) -> tuple:
+        """The storage records of the unit's dats, in the order of :meth:`state`."""
+        return self._dats
+
     def valid(self) -> dict:
         """Object key -> valid depth, for the unit's dats."""
         return {key: self.storage[key].valid_depth for key, obj in self.objects.items() if not obj.is_global}
