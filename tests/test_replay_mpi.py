@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.backends import numba_backend
+from meshchain.comm import by_address
 from meshchain.engine import replay
 from meshchain.meshes import structured_tris
 
@@ -160,15 +161,19 @@ def test_a_step_that_reads_or_reduces_again_a_global_it_reduced_replays_compiled
 
 #: Loops put around a random program: globals reduced first and read (or reduced again) later.
 @pytest.mark.mpi(nprocs=(2,), timeout=300)
-def test_a_compiled_replay_after_a_write_to_the_field_it_reads_exchanges_again_and_times_in_seconds(comm, monkeypatch):
+@pytest.mark.parametrize("counter", [True, False])
+def test_a_compiled_replay_after_a_write_to_the_field_it_reads_exchanges_again_and_times_in_seconds(comm, monkeypatch,
+                                                                                                 counter):
     """A step reads a field through a map and does not write it: from its second replay on, the
     field's halo is valid and its plan sends nothing for it. Writing the field's owned values
     between replays makes the halo stale: the next replay may not run that compiled plan again
     (its quick way checks the halo depths), and the sums stay those of the uncaptured steps with
     the same writes, bit for bit. The times the compiled call took (by the time-stamp counter
-    where it is trusted) are seconds: the chain's total lies within the wall-clock time around
-    the replays."""
+    where it is trusted, else by ``clock_gettime``: ``counter``) are seconds: the chain's total lies
+    within the wall-clock time around the replays."""
     monkeypatch.setattr(replay, "COMPILE_AFTER", 0)
+    if not counter:
+        monkeypatch.setattr(by_address, "cycle_seconds", lambda: None)
     found = {}
     for how in ("uncaptured", "compiled"):
         mc.reset_runtime(comm=comm, transport="persistent")
@@ -203,7 +208,10 @@ def test_a_compiled_replay_after_a_write_to_the_field_it_reads_exchanges_again_a
     (want, want_r, _, _), (got, got_r, total, elapsed) = found["uncaptured"], found["compiled"]
     assert got == want
     np.testing.assert_array_equal(got_r, want_r)
-    assert any(plan.compiled for plan in mc.get_runtime().pipeline.plans.values())
+    compiled = [plan.compiled for plan in mc.get_runtime().pipeline.plans.values() if plan.compiled]
+    assert compiled
+    ticks = counter and by_address.cycle_seconds() is not None
+    assert all(replayed._fixed[1].dtype == (np.int64 if ticks else np.float64) for replayed in compiled)  # the stamps
     assert 0.0 < total < elapsed
 
 
