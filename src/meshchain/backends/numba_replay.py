@@ -63,6 +63,7 @@ from numba.experimental import structref
 from numba.extending import overload
 
 from ..core.errors import MeshchainError
+from .compile_once import compiling_alone
 
 __all__ = ["replay_source", "EXCHANGE_PARTS", "ReplayCall", "box"]
 
@@ -187,6 +188,18 @@ def box(values):
     return _box(values)
 
 
+def _boxed(values):
+    """:func:`box` of ``values``, compiled for their type under the lock of its disk cache
+    (:func:`~.compile_once.compiling_alone`): ranks sharing the cache then add their types to its
+    index one at a time, as they do for the generated functions, instead of each reading,
+    extending and writing it back at once."""
+    kind = (numba.typeof(values),)
+    if kind not in box.overloads:
+        with compiling_alone(box, kind):
+            box.compile(kind)
+    return box(values)
+
+
 class ReplayCall:
     """A compiled replay (``entry``, the entry point of ``function``, ``_mc_replay``, for the
     boxed arguments' type) and its arguments as bound last (:meth:`bind`), after ``natives``
@@ -203,10 +216,11 @@ class ReplayCall:
         other Numba types than the entry point was compiled for get their own (a structure is
         not type-checked when compiled code unboxes it)."""
         values = (self.natives, *values)
-        self.boxed = box(values[:FIXED] + tuple(box(group) for group in values[FIXED:]))
+        self.boxed = _boxed(values[:FIXED] + tuple(_boxed(group) for group in values[FIXED:]))
         kind = numba.typeof(self.boxed)
         if self.entry is not None and kind != self.kind:
-            self.entry = self.function.compile((kind,))
+            with compiling_alone(self.function, (kind,)):
+                self.entry = self.function.compile((kind,))
         self.kind = kind
 
     def __call__(self) -> int:
