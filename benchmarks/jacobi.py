@@ -50,12 +50,15 @@ def sweep_map(s, out):
     out[0] = 0.2 * s[0, 0] + 0.2 * s[1, 0] + 0.2 * s[2, 0] + 0.2 * s[3, 0] + 0.2 * s[4, 0]
 
 
-@numba.njit(nogil=True)
-def direct(u, v):
+def _direct(u, v):
     n, m = u.shape
     for i in range(1, n - 1):
         for j in range(1, m - 1):
             v[i, j] = 0.2 * u[i, j] + 0.2 * u[i - 1, j] + 0.2 * u[i + 1, j] + 0.2 * u[i, j - 1] + 0.2 * u[i, j + 1]
+
+
+direct = numba.njit(nogil=True)(_direct)
+direct_contracted = numba.njit(nogil=True, fastmath={"contract"})(_direct)  # the floor of fp_contract=True
 
 
 def timed(step, sweeps: int, repeats: int) -> float:
@@ -84,9 +87,10 @@ def grid_variant(n: int, start: np.ndarray):
     return step, lambda: a.data_ro.reshape(n, n).copy()
 
 
-def captured_variant(n: int, start: np.ndarray):
-    """The grid path with two sweeps captured as one step (``mc.capture``) and replayed."""
-    mc.reset_runtime()
+def captured_variant(n: int, start: np.ndarray, **options):
+    """The grid path with two sweeps captured as one step (``mc.capture``) and replayed;
+    ``options``: the session's (``fp_contract=True``: multiplies and adds fused)."""
+    mc.reset_runtime(**options)
     g = mc.Grid((n, n), "g")
     a, b = mc.Dat(g, 1, start, "a"), mc.Dat(g, 1, start, "b")
     star, inner = mc.Stencil(STAR, "star"), g.interior(1)
@@ -199,20 +203,23 @@ def devito_per_sweep(n, start):
     return devito_variant(n, start, loop_inside=False)
 
 
-def direct_variant(n: int, start: np.ndarray):
+def direct_variant(n: int, start: np.ndarray, function=direct):
     u, v = start.copy(), start.copy()
 
     def step(k):
         for _ in range(k // 2):
-            direct(u, v)
-            direct(v, u)
+            function(u, v)
+            function(v, u)
 
     return step, lambda: u.copy()
 
 
-VARIANTS = {"meshchain grid": grid_variant, "meshchain grid, captured": captured_variant, "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
+VARIANTS = {"meshchain grid": grid_variant, "meshchain grid, captured": captured_variant,
+            "meshchain grid, captured, fp_contract=True": lambda n, start: captured_variant(n, start, fp_contract=True),
+            "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
             "Devito, time loop inside": devito_inside, "Devito, apply() per sweep": devito_per_sweep,
-            "direct Numba loop": direct_variant}
+            "direct Numba loop": direct_variant,
+            "direct Numba loop, fastmath contract": lambda n, start: direct_variant(n, start, direct_contracted)}
 
 
 def main(argv=None) -> int:

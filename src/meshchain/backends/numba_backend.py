@@ -247,11 +247,11 @@ class NumbaBackend(Backend):
 
     def _executor(self, loop, report) -> "_Executor":
         constants = tuple(c.source for c in loop.kernel.constants())
-        key = (loop.kernel, constants, loop.specs, self.config.debug)
+        key = (loop.kernel, constants, loop.specs, self.config.debug, self.config.fp_contract)
         executor = self._executors.get(key)
         if executor is None:
             began = time.perf_counter()
-            source = loop_source(loop, boundscheck=self._checked(loop))
+            source = loop_source(loop, boundscheck=self._checked(loop), contract=self.config.fp_contract)
             module, path = import_generated(source, loop.kernel.name, self._directory)
             executor = self._executors[key] = _Executor(module, path, loop.specs)
             report(loop, time.perf_counter() - began, False, 0)

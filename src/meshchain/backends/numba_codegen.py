@@ -63,25 +63,29 @@ def constant_source(constant) -> str:
     return "\n".join([*nested, "@_mc_njit(inline='always')", constant.definition])
 
 
-def loop_source(loop, *, boundscheck: bool) -> str:
-    """The full text of the generated module for ``loop``."""
+def loop_source(loop, *, boundscheck: bool, contract: bool = False) -> str:
+    """The full text of the generated module for ``loop``; ``contract``: its kernel's multiplies
+    and adds may be fused (``fastmath={'contract'}``, :attr:`~meshchain.core.config.Config.fp_contract`)."""
     parts = [_HEADER.format(loop=loop.name, kernel=loop.kernel.name)]
     parts += [constant_source(c) for c in loop.kernel.constants()]
     body = inline_body(loop)
+    flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
+    if contract:
+        flags += ", fastmath={'contract'}"
     if body is None:
-        parts.append(_kernel_definition(loop.kernel, boundscheck))
-    parts.append(_loop_definition(loop.specs, body, boundscheck))
+        parts.append(_kernel_definition(loop.kernel, flags))
+    parts.append(_loop_definition(loop.specs, body, flags))
     return "\n\n".join(parts) + "\n"
 
 
-def _kernel_definition(kernel, boundscheck: bool) -> str:
+def _kernel_definition(kernel, flags: str) -> str:
     tree = copy.deepcopy(kernel.tree)
     tree.name = "_mc_kernel"
-    decorator = f"@_mc_njit(cache=True, nogil=True, error_model='numpy', boundscheck={boundscheck})"
+    decorator = f"@_mc_njit(cache=True, {flags})"
     return decorator + "\n" + ast.unparse(tree)
 
 
-def _loop_definition(specs, body, boundscheck: bool) -> str:
+def _loop_definition(specs, body, flags: str) -> str:
     """``_mc_block`` runs one block's elements in order; ``_mc_loop`` runs colours in order and
     the blocks of one colour on threads (``prange``), then combines reductions in block order;
     ``_mc_loop_serial`` does the same on the calling thread only (the same blocks in the same
@@ -93,14 +97,14 @@ def _loop_definition(specs, body, boundscheck: bool) -> str:
 
     In ``_mc_loop`` the block is a function of its own: Numba then optimises it as fully as plain
     sequential code (inside a parfor body the same code runs measurably slower).
-    ``body`` is the inlined kernel (see :mod:`.inline`) or None to call ``_mc_kernel``.
+    ``body`` is the inlined kernel (see :mod:`.inline`) or None to call ``_mc_kernel``; ``flags``
+    the functions' Numba options but ``cache`` and ``parallel``.
     """
     nslots = max((s.slot for s in specs), default=-1) + 1
     nmaps = max((s.map_slot for s in specs), default=-1) + 1
     reductions = reduction_args(specs)
     arrays = [f"_mc_d{j}" for j in range(nslots)] + [f"_mc_m{k}" for k in range(nmaps)]
     arrays += [f"_mc_p{i}" for i in reductions]
-    flags = f"nogil=True, error_model='numpy', boundscheck={boundscheck}"
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_plan, _mc_s, {', '.join(arrays)}):"]
     ranged = grid_rows(specs) or layer_columns(specs)
     header, rows = ranged if ranged else (_RANGE, grid_row(specs))

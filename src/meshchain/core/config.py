@@ -63,6 +63,16 @@ class Config:
         Pending loops that make the trace run (default 256); 1 runs every loop at once.
     debug : bool
         Bounds-check every kernel in compiled backends.
+    fp_contract : bool
+        Let the numba backend fuse a multiply and an add of a kernel into one fused multiply-add
+        (Numba's ``fastmath={"contract"}``, what C compilers do with ``-ffp-contract=fast``; the
+        other fast-math licences, such as assuming no NaN, are not taken). Default False: the
+        generated loops give the reference path's bits. True: faster arithmetic-bound kernels
+        (a five-point stencil 1.17x here, ``benchmarks/jacobi.py``) whose results differ from the
+        reference in the last bits; they are the same for any thread count, and loop by loop or
+        communication-avoiding (every path runs the same compiled loop). Needs a
+        compiling backend: the reference backend refuses it; the GPU backends' NVRTC fuses by
+        default either way.
     overlap : bool
         On several ranks, run a loop's core iterations while its halo exchanges are in
         flight (default); False waits for the exchanges first (exchange-then-compute, the
@@ -132,6 +142,7 @@ class Config:
     block_size: int = 2048
     trace_length: int = 256
     debug: bool = False
+    fp_contract: bool = False
     overlap: bool = True
     chains: Path | None = None
     gpu_threads: int = 256
@@ -172,9 +183,12 @@ class Config:
             raise ConfigurationError(f"boundary {self.boundary!r} is unknown; choose one of {', '.join(BOUNDARY)}.")
         if self.gpu_halos not in GPU_HALOS:
             raise ConfigurationError(f"gpu_halos must be one of {', '.join(GPU_HALOS)}, got {self.gpu_halos!r}.")
-        for flag in ("debug", "overlap", "eager"):
+        for flag in ("debug", "overlap", "eager", "fp_contract"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        if self.fp_contract and self.backend == "reference":
+            raise ConfigurationError("fp_contract=True needs a compiling backend: the reference backend computes each "
+                                     "operation in NumPy and fuses nothing; use backend='numba'.")
         if self.hang_action not in HANG_ACTIONS:
             raise ConfigurationError(f"hang_action must be one of {', '.join(HANG_ACTIONS)}, got {self.hang_action!r}.")
         timeout = self.hang_timeout
@@ -239,7 +253,7 @@ def _parse(name: str, raw: str):
             return float(raw)
         except ValueError:
             raise ConfigurationError(f"MESHCHAIN_HANG_TIMEOUT={raw!r} is not a number of seconds.") from None
-    if name in ("debug", "overlap", "eager"):
+    if name in ("debug", "overlap", "eager", "fp_contract"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off", ""):
