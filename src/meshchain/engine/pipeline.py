@@ -90,9 +90,10 @@ class Pipeline:
     def run_unit(self, unit, *, replayed: bool = False):
         """Run ``unit`` bound to its latest loops' objects (a captured step replays this way:
         ``replayed``, then on several ranks as the plan's compiled replay where it can,
-        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns the compiled replay's
-        :meth:`~meshchain.engine.replay.CompiledReplay.again` when the run was one (the next
-        replay's quick way), else None."""
+        :meth:`~meshchain.engine.plans.Plan.run_compiled`). Returns the next replay's quick way where
+        there is one: the compiled replay's :meth:`~meshchain.engine.replay.CompiledReplay.again`
+        when the run was one, on one process the plan's :meth:`~meshchain.engine.plans.Plan.again`;
+        else None."""
         session = self.session
         distributed = session.distributed
         if not distributed:  # the common case first: its plan, bound to these records (or rebound), current
@@ -101,7 +102,7 @@ class Pipeline:
                     and (plan.binding.records is unit.records or plan.binding.rebind(plan, unit.records))):
                 self.plans.hits += 1
                 plan.run()
-                return
+                return plan.again(self, unit) if replayed else None
         options = unit.options
         state = unit.state() if distributed else None
         mode = learner = None

@@ -51,6 +51,7 @@ A plan of one step whose core is any callable (the engine binds backend calls):
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
@@ -250,6 +251,32 @@ class Plan:
             return False
         compiled.run()
         return True
+
+    def again(self, pipeline, unit):
+        """For a captured step's next replay on one process: a function that runs this plan
+        again (:meth:`run`) and returns True, or returns False with nothing run where anything
+        that picks or prepares it changed since (the plan dropped, its objects or ``unit``'s
+        rebound, a kernel's globals, a profiler or hang diagnostics watching); None for a plan
+        of several steps. It skips the capture's and the pipeline's look-ups (a weak reference
+        to the plan)."""
+        if not self._simple:
+            return None
+        plan_of, binding, kernels, plans = weakref.ref(self), self.binding, self.kernels, pipeline.plans
+        records, unit_records = binding.records, unit.records
+
+        def again() -> bool:
+            plan = plan_of()
+            if (plan is None or plan.compiled is False or binding.records is not records
+                    or unit.records is not unit_records or _profiling.active is not None or _activity.watched):
+                return False
+            for kernel in kernels:
+                if not kernel.unchanged():
+                    return False
+            plans.hits += 1
+            plan.run()
+            return True
+
+        return again
 
     def run(self) -> None:
         """Run the plan once (see the module docstring)."""

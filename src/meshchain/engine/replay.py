@@ -163,8 +163,8 @@ class CompiledReplay:
         pipeline, the plan and this object. It holds the plan weakly (its compiled arguments
         strongly, until the step replays again)."""
         plan = self.plan
-        guard = _Guard(weakref.ref(plan), plan.binding, self._records, unit, tuple(zip(unit.dats(), state)),
-                       plan.kernels, pipeline)
+        guard = _Guard(weakref.ref(plan), plan.binding, self._records, unit, unit.records,
+                       tuple(zip(unit.dats(), state)), plan.kernels, pipeline)
         return _runner(plan, *self._bound, guard=guard)
 
     def _bind(self) -> None:
@@ -196,8 +196,9 @@ class _Guard(NamedTuple):
 
     plan: weakref.ref
     binding: object
-    records: tuple
+    records: tuple  # the plan's binding's, as the compiled call was bound to them
     unit: object
+    unit_records: tuple  # the unit's, when the guard was made
     depths: tuple  # (storage, valid depth) per dat of the unit
     kernels: tuple
     pipeline: object
@@ -211,14 +212,14 @@ def _runner(plan, calls, settle, in_flight, validity, *, guard=None):
     a :class:`_Guard`, first its checks (False, nothing run, where one fails) and the pipeline's
     counters. One closure over locals: a Python call less per replay than a guard calling a run."""
     comm, label, account = plan.comm, plan.label, plan.account
-    plan_of, binding, records, unit, depths, kernels, pipeline = guard or (None,) * 7
+    plan_of, binding, records, unit, unit_records, depths, kernels, pipeline = guard or (None,) * 8
     plans = None if pipeline is None else pipeline.plans
 
     def run() -> bool:
         if plan_of is not None:
             plan = plan_of()
-            if (plan is None or not plan.compiled or binding.records is not records or unit.records is not records
-                    or profiling.active is not None or activity.watched):
+            if (plan is None or not plan.compiled or binding.records is not records
+                    or unit.records is not unit_records or profiling.active is not None or activity.watched):
                 return False
             for storage, depth in depths:
                 if storage.valid_depth != depth:
