@@ -172,6 +172,28 @@ def test_an_error_while_capturing_records_nothing_and_the_next_call_captures_aga
     np.testing.assert_array_equal(u.data_ro, (start * 2 + 1) * 2 + 1)
 
 
+def test_a_replay_that_fails_on_the_quick_way_raises_as_the_loop_does_and_replays_once_mended():
+    """A kernel whose index comes from a global runs with bounds checks: on a replay (the quick
+    way on one process) a value out of range raises the loop's KernelRuntimeError, and leaves
+    nothing pending; with a value in range the step replays again."""
+    mc.reset_runtime()
+    cells = mc.Set(4, "cells")
+    src = mc.Dat(cells, 3, np.arange(12.0).reshape(4, 3), "src")
+    out = mc.Dat(cells, 1, None, "out")
+    which = mc.Global(1, 1, "which", dtype=np.int64)
+    pick = mc.Kernel.from_source("def pick(s, k, o):\n    o[0] = s[k[0]]\n")
+    step = mc.capture(lambda: mc.par_loop(pick, cells, src(mc.READ), which(mc.READ), out(mc.WRITE)), name="pick")
+    step(), step()
+    assert step.replays == 1 and next(iter(step._kept.values())).rerun is not None  # replays the quick way
+    which.value = 7
+    with pytest.raises(mc.KernelRuntimeError, match="'pick'"):
+        step()
+    assert len(mc.get_runtime().trace) == 0
+    which.value = 2
+    step()
+    np.testing.assert_array_equal(out.data_ro[:, 0], np.arange(12.0).reshape(4, 3)[:, 2])
+
+
 def test_capture_options_and_bad_use():
     d, u = mesh()
 

@@ -125,7 +125,12 @@ class CapturedStep:
         if tracing.trace.entries:
             session.flush()
         rerun = capture.rerun  # the quick way where nothing is restored first and nothing changed
-        if rerun is None or capture.restores or not rerun():
+        try:
+            ran = rerun is not None and not capture.restores and rerun()
+        except Exception as exc:  # as a replay the slow way reports it
+            session.after_failure(exc, capture.loops)
+            raise
+        if not ran:
             capture.replay()
         self.replays += 1
         return capture.result

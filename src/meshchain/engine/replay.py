@@ -63,6 +63,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..comm.agree import abort_all
+from ..comm.by_address import cycle_seconds
 from ..core import activity, profiling
 from ..core.errors import InternalError, MeshchainWarning
 
@@ -111,7 +112,6 @@ class CompiledReplay:
     def make(cls, plan, *, backend, report):
         """The compiled replay of ``plan``, or None where it cannot be had (see the module
         docstring). ``report(seconds, compiled, cache_hits)``: told of each piece's compile."""
-        from ..comm.by_address import cycle_seconds
         from ..comm.compiled import CompiledReduction, addresses  # mpi4py: imported once the session started MPI
 
         if not _eligible(plan) or addresses() is None:
