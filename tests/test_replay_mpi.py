@@ -173,7 +173,7 @@ def test_a_compiled_replay_after_a_write_to_the_field_it_reads_exchanges_again_a
     within the wall-clock time around the replays."""
     monkeypatch.setattr(replay, "COMPILE_AFTER", 0)
     if not counter:
-        monkeypatch.setattr(by_address, "cycle_seconds", lambda: None)
+        monkeypatch.setattr(replay, "cycle_seconds", lambda: None)  # where the replay reads it
     found = {}
     for how in ("uncaptured", "compiled"):
         mc.reset_runtime(comm=comm, transport="persistent")
