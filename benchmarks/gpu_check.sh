@@ -6,7 +6,8 @@
 #   bash benchmarks/gpu_check.sh            # writes its logs and JSON under $OUT
 #
 # 1. the GPU tests: every test parametrised over the device backends (tests/devices.py)
-#    that runs on the cupy backend, on 1 to 3 ranks sharing the GPU (pytest -k cupy);
+#    that runs on the cupy backend (captured steps, dat arithmetic, MIN/MAX, extruded sets,
+#    unsigned data, mixed spaces and subsets included), on 1 to 3 ranks sharing the GPU (pytest -k cupy);
 #    meanwhile every example on cupy against numba (benchmarks/gpu_examples.py, Airfoil's
 #    rms to 1e-10);
 # 2. then, with the GPU to themselves, benchmarks/gpu.py (Airfoil, 720 000 cells),
@@ -53,8 +54,9 @@ EOF
 
 step "1. GPU tests (background) and the examples on cupy against numba"
 timeout "${TESTS_TIMEOUT:-280}" "$PYTHON" -m pytest -p no:cacheprovider -q -rfEs --timeout 250 -k cupy \
-    tests/test_cuda.py tests/test_cuda_halo.py tests/test_cuda_mpi.py tests/test_grids.py \
-    > "$OUT/pytest.log" 2>&1 &
+    tests/test_cuda.py tests/test_cuda_halo.py tests/test_cuda_mpi.py tests/test_grids.py tests/test_capture.py \
+    tests/test_dat_arithmetic.py tests/test_dat_minmax.py tests/test_extruded.py tests/test_inputs.py \
+    tests/test_mixed.py tests/test_subsets.py > "$OUT/pytest.log" 2>&1 &
 tests=$!
 timeout "${EXAMPLES_TIMEOUT:-260}" "$PYTHON" benchmarks/gpu_examples.py --timeout 120 --out "$OUT/gpu_examples.json" \
     || failed+=(examples)

@@ -13,7 +13,7 @@ import pytest
 import meshchain as mc
 from meshchain.meshes import structured_tris
 
-from devices import EMULATION, needs_gxx
+from devices import DEVICE_BACKENDS
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -210,7 +210,7 @@ def test_capture_options_and_bad_use():
         mc.capture(named, ca="sometimes")
 
 
-@pytest.mark.parametrize("backend", ["reference", pytest.param(EMULATION, marks=needs_gxx, id=EMULATION)])
+@pytest.mark.parametrize("backend", ["reference", *DEVICE_BACKENDS])
 def test_replays_on_the_other_backends_equal_the_uncaptured_step(backend):
     """Backends whose plans cannot take other objects (the reference, the device) replay their
     plan as built: the same bits as numba uncaptured."""

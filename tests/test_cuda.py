@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +167,39 @@ def test_switching_back_to_numba_sees_the_device_results(backend):
     mc.configure(backend="numba")
     mc.par_loop(scale_into, cells, a(mc.READ), b(mc.RW))
     np.testing.assert_array_equal(b.data[:, 0], 4.0)
+
+
+@mc.kernel
+def multiply_add(a, b, c, y):
+    y[0] = a[0] * b[0] + c[0]
+
+
+def rounded_once(a, b, c) -> np.ndarray:
+    """``a * b + c`` rounded once, as a fused multiply-add gives it (from exact rationals)."""
+    return np.array([float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a, b, c)])
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_the_device_fuses_multiplies_and_adds_only_with_fp_contract(backend):
+    """By default the device rounds the product and the sum apart, as the CPU backends do (NVRTC
+    would fuse them); with ``fp_contract=True`` the GPU fuses them and the emulation may."""
+    rng = np.random.default_rng(5)
+    a, b, c = rng.random(2000), rng.random(2000), -rng.random(2000)
+    apart, once = a * b + c, rounded_once(a, b, c)
+    assert not np.array_equal(apart, once)  # data on which fusing shows
+    for contract in (False, True):
+        mc.configure(backend=backend, fp_contract=contract)
+        cells = mc.Set(a.size, "cells")
+        dats = [mc.Dat(cells, 1, values, name) for values, name in ((a, "a"), (b, "b"), (c, "c"))]
+        y = mc.Dat(cells, 1, None, "y")
+        mc.par_loop(multiply_add, cells, *(d(mc.READ) for d in dats), y(mc.WRITE))
+        got = y.data_ro[:, 0]
+        if not contract:
+            np.testing.assert_array_equal(got, apart)
+        elif backend == "cupy":
+            np.testing.assert_array_equal(got, once)
+        else:
+            assert np.all((got == apart) | (got == once))
 
 
 # --- the translator ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
+from devices import DEVICE_BACKENDS
 from meshchain.meshes import structured_quads
 
 OPS = ("iadd", "isub", "imul", "idiv", "iadd_scalar", "imul_scalar", "axpy", "copy", "zero", "add", "neg")
@@ -74,7 +75,7 @@ def test_random_programs_equal_numpy(program, n, dim):
     check_program(program, n, dim, "reference")  # no compiling: many programs
 
 
-@pytest.mark.parametrize("backend", ["numba", "cuda-emulation"])
+@pytest.mark.parametrize("backend", ["numba", *DEVICE_BACKENDS])
 def test_every_operation_on_the_compiled_backends_equals_numpy(backend):
     check_program(EVERY_OPERATION, 37, 2, backend)
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
+from devices import DEVICE_BACKENDS
 from meshchain.meshes import jittered_delaunay, structured_quads
 
 
@@ -82,7 +83,7 @@ def test_minmax_through_maps_equals_numpy_on_random_meshes(nx, ny, whole):
     check(mesh, program(mesh, whole=whole))
 
 
-@pytest.mark.parametrize("backend", ["numba", "cuda-emulation"])
+@pytest.mark.parametrize("backend", ["numba", *DEVICE_BACKENDS])
 @pytest.mark.parametrize("whole", [False, True])
 def test_minmax_through_maps_on_the_compiled_backends(backend, whole):
     mc.reset_runtime(backend=backend)

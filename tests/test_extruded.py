@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import meshchain as mc
+from devices import DEVICE_BACKENDS
 from chain_programs import RUNS, assert_same_results
 from meshchain.meshes import jittered_delaunay, structured_tris
 from meshchain.types.extruded import in_region
@@ -192,10 +193,11 @@ def test_blocks_that_end_inside_columns_equal_the_flattened_loops(block_size):
     assert_same_results(outcome(spec, runs, block_size=block_size), oracle(spec, runs), f"blocks of {block_size}")
 
 
+@pytest.mark.parametrize("device", DEVICE_BACKENDS)
 @settings(max_examples=2, **NO_CHECKS)
 @given(spec=extruded_programs(max_loops=3), runs=st.permutations(RUNS[:3]))
-def test_extruded_programs_on_the_device_emulation_equal_their_flattened_loops(spec, runs):
-    assert_same_results(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
+def test_extruded_programs_on_the_device_equal_their_flattened_loops(device, spec, runs):
+    assert_same_results(outcome(spec, runs, backend=device), oracle(spec, runs), f"{device}, {runs}")
 
 
 def uneven_offsets_outcome(backend):
@@ -216,7 +218,7 @@ def uneven_offsets_outcome(backend):
     return [b.data.copy(), u.data.copy()]
 
 
-@pytest.mark.parametrize("backend", ["numba", "cuda-emulation"])
+@pytest.mark.parametrize("backend", ["numba", *DEVICE_BACKENDS])
 def test_maps_whose_columns_move_by_different_offsets_equal_the_reference(backend):
     assert_same_results(uneven_offsets_outcome(backend), uneven_offsets_outcome("reference"), backend)
 

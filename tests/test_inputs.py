@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
+from devices import DEVICE_BACKENDS
 
 
 @settings(max_examples=25, deadline=None)
@@ -148,7 +149,7 @@ def unsigned_program(dtype):
             "dtype": mask.dtype, "big": big, "cells": mesh.ncell}
 
 
-@pytest.mark.parametrize("backend", ["numba", "reference", "cuda-emulation"])
+@pytest.mark.parametrize("backend", ["numba", "reference", *DEVICE_BACKENDS])
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
 def test_unsigned_dats_and_globals_on_one_process(backend, dtype):
     mc.reset_runtime(backend=backend)
@@ -209,7 +210,7 @@ def test_unsigned_dats_checkpoint_unchanged_and_are_described_as_unsigned_in_xdm
     assert ids.data_ro[:, 0].tolist() == [top, 0, 7, top - 1] and flags.value.tolist() == [2**32 - 1]
 
 
-@pytest.mark.parametrize("backend", ["numba", "reference", "cuda-emulation"])
+@pytest.mark.parametrize("backend", ["numba", "reference", *DEVICE_BACKENDS])
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # NumPy's scalars say so; Numba wraps
 def test_a_negative_increment_of_an_unsigned_global_wraps_on_every_backend(backend):
     """Regression: Numba typed the inlined sum of an unsigned global as a float64 once a signed

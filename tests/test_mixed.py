@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import meshchain as mc
+from devices import DEVICE_BACKENDS
 from chain_programs import (GLOBAL_NAMES, RUNS, Program, assert_same_on_ranks, assert_same_results, programs,
                             results_of)
 from test_backends_property import kernel_source
@@ -125,10 +126,11 @@ def test_mixed_arguments_equal_one_argument_per_dat(spec, backend, runs):
     assert_same_results(outcome(spec, runs, backend=backend), oracle(spec, runs), f"{backend}, {runs}")
 
 
+@pytest.mark.parametrize("device", DEVICE_BACKENDS)
 @settings(max_examples=2, **NO_CHECKS)
 @given(spec=mixed_programs(max_loops=4), runs=st.permutations(RUNS[:3]))
-def test_mixed_arguments_on_the_device_emulation_equal_one_argument_per_dat(spec, runs):
-    assert_same_results(outcome(spec, runs, backend="cuda-emulation"), oracle(spec, runs), f"cuda-emulation, {runs}")
+def test_mixed_arguments_on_the_device_equal_one_argument_per_dat(device, spec, runs):
+    assert_same_results(outcome(spec, runs, backend=device), oracle(spec, runs), f"{device}, {runs}")
 
 
 @pytest.mark.mpi(nprocs=(2, 3, 4), timeout=900)

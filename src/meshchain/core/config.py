@@ -71,8 +71,9 @@ class Config:
         (a five-point stencil 1.17x here, ``benchmarks/jacobi.py``) whose results differ from the
         reference in the last bits; they are the same for any thread count, and loop by loop or
         communication-avoiding (every path runs the same compiled loop). Needs a
-        compiling backend: the reference backend refuses it; the GPU backends' NVRTC fuses by
-        default either way.
+        compiling backend: the reference backend refuses it. The GPU backends follow it too:
+        NVRTC's ``--fmad=true`` or ``false`` (its own default is true), so that by default a
+        GPU rounds each operation as the CPU does.
     overlap : bool
         On several ranks, run a loop's core iterations while its halo exchanges are in
         flight (default); False waits for the exchanges first (exchange-then-compute, the

@@ -147,7 +147,7 @@ class CudaBackend(Backend):
     def _executor(self, loop, report) -> "_DeviceExecutor":
         config = self.config
         constants = tuple(c.source for c in loop.kernel.constants())
-        key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments)
+        key = (loop.kernel, constants, loop.specs, config.gpu_threads, config.gpu_increments, config.fp_contract)
         executor = self._executors.get(key)
         if executor is None:
             if any(s.kind == STENCIL or s.grid for s in loop.specs):  # the session lowers them to maps
@@ -157,8 +157,8 @@ class CudaBackend(Backend):
             coloured = _coloured(config, loop)
             source = loop_source(loop, threads=config.gpu_threads, colour=coloured)
             what = f"kernel {loop.kernel.name!r} (loop {loop.name!r})"
-            executor = self._executors[key] = _DeviceExecutor(self.device.compile(source.text, what), source, coloured,
-                                                           loop.specs)
+            executor = self._executors[key] = _DeviceExecutor(
+                self.device.compile(source.text, what, contract=config.fp_contract), source, coloured, loop.specs)
             report(loop, time.perf_counter() - began, True, 0)
         return executor
 

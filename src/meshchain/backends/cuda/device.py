@@ -51,10 +51,10 @@ class EmulatedDevice:
         self.directory = Path(cache_dir) / "cuda-emulation"
         self._copies: list = []  # the copy stream: (event, work) not yet done
 
-    def compile(self, source: str, what: str):
+    def compile(self, source: str, what: str, *, contract: bool = False):
         from .emulation import compile_emulated
 
-        return compile_emulated(source, self.directory, what=what)
+        return compile_emulated(source, self.directory, what=what, contract=contract)
 
     def launch(self, function, grid: int, threads: int, arguments, timer=None) -> None:
         converted = [ctypes.c_uint(grid)]
@@ -164,10 +164,13 @@ class CupyDevice:
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
         self._timings: list = []  # (timer, start, stop) of launches not yet accounted
 
-    def compile(self, source: str, what: str):
+    def compile(self, source: str, what: str, *, contract: bool = False):
+        """``source`` compiled by NVRTC; ``contract``: multiplies and adds may be fused
+        (``--fmad=true``); without it the kernel rounds each operation as the host does."""
         path = save_source(self.directory, hashlib.sha256(source.encode()).hexdigest()[:24], ".cu", source)
         try:
-            module = self.cp.RawModule(code=source, options=("--std=c++17",))
+            fmad = f"--fmad={'true' if contract else 'false'}"
+            module = self.cp.RawModule(code=source, options=("--std=c++17", fmad))
             return module.get_function("mc_loop")
         except Exception as exc:  # noqa: BLE001 - NVRTC errors come in several types
             raise CompilationError(f"NVRTC could not compile {what}; source: {path}\n{str(exc)[:2000]}") from exc

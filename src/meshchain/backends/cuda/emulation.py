@@ -108,19 +108,23 @@ def compiler() -> str:
     return path
 
 
-def compile_emulated(source: str, directory: Path, *, what: str):
+def compile_emulated(source: str, directory: Path, *, what: str, contract: bool = False):
     """Compile ``source`` (a generated module) for the emulation; return its ``mc_launch``.
 
-    The library goes to ``directory/<hash>.so`` (written atomically, reused by later runs).
+    ``contract``: the compiler may fuse multiplies and adds (``-ffp-contract=fast``; on x86-64
+    without ``-mfma`` it has no instruction to fuse with); without it, never (``off``: GCC fuses
+    by default where the processor can, on AArch64 say). The library goes to
+    ``directory/<hash>.so`` (written atomically, reused by later runs).
     """
     header = save_source(directory, f"mc_emulation_{_digest(HEADER)}", ".h", HEADER)
-    digest = _digest(HEADER + source)
+    contraction = f"-ffp-contract={'fast' if contract else 'off'}"
+    digest = _digest(HEADER + contraction + source)
     library = directory / f"{digest}.so"
     if not library.exists():
         cu = save_source(directory, digest, ".cu", source)
         temporary = directory / f".{digest}.{os.getpid()}.so"
-        command = [compiler(), "-std=c++17", "-O1", "-shared", "-fPIC", "-DMC_EMULATION", "-include", str(header),
-                   "-x", "c++", str(cu), "-o", str(temporary)]
+        command = [compiler(), "-std=c++17", "-O1", contraction, "-shared", "-fPIC", "-DMC_EMULATION",
+                   "-include", str(header), "-x", "c++", str(cu), "-o", str(temporary)]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise CompilationError(f"the CUDA emulation could not compile {what}; source: {cu}\n"
