@@ -19,8 +19,10 @@ source is kept beside it as ``<hash>.cu``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 from pathlib import Path
@@ -111,19 +113,18 @@ def compiler() -> str:
 def compile_emulated(source: str, directory: Path, *, what: str, contract: bool = False):
     """Compile ``source`` (a generated module) for the emulation; return its ``mc_launch``.
 
-    ``contract``: the compiler may fuse multiplies and adds (``-ffp-contract=fast``; on x86-64
-    without ``-mfma`` it has no instruction to fuse with); without it, never (``off``: GCC fuses
-    by default where the processor can, on AArch64 say). The library goes to
-    ``directory/<hash>.so`` (written atomically, reused by later runs).
+    ``contract``: multiplies and adds are fused as a GPU fuses them (:func:`contraction_flags`);
+    without it, never. The library goes to ``directory/<hash>.so`` (written atomically, reused
+    by later runs).
     """
     header = save_source(directory, f"mc_emulation_{_digest(HEADER)}", ".h", HEADER)
-    contraction = f"-ffp-contract={'fast' if contract else 'off'}"
-    digest = _digest(HEADER + contraction + source)
+    contraction = contraction_flags(contract)
+    digest = _digest(HEADER + " ".join(contraction) + source)
     library = directory / f"{digest}.so"
     if not library.exists():
         cu = save_source(directory, digest, ".cu", source)
         temporary = directory / f".{digest}.{os.getpid()}.so"
-        command = [compiler(), "-std=c++17", "-O1", contraction, "-shared", "-fPIC", "-DMC_EMULATION",
+        command = [compiler(), "-std=c++17", "-O1", *contraction, "-shared", "-fPIC", "-DMC_EMULATION",
                    "-include", str(header), "-x", "c++", str(cu), "-o", str(temporary)]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -131,6 +132,27 @@ def compile_emulated(source: str, directory: Path, *, what: str, contract: bool 
                                    + "\n".join(done.stderr.splitlines()[:20]))
         os.replace(temporary, library)
     return ctypes.CDLL(str(library)).mc_launch
+
+
+def contraction_flags(contract: bool) -> list[str]:
+    """The C++ compiler's flags for ``fp_contract``: ``-ffp-contract=off`` without it (GCC fuses
+    by default where the processor can, on AArch64 say); with it ``-ffp-contract=fast``, and
+    ``-mfma`` on an x86-64 processor that has fused multiply-adds (without it GCC has no
+    instruction to fuse with) with ``-fexpensive-optimizations`` (the pass that forms them, off
+    at the emulation's ``-O1``), so that the emulation fuses as the GPU's ``--fmad=true`` does."""
+    if not contract:
+        return ["-ffp-contract=off"]
+    return ["-ffp-contract=fast", *(["-mfma", "-fexpensive-optimizations"] if host_fuses() else [])]
+
+
+@functools.lru_cache(maxsize=None)
+def host_fuses() -> bool:
+    """Whether this is an x86-64 processor with fused multiply-add instructions."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    import llvmlite.binding
+
+    return bool(llvmlite.binding.get_host_cpu_features().get("fma"))
 
 
 def _digest(text: str) -> str:
