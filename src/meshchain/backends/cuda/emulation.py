@@ -27,6 +27,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import llvmlite.binding
+
 from ...core.errors import BackendUnavailableError, CompilationError
 from ..generated import save_source
 
@@ -150,8 +152,6 @@ def host_fuses() -> bool:
     """Whether this is an x86-64 processor with fused multiply-add instructions."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    import llvmlite.binding
-
     return bool(llvmlite.binding.get_host_cpu_features().get("fma"))
 
 
