@@ -11,7 +11,16 @@ amplifies rounding, and PETSc's own GMRES and PGMRES differ by 20 iterations the
 ``Pe = 100`` BiCGStab's recurrences amplify rounding tenfold per iteration, so the product
 rounds as PETSc's MPIAIJ product does (each row's halo entries added to its owned sum one by
 one, ``backends/sparse.py: csr_halo``): with a sum of the halo entries added at the end
-instead, the counts on 2 and 3 ranks were 33 and 32 against PETSc's 31."""
+instead, the counts on 2 and 3 ranks were 33 and 32 against PETSc's 31.
+
+On the example's default mesh (``jittered_delaunay(64 * 64)``) one count says less: there a
+relative change of 1e-13 in ``b`` moves PETSc's own BiCGStab count by up to 14 iterations, and
+PETSc's pipelined BiCGStab with bjacobi-ilu stops as converged while its true residual is 100
+times the tolerance. So that mesh is compared over perturbed right-hand sides, per case by
+what PETSc's solves were (``benchmarks/counts.py`` prints the whole table): counts equal to
+one where PETSc's count is the same for every copy of ``b``; mean counts equal within the
+sampling error where it is not; no count where PETSc stops falsely or diverges only now and
+then, but never a false stop of ours."""
 
 from __future__ import annotations
 
@@ -33,10 +42,11 @@ KSP = {"gmres": ("gmres", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded",
 
 
 def petsc_solve(problem, method: str, pc: str | None, rtol: float):
-    """PETSc's ``method`` on ``problem``'s matrix, driven by hand: (iterations, reason)."""
+    """PETSc's ``method`` on ``problem``'s matrix, driven by hand: (iterations, reason, true
+    relative residual ``||b - A x|| / ||b||``)."""
     ksp_type, options = KSP[method]
     A, b = problem.A.to_petsc(), problem.A.petsc_vec(problem.b)
-    x = b.duplicate()
+    x, r = b.duplicate(), b.duplicate()
     x.set(0.0)
     ksp = PETSc.KSP().create(comm=A.getComm())
     ksp.setOptionsPrefix("nonsymmetric_test_")
@@ -45,16 +55,18 @@ def petsc_solve(problem, method: str, pc: str | None, rtol: float):
         database[key] = value
     ksp.setOperators(A)
     ksp.setType(ksp_type)
-    ksp.getPC().setType(pc or "none")
+    ksp.getPC().setType({"bjacobi-ilu": "bjacobi"}.get(pc, pc or "none"))
     ksp.setTolerances(rtol=rtol, atol=0.0, max_it=3000)
     ksp.setFromOptions()
     ksp.solve(b, x)
     for key in options:
         database.delValue(key)
-    its, reason = ksp.getIterationNumber(), ksp.getConvergedReason()
-    for obj in (ksp, x, b, A):
+    A.mult(x, r)
+    r.aypx(-1.0, b)
+    outcome = ksp.getIterationNumber(), ksp.getConvergedReason(), r.norm() / b.norm()
+    for obj in (ksp, x, r, b, A):
         obj.destroy()
-    return its, reason
+    return outcome
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
@@ -65,7 +77,7 @@ def test_iterations_match_petsc_and_the_solution_scipys(comm, peclet):
     expected = ad.reference(problem)
     direct = spla.spsolve(expected[0].tocsc(), expected[1]) if comm.rank == 0 else None
     for method in KSP:
-        theirs, their_reason = petsc_solve(problem, method, "jacobi", 1e-8)
+        theirs, their_reason, _ = petsc_solve(problem, method, "jacobi", 1e-8)
         info = ad.solve(problem, method=method, pc="jacobi", rtol=1e-8)
         assert abs(info.iterations - theirs) <= 1, (method, peclet, info.iterations, theirs, info.reason)
         if their_reason < 0:  # PETSc's PIPEBCGS diverges on the advection-dominated problem: so does ours
@@ -78,6 +90,58 @@ def test_iterations_match_petsc_and_the_solution_scipys(comm, peclet):
         x = problem.x.gather()
         if comm.rank == 0:
             np.testing.assert_allclose(x.ravel(), direct, atol=1e-8 * np.abs(direct).max(), err_msg=method)
+
+
+EXAMPLE_CASES = (("gmres", "bjacobi-ilu"), ("pipegmres", "jacobi"), ("bicgstab", "jacobi"), ("bicgstab", "bjacobi-ilu"),
+                 ("pipebicgstab", "jacobi"), ("pipebicgstab", "bjacobi-ilu"))
+PERTURBED = 12  # solves per case: b itself and 11 copies with 1e-13 relative noise
+FALSE_STOP = 10.0  # a solve that says converged with a true residual above this many times rtol stopped falsely
+
+
+def perturbed_solves(comm, problem, method: str, pc: str, rtol: float) -> list:
+    """``[(PETSc's (iterations, reason, true), ours (iterations, converged, diverged, true))]``
+    with ``b`` and ``PERTURBED - 1`` copies of it perturbed by 1e-13 relative noise."""
+    exact = problem.b.data.copy()
+    b_norm = np.sqrt(comm.allreduce(float(np.sum(exact ** 2))))
+    solves = []
+    for sample in range(PERTURBED):
+        noise = np.random.default_rng(sample + 1000 * comm.rank).standard_normal(exact.shape)
+        problem.b.data[...] = exact * (1.0 + (1e-13 * noise if sample else 0.0))
+        theirs = petsc_solve(problem, method, pc, rtol)
+        info = ad.solve(problem, method=method, pc=pc, rtol=rtol)
+        solves.append((theirs, (info.iterations, info.converged, info.reason.startswith("diverged"),
+                                info.true_residual / b_norm)))
+    problem.b.data[...] = exact
+    return solves
+
+
+@pytest.mark.mpi(nprocs=(1, 3), timeout=300)
+@pytest.mark.parametrize("peclet", [1.0, 100.0])
+def test_counts_on_the_examples_mesh_agree_with_petscs_as_far_as_petscs_own_do(comm, peclet):
+    """Per case, by what PETSc's solves of ``b`` and its perturbed copies were (see the module
+    docstring): all true to the tolerance, all diverged, or mixed (then no count is compared)."""
+    rtol = 1e-8
+    mc.reset_runtime(comm=comm)
+    problem = ad.declare(jittered_delaunay(64 * 64, seed=0), peclet=peclet)
+    for method, pc in EXAMPLE_CASES:
+        solves = perturbed_solves(comm, problem, method, pc, rtol)
+        case = (method, pc, peclet, solves)
+        for _, (_, converged, _, true) in solves:
+            assert not converged or true <= FALSE_STOP * rtol, case  # ours never stops falsely
+        if all(reason < 0 for (_, reason, _), _ in solves):
+            assert all(diverged for _, (_, _, diverged, _) in solves), case
+            continue
+        if not all(reason > 0 and true <= FALSE_STOP * rtol for (_, reason, true), _ in solves):
+            continue  # PETSc stops falsely or diverges for some copies of b: its counts say nothing here
+        assert all(converged for _, (_, converged, _, _) in solves), case
+        theirs = np.array([their[0] for their, _ in solves], dtype=float)
+        ours = np.array([our[0] for _, our in solves], dtype=float)
+        if np.all(theirs == theirs[0]):  # PETSc's count does not move with rounding: ours is within one of it
+            assert np.all(np.abs(ours - theirs) <= 1), case
+        else:  # it moves: the mean counts agree within three standard errors of their difference
+            error = np.sqrt((theirs.var(ddof=1) + ours.var(ddof=1)) / PERTURBED)
+            difference = abs(ours.mean() - theirs.mean())
+            assert difference <= max(1.0, 3.0 * error), (case, ours.mean(), theirs.mean(), error)
 
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
