@@ -27,6 +27,7 @@ Usage::
     python benchmarks/model.py                 # writes results/model.json, prints the tables
     python benchmarks/model.py --networks shm --ranks 2 --per-rank 1000 4000 --loops 2 8 --iters 5
     python benchmarks/model.py --from-json results/model.json   # the tables again, no runs
+    python benchmarks/model.py --from-json results/model.json --refit   # predicted again by this tree's model
 
 With 2 cores, 4 ranks oversubscribe the machine: their rows say so.
 """
@@ -101,10 +102,16 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--from-json", type=Path, help="print the tables of an earlier run instead of running")
+    p.add_argument("--refit", action="store_true",
+                   help="with --from-json: predict the stored rows again with this tree's model (held out)")
     p.add_argument("--output", type=Path, default=HERE / "results" / "model.json")
     args = p.parse_args(argv)
     os.environ.setdefault("MESHCHAIN_THREADS", "1")
+    if args.refit and not args.from_json:
+        p.error("--refit predicts the rows of --from-json again: give --from-json")
     rows = json.loads(args.from_json.read_text()) if args.from_json else held_out(sweep(args))
+    if args.refit:
+        rows = held_out(rows)
     if not args.from_json:
         args.output.parent.mkdir(exist_ok=True)
         args.output.write_text(json.dumps(rows, indent=1))

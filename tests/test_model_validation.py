@@ -66,8 +66,13 @@ def test_held_out_summary_counts_errors_wrong_choices_and_ties():
     # row 0: predicted +15.6 %, measured -3.1 %: a wrong choice, but within its 5 % spread (a tie)
     assert out[0]["right_choice"] is False and out[0]["tie"] is True
     assert out[0]["error"] == pytest.approx(15.625 + 100 * (3.3 / 3.2 - 1))
+    # row 1 is calibrated on row 0 alone, whose CA run was the slower: the difference of its two
+    # runs leaves no round overhead, so row 1 is predicted no gain (a wrong choice, spread 0: no tie)
+    assert out[1]["held_out_machine"]["round_overhead"] == 0.0 and out[1]["predicted_gain"] == pytest.approx(0.0)
+    assert out[1]["right_choice"] is False and out[1]["tie"] is False
+    assert [r["right_choice"] for r in out[2:]] == [True, True]
     s = summary(out)
-    assert s["rows"] == 4 and s["right_choices"] == 3 and s["right_or_tie"] == 4
+    assert s["rows"] == 4 and s["right_choices"] == 2 and s["right_or_tie"] == 3
     assert s["mean_error"] == pytest.approx(sum(r["error"] for r in out) / 4)
     assert s["worst_error"] == pytest.approx(out[0]["error"])
 

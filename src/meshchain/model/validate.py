@@ -14,7 +14,8 @@ the row itself:
   caches);
 * ``o_r`` and ``o_l``: fitted last (:func:`~meshchain.model.overheads.fit_overheads`) to
   what the equations, with those constants (``φ`` included), leave unexplained in the
-  calibration rows' measured times, both variants;
+  calibration rows' measured times, both variants and their difference, relative to the
+  times;
 
 then predicts both variants for the row (the slowest rank's prediction counts) and
 compares the predicted gain with the measured one. Rows marked noisy are predicted but
@@ -37,10 +38,10 @@ Examples
 >>> rows = [row(1000, 2, 4.0e-5, 2.5e-5), row(1000, 8, 16.1e-5, 7.5e-5),
 ...         row(4000, 2, 10.0e-5, 8.4e-5), row(4000, 8, 40.0e-5, 33.9e-5)]
 >>> [round(r["predicted_gain"], 1) for r in held_out(rows)]
-[37.1, 53.0, 5.3, 9.3]
+[37.1, 54.2, 5.6, 9.3]
 >>> s = summary(held_out(rows))
 >>> s["rows"], s["right_choices"], s["over_predicted"]
-(4, 4, 0)
+(4, 4, 1)
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import dataclasses
 import numpy as np
 
 from .equations import Machine, gain_percent
-from .overheads import Observation, fit_overheads
+from .overheads import Observation, Residual, fit_overheads
 from .profile import ChainProfile
 
 __all__ = ["held_out", "calibration_rows", "fit", "loop_costs_at", "predict", "summary"]
@@ -78,12 +79,13 @@ def fit(rows, *, size=None) -> tuple[dict, Machine]:
                    pack_cost=float(np.median([m.get("pack_cost", 0.0) for m in machines])),
                    overlap=float(np.median([m.get("overlap", 1.0) for m in machines])))
     residuals = []
-    for r in rows:
+    for number, r in enumerate(rows):
         g_r = loop_costs_at(rows, r.get("per_rank") if size is not None else None)
         profiles = [ChainProfile.from_dict(p) for p in r["profiles"]]
         for ca, measured in ((False, r["per_loop"]), (True, r["ca"])):
             equations = max(p.ca_time(g_r, base) if ca else p.per_loop_time(g_r, base) for p in profiles)
-            residuals.append((*Observation(ca, measured, profiles[0]).terms(), measured - equations))
+            terms = Observation(ca, measured, profiles[0]).terms()
+            residuals.append(Residual(*terms, measured - equations, measured, ca, number))
     o_r, o_l = fit_overheads(residuals)
     return loop_costs_at(rows, size), dataclasses.replace(base, round_overhead=o_r, loop_overhead=o_l)
 
