@@ -21,7 +21,7 @@ from meshchain.model import (
     op2_chain_time,
     op2_loop_time,
 )
-from meshchain.model.overheads import Observation, Observations, fit_overheads
+from meshchain.model.overheads import Observation, Observations, Residual, fit_overheads
 
 MACHINE = Machine(latency=10e-6, bandwidth=1e9, pack_cost=2e-9)
 
@@ -162,6 +162,22 @@ def test_overhead_fit_recovers_known_constants_despite_an_outlier():
     o_r, o_l = fit_overheads(observations.residuals(g, bare))
     assert o_r == pytest.approx(40e-6, rel=1e-6)
     assert o_l == pytest.approx(7e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("long_loops", [8, 16])
+def test_overhead_fit_is_relative_and_cancels_an_error_both_variants_share(long_loops):
+    """A long chain whose loop costs the equations underestimate by 200 µs in both variants
+    (an interpolated ``g_l`` a few per cent off) beside a short chain they explain exactly: the
+    fit relative to the times, with each pair's difference, finds the true overheads; the
+    absolute fit of the residual seconds (``(rounds, loops, residual)`` rows) does not."""
+    o_r, o_l, shared = 5e-6, 1e-6, 200e-6
+    rows = [Residual(8, 8, 8 * o_r + 8 * o_l, 100e-6, False, "short"),
+            Residual(1, 8, o_r + 8 * o_l, 50e-6, True, "short"),
+            Residual(long_loops, long_loops, long_loops * (o_r + o_l) + shared, 3e-3, False, "long"),
+            Residual(1, long_loops, o_r + long_loops * o_l + shared, 2.9e-3, True, "long")]
+    assert fit_overheads(rows) == pytest.approx((o_r, o_l), rel=0.02)
+    absolute = fit_overheads([row[:3] for row in rows])
+    assert absolute[1] > 10 * o_l  # the long chain's shared error taken for a cost per loop
 
 
 def test_overhead_fit_never_negative():
