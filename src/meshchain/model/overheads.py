@@ -125,8 +125,8 @@ def fit_overheads(rows) -> tuple[float, float]:
 
 
 def _medians(rows) -> dict:
-    """``(execution, ca, rounds, loops) -> (median residual, 1 / median seconds)`` (the scale
-    1 where some row has no seconds)."""
+    """``(execution, ca, rounds, loops) -> (median residual, 1 / median seconds)`` (None where
+    some row has no seconds: that group's equation is not scaled and has no difference)."""
     groups: dict = {}
     for row in rows:
         row = Residual(*row)
@@ -135,7 +135,7 @@ def _medians(rows) -> dict:
     for key, found in groups.items():
         seconds = [r.seconds for r in found if r.seconds is not None]
         middle = float(np.median(seconds)) if len(seconds) == len(found) else 0.0
-        medians[key] = (float(np.median([r.residual for r in found])), 1.0 / middle if middle > 0 else 1.0)
+        medians[key] = (float(np.median([r.residual for r in found])), 1.0 / middle if middle > 0 else None)
     return medians
 
 
@@ -143,10 +143,11 @@ def _equations(medians: dict) -> tuple[list, list]:
     """The scaled equations ``(rounds, loops) · (o_r, o_l) = residual`` of every group, then
     the difference of each loop-by-loop group with seconds and each CA group of the same
     execution with as many loops."""
-    equations = [(rounds * scale, loops * scale) for (_, _, rounds, loops), (_, scale) in medians.items()]
-    targets = [residual * scale for residual, scale in medians.values()]
+    scaled = {key: (residual, 1.0 if scale is None else scale) for key, (residual, scale) in medians.items()}
+    equations = [(rounds * scale, loops * scale) for (_, _, rounds, loops), (_, scale) in scaled.items()]
+    targets = [residual * scale for residual, scale in scaled.values()]
     for (execution, ca, rounds, loops), (residual, scale) in medians.items():
-        if ca is not False or scale == 1.0:
+        if ca is not False or scale is None:
             continue
         for (other_execution, other_ca, other_rounds, other_loops), (other, _) in medians.items():
             if other_execution == execution and other_ca is True and other_loops == loops and other_rounds != rounds:
