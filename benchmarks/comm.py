@@ -606,6 +606,19 @@ def poisson_problem(per_rank: int) -> tuple:
     return comm, ranks, poisson.declare(structured_tets(n, n, n))
 
 
+# meshchain's nonsymmetric methods -> (PETSc KSP type, options), and its preconditioners -> PETSc PC types
+NONSYMMETRIC_KSP = {"gmres": ("gmres", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded"}),
+                    "pipegmres": ("pgmres", {}), "bicgstab": ("bcgs", {}),
+                    "pipebicgstab": ("pipebcgs", {"ksp_pc_side": "right"})}
+PETSC_PC = {"jacobi": "jacobi", "bjacobi-ilu": "bjacobi"}
+
+
+def petsc_nonsymmetric(method: str, pc: str) -> tuple:
+    """``(KSP type, PC type, options)``: PETSc's counterpart of ``mc.solve(method=method, pc=pc)``."""
+    ksp_type, options = NONSYMMETRIC_KSP[method]
+    return ksp_type, PETSC_PC[pc], options
+
+
 def petsc_ksp(problem, ksp_type: str, options: dict, *, rtol: float, maxiter=None, pc: str = "jacobi"):
     """``(ksp, A, b)``: PETSc's KSP of ``ksp_type`` with ``options`` on the problem's matrix."""
     from petsc4py import PETSc

@@ -39,20 +39,17 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import launch, machine, petsc_ksp, serve, user_environment  # noqa: E402
+from comm import launch, machine, petsc_ksp, petsc_nonsymmetric, serve, user_environment  # noqa: E402
 
 CASES = (("gmres", "jacobi"), ("gmres", "bjacobi-ilu"), ("pipegmres", "jacobi"), ("bicgstab", "jacobi"),
          ("bicgstab", "bjacobi-ilu"), ("pipebicgstab", "jacobi"), ("pipebicgstab", "bjacobi-ilu"))
-KSP = {"gmres": ("gmres", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded"}), "pipegmres": ("pgmres", {}),
-       "bicgstab": ("bcgs", {}), "pipebicgstab": ("pipebcgs", {"ksp_pc_side": "right"})}
-PETSC_PC = {"jacobi": "jacobi", "bjacobi-ilu": "bjacobi"}
 FALSE = 10.0  # a converged solve whose true residual is above this many times the tolerance stopped falsely
 
 
 def petsc_solve(problem, method: str, pc: str, rtol: float) -> dict:
     """PETSc's ``method`` on the problem from ``x = 0``: iterations, reason, true relative residual."""
-    ksp_type, options = KSP[method]
-    ksp, A, b = petsc_ksp(problem, ksp_type, options, rtol=rtol, maxiter=3000, pc=PETSC_PC[pc])
+    ksp_type, petsc_pc, options = petsc_nonsymmetric(method, pc)
+    ksp, A, b = petsc_ksp(problem, ksp_type, options, rtol=rtol, maxiter=3000, pc=petsc_pc)
     x, r = b.duplicate(), b.duplicate()
     x.set(0.0)
     ksp.solve(b, x)
@@ -117,11 +114,7 @@ def table(results: list, rtol: float, samples: int) -> str:
     for result in results:
         for row in result["rows"]:
             first = row["solves"][0]
-            cells = []
-            for side in ("petsc", "meshchain"):
-                s = summary(row["solves"], side, rtol)
-                cells.append(s)
-            p, m = cells
+            p, m = (summary(row["solves"], side, rtol) for side in ("petsc", "meshchain"))
             lines.append(
                 f"| {result['ranks']} | {row['peclet']:g} | {row['method']} | {row['pc']} | "
                 f"{first['petsc']['iterations']} ({first['petsc']['true']:.0e}) | "

@@ -57,8 +57,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import (THREAD_VARIABLES, cube_for, interleaved, launch, machine, petsc_ksp, serve,  # noqa: E402
-                  slowest, user_environment)
+from comm import (THREAD_VARIABLES, cube_for, interleaved, launch, machine, petsc_ksp,  # noqa: E402
+                  petsc_nonsymmetric, serve, slowest, user_environment)
 
 METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 # meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
@@ -67,12 +67,9 @@ PETSC = {"cg": ("cg", {}), "cg1": ("cg", {"ksp_cg_single_reduction": None}), "pi
 BLOCKING = {"pipecg": "cg1", "pipecr": "cg1", "groppcg": "cg"}
 FULL = dict(per_rank=[700, 2000, 20000], repeats=5, rtol=1e-8)
 # nonsymmetric: (meshchain method, meshchain pc) -> (PETSc KSP type, PC type, options)
-NONSYMMETRIC = {("gmres", "jacobi"): ("gmres", "jacobi", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded"}),
-                ("pipegmres", "jacobi"): ("pgmres", "jacobi", {}),
-                ("bicgstab", "jacobi"): ("bcgs", "jacobi", {}),
-                ("pipebicgstab", "jacobi"): ("pipebcgs", "jacobi", {"ksp_pc_side": "right"}),
-                ("gmres", "bjacobi-ilu"): ("gmres", "bjacobi", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded"}),
-                ("bicgstab", "bjacobi-ilu"): ("bcgs", "bjacobi", {})}
+NONSYMMETRIC = {case: petsc_nonsymmetric(*case) for case in (
+    ("gmres", "jacobi"), ("pipegmres", "jacobi"), ("bicgstab", "jacobi"), ("pipebicgstab", "jacobi"),
+    ("gmres", "bjacobi-ilu"), ("bicgstab", "bjacobi-ilu"))}
 PECLET = 1.0
 #: Thread variables a user does not set: only the labelled ``--environment pinned`` rows set them.
 PINNED = dict.fromkeys(THREAD_VARIABLES, "1")
