@@ -193,11 +193,12 @@ def test_an_interior_wider_than_the_grid_runs_no_point():
 
 @pytest.mark.parametrize("shape", [(9, 13), (5, 6, 7)])
 @pytest.mark.parametrize("block_size", [1, 7, 64])
-def test_blocks_that_start_and_end_inside_interior_lines_cover_every_point_once(shape, block_size):
+@pytest.mark.parametrize("threads", [1, 2])  # one thread: consecutive blocks run as one range of lines
+def test_blocks_that_start_and_end_inside_interior_lines_cover_every_point_once(shape, block_size, threads):
     offsets = [(0,) * len(shape)] + [tuple(1 if d == axis else 0 for d in range(len(shape))) for axis in range(len(shape))]
     weights = list(range(1, len(offsets) + 1))
     problem = (shape, 1, offsets, weights, 1, np.int64, True)
-    values, got = run("numba", *problem, block_size=block_size)
+    values, got = run("numba", *problem, block_size=block_size, threads=threads)
     assert mc.get_runtime().config.block_size == block_size
     np.testing.assert_array_equal(got, oracle(values, shape, 1, offsets, weights))
 
