@@ -6,8 +6,9 @@ on the interior of an ``n x n`` grid, sweeping between two arrays. Per variant a
 milliseconds per sweep (median of ``--repeats`` rounds) and the ratio to the direct loop.
 One Numba thread everywhere (Devito: compiled C without OpenMP, when it is installed; it is a
 benchmark-only dependency). ``meshchain grid, captured``: the two sweeps of a time step
-captured once with ``mc.capture`` and replayed (one compiled call per two sweeps). This is the first part of issue 19's benchmark: no MPI, no
-communication-avoiding sweeps and no Devito yet.
+captured once with ``mc.capture`` and replayed (one compiled call per two sweeps); ``step.repeat``:
+the same step's replays of a round made by one ``step.repeat(k)``, in one compiled call. This is
+the first part of issue 19's benchmark: no MPI and no communication-avoiding sweeps.
 
 Usage::
 
@@ -87,9 +88,11 @@ def grid_variant(n: int, start: np.ndarray):
     return step, lambda: a.data_ro.reshape(n, n).copy()
 
 
-def captured_variant(n: int, start: np.ndarray, **options):
+def captured_variant(n: int, start: np.ndarray, *, repeat: bool = False, **options):
     """The grid path with two sweeps captured as one step (``mc.capture``) and replayed;
-    ``options``: the session's (``fp_contract=True``: multiplies and adds fused)."""
+    ``repeat``: the round's replays made by one ``step.repeat(k)`` (after the first, in one
+    compiled call: the time loop inside, as Devito's) instead of ``k`` calls; ``options``: the
+    session's (``fp_contract=True``: multiplies and adds fused)."""
     mc.reset_runtime(**options)
     g = mc.Grid((n, n), "g")
     a, b = mc.Dat(g, 1, start, "a"), mc.Dat(g, 1, start, "b")
@@ -101,8 +104,11 @@ def captured_variant(n: int, start: np.ndarray, **options):
         mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
 
     def step(k):
-        for _ in range(k // 2):
-            two_sweeps()
+        if repeat:
+            two_sweeps.repeat(k // 2)
+        else:
+            for _ in range(k // 2):
+                two_sweeps()
         mc.flush()
 
     return step, lambda: a.data_ro.reshape(n, n).copy()
@@ -216,6 +222,9 @@ def direct_variant(n: int, start: np.ndarray, function=direct):
 
 VARIANTS = {"meshchain grid": grid_variant, "meshchain grid, captured": captured_variant,
             "meshchain grid, captured, fp_contract=True": lambda n, start: captured_variant(n, start, fp_contract=True),
+            "meshchain grid, captured, step.repeat": lambda n, start: captured_variant(n, start, repeat=True),
+            "meshchain grid, captured, step.repeat, fp_contract=True":
+                lambda n, start: captured_variant(n, start, repeat=True, fp_contract=True),
             "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
             "Devito, time loop inside": devito_inside, "Devito, apply() per sweep": devito_per_sweep,
             "direct Numba loop": direct_variant,

@@ -247,3 +247,113 @@ def test_airfoil_captured_prints_the_rms_history_of_airfoil_uncaptured():
         histories.append(airfoil.run(problem, 6, report_every=2, out=None, captured=captured))
     assert histories[1] == histories[0]  # one process: the same loops in the same order, the same bits
     assert mc.stats().chains["iteration"].executions == 6
+
+
+# --- step.repeat(times): the replays after the first in one compiled call where they can be ---------
+
+
+def counting_runs(monkeypatch):
+    """Count ``Plan.run`` calls (one per replay made in Python) and ``Plan.run_times`` calls
+    that ran (one per compiled repeat)."""
+    from meshchain.engine.plans import Plan
+
+    counts = {"run": 0, "times": 0}
+    run, run_times = Plan.run, Plan.run_times
+
+    def counted_run(plan):
+        counts["run"] += 1
+        return run(plan)
+
+    def counted_times(plan, times):
+        ran = run_times(plan, times)
+        counts["times"] += times if ran else 0
+        return ran
+
+    monkeypatch.setattr(Plan, "run", counted_run)
+    monkeypatch.setattr(Plan, "run_times", counted_times)
+    return counts
+
+
+@pytest.mark.parametrize("times", [1, 2, 7])
+def test_repeat_equals_that_many_calls_and_replays_in_one_compiled_call(monkeypatch, times):
+    """A step with a reduction into a global made outside it (summed over every replay, as
+    calls sum it) and a field it updates: ``repeat`` gives the bits of ``times`` calls; after
+    the capture and the first replay, the rest runs in one compiled call, counted as runs."""
+    spread = mc.Kernel.from_source("def spread(a, s):\n    s[0] += a[0]\n")
+
+    def program(repeat: bool):
+        mc.reset_runtime()
+        d, u = mesh()
+        total = mc.Global(1, 0, "total", dtype=np.int64)
+
+        @mc.capture(name="scaled")
+        def step():
+            scale(d, u, 3)
+            mc.par_loop(spread, d.nodes, u(mc.READ), total(mc.INC))
+
+        if repeat:
+            assert step.repeat(times) is None
+        else:
+            for _ in range(times):
+                step()
+        return u.data_ro.copy(), int(total.value[0]), step
+
+    want_u, want_total, _ = program(False)
+    counts = counting_runs(monkeypatch)
+    got_u, got_total, step = program(True)
+    np.testing.assert_array_equal(got_u, want_u)
+    assert got_total == want_total and (step.captures, step.replays) == (1, times - 1)
+    assert counts == ({"run": min(times, 2), "times": max(times - 2, 0)})
+    assert mc.stats().chains["scaled"].executions == times
+
+
+def test_repeat_replays_in_python_what_it_restores_and_returns_the_last_calls_result(monkeypatch):
+    """``step_body`` makes a temporary and globals that its loops change without overwriting
+    them whole: each replay restores them first, so ``repeat`` replays one by one."""
+    want, want_u = uncaptured_sums(2, 5)
+    mc.reset_runtime()
+    d, u = mesh()
+    counts = counting_runs(monkeypatch)
+    step = mc.capture(step_body)
+    s, lo = step.repeat(5, d, u, 2)
+    assert (int(s.value[0]), int(lo.value[0])) == want[-1]
+    np.testing.assert_array_equal(u.data_ro, want_u)
+    assert (step.captures, step.replays, counts["times"]) == (1, 4, 0)
+
+
+def test_repeat_refuses_bad_times_and_captures_again_after_a_change_of_structure():
+    d, u = mesh()
+    step = mc.capture(lambda: scale(d, u, 2), name="twice")
+    start = u.data_ro.copy()
+    for bad in (0, -3, 2.5, True, "4", None):
+        with pytest.raises(mc.CaptureError, match=r"'twice': repeat's times must be"):
+            step.repeat(bad)
+    np.testing.assert_array_equal(u.data_ro, start)  # nothing ran
+    step.repeat(4)
+    mc.configure(block_size=3)
+    step.repeat(4)
+    assert (step.captures, step.replays) == (2, 6)
+    want = start
+    for _ in range(8):
+        want = want * 2 + 1
+    np.testing.assert_array_equal(u.data_ro, want)
+
+
+def test_a_kernel_error_in_a_compiled_repeat_raises_as_a_replay_does(monkeypatch):
+    """Each replay steps an index one further: the fourth is out of range inside the compiled
+    repeat (the capture and the first replay ran it in Python), and raises the loop's error."""
+    mc.reset_runtime()
+    cells = mc.Set(4, "cells")
+    src = mc.Dat(cells, 3, np.arange(12.0).reshape(4, 3), "src")
+    where = mc.Dat(cells, 1, None, "where", dtype=np.int64)
+    out = mc.Dat(cells, 1, None, "out")
+    walk = mc.Kernel.from_source("def walk(s, i, o):\n    i[0] += 1\n    o[0] = s[i[0]]\n")
+    step = mc.capture(lambda: mc.par_loop(walk, cells, src(mc.READ), where(mc.RW), out(mc.WRITE)), name="walk")
+    counts = counting_runs(monkeypatch)
+    with pytest.raises(mc.KernelRuntimeError, match="'walk'"):
+        step.repeat(5)
+    assert counts["run"] == 2 and len(mc.get_runtime().trace) == 0
+    np.testing.assert_array_equal(where.data_ro[:, 0], [3, 2, 2, 2])  # the failing replay stopped at its first element
+    where.data[:] = 0
+    step.repeat(2)
+    np.testing.assert_array_equal(out.data_ro[:, 0], np.arange(12.0).reshape(4, 3)[:, 2])

@@ -119,6 +119,23 @@ def check_captured(namespace, printed, rank):
     np.testing.assert_allclose(namespace["q"].data_ro[:, 0], 0.5 ** (i + 1))
 
 
+def check_repeat(namespace, printed, rank):
+    """Ten blocks of 200 sweeps, a maximum printed after each: NumPy's sweeps give the same bits."""
+    step, start = namespace["two_sweeps"], namespace["start"]
+    u = start.copy()
+    maxima = []
+    for _ in range(10):
+        for _ in range(200):
+            new = u.copy()
+            new[1:-1, 1:-1] = (0.2 * u[1:-1, 1:-1] + 0.2 * u[:-2, 1:-1] + 0.2 * u[2:, 1:-1]
+                               + 0.2 * u[1:-1, :-2] + 0.2 * u[1:-1, 2:])
+            u = new
+        maxima.append(u.max())
+    np.testing.assert_array_equal(namespace["u"].data_ro.reshape(u.shape), u)
+    assert [float(line) for line in printed.split()] == maxima
+    assert (step.captures, step.replays) == (1, 999)
+
+
 def check_calibration(namespace, printed, rank):
     assert "measured" in printed and "rank(s)" in printed and re.search(r"(?m)^diffuse +1 +6 ", printed), printed
 
@@ -221,6 +238,14 @@ EXAMPLES = {
                 'adt_calc = mc.Kernel.from_source("def adt_calc(q, adt):\\n    adt[0] = 0.5 * q[0]\\n")\n'
                 'update = mc.Kernel.from_source("def update(q, adt, rms):\\n    q[0] -= adt[0]\\n    rms[0] += q[0] * q[0]\\n")\n',
         check=check_captured),
+    "step-repeat": Example(
+        prelude='import numpy as np, meshchain as mc\ng = mc.Grid((9, 11), "g")\n'
+                'start = np.random.default_rng(1).random((9, 11))\n'
+                'u, v = mc.Dat(g, 1, start, "u"), mc.Dat(g, 1, start, "v")\n'
+                'star = mc.Stencil([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)], "star")\n'
+                'sweep = mc.Kernel.from_source("def sweep(s, out):\\n    out[0] = 0.2 * s[0, 0] + 0.2 * s[1, 0] + '
+                '0.2 * s[2, 0] + 0.2 * s[3, 0] + 0.2 * s[4, 0]\\n")\n',
+        check=check_repeat),
     "calibrate": Example(prelude=diffusion_declarations() + named("diffusion-chain"), check=check_calibration),
     "tiled-chain": Example(prelude=diffusion_declarations(), check=check_tiled),
     "partition": Example(

@@ -77,6 +77,7 @@ def diffusion_steps(comm, ca, *, pairs: int = 1, rereads: bool = False):
             values.append((float(s.value[0]), float(m.value[0])))
         return values
 
+    run.captured = captured  # for step.repeat
     return run, fields
 
 
@@ -309,3 +310,30 @@ def test_a_ca_auto_step_is_never_replayed_compiled_and_its_model_decides(comm, m
     assert not any(plan.compiled for plan in mc.get_runtime().pipeline.plans.values())
     decision = mc.stats().chains["diffusion"].decision
     assert decision and "measuring" not in decision, decision
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+@pytest.mark.parametrize("ca", [False, True])
+def test_repeat_on_ranks_equals_the_calls_and_refuses_times_that_differ_on_every_rank(comm, monkeypatch, ca):
+    """``step.repeat(n)`` on several ranks replays one by one (compiled from the first replay
+    here): the bits, the last globals and the statistics of ``n`` calls. A bad ``times`` on one
+    rank, or ``times`` that differ between ranks, raise on every rank before anything runs."""
+    monkeypatch.setattr(replay, "COMPILE_AFTER", 0)
+    found = {}
+    for how in ("calls", "repeat"):
+        run, fields = diffusion_steps(comm, ca)
+        if how == "calls":
+            last = run("compiled", 6)[-1]
+        else:
+            s, m = run.captured.repeat(6, *fields[0])
+            last = (float(s.value[0]), float(m.value[0]))
+            before = [dat.gather() for pair in fields for dat in pair]
+            for bad in (2 + comm.rank, 0 if comm.rank == comm.size - 1 else 3):
+                with pytest.raises(mc.CaptureError, match="repeat's times"):
+                    run.captured.repeat(bad, *fields[0])
+            for want, got in zip(before, [dat.gather() for pair in fields for dat in pair]):
+                np.testing.assert_array_equal(got, want)  # nothing ran
+        found[how] = ([dat.gather() for pair in fields for dat in pair], last, counts(mc.stats()))
+    assert found["repeat"][1:] == found["calls"][1:]
+    for want, got in zip(found["calls"][0], found["repeat"][0]):
+        np.testing.assert_array_equal(got, want)

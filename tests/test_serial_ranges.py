@@ -6,7 +6,8 @@ its colour order that follow each other in memory, when the loop keeps nothing p
 against the reference backend (integer increments through maps, several colours), and
 against the same loop on two threads (reductions, which keep one partial row per block).
 The grid loops' case (blocks that start and end inside interior lines, one thread and two)
-is in ``tests/test_grids.py``.
+is in ``tests/test_grids.py``. Grid loops read and write one-component dats through
+one-dimensional views (checked in the generated source here; their results in ``test_grids.py``).
 """
 
 from __future__ import annotations
@@ -84,3 +85,22 @@ def test_a_reduction_keeps_its_partial_rows_per_block_on_one_thread(size, block_
     one = run(1)
     np.testing.assert_array_equal(one, run(2))  # the same block partials, summed in block order
     np.testing.assert_allclose(one, [np.sum(values[:, 0] * values[:, 1])], rtol=1e-12, atol=1e-12)
+
+
+def test_grid_loops_index_one_component_dats_through_flat_views_and_others_do_not():
+    """A grid loop's one-component dats are read and written as ``_mc_flat<j>[row]`` (a stride
+    LLVM knows); its two-component dat and a loop over a plain set keep ``_mc_d<j>[row, k]``."""
+    mc.reset_runtime()
+    g = mc.Grid((6, 7), "g")
+    u, v, w = mc.Dat(g, 1, None, "u"), mc.Dat(g, 1, None, "v"), mc.Dat(g, 2, None, "w")
+    star = mc.Stencil([(0, 0), (-1, 0), (0, 1)], "star")
+    sweep = mc.Kernel.from_source("def sweep(s, o, t):\n"
+                                  "    o[0] = s[0, 0] + s[1, 0] * s[2, 0]\n"
+                                  "    t[1] = o[0]\n")
+    grid_src = loop_source(make_loop(sweep, g.interior(1), (u(mc.READ, star), v(mc.WRITE), w(mc.WRITE))),
+                           boundscheck=False)
+    assert "_mc_flat0 = _mc_d0.reshape(_mc_d0.shape[0])" in grid_src and "_mc_flat0[_mc_g - " in grid_src
+    assert "_mc_flat1[_mc_g] = " in grid_src and "_mc_d2[_mc_g, 1] = " in grid_src and "_mc_flat2" not in grid_src
+    cells = mc.Set(10, "cells")
+    a, b = mc.Dat(cells, 2, None, "a"), mc.Dat(cells, 2, None, "b")
+    assert "_mc_flat" not in loop_source(make_loop(AXPBY, cells, (a(mc.READ), b(mc.WRITE))), boundscheck=False)

@@ -96,6 +96,12 @@ class Backend(ABC):
         :mod:`meshchain.backends.numba_replay`), or None: this backend replays in Python."""
         return None
 
+    def repeater(self, call):
+        """A function ``run(times)`` that makes the prepared call ``call`` (of :meth:`phase`)
+        ``times`` times in a row in compiled code, with its arguments of the moment (a call
+        rebound to other objects runs with theirs), or None: this backend repeats it in Python."""
+        return None
+
     def threads_in_use(self) -> int:
         """Compute threads per rank (what a calibration's loop costs depend on)."""
         return 1

@@ -36,7 +36,7 @@ from .compile_once import compiling_alone
 from .generated import save_source
 from .numba_codegen import loop_source, reduction_args
 from .native_call import native_address
-from .numba_fused import phase_source, tiled_source
+from .numba_fused import phase_source, repeat_source, tiled_source
 from .numba_replay import ReplayCall, replay_source
 from .threads import ChunkedCall, WorkerPool
 
@@ -106,6 +106,31 @@ class NumbaBackend(Backend):
         arguments = (plan, index, addresses, self._serial(), *arrays)
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs, function=function)
+
+    def repeater(self, call):
+        """``run(times)``: ``call`` (a prepared call of :meth:`phase`) made ``times`` times in one
+        call of a generated ``_mc_repeat`` (:func:`~.numba_fused.repeat_source`), which calls its
+        compiled entry point by address with the call's arguments of the moment; None where the
+        call is not such a prepared call. An index error in a kernel raises as the call's own
+        does (:class:`~meshchain.core.errors.KernelRuntimeError`)."""
+        function = getattr(call, "function", None)
+        if function is None:
+            return None
+        repeaters: dict = {}  # the argument types' text -> the compiled _mc_repeat
+
+        def run(times: int) -> None:
+            arguments = call.arguments
+            address, signature = self._native(function, arguments)
+            repeat = repeaters.get(signature)
+            if repeat is None:
+                repeat = repeaters[signature] = self._generated("_mc_repeat", repeat_source(signature, len(arguments)),
+                                                                "repeat")
+            try:
+                repeat(times, address, *arguments)
+            except (IndexError, SystemError) as exc:
+                raise call.wrapped(exc) from exc
+
+        return run
 
     def replay(self, calls, exchanges: int, program, arguments, report, *, reductions=(), ticks: bool = False):
         """A captured step's compiled replay (or a piece of it), a

@@ -156,6 +156,8 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
                            prepared=builder.prepared, prepare=session.backend.prepare_data)
     if distributed:
         plan.compiler = functools.partial(_compiled_replay, session)
+    else:
+        plan.repeater = session.backend.repeater
     return plan
 
 

@@ -65,6 +65,8 @@ from ..core import profiling
 from ..core.access import Access
 from ..core.errors import CaptureError
 from ..core.storage import GlobalStorage
+from ..comm.agree import values_if_different
+from ..types._checks import check_count
 
 __all__ = ["CapturedStep", "Recording"]
 
@@ -134,6 +136,70 @@ class CapturedStep:
             capture.replay()
         self.replays += 1
         return capture.result
+
+    def repeat(self, times: int, *args, **kwargs):
+        """Call the step ``times`` times with the same arguments, as ``for _ in range(times):
+        step(*args, **kwargs)`` does; returns what the calls return.
+
+        On one process, once the step has been replayed, the remaining replays run in one
+        compiled call with no Python between them (as Devito runs a time loop inside its
+        operator), where the step's plan is one compiled call (the numba backend), nothing is
+        restored between replays (no object made inside the step that its loops change without
+        first overwriting it whole) and no profiler or hang diagnostics watch. Otherwise, and
+        on several ranks (where replays are compiled already, :mod:`.replay`), the replays run
+        one after another, as the calls would. ``times`` must be a positive integer, the same
+        on every rank (checked on every rank, so that none waits for replays others skip).
+
+        Examples
+        --------
+        >>> import numpy as np, meshchain as mc
+        >>> nodes = mc.Set(3, "nodes")
+        >>> u = mc.Dat(nodes, 1, np.ones(3), "u")
+        >>> @mc.kernel
+        ... def halve(a):
+        ...     a[0] *= 0.5
+        >>> @mc.capture
+        ... def step():
+        ...     mc.par_loop(halve, nodes, u(mc.RW))
+        >>> step.repeat(10)
+        >>> u.data_ro[:, 0].tolist(), step.replays
+        ([0.0009765625, 0.0009765625, 0.0009765625], 9)
+        """
+        session = self._session_of()
+        error = None
+        try:
+            times = check_count(times, f"captured step {self.options.name!r}: repeat's times", minimum=1,
+                                error=CaptureError)
+        except CaptureError as exc:
+            error = exc
+        if session.distributed:
+            differing = values_if_different(session.comm, None if error is not None else times, error)
+            if differing is not None:
+                raise CaptureError(f"captured step {self.options.name!r}: repeat's times differ between ranks: "
+                                   f"{differing}; every rank must repeat the step as often.")
+        elif error is not None:
+            raise error
+        key = arguments_key(args, kwargs) if args or kwargs else ()
+        result, done = self(*args, **kwargs), 1
+        while done < times:
+            if self._replayed_in_one_call(session, key, times - done):
+                self.replays += times - done
+                break
+            result, done = self(*args, **kwargs), done + 1
+        return result
+
+    def _replayed_in_one_call(self, session, key, count: int) -> bool:
+        """Replay the capture of ``key`` ``count`` times in one compiled call where it can be
+        (see :meth:`repeat`); False with nothing run where it cannot."""
+        capture = self._kept.get(key)
+        if (session.distributed or capture is None or capture.rerun is None or capture.restores
+                or capture.session is not session or capture.generation != session.caches.generation):
+            return False
+        try:
+            return capture.rerun(count)
+        except Exception as exc:  # as a replay reports it
+            session.after_failure(exc, capture.loops)
+            raise
 
     def _capture(self, session, key, args, kwargs):
         self._kept.pop(key, None)

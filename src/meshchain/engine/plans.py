@@ -201,7 +201,7 @@ class Plan:
     globals it froze, and what to release when it is dropped."""
 
     __slots__ = ("steps", "account", "kernels", "comm", "closers", "_flag", "_simple", "chain", "_agree", "overlap",
-                 "binding", "name", "labels", "compiler", "compiled", "replays", "__weakref__")
+                 "binding", "name", "labels", "compiler", "compiled", "replays", "repeater", "repeated", "__weakref__")
 
     def __init__(self, steps, account, *, kernels=(), comm=None, closers=(), chain: bool = False,
                  agree: bool = True, overlap: Overlap | None = None):
@@ -220,6 +220,8 @@ class Plan:
         self.compiler = None  # makes the plan's compiled replay (:mod:`.replay`), set by the builder
         self.compiled = None  # that replay once made (False: it cannot be had)
         self.replays = 0  # runs as a captured step's replay
+        self.repeater = None  # makes a function running the one step's call several times in a row (one process)
+        self.repeated = None  # that function once made (False: it cannot be had)
         only = self.steps[0] if len(self.steps) == 1 else None
         self._simple = (comm is None and only is not None and not only.exchanges and not only.reductions
                         and not only.settle and not only.validity and only.rest is None)
@@ -264,7 +266,7 @@ class Plan:
         plan_of, binding, kernels, plans = weakref.ref(self), self.binding, self.kernels, pipeline.plans
         records, unit_records = binding.records, unit.records
 
-        def again() -> bool:
+        def again(times: int = 1) -> bool:
             plan = plan_of()
             if (plan is None or plan.compiled is False or binding.records is not records
                     or unit.records is not unit_records or _profiling.active is not None or _activity.watched):
@@ -272,11 +274,38 @@ class Plan:
             for kernel in kernels:
                 if not kernel.unchanged():
                     return False
-            plans.hits += 1
-            plan.run()
+            plans.hits += times
+            if times == 1 or not plan.run_times(times):
+                for _ in range(times):
+                    plan.run()
             return True
 
         return again
+
+    def run_times(self, times: int) -> bool:
+        """Run a plan of one step on one process ``times`` times in a row in one compiled call
+        (the backend's :meth:`~meshchain.backends.base.Backend.repeater`; a captured step's
+        ``repeat``), accounted as ``times`` runs; False with nothing run where it cannot be (a
+        plan of several steps, a backend that repeats in Python, a profiler or hang diagnostics
+        watching): then :meth:`run` it ``times`` times."""
+        if not self._simple or _profiling.active is not None or _activity.watched:
+            return False
+        step, repeated = self.steps[0], self.repeated
+        if repeated is None:
+            made = None if step.core is None or self.repeater is None else self.repeater(step.core)
+            repeated = self.repeated = made or False
+        if repeated is False:
+            return False
+        account = self.account
+        began = _clock()
+        repeated(times)
+        seconds = _clock() - began
+        if step.core_share >= 0:
+            account.compute[step.core_share] += seconds
+        if self.chain:
+            account.total += seconds
+        account.runs += times
+        return True
 
     def run(self) -> None:
         """Run the plan once (see the module docstring)."""
