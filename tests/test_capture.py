@@ -339,16 +339,23 @@ def test_repeat_refuses_bad_times_and_captures_again_after_a_change_of_structure
     np.testing.assert_array_equal(u.data_ro, want)
 
 
-def test_a_kernel_error_in_a_compiled_repeat_raises_as_a_replay_does(monkeypatch):
-    """Each replay steps an index one further: the fourth is out of range inside the compiled
-    repeat (the capture and the first replay ran it in Python), and raises the loop's error."""
+def walking_step(width: int):
+    """A new session and a captured step whose every replay steps an index one further along
+    rows of ``width`` values: ``(step, src, where, out)``; replay ``width`` reads out of range."""
     mc.reset_runtime()
     cells = mc.Set(4, "cells")
-    src = mc.Dat(cells, 3, np.arange(12.0).reshape(4, 3), "src")
+    src = mc.Dat(cells, width, np.arange(4.0 * width).reshape(4, width), "src")
     where = mc.Dat(cells, 1, None, "where", dtype=np.int64)
     out = mc.Dat(cells, 1, None, "out")
     walk = mc.Kernel.from_source("def walk(s, i, o):\n    i[0] += 1\n    o[0] = s[i[0]]\n")
     step = mc.capture(lambda: mc.par_loop(walk, cells, src(mc.READ), where(mc.RW), out(mc.WRITE)), name="walk")
+    return step, src, where, out
+
+
+def test_a_kernel_error_in_a_compiled_repeat_raises_as_a_replay_does(monkeypatch):
+    """The fourth replay is out of range inside the compiled repeat (the capture and the first
+    replay ran in Python), and raises the loop's error."""
+    step, src, where, out = walking_step(3)
     counts = counting_runs(monkeypatch)
     with pytest.raises(mc.KernelRuntimeError, match="'walk'"):
         step.repeat(5)
@@ -356,4 +363,49 @@ def test_a_kernel_error_in_a_compiled_repeat_raises_as_a_replay_does(monkeypatch
     np.testing.assert_array_equal(where.data_ro[:, 0], [3, 2, 2, 2])  # the failing replay stopped at its first element
     where.data[:] = 0
     step.repeat(2)
-    np.testing.assert_array_equal(out.data_ro[:, 0], np.arange(12.0).reshape(4, 3)[:, 2])
+    np.testing.assert_array_equal(out.data_ro[:, 0], src.data_ro[:, 2])
+
+
+def test_a_failing_compiled_repeat_counts_what_the_calls_would_count():
+    """The eighth replay fails inside the compiled repeat: replays, executions and plan hits
+    count the replays made, as the same calls one by one count them."""
+    def run(repeat: bool):
+        step, _, where, out = walking_step(8)
+        with pytest.raises(mc.KernelRuntimeError, match="'walk'"):
+            if repeat:
+                step.repeat(20)
+            else:
+                for _ in range(20):
+                    step()
+        stats = mc.stats()
+        return (step.replays, stats.chains["walk"].executions, stats.caches["plans"].hits,
+                where.data_ro.copy(), out.data_ro.copy())
+
+    calls, repeated = run(False), run(True)
+    assert calls[:3] == repeated[:3] == (6, 7, 7)
+    np.testing.assert_array_equal(repeated[3], calls[3])
+    np.testing.assert_array_equal(repeated[4], calls[4])
+
+
+def test_the_repeaters_compile_is_counted_once_and_a_steps_keyword_named_times_is_its_own():
+    """The repeater is compiled (or loaded) for the call's argument types once per process: its
+    own dtypes here (a uint32 dat, a uint64 global), so that no other test made it first."""
+    mc.reset_runtime()
+    cells = mc.Set(5, "cells")
+    u = mc.Dat(cells, 1, np.arange(5, dtype=np.uint32), "u", dtype=np.uint32)
+    bump = mc.Kernel.from_source("def bump(a, k):\n    a[0] = a[0] * k[0] + 1\n")
+
+    @mc.capture(name="bumped")
+    def step(times=2):
+        mc.par_loop(bump, cells, u(mc.RW), mc.Global(1, times, "k", dtype=np.uint64)(mc.READ))
+
+    step.repeat(2, times=3)  # captured, replayed once: nothing made for the repeat yet
+    before = mc.stats().loops["bump"].compilations
+    step.repeat(3, times=3)  # a replay, then two in one compiled call: _mc_repeat compiled or loaded
+    middle = mc.stats().loops["bump"].compilations
+    step.repeat(3, times=3)
+    assert (middle - before, mc.stats().loops["bump"].compilations - middle) == (1, 0)
+    want = np.arange(5, dtype=np.uint32)
+    for _ in range(8):
+        want = want * np.uint32(3) + np.uint32(1)
+    np.testing.assert_array_equal(u.data_ro[:, 0], want)

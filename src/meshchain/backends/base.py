@@ -96,10 +96,13 @@ class Backend(ABC):
         :mod:`meshchain.backends.numba_replay`), or None: this backend replays in Python."""
         return None
 
-    def repeater(self, call):
-        """A function ``run(times)`` that makes the prepared call ``call`` (of :meth:`phase`)
-        ``times`` times in a row in compiled code, with its arguments of the moment (a call
-        rebound to other objects runs with theirs), or None: this backend repeats it in Python."""
+    def repeater(self, call, report):
+        """What makes the prepared call ``call`` (of :meth:`phase`) several times in a row in
+        compiled code, with its arguments of the moment (a call rebound to other objects runs
+        with theirs): an object with ``prepare()`` (compiles, or loads, what the arguments' types
+        need; ``report(seconds, compiled, cache_hits)`` is told), ``run(times)`` and ``done``
+        (the calls the last ``run`` completed, also when one raised); or None: this backend
+        repeats it in Python."""
         return None
 
     def threads_in_use(self) -> int:

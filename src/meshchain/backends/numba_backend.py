@@ -107,30 +107,13 @@ class NumbaBackend(Backend):
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"chain phase of loops {names}")
         return _Call(entry, arguments, names, None, runs, function=function)
 
-    def repeater(self, call):
-        """``run(times)``: ``call`` (a prepared call of :meth:`phase`) made ``times`` times in one
-        call of a generated ``_mc_repeat`` (:func:`~.numba_fused.repeat_source`), which calls its
-        compiled entry point by address with the call's arguments of the moment; None where the
-        call is not such a prepared call. An index error in a kernel raises as the call's own
-        does (:class:`~meshchain.core.errors.KernelRuntimeError`)."""
-        function = getattr(call, "function", None)
-        if function is None:
+    def repeater(self, call, report):
+        """A :class:`_Repeater` of ``call`` (a prepared call of :meth:`phase`): a generated
+        ``_mc_repeat`` (:func:`~.numba_fused.repeat_source`) calls its compiled entry point by
+        address ``times`` times; None where the call is not such a prepared call."""
+        if getattr(call, "function", None) is None:
             return None
-        repeaters: dict = {}  # the argument types' text -> the compiled _mc_repeat
-
-        def run(times: int) -> None:
-            arguments = call.arguments
-            address, signature = self._native(function, arguments)
-            repeat = repeaters.get(signature)
-            if repeat is None:
-                repeat = repeaters[signature] = self._generated("_mc_repeat", repeat_source(signature, len(arguments)),
-                                                                "repeat")
-            try:
-                repeat(times, address, *arguments)
-            except (IndexError, SystemError) as exc:
-                raise call.wrapped(exc) from exc
-
-        return run
+        return _Repeater(self, call, report)
 
     def replay(self, calls, exchanges: int, program, arguments, report, *, reductions=(), ticks: bool = False):
         """A captured step's compiled replay (or a piece of it), a
@@ -386,6 +369,43 @@ class _Call:
                 f"(view shapes {shapes}); generated source: {self.path}")
         return KernelRuntimeError(f"a kernel of the chain phase of loops {self.names} failed: {exc}; an index fell "
                                   f"outside an argument view")
+
+
+class _Repeater:
+    """A prepared call made several times in one compiled call (:meth:`NumbaBackend.repeater`):
+    :meth:`prepare` compiles (or loads) ``_mc_repeat`` for the call's argument types of the
+    moment, :meth:`run` makes the call ``times`` times, ``done`` the calls completed. An index
+    error in a kernel raises as the call's own does (:class:`~meshchain.core.errors.KernelRuntimeError`)."""
+
+    __slots__ = ("_backend", "_call", "_report", "_counter", "_made")
+
+    def __init__(self, backend, call, report):
+        self._backend, self._call, self._report = backend, call, report
+        self._counter = np.zeros(1, dtype=np.int64)
+        self._made: dict = {}  # the argument types' text -> (compiled _mc_repeat entry point, the call's address)
+
+    def prepare(self) -> tuple:
+        backend, call = self._backend, self._call
+        address, signature = backend._native(call.function, call.arguments)
+        made = self._made.get(signature)
+        if made is None:
+            function = backend._generated("_mc_repeat", repeat_source(signature, len(call.arguments)), "repeat")
+            entry = backend._compile(function, (1, self._counter, address, *call.arguments), None,
+                                     lambda _, *reported: self._report(*reported), what="repeat of a captured step")
+            made = self._made[signature] = (entry, address)
+        return made
+
+    def run(self, times: int) -> None:
+        entry, address = self.prepare()
+        self._counter[0] = 0
+        try:
+            entry(times, self._counter, address, *self._call.arguments)
+        except (IndexError, SystemError) as exc:
+            raise self._call.wrapped(exc) from exc
+
+    @property
+    def done(self) -> int:
+        return int(self._counter[0])
 
 
 class _Executor:

@@ -157,18 +157,30 @@ def _assembled(session, unit, schedule, profile, tiling) -> Plan:
     if distributed:
         plan.compiler = functools.partial(_compiled_replay, session)
     else:
-        plan.repeater = session.backend.repeater
+        plan.repeater = functools.partial(_repeater, session, plan)
     return plan
 
 
 def _compiled_replay(session, plan):
     """``plan``'s compiled replay (:mod:`.replay`), its compile counted under the plan's first loop."""
+    return CompiledReplay.make(plan, backend=session.backend, report=_compile_report(session, plan))
+
+
+def _repeater(session, plan, call):
+    """The backend's repeater of ``plan``'s one call (:meth:`~.plans.Plan.run_times`), its
+    compile counted under the plan's first loop."""
+    return session.backend.repeater(call, _compile_report(session, plan))
+
+
+def _compile_report(session, plan):
+    """``report(seconds, compiled, hits)``: a compile made for ``plan`` as a whole, counted under
+    its first loop."""
     first = next(iter(plan.account.loops), plan.name)
 
     def report(seconds: float, compiled: bool, hits: int) -> None:
         add_compiling(session.recorder, first, seconds, compiled=compiled, hits=hits)
 
-    return CompiledReplay.make(plan, backend=session.backend, report=report)
+    return report
 
 
 class _Builder:

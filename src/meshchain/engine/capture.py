@@ -137,7 +137,7 @@ class CapturedStep:
         self.replays += 1
         return capture.result
 
-    def repeat(self, times: int, *args, **kwargs):
+    def repeat(self, times: int, /, *args, **kwargs):
         """Call the step ``times`` times with the same arguments, as ``for _ in range(times):
         step(*args, **kwargs)`` does; returns what the calls return.
 
@@ -148,7 +148,9 @@ class CapturedStep:
         first overwriting it whole) and no profiler or hang diagnostics watch. Otherwise, and
         on several ranks (where replays are compiled already, :mod:`.replay`), the replays run
         one after another, as the calls would. ``times`` must be a positive integer, the same
-        on every rank (checked on every rank, so that none waits for replays others skip).
+        on every rank (checked on every rank, so that none waits for replays others skip). A
+        compiled run of replays cannot be interrupted (Ctrl-C is seen when it returns): repeat
+        in blocks where that matters.
 
         Examples
         --------
@@ -183,7 +185,6 @@ class CapturedStep:
         result, done = self(*args, **kwargs), 1
         while done < times:
             if self._replayed_in_one_call(session, key, times - done):
-                self.replays += times - done
                 break
             result, done = self(*args, **kwargs), done + 1
         return result
@@ -195,11 +196,14 @@ class CapturedStep:
         if (session.distributed or capture is None or capture.rerun is None or capture.restores
                 or capture.session is not session or capture.generation != session.caches.generation):
             return False
+        rerun = capture.rerun
         try:
-            return capture.rerun(count)
+            return rerun(count)
         except Exception as exc:  # as a replay reports it
             session.after_failure(exc, capture.loops)
             raise
+        finally:
+            self.replays += rerun.done
 
     def _capture(self, session, key, args, kwargs):
         self._kept.pop(key, None)

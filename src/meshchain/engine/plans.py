@@ -220,8 +220,8 @@ class Plan:
         self.compiler = None  # makes the plan's compiled replay (:mod:`.replay`), set by the builder
         self.compiled = None  # that replay once made (False: it cannot be had)
         self.replays = 0  # runs as a captured step's replay
-        self.repeater = None  # makes a function running the one step's call several times in a row (one process)
-        self.repeated = None  # that function once made (False: it cannot be had)
+        self.repeater = None  # makes what runs the one step's call several times in a row (one process)
+        self.repeated = None  # that once made (False: it cannot be had)
         only = self.steps[0] if len(self.steps) == 1 else None
         self._simple = (comm is None and only is not None and not only.exchanges and not only.reductions
                         and not only.settle and not only.validity and only.rest is None)
@@ -267,6 +267,7 @@ class Plan:
         records, unit_records = binding.records, unit.records
 
         def again(times: int = 1) -> bool:
+            again.done = 0
             plan = plan_of()
             if (plan is None or plan.compiled is False or binding.records is not records
                     or unit.records is not unit_records or _profiling.active is not None or _activity.watched):
@@ -274,12 +275,23 @@ class Plan:
             for kernel in kernels:
                 if not kernel.unchanged():
                     return False
-            plans.hits += times
-            if times == 1 or not plan.run_times(times):
-                for _ in range(times):
-                    plan.run()
+            if times == 1:
+                plans.hits += 1
+                plan.run()
+                again.done = 1
+                return True
+            runs, failed = plan.account.runs, True
+            try:
+                if not plan.run_times(times):
+                    for _ in range(times):
+                        plan.run()
+                failed = False
+            finally:  # counted as that many replays would be: a failing one is a hit, not a run
+                again.done = plan.account.runs - runs
+                plans.hits += again.done + failed
             return True
 
+        again.done = 0  # the runs the last call made (also when one raised)
         return again
 
     def run_times(self, times: int) -> bool:
@@ -296,15 +308,18 @@ class Plan:
             repeated = self.repeated = made or False
         if repeated is False:
             return False
+        repeated.prepare()  # compiled or loaded before the clock starts (counted as compiling)
         account = self.account
         began = _clock()
-        repeated(times)
-        seconds = _clock() - began
-        if step.core_share >= 0:
-            account.compute[step.core_share] += seconds
-        if self.chain:
-            account.total += seconds
-        account.runs += times
+        try:
+            repeated.run(times)
+        finally:  # the runs made, also when one raised
+            seconds = _clock() - began
+            if step.core_share >= 0:
+                account.compute[step.core_share] += seconds
+            if self.chain:
+                account.total += seconds
+            account.runs += repeated.done
         return True
 
     def run(self) -> None:
