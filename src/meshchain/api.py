@@ -339,7 +339,9 @@ def capture(fn=None, *, name: str | None = None, ca=False, tile_size: int | None
     Returns
     -------
     CapturedStep
-        Callable like ``fn``; ``.captures`` and ``.replays`` count what its calls did.
+        Callable like ``fn``; ``.captures`` and ``.replays`` count what its calls did;
+        ``.repeat(n, *args)`` calls it ``n`` times, on one process in one compiled call once
+        replayed (:meth:`~meshchain.engine.capture.CapturedStep.repeat`).
 
     Examples
     --------
@@ -352,6 +354,9 @@ def capture(fn=None, *, name: str | None = None, ca=False, tile_size: int | None
     ...     step()
     >>> q.data[:, 0].tolist(), step.captures, step.replays
     ([4.0, 4.0, 4.0], 1, 3)
+    >>> step.repeat(6)
+    >>> q.data[:, 0].tolist(), step.replays
+    ([10.0, 10.0, 10.0], 9)
     """
     def captured(function):
         if not callable(function):
