@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
@@ -73,6 +73,35 @@ def test_the_quick_declarations_equal_the_checked_ones(dim, value, name):
     zeros, typed = mc.Dat(s, dim, None, name), mc.Dat(s, dim, None, name, dtype=np.float64)
     assert zeros.dtype == typed.dtype and np.array_equal(zeros.data_ro, typed.data_ro)
     assert zeros.data_ro.shape == (3, dim)
+
+
+_SCALARS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(-1e6, 1e6).map(np.float64),
+                     st.integers(-2**70, 2**70), st.integers(-5, 5), st.booleans(),
+                     st.integers(-5, 5).map(np.int32), st.floats(-5, 5).map(np.float32))
+_DTYPE_SPELLINGS = st.sampled_from([None, np.float64, np.float32, np.int32, np.int64, np.uint32, np.uint64, "int32",
+                                    "float64", np.dtype(np.uint64), float, int, np.int16, "complex128"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(count=st.integers(1, 3), value=_SCALARS, dtype=_DTYPE_SPELLINGS)
+@example(count=1, value=2**70, dtype=np.float64).via("an int wider than int64: refused, not rounded")
+@example(count=2, value=2**63, dtype=np.uint64).via("the top of uint64's range")
+def test_a_scalar_stored_quickly_equals_the_checked_storage(count, value, dtype):
+    """A Global of one scalar takes a quick path where the value needs no more checks: the
+    same array, dtype and bits as the checks make; the values it cannot vouch for (other kinds,
+    values that do not fit, unsupported dtypes) go through the checks, which accept or refuse."""
+    from meshchain.types._checks import as_storage, resolve_dtype, scalar_storage
+
+    quick = scalar_storage(count, value, dtype)
+    try:
+        chosen = resolve_dtype(value, dtype, "g")
+        checked = as_storage(np.full(count, value) if np.ndim(value) == 0 else value, chosen, (count,), "g", fix="")
+    except mc.DataShapeError:
+        assert quick is None
+        return
+    if quick is not None:
+        assert quick.dtype == checked.dtype and quick.shape == checked.shape and quick.flags.c_contiguous
+        assert quick.tobytes() == checked.tobytes()
 
 
 @pytest.mark.parametrize("dim", [0, -1, True, 1.0, "2"])

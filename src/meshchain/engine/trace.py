@@ -9,7 +9,10 @@ access it through). Everything else stays pending, in order.
 
 Examples
 --------
->>> from types import SimpleNamespace as Loop
+>>> from types import SimpleNamespace
+>>> def Loop(name, reads, writes):  # what the trace reads of a loop (a ParLoop has all four)
+...     return SimpleNamespace(name=name, reads=reads, writes=writes, read_ids=frozenset(map(id, reads)),
+...                            write_ids=frozenset(map(id, writes)))
 >>> from meshchain.engine.trace import Trace
 >>> a, b, c = object(), object(), object()
 >>> t = Trace()
@@ -124,9 +127,9 @@ def _closure(loops, seeds: set[int], reads: set[int], writes: set[int]) -> set[i
     reads, writes = set(reads), set(writes)
     for position in range(len(loops) - 1, -1, -1):
         loop = loops[position]
-        loop_reads = {id(o) for o in loop.reads}
-        loop_writes = {id(o) for o in loop.writes}
-        if position in seeds or loop_writes & (reads | writes) or loop_reads & writes:
+        loop_reads, loop_writes = loop.read_ids, loop.write_ids
+        if (position in seeds or not loop_writes.isdisjoint(reads) or not loop_writes.isdisjoint(writes)
+                or not loop_reads.isdisjoint(writes)):
             chosen.add(position)
             reads |= loop_reads
             writes |= loop_writes

@@ -107,6 +107,16 @@ class ParLoop:
         return _distinct(a.data for a in self.args if a.access.writes)
 
     @functools.cached_property
+    def read_ids(self) -> frozenset:
+        """The ``id`` of each object in :attr:`reads` (the loop holds them, so the ids stay theirs)."""
+        return frozenset(map(id, self.reads))
+
+    @functools.cached_property
+    def write_ids(self) -> frozenset:
+        """The ``id`` of each object in :attr:`writes`."""
+        return frozenset(map(id, self.writes))
+
+    @functools.cached_property
     def with_stored_rows(self) -> "ParLoop":
         """This loop reading every layer's stored map rows instead of finding an extruded map's
         targets per layer by arithmetic (:attr:`ArgSpec.layers`; this loop itself where it does not):

@@ -13,6 +13,11 @@ from ..core.errors import AccessModeError, DataShapeError, DeclarationError, Map
 SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64),
                     np.dtype(np.uint32), np.dtype(np.uint64))
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+_NAMED_DTYPES = {spelling: d for d in SUPPORTED_DTYPES for spelling in (d, d.type, str(d))}
+"""A ``dtype=`` argument as users spell it (``np.int32``, ``np.dtype("int32")``, ``"int32"``) -> the
+supported dtype it names."""
+_INTEGER_RANGES = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max)) for d in SUPPORTED_DTYPES if d.kind in "iu"}
+_FLOAT64, _INT64 = np.dtype(np.float64), np.dtype(np.int64)
 
 
 def check_count(value, what: str, *, minimum: int, error: Callable[[str], Exception] = DeclarationError) -> int:
@@ -51,6 +56,42 @@ def resolve_dtype(data, dtype, what: str) -> np.dtype:
             f"{what}: dtype {chosen} is not supported; use one of {_DTYPE_NAMES} (e.g. pass dtype=np.float64)."
         )
     return chosen
+
+
+def scalar_storage(count: int, value, dtype) -> np.ndarray | None:
+    """``count`` copies of the scalar ``value`` as a fresh array of the dtype that ``dtype`` (or,
+    if None, ``value``) gives, where that needs no checks beyond the ones made here: ``value``
+    a Python ``float`` or ``np.float64`` stored as a float dtype, or a Python ``int`` that fits
+    the dtype. None for anything else (:func:`resolve_dtype` and :func:`as_storage` decide:
+    they accept more, and they word the errors). The same array those two make.
+
+    >>> scalar_storage(2, 3, np.int32).tolist(), scalar_storage(1, 0.5, None).dtype.name
+    ([3, 3], 'float64')
+    >>> scalar_storage(1, 0.5, np.int32) is None, scalar_storage(1, 2**40, "int32") is None
+    (True, True)
+    """
+    kind = type(value)
+    if kind is float or kind is np.float64:
+        chosen = _FLOAT64 if dtype is None else _named_dtype(dtype)
+        if chosen is None or chosen.kind != "f":
+            return None
+    elif kind is int:
+        chosen = _INT64 if dtype is None else _named_dtype(dtype)
+        if chosen is None:
+            return None
+        low, high = _INTEGER_RANGES.get(chosen, _INTEGER_RANGES[_INT64])  # NumPy makes wider ints objects
+        if not low <= value <= high:
+            return None
+    else:
+        return None
+    return np.array((value,), dtype=chosen) if count == 1 else np.full(count, value, dtype=chosen)
+
+
+def _named_dtype(dtype) -> np.dtype | None:
+    try:
+        return _NAMED_DTYPES.get(dtype)
+    except TypeError:  # not hashable: not a dtype this fast path knows
+        return None
 
 
 def as_storage(data, dtype: np.dtype, shape: tuple[int, ...], what: str, *, fix: str) -> np.ndarray:

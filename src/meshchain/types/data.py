@@ -9,7 +9,7 @@ import numpy as np
 from ..core import context
 from ..core.access import DAT_MODES, GLOBAL_MODES, Access
 from ..core.errors import AccessModeError, DataShapeError, SetMismatchError
-from ._checks import as_storage, check_count, check_name, next_uid, resolve_dtype
+from ._checks import as_storage, check_count, check_name, next_uid, resolve_dtype, scalar_storage
 from .args import Arg
 from .maps import Map, MapIndex
 from .grid import Grid, Stencil
@@ -261,10 +261,13 @@ class Global:
     is_global = True
 
     def __init__(self, dim, value=0.0, name=None, *, dtype=None):
-        if type(dim) is int and dim >= 1 and type(value) is float and dtype is None and (name is None or (
-                type(name) is str and name)):  # the common declaration (a new Global per reduction): all valid
-            self.name, self.dim, self.dtype = name or "global", dim, _FLOAT64
-            array = np.array([value]) if dim == 1 else np.full(dim, value)
+        array = None
+        if type(dim) is int and dim >= 1 and (name is None or (type(name) is str and name)):
+            # the common declaration (a new Global per reduction): a valid scalar needs no more checks
+            array = (np.array((value,)) if dim == 1 and dtype is None and type(value) is float
+                     else scalar_storage(dim, value, dtype))
+        if array is not None:
+            self.name, self.dim, self.dtype = name or "global", dim, array.dtype
         else:
             self.name = check_name(name, "global")
             self.dim = check_count(dim, f"Global {self.name!r} dim", minimum=1, error=DataShapeError)
