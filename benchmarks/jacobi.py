@@ -7,7 +7,9 @@ milliseconds per sweep (median of ``--repeats`` rounds) and the ratio to the dir
 One Numba thread everywhere (Devito: compiled C without OpenMP, when it is installed; it is a
 benchmark-only dependency). ``meshchain grid, captured``: the two sweeps of a time step
 captured once with ``mc.capture`` and replayed (one compiled call per two sweeps); ``step.repeat``:
-the same step's replays of a round made by one ``step.repeat(k)``, in one compiled call. This is
+the same step's replays of a round made by one ``step.repeat(k)``, in one compiled call;
+``wavefront tiles``: that step captured with ``tile_size`` (``--tile-lines`` interior lines per
+tile): the two sweeps walk the grid together, the second a line behind the first. This is
 the first part of issue 19's benchmark: no MPI and no communication-avoiding sweeps.
 
 Usage::
@@ -39,6 +41,8 @@ import meshchain as mc  # noqa: E402
 HERE = Path(__file__).resolve().parent
 WEIGHTS = (0.2, 0.2, 0.2, 0.2, 0.2)
 STAR = [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
+TILE_LINES = 8
+"""Interior lines per tile of the wavefront row (``--tile-lines``)."""
 
 
 @mc.kernel
@@ -88,17 +92,18 @@ def grid_variant(n: int, start: np.ndarray):
     return step, lambda: a.data_ro.reshape(n, n).copy()
 
 
-def captured_variant(n: int, start: np.ndarray, *, repeat: bool = False, **options):
+def captured_variant(n: int, start: np.ndarray, *, repeat: bool = False, tile_lines: int | None = None, **options):
     """The grid path with two sweeps captured as one step (``mc.capture``) and replayed;
     ``repeat``: the round's replays made by one ``step.repeat(k)`` (after the first, in one
-    compiled call: the time loop inside, as Devito's) instead of ``k`` calls; ``options``: the
-    session's (``fp_contract=True``: multiplies and adds fused)."""
+    compiled call: the time loop inside, as Devito's) instead of ``k`` calls; ``tile_lines``:
+    the two sweeps run as a wavefront, tiles of that many interior lines (``tile_size``);
+    ``options``: the session's (``fp_contract=True``: multiplies and adds fused)."""
     mc.reset_runtime(**options)
     g = mc.Grid((n, n), "g")
     a, b = mc.Dat(g, 1, start, "a"), mc.Dat(g, 1, start, "b")
     star, inner = mc.Stencil(STAR, "star"), g.interior(1)
 
-    @mc.capture
+    @mc.capture(tile_size=None if tile_lines is None else tile_lines * (n - 2))
     def two_sweeps():
         mc.par_loop(sweep, inner, a(mc.READ, star), b(mc.WRITE))
         mc.par_loop(sweep, inner, b(mc.READ, star), a(mc.WRITE))
@@ -220,11 +225,15 @@ def direct_variant(n: int, start: np.ndarray, function=direct):
     return step, lambda: u.copy()
 
 
-VARIANTS = {"meshchain grid": grid_variant, "meshchain grid, captured": captured_variant,
+def variants(tile_lines: int = TILE_LINES) -> dict:
+    """Variant name -> ``make(n, start)`` (``tile_lines``: of the wavefront row)."""
+    return {"meshchain grid": grid_variant, "meshchain grid, captured": captured_variant,
             "meshchain grid, captured, fp_contract=True": lambda n, start: captured_variant(n, start, fp_contract=True),
             "meshchain grid, captured, step.repeat": lambda n, start: captured_variant(n, start, repeat=True),
             "meshchain grid, captured, step.repeat, fp_contract=True":
                 lambda n, start: captured_variant(n, start, repeat=True, fp_contract=True),
+            "meshchain grid, captured, wavefront tiles, step.repeat":
+                lambda n, start: captured_variant(n, start, repeat=True, tile_lines=tile_lines),
             "meshchain maps": map_variant, "PETSc MatMult": petsc_variant,
             "Devito, time loop inside": devito_inside, "Devito, apply() per sweep": devito_per_sweep,
             "direct Numba loop": direct_variant,
@@ -235,6 +244,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=int, default=[200, 2000])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tile-lines", type=int, default=TILE_LINES,
+                        help=f"interior lines per wavefront tile (default {TILE_LINES})")
     parser.add_argument("--out", default=str(HERE / "results" / "jacobi.json"))
     args = parser.parse_args(argv)
     rows = []
@@ -242,7 +253,7 @@ def main(argv=None) -> int:
         start = np.random.default_rng(0).random((n, n))
         sweeps = max(4, int(4e8 // (n * n * 10)) // 2 * 2)
         results, finals = {}, {}
-        for name, make in VARIANTS.items():
+        for name, make in variants(args.tile_lines).items():
             made = make(n, start)
             if made is None:
                 continue

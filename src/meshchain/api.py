@@ -379,7 +379,9 @@ class loop_chain:  # noqa: N801 - used like a function: ``with mc.loop_chain(...
         or decided per chain by the model.
     tile_size : int or None, keyword-only
         Sparse tiling: run the chain tile by tile, ``tile_size`` iterations of its seed loop
-        per tile (see :mod:`meshchain.engine.tiling`); None runs it loop by loop.
+        per tile (see :mod:`meshchain.engine.tiling`); a chain of loops over one structured
+        grid runs as a wavefront of whole slabs of its first loop instead
+        (:mod:`meshchain.inspector.wavefront`); None runs it loop by loop.
     max_halo : int or None, keyword-only
         Most halo layers the chain may use (default: as many as can be built, 48).
 

@@ -209,7 +209,7 @@ class NumbaBackend(Backend):
         arguments = (plan.colour_offsets, plan.tile_order, offsets, index, addresses, self._serial(), *arrays)
         names = [run.loop.name for run in runs]
         entry = self._compile(function, arguments, runs[0].loop, report, what=f"tiled chain of loops {names}")
-        call = _Call(entry, arguments, names, None, runs)
+        call = _Call(entry, arguments, names, None, runs, function=function)
         reductions = [(run.loop, arrays_of(run), dict(zip(executor.reductions,
                                                         operands[len(operands) - len(executor.reductions):])))
                       for run, (executor, operands, _) in zip(runs, parts) if executor.reductions]

@@ -114,8 +114,12 @@ def _loop_definition(specs, body, flags: str) -> str:
     lines += ["    " + line for line in views + _starts_in_plan(raw)]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_plan, _mc_idx, _mc_at, {', '.join(arrays)}):"]
-    tile_rows = grid_row(specs) + layer_row(specs)
-    tile_views, tile = _flat_rows(_block_lines(specs, body, reductions, _LISTED, tile_rows), specs)
+    listed = grid_rows(specs, lo="_mc_lo", hi="_mc_hi")  # a grid loop: each run line by line
+    if listed:
+        tile_header, tile_rows = _LISTED[:-1] + [_RUN_BOUNDS] + ["    " + line for line in listed[0]], listed[1]
+    else:
+        tile_header, tile_rows = _LISTED, grid_row(specs) + layer_row(specs)
+    tile_views, tile = _flat_rows(_block_lines(specs, body, reductions, tile_header, tile_rows), specs)
     lines += ["    " + line for line in tile_views + tile]
     names = ", ".join(arrays)
     finals = ["    " + line for i in reductions for line in _final_reduction(i, specs[i])]
@@ -227,6 +231,7 @@ _RANGE = ["for _mc_e in range(_mc_starts[_mc_b], _mc_starts[_mc_b + 1]):"]
 _LISTED = ["_mc_o0 = _mc_idx[_mc_at]", "_mc_o1 = _mc_idx[_mc_at + 1]", "_mc_o2 = _mc_idx[_mc_at + 2]",
            "for _mc_r in range(_mc_plan[_mc_o0 + _mc_b], _mc_plan[_mc_o0 + _mc_b + 1]):",
            "    for _mc_e in range(_mc_plan[_mc_o1 + _mc_r], _mc_plan[_mc_o2 + _mc_r]):"]
+_RUN_BOUNDS = "    _mc_lo, _mc_hi = _mc_plan[_mc_o1 + _mc_r], _mc_plan[_mc_o2 + _mc_r]"  # a run, for loops over it
 
 
 def _starts_in_plan(lines) -> list[str]:
@@ -292,19 +297,19 @@ def grid_row(specs) -> list[str]:
     return [f"_mc_g = _mc_np.uint64({row})"]
 
 
-def grid_rows(specs):
-    """``(header, rows)`` for a block of a loop over ``grid.interior(w)``: its elements run
-    interior line by interior line (the innermost extent), each line's points contiguous in
-    the grid, so ``_mc_g`` is the element plus a shift that only changes between lines; None
-    for other loops."""
+def grid_rows(specs, *, lo: str = "_mc_starts[_mc_b]", hi: str = "_mc_starts[_mc_b + 1]"):
+    """``(header, rows)`` for the elements ``[lo, hi)`` (a block's, or with other ``lo`` and
+    ``hi`` a tile's run) of a loop over ``grid.interior(w)``: they run interior line by
+    interior line (the innermost extent), each line's points contiguous in the grid, so
+    ``_mc_g`` is the element plus a shift that only changes between lines; None for other
+    loops."""
     grid = _grid(specs)
     if grid is None:
         return None
     shape, corner, inner = grid
     line = inner[-1]
-    header = [f"for _mc_q in range(_mc_starts[_mc_b] // {line}, (_mc_starts[_mc_b + 1] - 1) // {line} + 1):",
-              f"    for _mc_e in range(max(_mc_starts[_mc_b], _mc_q * {line}), "
-              f"min(_mc_starts[_mc_b + 1], _mc_q * {line} + {line})):"]
+    header = [f"for _mc_q in range({lo} // {line}, ({hi} - 1) // {line} + 1):",
+              f"    for _mc_e in range(max({lo}, _mc_q * {line}), min({hi}, _mc_q * {line} + {line})):"]
     if len(shape) == 2:
         shift = f"_mc_q * {shape[1] - line} + {corner[0] * shape[1] + corner[1]}"
     else:

@@ -3,7 +3,9 @@
 A phase of a plan (a whole chain on one process; on several ranks the core and the rest
 of each communication-avoiding segment) is cut into groups that can be tiled, each group
 is inspected once (:func:`meshchain.inspector.tiling.tile_chain`, cached by its
-signature) and run by the backend tile by tile, in one prepared call.
+signature) and run by the backend tile by tile, in one prepared call. A phase of loops over
+one structured grid (on one process) is one wavefront instead
+(:func:`meshchain.inspector.wavefront.wavefront_plan`): tiles of whole slabs, run in order.
 
 A group ends before a loop that reads a global an earlier loop of the group reduces:
 tiles defer reductions to the end of the group, so the read would see the old value.
@@ -32,10 +34,14 @@ import time
 import warnings
 from typing import NamedTuple
 
+import numpy as np
+
 from ..core.access import Access
 from ..core.errors import MeshchainWarning
-from ..types.args import STENCIL
+from ..types import Grid
+from ..types.args import DIRECT, STENCIL
 from ..inspector.tiling import chain_footprints, tile_chain
+from ..inspector.wavefront import SlabLoop, wavefront_plan
 from .accounting import add_tile_inspection, diagnose
 
 __all__ = ["Tiling", "TiledPhase", "tiled_phase", "refuse_tiling"]
@@ -63,12 +69,11 @@ def tiled_phase(session, runs, tiling: Tiling, report) -> TiledPhase | None:
     if not runs:
         return None
     backend = session.backend
-    if any(s.kind == STENCIL or s.grid for run in runs for s in run.loop.specs):
-        refuse_tiling(session, tiling, "sparse tiling does not cover structured-grid loops yet; the chain runs untiled")
-        return None
     if not backend.can_tile:
         refuse_tiling(session, tiling, f"the {backend.name} backend cannot run tiles; the chain runs untiled")
         return None
+    if any(s.kind == STENCIL or s.grid for run in runs for s in run.loop.specs):
+        return _wavefront(session, runs, tiling, report)
     groups = _groups(runs)
     if len(groups) > 1:
         _diagnose(session, tiling, f"[tiling-split] loop chain {tiling.name!r} runs as {len(groups)} tiled groups: "
@@ -83,6 +88,70 @@ def tiled_phase(session, runs, tiling: Tiling, report) -> TiledPhase | None:
             one()
 
     return TiledPhase(call, plans)
+
+
+def _wavefront(session, runs, tiling: Tiling, report) -> TiledPhase | None:
+    """A phase of loops over one grid's interior run as a wavefront
+    (:mod:`meshchain.inspector.wavefront`): tiles of whole slabs, ``tile_size`` iterations of
+    the first loop rounded to whole slabs (at least one); None (refused, diagnosed) where the
+    phase is not such a chain."""
+    loops, why = (None, "grid chains are tiled on one process only") if session.distributed else _slab_loops(runs)
+    if loops is None:
+        refuse_tiling(session, tiling, f"{why}; the chain runs untiled")
+        return None
+    key = ("wavefront", tiling.tile_size, tuple(_run_key(run) for run in runs))
+    cached = session.tile_plans.get(key)
+    if cached is None:
+        began = time.perf_counter()
+        slabs = max(1, round(tiling.tile_size / loops[0].per_slab))
+        cached = session.tile_plans[key] = (wavefront_plan(loops, slabs_per_tile=slabs), [run.loop for run in runs])
+        add_tile_inspection(session.recorder, tiling.name, time.perf_counter() - began)
+    plan = cached[0]
+    return TiledPhase(session.backend.tiled(plan, runs, report), (plan,))
+
+
+def _slab_loops(runs):
+    """``(loops, None)``: each run as a :class:`~meshchain.inspector.wavefront.SlabLoop`, or
+    ``(None, why)`` where the runs are not all loops over the interior of one grid that read
+    globals only, read dats directly or through stencils and write them directly."""
+    loops, shapes = [], set()
+    for run in runs:
+        reads, writes = {}, set()
+        geometry = None
+        for arg, spec in zip(run.loop.args, run.loop.specs):
+            if arg.data.is_global:
+                if arg.access is not Access.READ:
+                    return None, (f"loop {run.loop.name!r} reduces into global {arg.data.name!r} (a grid chain is "
+                                  f"tiled as a wavefront only without reductions)")
+                continue
+            geometry = spec.grid or _whole_grid(run.loop.iterset, spec)
+            if not geometry:
+                return None, f"loop {run.loop.name!r} reaches dat {arg.data.name!r} through a map or off the grid"
+            key = id(arg.data)
+            if arg.access is not Access.WRITE:
+                reach = arg.stencil.reach[0] if spec.kind == STENCIL else 0
+                reads[key] = max(reads.get(key, 0), reach)
+            if arg.access.writes:
+                if spec.kind == STENCIL:
+                    return None, f"loop {run.loop.name!r} writes dat {arg.data.name!r} through a stencil"
+                writes.add(key)
+        if geometry is None:
+            return None, f"loop {run.loop.name!r} reads no grid dat"
+        shape, corner, inner = geometry
+        shapes.add(shape)
+        loops.append(SlabLoop(run.start, run.end, int(np.prod(inner[1:], dtype=np.int64)), corner[0], reads,
+                              frozenset(writes)))
+    if len(shapes) > 1:
+        return None, "its loops run over grids of different shapes"
+    return loops, None
+
+
+def _whole_grid(iterset, spec) -> tuple:
+    """The geometry of a direct argument of a loop over a whole grid (every point: the interior
+    of width 0), else ``()``."""
+    if spec.kind != DIRECT or not isinstance(iterset, Grid):
+        return ()
+    return iterset.shape, (0,) * len(iterset.shape), iterset.shape
 
 
 def refuse_tiling(session, tiling: Tiling, why: str) -> None:
