@@ -4,6 +4,7 @@ the untiled bits on both CPU backends, for any tile size, in chains and captured
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -118,9 +119,9 @@ def _kernel(stencils, mode: str):
     return mc.Kernel.from_source(f"def k({params}, out):\n    {body}\n")
 
 
-def run_grid_chain(shape, loops, *, backend="numba", tile_size=None, chain=True, captured=False, repeats=2):
+def run_grid_chain(shape, loops, *, backend="numba", tile_size=None, chain=True, captured=False, repeats=2, threads=1):
     """The dats' values after ``repeats`` executions of the chain."""
-    mc.reset_runtime(backend=backend, cache_dir=mc.get_runtime().config.cache_dir)
+    mc.reset_runtime(backend=backend, threads=threads, cache_dir=mc.get_runtime().config.cache_dir)
     grid = mc.Grid(shape, "g")
     rng = np.random.default_rng(7)
     dats = {key: mc.Dat(grid, 1, rng.random(int(np.prod(shape))), key) for key in KEYS}
@@ -191,8 +192,18 @@ def test_a_captured_tiled_sweep_repeated_in_one_call_gives_the_untiled_bits(tile
     assert stats.chains["wave"].tiles >= 1 and compiled == [True]  # the tiled step's replays in one compiled call
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two Numba threads")
+def test_on_several_threads_a_grid_chain_runs_untiled_on_all_of_them_and_says_why():
+    sweep = ((1, "b", ("a",), (((0, 0), (-1, 0), (1, 0)),), "WRITE"), (1, "a", ("b",), (((0, 0), (0, 1)),), "RW"))
+    want, _ = run_grid_chain((30, 20), sweep, chain=False)
+    with pytest.warns(mc.MeshchainWarning, match="wavefront runs on one thread, and loops here run on 2"):
+        got, stats = run_grid_chain((30, 20), sweep, tile_size=40, threads=2)
+    assert_same(want, got)
+    assert stats.chains["wave"].tiled_groups == 0
+
+
 def test_a_grid_chain_with_a_reduction_runs_untiled_and_says_why():
-    mc.reset_runtime(cache_dir=mc.get_runtime().config.cache_dir)
+    mc.reset_runtime(threads=1, cache_dir=mc.get_runtime().config.cache_dir)
     grid = mc.Grid((6, 5), "g")
     u = mc.Dat(grid, 1, np.arange(30.0), "u")
     total = mc.Global(1, 0.0, "total")
