@@ -9,7 +9,8 @@ variables set):
 * **steps**: two loops per step on ``structured_quads(n, n)`` (about ``--nodes`` nodes):
   ``gather`` (cells, reads ``x`` through the cell-to-node map, writes a cell dat) and
   ``total`` (cells, sums that dat into a global), the dat and the global reused (the floor
-  of this table), a new Global per step, a new Dat per step, both; time per step (median
+  of this table), a new Global per step, a new Dat per step, both, a new Dat given the
+  whole array of its values on every rank (``new Dat of values``); time per step (median
   of ``--rounds`` rounds of ``--steps`` steps, slowest rank), its ratio to the reused one,
   and the plans built per step (``mc.stats().caches["plans"]``); and the step with a new
   Dat and Global made inside it, captured with ``mc.capture`` and replayed (the sum read
@@ -52,7 +53,7 @@ if str(HERE) not in sys.path:
 
 from comm import launch, machine, serve, user_environment  # noqa: E402
 
-VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global", "new Dat and Global, captured")
+VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global", "new Dat of values", "new Dat and Global, captured")
 FULL = dict(nodes=20000, steps=500, rounds=5, cells=40000, cg_iterations=60, memory_steps=100000)
 QUICK = dict(nodes=2000, steps=20, rounds=2, cells=2000, cg_iterations=10, memory_steps=200)
 
@@ -78,6 +79,7 @@ def steps_worker(config: dict) -> dict:
     mc.partition("rib", coords=d.coords)
     comm = mc.get_runtime().comm
     gather, total = mc.Kernel.from_source(GATHER), mc.Kernel.from_source(TOTAL)
+    ones = np.ones(d.cells.size)
 
     @mc.capture
     def captured():
@@ -89,7 +91,10 @@ def steps_worker(config: dict) -> dict:
     def step(variant: str) -> float:
         if variant.endswith("captured"):
             return float(captured().value[0])
-        c = mc.Dat(d.cells, 1, None, "c") if "Dat" in variant else kept_c
+        if variant == "new Dat of values":  # given the whole array on every rank, as a user passes values
+            c = mc.Dat(d.cells, 1, ones, "c")
+        else:
+            c = mc.Dat(d.cells, 1, None, "c") if "Dat" in variant else kept_c
         s = mc.Global(1, 0.0, "s") if "Global" in variant else kept_s
         if s is kept_s:
             s.value = 0.0  # reused: set to zero, as a user does before summing again

@@ -259,6 +259,37 @@ def test_input_modes_agree(comm, mode):
         np.testing.assert_array_equal(gathered[:, 0], values)
 
 
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+@pytest.mark.parametrize("mode", ["every_rank", "root_only", "block"])
+def test_input_modes_agree_after_partitioning(comm, mode, monkeypatch):
+    """A dat declared on a partitioned mesh gets its owned and halo rows from any input mode;
+    given the whole array on every rank, each rank takes its rows from it, with no messages."""
+    from meshchain.engine import declare
+
+    fetched = []
+    fetch_rows = declare.fetch_rows
+    monkeypatch.setattr(declare, "fetch_rows", lambda *a: fetched.append(1) or fetch_rows(*a))
+    mesh = structured_quads(7, 5)
+    values = np.arange(2 * mesh.ncell, dtype=np.float64).reshape(-1, 2) * 1.5
+    field = np.arange(24.0).reshape(6, 4)
+    d, grid = mesh.declare(), mc.Grid((6, 4), "g")
+    mc.partition("rib", coords=d.coords)  # the grid in blocks
+    given = {"every_rank": (values, field), "root_only": (values, field) if comm.rank == 0 else (None, None),
+             "block": (mc.Block(np.array_split(values, comm.size)[comm.rank]),
+                       mc.Block(np.array_split(field.reshape(-1, 1), comm.size)[comm.rank]))}[mode]
+    q, u = mc.Dat(d.cells, 2, given[0], "q"), mc.Dat(grid, 1, given[1], "u")
+    np.testing.assert_array_equal(host_rows(q), values[layout_of(d.cells).global_ids])  # halos included
+    np.testing.assert_array_equal(host_rows(u)[:, 0], field.ravel()[layout_of(grid).global_ids])
+    gathered = q.gather(), u.gather()
+    if comm.rank == 0:
+        np.testing.assert_array_equal(gathered[0], values)
+        np.testing.assert_array_equal(gathered[1][:, 0], field.ravel())
+    assert len(fetched) == (0 if mode == "every_rank" else 2)
+    if mode == "every_rank":
+        with pytest.raises(mc.DataShapeError, match=r"expected \(35, 2\)"):  # the whole array checked, every rank
+            mc.Dat(d.cells, 2, values[:, :1].copy(), "bad")
+
+
 @pytest.mark.mpi(nprocs=(2, 4), timeout=120)
 def test_each_rank_keeps_only_its_part_after_rib(comm):
     """rank 0 passes the mesh, the others None: after partitioning nobody holds all of it."""

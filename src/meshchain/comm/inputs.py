@@ -29,7 +29,7 @@ from ..types.block import Block
 from .blocks import block_offsets, block_owner
 from .collectives import alltoallv, mpi_datatype
 
-__all__ = ["to_block_rows"]
+__all__ = ["to_block_rows", "block_rows_or_whole"]
 
 
 def _describe(data):
@@ -46,12 +46,19 @@ def to_block_rows(comm, data, n_global: int, what: str):
 
     Raises the same :class:`DataShapeError` on every rank when the ranks disagree.
     """
+    return block_rows_or_whole(comm, data, n_global, what)[0]
+
+
+def block_rows_or_whole(comm, data, n_global: int, what: str):
+    """``(block, whole)``: :func:`to_block_rows`'s block, and ``data`` itself where every rank
+    passed the same global array (then any rank can take any of its rows without messages),
+    else None."""
     info = comm.allgather(_describe(data))
     kinds = {i[0] for i in info}
     offsets = block_offsets(n_global, comm.size)
     lo, hi = offsets[comm.rank], offsets[comm.rank + 1]
     if kinds == {"none"}:
-        return None
+        return None, None
     if kinds == {"full"}:
         if len({(i[1], i[2], i[3]) for i in info}) != 1:
             differing = [r for r, i in enumerate(info) if i[1:] != info[0][1:]]
@@ -60,9 +67,9 @@ def to_block_rows(comm, data, n_global: int, what: str):
                 f"dtype or contents); pass the same array on every rank, pass it on rank 0 only (None elsewhere), "
                 f"or pass each rank's rows wrapped in mc.Block."
             )
-        return np.asarray(data)[lo:hi]
+        return np.asarray(data)[lo:hi], data
     if kinds == {"full", "none"} and info[0][0] == "full" and all(i[0] == "none" for i in info[1:]):
-        return _scatter_from_root(comm, data, offsets)
+        return _scatter_from_root(comm, data, offsets), None
     if kinds == {"block"}:
         counts = [i[1][0] if len(i[1]) else 0 for i in info]
         if sum(counts) != n_global or len({i[1][1:] for i in info}) != 1 or len({i[2] for i in info}) != 1:
@@ -71,7 +78,7 @@ def to_block_rows(comm, data, n_global: int, what: str):
                 f"{n_global}) and row shapes {[i[1][1:] for i in info]}; each rank must pass consecutive rows "
                 f"of one global array."
             )
-        return _rebalance(comm, data.rows, counts, offsets)
+        return _rebalance(comm, data.rows, counts, offsets), None
     raise DataShapeError(
         f"{what}: ranks passed inconsistent inputs ({[i[0] for i in info]}); pass the global array on every rank, "
         f"on rank 0 only with None elsewhere, or mc.Block(rows) on every rank."

@@ -26,7 +26,7 @@ import numpy as np
 from ..comm.agree import alive_everywhere, check_agreement, raise_together, values_if_different
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows
-from ..comm.inputs import to_block_rows
+from ..comm.inputs import block_rows_or_whole, to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
 from ..types import Dat, GridInterior, Map, Set
@@ -101,10 +101,12 @@ class Declarations:
             return chosen, self._zeros(d, chosen, self._append(d) % 32000 + 1)
         comm, n = self.comm, d.dataset.size
         offsets = block_offsets(n, comm.size)
-        rows = to_block_rows(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
+        rows, whole = block_rows_or_whole(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
+        whole = whole if mesh.partitioned else None  # every rank holds every row: each takes its own, no messages
         error = None
         try:
-            chosen, block = d.rows(rows, dtype, _block_count(offsets, comm.rank))
+            chosen, block = d.rows(rows if whole is None else whole, dtype, _block_count(offsets, comm.rank)
+                                   if whole is None else n)
         except DataShapeError as exc:
             error = exc
         raise_together(comm, error)
@@ -112,7 +114,7 @@ class Declarations:
         if not mesh.partitioned:
             return chosen, DatStorage(block, n_owned=len(block), tag=tag)
         layout = mesh.layout.of(d.dataset)
-        local = fetch_rows(comm, offsets, block, layout.global_ids)
+        local = block[layout.global_ids] if whole is not None else fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
 
     def _zeros(self, d: Dat, dtype, tag: int) -> DatStorage:
