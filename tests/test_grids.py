@@ -266,3 +266,26 @@ def test_given_blocks_are_checked_against_the_grid_and_the_rank_count(blocks, me
     with pytest.raises(mc.ConfigurationError, match=message):
         checked_blocks(grid, blocks, 2)
     assert checked_blocks(grid, (1, 2), 2) == (1, 2)
+
+
+def test_repartition_refuses_a_live_grid_but_not_one_kept_only_by_a_reference_cycle():
+    """A grid the program no longer references, held only by a reference cycle until the
+    collector runs, is no part of it: ``mc.repartition`` and ``mc.rebalance`` then go on (on
+    one process they move nothing); a live grid is refused."""
+    import gc
+
+    gc.disable()
+    try:
+        cycle = [mc.Grid((4, 4), "dropped")]
+        cycle.append(cycle)  # kept alive by the cycle alone once the name goes
+        del cycle
+        mc.repartition("block")
+        assert mc.rebalance() is None
+        kept = mc.Grid((4, 4), "kept")
+        with pytest.raises(mc.ConfigurationError, match="structured grid\\(s\\) 'kept' keep their block"):
+            mc.repartition("block")
+        with pytest.raises(mc.ConfigurationError, match="mc.rebalance moves mesh elements"):
+            mc.rebalance()
+        del kept
+    finally:
+        gc.enable()

@@ -217,3 +217,17 @@ def test_the_jacobi_example_on_ranks_sums_what_numpy_computes(comm, steps, ca):
     args = example.parse_args(["--size", "19", "14", "--sweeps", "12", "--steps", str(steps), "--ca", ca, "--seed", "5"])
     _, checksum = example.run(args)
     assert checksum == pytest.approx(float(jacobi_numpy((19, 14), 12, [0.2] * 5, 5).sum()), rel=1e-12)
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=120)
+def test_repartitioning_a_program_with_a_grid_is_refused_on_every_rank(comm):
+    grid = mc.Grid((6, 6), "g")
+    u = mc.Dat(grid, 1, np.arange(36.0), "u")
+    mc.partition("block")
+    with pytest.raises(mc.ConfigurationError, match="structured grid\\(s\\) 'g' keep their block decomposition"):
+        mc.repartition("block")
+    with pytest.raises(mc.ConfigurationError, match="mc.rebalance moves mesh elements"):
+        mc.rebalance()
+    gathered = u.gather()  # the grid is as it was: every rank still takes part
+    if comm.rank == 0:
+        np.testing.assert_array_equal(gathered[:, 0], np.arange(36.0))

@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 
 import numpy as np
@@ -283,13 +284,20 @@ class Session:
 
     def repartition(self, method: str, *, coords=None, weights=None, seed: int = 0) -> None:
         """``mc.repartition`` (see :func:`.relayout.repartition`)."""
-        refuse_grids(self.declarations.declared()[0], "mc.repartition")
+        self._refuse_grids("mc.repartition")
         repartition(self, method, coords=coords, weights=weights, seed=seed)
 
     def rebalance(self, method: str, *, coords=None, seed: int = 0):
         """``mc.rebalance`` (see :func:`.rebalance.rebalance`)."""
-        refuse_grids(self.declarations.declared()[0], "mc.rebalance")
+        self._refuse_grids("mc.rebalance")
         return rebalance(self, method, coords=coords, seed=seed)
+
+    def _refuse_grids(self, what: str) -> None:
+        """Raise, on every rank, where the program has a grid (collective). A grid no longer
+        referenced but kept by a reference cycle is no part of it: garbage is collected first,
+        and only grids alive on every rank count."""
+        gc.collect()
+        refuse_grids(self.declarations.declared(agreed=True)[0], what)
 
     def deepen(self, depth: int, *, flush: bool = False) -> None:
         """Make sure halo layers ``1..depth`` exist on every rank (collective); builds the
