@@ -226,3 +226,30 @@ def test_a_tiled_grid_loop_runs_its_runs_line_by_line():
     source = loop_source(loop, boundscheck=False)
     tile = source[source.index("def _mc_tile("):source.index("def _mc_loop(")]
     assert "for _mc_q in range(_mc_lo // 3, (_mc_hi - 1) // 3 + 1):" in tile and "//" not in tile.split("_mc_g =")[1]
+
+
+def test_the_wavefront_plan_serves_new_dats_and_holds_none():
+    """A chain over a temporary dat per execution inspects its wavefront once; the plan keeps
+    no dat of an earlier execution alive."""
+    import gc
+    import weakref
+
+    mc.reset_runtime(threads=1, cache_dir=mc.get_runtime().config.cache_dir)
+    grid = mc.Grid((10, 7), "g")
+    u = mc.Dat(grid, 1, np.arange(70.0), "u")
+    star = mc.Stencil([(0, 0), (-1, 0), (1, 0)], "star")
+    smooth = _kernel([star.offsets], "WRITE")
+    gone, sums = [], []
+    for _ in range(4):
+        temporary = mc.Dat(grid, 1, None, "t")
+        with mc.loop_chain("temporary", tile_size=5):
+            mc.par_loop(smooth, grid.interior(1), u(mc.READ, star), temporary(mc.WRITE))
+            mc.par_loop(smooth, grid.interior(1), temporary(mc.READ, star), u(mc.RW))
+        sums.append(float(u.data_ro.sum()))
+        gone.append(weakref.ref(temporary))
+        del temporary
+    gc.collect()
+    chain = mc.stats().chains["temporary"]
+    assert chain.tiled_groups == 4 and chain.tile_inspections == 1
+    assert all(ref() is None for ref in gone[:-1])  # the latest execution's dats stay bound to it, as untiled
+    assert len(set(sums)) == 4  # u changed every time

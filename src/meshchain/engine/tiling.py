@@ -107,14 +107,17 @@ def _wavefront(session, runs, tiling: Tiling, report) -> TiledPhase | None:
     if loops is None:
         refuse_tiling(session, tiling, f"{why}; the chain runs untiled")
         return None
-    key = ("wavefront", tiling.tile_size, tuple(_run_key(run) for run in runs))
-    cached = session.tile_plans.get(key)
-    if cached is None:
+    # the plan depends on the loops' ranges and on which of them share a dat, not on which dats: kept by
+    # that, it holds no user object and serves new dats declared alike (a temporary per step)
+    key = ("wavefront", tiling.tile_size, tuple((loop.start, loop.end, loop.per_slab, loop.first_slab,
+                                                 tuple(sorted(loop.reads.items())), tuple(sorted(loop.writes)))
+                                                for loop in loops))
+    plan = session.tile_plans.get(key)
+    if plan is None:
         began = time.perf_counter()
         slabs = max(1, round(tiling.tile_size / loops[0].per_slab))
-        cached = session.tile_plans[key] = (wavefront_plan(loops, slabs_per_tile=slabs), [run.loop for run in runs])
+        plan = session.tile_plans[key] = wavefront_plan(loops, slabs_per_tile=slabs)
         add_tile_inspection(session.recorder, tiling.name, time.perf_counter() - began)
-    plan = cached[0]
     return TiledPhase(session.backend.tiled(plan, runs, report), (plan,))
 
 
@@ -122,7 +125,7 @@ def _slab_loops(runs):
     """``(loops, None)``: each run as a :class:`~meshchain.inspector.wavefront.SlabLoop`, or
     ``(None, why)`` where the runs are not all loops over the interior of one grid that read
     globals only, read dats directly or through stencils and write them directly."""
-    loops, shapes = [], set()
+    loops, shapes, slots = [], set(), {}
     for run in runs:
         reads, writes = {}, set()
         geometry = None
@@ -135,7 +138,7 @@ def _slab_loops(runs):
             geometry = spec.grid or _whole_grid(run.loop.iterset, spec)
             if not geometry:
                 return None, f"loop {run.loop.name!r} reaches dat {arg.data.name!r} through a map or off the grid"
-            key = id(arg.data)
+            key = slots.setdefault(id(arg.data), len(slots))  # the dat's number in the chain, by first use
             if arg.access is not Access.WRITE:
                 reach = arg.stencil.reach[0] if spec.kind == STENCIL else 0
                 reads[key] = max(reads.get(key, 0), reach)
