@@ -102,11 +102,13 @@ class Declarations:
         comm, n = self.comm, d.dataset.size
         offsets = block_offsets(n, comm.size)
         rows, whole = block_rows_or_whole(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
-        whole = whole if mesh.partitioned else None  # every rank holds every row: each takes its own, no messages
+        if whole is not None and mesh.partitioned:  # every rank holds every row: each takes its own, no messages
+            rows, count = whole, n
+        else:
+            whole, count = None, _block_count(offsets, comm.rank)
         error = None
         try:
-            chosen, block = d.rows(rows if whole is None else whole, dtype, _block_count(offsets, comm.rank)
-                                   if whole is None else n)
+            chosen, block = d.rows(rows, dtype, count)
         except DataShapeError as exc:
             error = exc
         raise_together(comm, error)

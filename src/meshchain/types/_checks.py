@@ -71,6 +71,8 @@ def scalar_storage(count: int, value, dtype) -> np.ndarray | None:
     (True, True)
     """
     kind = type(value)
+    if kind is float and dtype is None and count == 1:  # the commonest: a new Global per reduction
+        return np.array((value,))
     if kind is float or kind is np.float64:
         chosen = _FLOAT64 if dtype is None else _named_dtype(dtype)
         if chosen is None or chosen.kind != "f":

@@ -264,8 +264,7 @@ class Global:
         array = None
         if type(dim) is int and dim >= 1 and (name is None or (type(name) is str and name)):
             # the common declaration (a new Global per reduction): a valid scalar needs no more checks
-            array = (np.array((value,)) if dim == 1 and dtype is None and type(value) is float
-                     else scalar_storage(dim, value, dtype))
+            array = scalar_storage(dim, value, dtype)
         if array is not None:
             self.name, self.dim, self.dtype = name or "global", dim, array.dtype
         else:
@@ -279,8 +278,9 @@ class Global:
 
     def coerce(self, value) -> np.ndarray:
         """``value`` (a scalar or ``dim`` values) as a fresh array of this global's dtype."""
-        if type(value) is float and self.dtype.kind == "f":  # the common case (the checks below allow it)
-            return np.full(self.dim, value, dtype=self.dtype)
+        quick = scalar_storage(self.dim, value, self.dtype)  # a scalar that needs no more checks
+        if quick is not None:
+            return quick
         what = f"Global {self.name!r}"
         array = np.asarray(value)
         if array.ndim == 0:
