@@ -276,6 +276,82 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
             plan.run(np.zeros(3), rows)
 
 
+@pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 6))
+def test_a_sequence_plan_has_the_bits_of_powers_on_float_data(comm, mesh, dim, seed, steps):
+    """On float data (sums rounded), a sequence plan's shifted products (on several ranks
+    computed partly while the exchange's messages travel, every product's rows that need no
+    received value first) have the bits of ``sequences`` (the exchange, then each product)."""
+    from meshchain.engine.powers import sequences
+
+    mc.reset_runtime(comm=comm)
+    problem = Problem(mesh, dim=dim, seed=seed)
+    rng = np.random.default_rng(seed)
+    problem.x.data[...] = rng.standard_normal(problem.x.data.shape)
+    problem.k.data[...] *= rng.uniform(0.5, 1.5, problem.k.data.shape)
+    problem.A.zero()
+    mc.par_loop(copy_kernel(problem.mesh.cell2node.arity * dim, problem.mesh.cell2node.arity * dim),
+                problem.mesh.cells, problem.A(mc.INC, (problem.mesh.cell2node, problem.mesh.cell2node)),
+                problem.k(mc.READ))
+    shifts = rng.uniform(-1.0, 1.0, steps)
+    matrices = mc.api.engine_surface().matrices
+    want = problem.vectors(steps, "want")
+    sequences(matrices, problem.A, [(problem.x, want, shifts)])
+    plan = matrices.sequence_plan(problem.A, problem.x, steps)
+    problem.x.data[...] *= 1.0  # written: its halo is stale, the plan's run exchanges it
+    rows = np.empty((steps + 1, plan.width))
+    plan.run(shifts, rows)
+    have = problem.vectors(steps, "have")
+    for k, y in enumerate(have, start=1):
+        y.data[...] = rows[k, :y.data.size].reshape(y.data.shape)
+    equal_on_rank_0(comm, [(w.gather(), h.gather()) for w, h in zip(want, have)],
+                    "sequence plan against sequences on float data")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(rows=st.integers(1, 30), owned=st.integers(0, 30), steps=st.integers(1, 5), seed=st.integers(0, 2**31 - 1))
+def test_rows_before_arrival_need_no_received_value(rows, owned, steps, seed):
+    """Each product's rows split into those computed before the messages arrive and after,
+    each row once; run on a vector whose entries from ``owned`` on are NaN (not arrived),
+    the rows computed before read no NaN, and the rows of both parts equal the whole product."""
+    from meshchain.backends.sparse import csr_sequence, csr_spans
+    from meshchain.engine.powers import rows_before_arrival
+
+    rng = np.random.default_rng(seed)
+    width = rows
+    owned = min(owned, width)
+    lengths = rng.integers(0, 5, rows)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = rng.integers(0, width, indptr[-1]).astype(np.int64)
+    values = rng.standard_normal(indptr[-1])
+    targets = rng.permutation(width)[:rows].astype(np.int64)
+    counts = np.sort(rng.integers(0, rows + 1, steps))[::-1].astype(np.int64)
+    shifts = rng.standard_normal(steps)
+    spans, at = rows_before_arrival(indptr, indices, targets, counts, owned, width)
+
+    def rows(lo, hi):
+        return [r for first, end in spans[lo:hi].reshape(-1, 2) for r in range(first, end)]
+
+    early = np.full((steps + 1, width), np.nan)
+    early[0, :owned] = rng.standard_normal(owned)
+    for k in range(steps):
+        assert sorted(rows(at[2 * k], at[2 * k + 2])) == list(range(counts[k]))  # every row of the product once
+        before = spans[at[2 * k]:at[2 * k + 1]]
+        csr_spans(indptr, indices, values, targets, before, early[k], early[k + 1], shifts[k])
+        assert not np.isnan(early[k + 1, targets[rows(at[2 * k], at[2 * k + 1])]]).any()
+    whole = np.zeros((steps + 1, width))
+    whole[0] = rng.standard_normal(width)
+    whole[0, :owned] = early[0, :owned]
+    split = whole.copy()
+    csr_sequence(indptr, indices, values, targets, counts, shifts, whole)
+    for k in range(steps):
+        for lo, hi in ((at[2 * k], at[2 * k + 1]), (at[2 * k + 1], at[2 * k + 2])):
+            csr_spans(indptr, indices, values, targets, spans[lo:hi], split[k], split[k + 1], shifts[k])
+    assert split.tobytes() == whole.tobytes()
+
+
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(rows=st.integers(1, 12), seed=st.integers(0, 2**31 - 1))
 def test_the_powers_product_has_the_bits_of_the_owned_then_halo_products(rows, seed):

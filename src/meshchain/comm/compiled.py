@@ -9,7 +9,10 @@ through ``ctypes`` from compiled code:
 * :class:`CompiledExchange` -- a halo exchange of one float64 vector with persistent
   requests made once (``Send_init``/``Recv_init``, by mpi4py), run by :func:`start_rows`
   (pack the exported values, ``MPI_Startall``) and :func:`finish_rows` (``MPI_Waitall``,
-  unpack the imported values) with the owned work between the two.
+  unpack the imported values) with the owned work between the two, and
+  :func:`progress_rows` (``MPI_Testall``) called during that work: over a network module
+  that moves messages only inside MPI calls (MPICH over TCP), the messages then travel
+  while the rank computes instead of when it waits.
 
 The same MPI calls as mpi4py's on the same buffers: the results are the same bits. Compiled
 functions that call them cannot be cached on disk (the library's addresses change from
@@ -41,7 +44,7 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "CompiledReduction", "start_rows",
-           "finish_rows", "addresses"]
+           "finish_rows", "progress_rows", "addresses"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,6 +78,7 @@ _INT, _POINTER = ctypes.c_int, ctypes.c_void_p
 _allreduce = _function("MPI_Allreduce", _POINTER, _POINTER, _INT, _INT, _INT, _INT)
 _startall = _function("MPI_Startall", _INT, _POINTER)
 _waitall = _function("MPI_Waitall", _INT, _POINTER, _POINTER)
+_testall = _function("MPI_Testall", _INT, _POINTER, _POINTER, _POINTER)
 
 
 def handles(comm) -> np.ndarray:
@@ -104,6 +108,16 @@ def start_rows(x, rows, send, requests):
 
 
 @numba.njit(nogil=True)
+def progress_rows(requests, flag, statuses):
+    """Let the MPI library move the exchange's messages (``MPI_Testall``; ``flag``: one int32,
+    set when all are complete); the MPI error code. A completed persistent request is
+    inactive, so :func:`finish_rows` afterwards returns at once for it."""
+    if len(requests) == 0:
+        return 0
+    return _testall(len(requests), requests.ctypes.data, flag.ctypes.data, statuses.ctypes.data)
+
+
+@numba.njit(nogil=True)
 def finish_rows(x, rows, receive, requests, statuses):
     """Wait for the exchange's requests and unpack ``receive`` into ``x[rows]``; the MPI error code."""
     error = 0
@@ -120,7 +134,8 @@ class CompiledExchange:
 
     The arguments of :func:`start_rows` and :func:`finish_rows` are attributes:
     ``send_at``/``send`` (flat positions in ``x`` and the send buffer), ``receive_at``/
-    ``receive``, ``requests`` (the persistent requests' C handles) and ``statuses``.
+    ``receive``, ``requests`` (the persistent requests' C handles) and ``statuses``;
+    :func:`progress_rows` takes ``requests``, ``flag`` and ``statuses``.
     :meth:`close` frees the requests.
     """
 
@@ -134,6 +149,7 @@ class CompiledExchange:
         self.send_at = np.concatenate([at for _, at in sends]) if sends else np.zeros(0, dtype=np.int64)
         self.receive_at = np.concatenate([at for _, at in receives]) if receives else np.zeros(0, dtype=np.int64)
         self.send, self.receive = np.zeros(len(self.send_at)), np.zeros(len(self.receive_at))
+        self.flag = np.zeros(1, dtype=np.int32)  # progress_rows's: all complete
         self._requests, begin = [], 0
         for n, at in sends:
             self._requests.append(comm.Send_init(self.send[begin:begin + len(at)], dest=n, tag=tag))

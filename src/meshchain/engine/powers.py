@@ -40,7 +40,7 @@ import functools
 import numba
 import numpy as np
 
-from ..backends.sparse import add_scaled, csr_listed, csr_rows, csr_sequence, same_values, scaled_values
+from ..backends.sparse import add_scaled, csr_rows, csr_sequence, csr_spans, same_values, scaled_values
 from ..comm.agree import abort_all, raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.errors import DataShapeError, DeclarationError, MeshchainError
@@ -156,11 +156,11 @@ class SequencePlan:
     ``Y[0] = x``, into the rows of an array: checked and prepared once (collective), then run
     again and again by a solver while nothing else changes the layout or the matrix
     (:meth:`run`: one exchange of ``x`` when its halo is stale, the products in one call).
-    On several ranks a run is one compiled call that also exchanges ``x`` (the first
-    product's interior rows computed while its messages travel) where compiled code can call
+    On several ranks a run is one compiled call that also exchanges ``x`` (every product's
+    rows that need no received value computed while its messages travel) where compiled code can call
     the MPI library (:func:`meshchain.comm.compiled.available`); elsewhere, and when the
-    scale's halo is stale, the exchange runs from Python first. The products' sums may be
-    reordered (exact on integer data). The block s-step CG (:mod:`meshchain.linalg.blockcg`)
+    scale's halo is stale, the exchange runs from Python first. Each product has the bits of
+    :func:`sequences`' (every row's running sum in order). The block s-step CG (:mod:`meshchain.linalg.blockcg`)
     runs its bases with it; :func:`sequence_plan` keeps one per dat with the matrix's rows.
 
     >>> import numpy as np, meshchain as mc
@@ -220,16 +220,16 @@ class SequencePlan:
 
     def _run_inside(self, shifts: np.ndarray, Y: np.ndarray, depth: int) -> None:
         """:meth:`run` in one compiled call that calls MPI (:mod:`meshchain.comm.compiled`): the
-        exchange of ``x`` started, the first product's rows that read no halo column computed
-        while its messages travel, then the rest."""
+        exchange of ``x`` started, every product's rows that need no received value (see
+        :func:`rows_before_arrival`) computed while its messages travel (the library let to
+        move them after each product's), then the rest."""
         if self.inside is None:
             self.inside = self._inside(depth)
-        exchange, inner, outer = self.inside
+        exchange, spans, at = self.inside
         indptr, _, indices, targets = self.rows.unsigned
         error = _sequence_on_ranks()(self.host.reshape(-1), exchange.send_at, exchange.send, exchange.receive_at,
-                                     exchange.receive, exchange.requests, exchange.statuses, indptr, indices,
-                                     self.values, targets, inner, outer, self.counts,
-                                     np.asarray(shifts, dtype=np.float64), Y)
+                                     exchange.receive, exchange.requests, exchange.flag, exchange.statuses, indptr,
+                                     indices, self.values, targets, spans, at, np.asarray(shifts, dtype=np.float64), Y)
         if error:
             from mpi4py import MPI
 
@@ -238,19 +238,16 @@ class SequencePlan:
         self.x.valid_depth = depth
 
     def _inside(self, depth: int):
-        """``(exchange, inner, outer)``: a compiled exchange of ``x`` ``depth`` layers deep, and
-        the first product's rows that read no halo column and the others."""
+        """``(exchange, spans, at)``: a compiled exchange of ``x`` ``depth`` layers deep, and
+        each product's rows before and after the messages arrive (:func:`rows_before_arrival`)."""
         from ..comm.compiled import CompiledExchange
 
         layout = self.pattern.col_layout
         exports, imports = layer_rows(layout.exports, 0, depth), layer_rows(layout.imports, 0, depth)
         exchange = CompiledExchange(self.session.comm, exports, imports, self.dim, tag=self.x.tag)
-        indptr, split = self.rows.indptr, self.rows.split
-        first = np.arange(int(self.counts[0]))
-        owned = int(self.rows.count(0))
-        reads_halo = (first >= owned) | (split[first] < indptr[first + 1])
-        wide = self.rows.unsigned[0].dtype
-        return exchange, first[~reads_halo].astype(wide), first[reads_halo].astype(wide)
+        indptr, _, indices, targets = self.rows.unsigned
+        spans, at = rows_before_arrival(indptr, indices, targets, self.counts, self.rows.count(0), self.width)
+        return exchange, spans, at
 
     def close(self) -> None:
         """Free the compiled exchange's persistent requests."""
@@ -294,23 +291,64 @@ def _compiled_mpi() -> bool:
     return available()
 
 
+def rows_before_arrival(indptr, indices, targets, counts, owned: int, width: int) -> tuple:
+    """``(spans, at)``: for product ``k`` (``0..s-1``), the rows it computes before the
+    exchange's messages arrive, ``spans[at[2k]:at[2k + 1]]``, and after,
+    ``spans[at[2k + 1]:at[2k + 2]]``, as runs of rows (``(first, end)`` pairs, flat: see
+    :func:`~meshchain.backends.sparse.csr_spans`). Before: the rows all of whose columns,
+    and whose own entry (the shift's term), hold values already (for the first product the
+    owned entries, ``< owned``; for a later one the entries the product before wrote
+    before); after, the others. Every row once, so each product has the bits of the
+    sequence run after the exchange.
+
+    >>> indptr = np.array([0, 2, 4, 6]); indices = np.array([0, 1, 1, 2, 2, 0])
+    >>> spans, at = rows_before_arrival(indptr, indices, np.arange(3), np.array([3, 2]), owned=2, width=3)
+    >>> [spans[at[i]:at[i + 1]].tolist() for i in range(4)]
+    [[0, 1], [1, 3], [], [0, 2]]
+    """
+    kind = np.asarray(indptr).dtype
+    indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    ready = np.arange(width) < owned
+    pieces = []
+    for count in np.asarray(counts, dtype=np.int64):
+        lengths = np.diff(indptr[:count + 1])
+        row_of_entry = np.repeat(np.arange(count), lengths)
+        missing = np.bincount(row_of_entry, weights=~ready[indices[:indptr[count]]], minlength=count)
+        early = (missing == 0) & ready[targets[:count]]  # the shift reads the row's own entry
+        pieces += [_runs(early), _runs(~early)]
+        ready = np.zeros(width, dtype=bool)
+        ready[targets[:count][early]] = True
+    at = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(np.int64)
+    return np.concatenate(pieces).astype(kind), at
+
+
+def _runs(chosen: np.ndarray) -> np.ndarray:
+    """The runs of True in ``chosen`` as flat ``(first, end)`` pairs."""
+    edges = np.diff(np.concatenate([[0], chosen.astype(np.int8), [0]]))
+    return np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1).reshape(-1)
+
+
 @functools.lru_cache(maxsize=None)
 def _sequence_on_ranks():
     """The compiled :meth:`SequencePlan.run` on several ranks (calls MPI: compiled once per
     process, not cached on disk)."""
-    from ..comm.compiled import finish_rows, start_rows
+    from ..comm.compiled import finish_rows, progress_rows, start_rows
 
     @numba.njit(nogil=True)
-    def run(x, send_at, send, receive_at, receive, requests, statuses, indptr, indices, values, targets, inner,
-            outer, counts, shifts, Y):
+    def run(x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices, values, targets, spans,
+            at, shifts, Y):
         Y[0, :len(x)] = x  # the owned rows; the halo rows are stale until the messages arrive
         error = start_rows(x, send_at, send, requests)
-        csr_listed(indptr, indices, values, targets, inner, Y[0], Y[1], shifts[0])
+        steps = (len(at) - 1) // 2
+        for k in range(steps):  # what needs no received value, product by product, the messages moved between
+            csr_spans(indptr, indices, values, targets, spans[at[2 * k]:at[2 * k + 1]], Y[k], Y[k + 1], shifts[k])
+            error = error or progress_rows(requests, flag, statuses)
         error = error or finish_rows(x, receive_at, receive, requests, statuses)
         for k in range(len(receive_at)):
             Y[0, receive_at[k]] = x[receive_at[k]]
-        csr_listed(indptr, indices, values, targets, outer, Y[0], Y[1], shifts[0])
-        csr_sequence(indptr, indices, values, targets, counts[1:], shifts[1:], Y[1:])
+        for k in range(steps):
+            csr_spans(indptr, indices, values, targets, spans[at[2 * k + 1]:at[2 * k + 2]], Y[k], Y[k + 1], shifts[k])
         return error
 
     return run
