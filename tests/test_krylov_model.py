@@ -115,3 +115,25 @@ def test_s_auto_solves_with_the_s_the_model_chose(comm):
     with pytest.raises(mc.SolverError, match="or 'auto'"):
         poisson.solve(p, method="sstep-cg", s="fast")
     assert np.isfinite(p.u.data_ro).all()  # the Poisson problem, after the refused call
+
+
+def test_the_choice_of_s_is_worked_out_once_per_measured_costs(monkeypatch):
+    """``s="auto"``'s model predictions are made once per costs measured on the matrix: a
+    second solve looks them up (the same ``s`` and predictions; a caller changing its
+    ``predicted`` changes no later one), and new values (costs measured again) choose again."""
+    from meshchain.linalg import tune
+
+    mc.reset_runtime()
+    p = poisson.declare(structured_tris(12, 12))
+    made = []
+    real = tune.predict
+    monkeypatch.setattr(tune, "predict", lambda *a, **k: made.append(1) or real(*a, **k))
+    first = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
+    first.predicted["cg"] = -1.0
+    second = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
+    assert len(made) == 1 and second.steps == first.steps and second.predicted["cg"] > 0
+    bump = mc.Kernel.from_source("def bump(a):\n" + "".join(f"    a[{i}, {i}] += 0.1\n" for i in range(3)))
+    d = p.mesh
+    mc.par_loop(bump, d.cells, p.A(mc.INC, (d.cell2node, d.cell2node)))  # new values: costs measured again
+    third = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
+    assert len(made) == 2 and third.converged
