@@ -47,10 +47,10 @@ from ..backends.sparse import csr_halo, csr_owned, ilu_apply
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
 from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, gropp_direction,
-                    gropp_update, lincomb, pipecg_update, pipecr_update, scal, scale, waxpy)
+                    gropp_update, lincomb, pipecg_update, pipecr_update, residual, scal, scale, waxpy)
 from .replacement import EPS, TOL
 
-__all__ = ["cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks",
+__all__ = ["cg_start", "cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks",
            "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "pipegmres_cycle",
            "pipecg_iterations", "pipecr_iterations", "groppcg_iterations", "bounds_after_update", "BOUNDS",
@@ -72,6 +72,20 @@ def _outcome(i, zz, rz, target, maxiter):
     if not (math.isfinite(rz) and rz > 0.0):
         return norm, BREAKDOWN, rz
     return norm, GOING, 0.0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cg_start(indptr, split, indices, values, halo, x, b, r, z, p, w, pc, out):
+    """CG's start on one process in one call, with the bits of :func:`.krylov.cg`'s Python
+    steps: ``w = A x``, ``r = b - w``, ``z = B r``, ``out = [(r, z), (z, z), (z, z)]``,
+    ``p = z``."""
+    csr_owned(indptr, split, indices, values, x, w)
+    if halo:
+        csr_halo(indptr, split, indices, values, x, w)
+    residual(b, w, r)
+    precondition(pc, r, z)
+    dot_pairs(r, z, z, z, z, z, out)
+    p[:] = z
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

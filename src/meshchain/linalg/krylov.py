@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
+from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations, cg_start,
                        cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, groppcg_iterations,
                        pipecg_iterations, pipecr_iterations)
 from .fused import (aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start,
@@ -61,11 +61,14 @@ def cg(run):
     """Classical preconditioned CG (Hestenes-Stiefel; PETSc's KSPCG): two reductions per
     iteration, each waited for at once."""
     v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
-    _start_residual(run, "r", "w")
-    run.B("r", "z", fused_done=False)
-    dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
+    if run.inside is not None and not run.engine.distributed:  # the start below in one compiled call
+        cg_start(*run.inside, v["x"], v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, out)
+    else:
+        _start_residual(run, "r", "w")
+        run.B("r", "z", fused_done=False)
+        dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
+        v["p"][:] = v["z"]
     rz, zz = run.reduce(out[:2].copy())
-    v["p"][:] = v["z"]
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     if reason is None and run.inside is not None:
@@ -116,8 +119,7 @@ def _inside(run, one, on_ranks, vectors, operator, state, i: int, curvature: str
             run.communication_failed(int(value))
         run.reductions += reductions
         decided = why == NORM  # its norm is recorded by run.check below
-        for norm in history[:written - decided]:
-            run.history.append(float(norm))  # norms that decided nothing, recorded as run.check records them
+        run.history.extend(history[:written - decided].tolist())  # norms that decided nothing, as Python floats
         if decided:
             reason = run.check(i, value)
         elif why == CURVATURE:
@@ -247,7 +249,7 @@ def _pipelined_inside(run, iterate, vectors, arguments, i: int, replacements: in
                 run.communication_failed(int(value))
             run.reductions += reductions
             decided = why == NORM  # its norm is recorded by run.check below
-            run.history.extend(float(norm) for norm in history[:written - decided])
+            run.history.extend(history[:written - decided].tolist())
             if decided:
                 reason = run.check(i, value)
             elif why == CURVATURE:

@@ -219,7 +219,7 @@ def _called_inside(run, iterate, before, state, i: int, history, after):
         run.communication_failed(int(value))
     run.reductions += reductions
     decided = why == NORM  # its norm is recorded by run.check below
-    run.history.extend(float(norm) for norm in history[:written - decided])
+    run.history.extend(history[:written - decided].tolist())
     return i, why, value, (run.check(i, value) if decided else None)
 
 
