@@ -238,7 +238,8 @@ def test_shifted_and_scaled_products_equal_scipys(comm, scaled):
 def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
     """A plan's products ``(S A S - θ_k I) y_(k-1)`` against SciPy on the gathered matrix,
     run three times with other shifts, ``x`` changed in between (its halo exchanged again)
-    and once the scale; the plan is kept with the matrix until its values change; a plan
+    and once the scale; too few shifts or too small an array are refused; the plan is kept
+    with the matrix until its values change; a plan
     whose dat's storage moved (deeper halo layers added since) is refused."""
     mc.reset_runtime(comm=comm)
     problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=9)
@@ -267,6 +268,10 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
         problem.x.data[...] *= -2.0  # written in place: its halo is stale, the next run exchanges it
         if shifts[0] == 0.0:
             scale.data[...] *= 1.5  # so is the scale's: the next run exchanges it and scales the matrix again
+    for shifts, out in ((np.zeros(2), rows), (np.zeros(3), rows[:3]), (np.zeros(3), rows[:, :-1]),
+                        (np.zeros(3), rows.astype(np.float32))):  # too few shifts, rows, columns; not float64
+        with pytest.raises(mc.DataShapeError, match="SequencePlan.run"):
+            plan.run(shifts, out)
     bump = mc.Kernel.from_source("def bump(a):\n" + "".join(f"    a[{i}, {i}] += 1.0\n" for i in range(6)))
     mc.par_loop(bump, d.cells, problem.A(mc.INC, (d.cell2node, d.cell2node)))
     assert matrices.sequence_plan(problem.A, problem.x, 3, scale=scale) is not plan  # new values: a new plan
@@ -300,8 +305,9 @@ def test_a_sequence_plan_has_the_bits_of_powers_on_float_data(comm, mesh, dim, s
     want = problem.vectors(steps, "want")
     sequences(matrices, problem.A, [(problem.x, want, shifts)])
     plan = matrices.sequence_plan(problem.A, problem.x, steps)
-    problem.x.data[...] *= 1.0  # written: its halo is stale, the plan's run exchanges it
-    rows = np.empty((steps + 1, plan.width))
+    problem.x.data[...] *= 1.0  # written: its halo is stale, the plan's run exchanges it ...
+    plan.host.reshape(-1)[plan.rows.count(0):] = np.nan  # ... over values a row run before the messages came would read
+    rows = np.full((steps + 1, plan.width), np.nan)
     plan.run(shifts, rows)
     have = problem.vectors(steps, "have")
     for k, y in enumerate(have, start=1):

@@ -201,6 +201,11 @@ class SequencePlan:
         if self.x.host is not self.host:
             raise DeclarationError("SequencePlan.run: the dat's storage moved (halo layers were added) after the "
                                    "plan was made; make a new plan.")
+        if len(shifts) < self.steps or Y.ndim != 2 or Y.shape[0] < self.steps + 1 or Y.shape[1] < self.width \
+                or Y.dtype != np.float64 or not Y.flags.c_contiguous:
+            raise DataShapeError(f"SequencePlan.run: {self.steps} products need at least {self.steps} shifts (got "
+                                 f"{len(shifts)}) and a C-contiguous float64 array of at least "
+                                 f"{(self.steps + 1, self.width)} (got {Y.dtype} {Y.shape}).")
         rows, depth = self.rows, self.steps * self.pattern.depth
         distributed = self.session.distributed
         if self.scale is not None:
