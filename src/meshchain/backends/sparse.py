@@ -76,10 +76,16 @@ def csr_rows(indptr, indices, values, targets, count, x, y, shift):
     >>> csr_rows(indptr, indices, values, np.array([2, 0]), 2, x, y, 1.0); y.tolist()
     [2.0, 0.0, 2.0]
     """
-    for r in range(count):
+    _shifted_rows(indptr, indices, values, targets, 0, count, x, y, shift)
+
+
+@_jit
+def _shifted_rows(indptr, indices, values, targets, first, end, x, y, shift):
+    """:func:`csr_rows` on rows ``first..end - 1``: what every matrix powers product runs."""
+    for r in range(first, end):
         total = 0.0
-        k, end = indptr[r], indptr[r + 1]
-        while k < end:
+        k, stop = indptr[r], indptr[r + 1]
+        while k < stop:
             total += values[k] * x[indices[k]]
             k += 1
         t = targets[r]
@@ -104,13 +110,7 @@ def csr_sequence(indptr, indices, values, targets, counts, shifts, Y):
     [[1.0, 1.0], [3.0, 3.0], [6.0, 6.0]]
     """
     for k in range(1, len(counts) + 1):
-        x, y, shift = Y[k - 1], Y[k], shifts[k - 1]
-        for r in range(counts[k - 1]):
-            total = 0.0
-            for j in range(indptr[r], indptr[r + 1]):
-                total += values[j] * x[indices[j]]
-            t = targets[r]
-            y[t] = total - shift * x[t]
+        _shifted_rows(indptr, indices, values, targets, 0, counts[k - 1], Y[k - 1], Y[k], shifts[k - 1])
 
 
 @_jit
@@ -125,12 +125,7 @@ def csr_spans(indptr, indices, values, targets, spans, x, y, shift):
     [0.0, 3.0, 4.0]
     """
     for q in range(0, len(spans), 2):
-        for r in range(spans[q], spans[q + 1]):
-            total = 0.0
-            for j in range(indptr[r], indptr[r + 1]):
-                total += values[j] * x[indices[j]]
-            t = targets[r]
-            y[t] = total - shift * x[t]
+        _shifted_rows(indptr, indices, values, targets, spans[q], spans[q + 1], x, y, shift)
 
 
 @_jit
