@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import meshchain as mc
 from meshchain.core.cache import Cache, CacheRegistry
@@ -227,6 +229,54 @@ def test_temporaries_go_when_dropped_without_waiting_for_the_garbage_collector()
         assert len(store) == before + 2  # the records of the last step's two objects only
     finally:
         gc.enable()
+
+
+@settings(max_examples=25, deadline=None)
+@given(uses=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1)), min_size=1, max_size=6),
+       global_at=st.integers(0, 6))
+def test_a_loop_found_by_structure_is_the_loop_checked_the_long_way(uses, global_at):
+    """A loop over new objects declared alike (found by its structure, not checked again) has
+    the fields of the same loop checked the long way, whichever arguments share an object and
+    in whatever order; and it sums what the first objects' loop summed."""
+    n = 10
+    nodes, edges = mc.Set(n, "nodes"), mc.Set(n, "edges")
+    e2n = mc.Map(edges, nodes, 2, np.stack([np.arange(n), (np.arange(n) + 1) % n], axis=1), "e2n")
+    global_at = min(global_at, len(uses))  # the global's place among the arguments
+    names = [f"a{k}" for k in range(len(uses))]
+    names.insert(global_at, "s")
+    body = " + ".join(f"a{k}[0]" for k in range(len(uses)))
+    kernel = mc.Kernel.from_source(f"def k({', '.join(names)}):\n    s[0] += {body}\n")
+    records = mc.get_runtime().loop_records
+
+    def declared():  # two dats on nodes (read through e2n), one on edges (read directly)
+        dats = [mc.Dat(nodes if k < 2 else edges, 1, np.arange(n, dtype=np.float64) * (k + 1), f"d{k}")
+                for k in range(3)]
+        return dats, mc.Global(1, 0.0, "s")
+
+    def arguments(dats, total) -> tuple:
+        args = [dats[k](mc.READ) if k == 2 else dats[k](mc.READ, e2n[index]) for k, index in uses]
+        args.insert(global_at, total(mc.INC))
+        return tuple(args)
+
+    def fields(loop):
+        slot = {id(obj): position for position, obj in enumerate(loop.data)}
+        return (loop.kernel, loop.iterset, loop.name, loop.specs, loop.maps, loop.shape, loop.indirect_writes,
+                tuple(slot[id(obj)] for obj in loop.reads), tuple(slot[id(obj)] for obj in loop.writes),
+                sorted(slot[i] for i in loop.read_ids), sorted(slot[i] for i in loop.write_ids))
+
+    first_dats, first_total = declared()
+    first = records.loop(kernel, edges, arguments(first_dats, first_total), None)
+    mc.par_loop(kernel, edges, *arguments(first_dats, first_total))
+    for _ in range(2):
+        dats, total = declared()
+        args = arguments(dats, total)
+        found = records.loop(kernel, edges, args, None)
+        checked = mc.get_runtime()._checked_loop(kernel, edges, args, None)
+        assert found is not first and found.args == args
+        assert found.data == checked.data and found.reads == checked.reads and found.writes == checked.writes
+        assert fields(found) == fields(checked) == fields(first)
+        mc.par_loop(kernel, edges, *args)
+        assert total.value.tolist() == first_total.value.tolist()
 
 
 def test_a_plan_that_cannot_take_new_objects_is_built_for_them():

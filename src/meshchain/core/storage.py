@@ -125,5 +125,10 @@ class DataStore:
         """The record of ``obj``, or None if this session does not know it."""
         return self._records.get(obj.uid)
 
+    def records_of(self, objects) -> tuple:
+        """The records of ``objects``, in order (None for one this session does not know)."""
+        get = self._records.get
+        return tuple([get(obj.uid) for obj in objects])
+
     def __len__(self) -> int:
         return len(self._records)

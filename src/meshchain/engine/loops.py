@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 from ..ir.loop import ParLoop
@@ -72,9 +73,8 @@ class LoopRecords:
 
     def _loop(self, kernel, iterset, args, name) -> ParLoop:
         try:
-            slots: dict = {}
-            pattern = tuple([slots.setdefault(id(arg.data), len(slots)) for arg in args])
-            key = (kernel, iterset, name, tuple([arg.shape for arg in args]), pattern)
+            objects = tuple(map(_data, args))
+            key = (kernel, iterset, name, tuple(map(_shape, args)), _sharing(objects))
             structure = self._structures.get(key)
         except (AttributeError, TypeError):  # not loop arguments: make_loop says what is wrong
             return self._check(kernel, iterset, args, name)
@@ -84,39 +84,67 @@ class LoopRecords:
             return loop
         if structure.lowered:
             return self._check(kernel, iterset, args, name)
-        loop = structure.bind(args, len(slots))
+        data = objects if structure.firsts is None else structure.firsts(objects)
         declared = self._declared
-        for obj in loop.data:
+        for obj in data:
             declared(obj)
-        return loop
+        return structure.bind(args, data)
+
+
+_data, _shape = operator.attrgetter("data"), operator.attrgetter("shape")
+
+
+def _sharing(objects: tuple):
+    """Which arguments share an object: None when none do (the commonest), else each
+    argument's slot (its object's place in order of first use)."""
+    ids = tuple(map(id, objects))
+    if len(set(ids)) == len(ids):
+        return None
+    slots: dict = {}
+    return tuple([slots.setdefault(i, len(slots)) for i in ids])
+
+
+def _picker(positions: tuple):
+    """A function of a tuple giving the tuple of its items at ``positions`` (C's itemgetter
+    where it returns a tuple)."""
+    if len(positions) >= 2:
+        return operator.itemgetter(*positions)
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda items: (items[only],)
+    return lambda items: ()
 
 
 class _Structure:
     """What the first checked loop of one structure gives the later ones: its kernel, set,
-    name, specs, maps and shape, and which objects it reads and writes (by slot). A grid
-    loop lowered to maps is ``lowered``: checked per call."""
+    name, specs, maps and shape, which argument first names each object (``firsts``), and
+    which objects it reads and writes (by slot). A grid loop lowered to maps is ``lowered``:
+    checked per call."""
 
-    __slots__ = ("fields", "lowered", "reads", "writes")
+    __slots__ = ("fields", "lowered", "firsts", "reads", "writes")
 
     def __init__(self, loop):
         self.lowered = loop.written is not None or loop.origin is not None
         self.fields = dict(kernel=loop.kernel, iterset=loop.iterset, name=loop.name, specs=loop.specs, maps=loop.maps,
                            origin=None, written=None, shape=loop.shape, indirect_writes=loop.indirect_writes)
         slot = {id(obj): i for i, obj in enumerate(loop.data)}
-        self.reads = tuple(slot[id(obj)] for obj in loop.reads)
-        self.writes = tuple(slot[id(obj)] for obj in loop.writes)
+        firsts: dict = {}
+        for position, arg in enumerate(loop.args):
+            firsts.setdefault(slot[id(arg.data)], position)
+        positions = tuple(firsts[i] for i in range(len(loop.data)))
+        self.firsts = None if positions == tuple(range(len(loop.args))) else _picker(positions)  # None: all distinct
+        self.reads = _picker(tuple(slot[id(obj)] for obj in loop.reads))
+        self.writes = _picker(tuple(slot[id(obj)] for obj in loop.writes))
 
-    def bind(self, args, count: int) -> ParLoop:
-        """The loop of this structure over ``args`` (``count`` distinct objects)."""
-        objects = {}
-        for arg in args:
-            obj = arg.data
-            objects.setdefault(id(obj), obj)
-        data = tuple(objects.values())
+    def bind(self, args, data: tuple) -> ParLoop:
+        """The loop of this structure over ``args`` (``data``: their distinct objects, in slot
+        order); what the trace asks of every loop (the ids it reads and writes) is set now."""
         loop = object.__new__(ParLoop)  # the fields of a checked loop, unchanged: no __init__ to run
-        fields = loop.__dict__
-        fields.update(self.fields)
+        fields = self.fields.copy()
         fields["args"], fields["data"] = tuple(args), data
-        fields["reads"] = tuple([data[i] for i in self.reads])
-        fields["writes"] = tuple([data[i] for i in self.writes])
+        fields["reads"] = reads = self.reads(data)
+        fields["writes"] = writes = self.writes(data)
+        fields["read_ids"] = frozenset(map(id, reads))
+        fields["write_ids"] = frozenset(map(id, writes))
+        object.__setattr__(loop, "__dict__", fields)
         return loop

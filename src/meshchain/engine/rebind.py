@@ -97,7 +97,8 @@ class Binding:
         if not self.supported or len(records) != len(old):
             return False
         changed = [key for key in range(len(old)) if old[key] is not records[key]]
-        if not _alike(old, records, changed):
+        arrays = _alike(old, records, changed)
+        if arrays is None:
             return False
         if self._prepared:
             for key in changed:
@@ -115,28 +116,39 @@ class Binding:
             for exchange, keys in self._exchanges:
                 if moved.intersection(keys):
                     exchange.rebind([_array(records[key]) for key in keys])
-        substitutions: dict = {}
-        for key in changed:
-            array = _array(records[key])
-            for number, position, ro in self._uses.get(key, ()):
-                substitutions.setdefault(number, []).append((position, readonly(array) if ro else array))
-        calls = self._calls
-        for number, pairs in substitutions.items():
-            calls[number].rebind(pairs)
+        self._substitute(changed, arrays)
         self.records = tuple(records)
         return True
 
+    def _substitute(self, changed: list, arrays: list) -> None:
+        """Put ``arrays`` (the new arrays of the ``changed`` object keys) in the calls' arguments."""
+        calls, uses = self._calls, self._uses
+        if len(changed) == 1:  # the common case (a new Global or Dat): no grouping per call
+            array = arrays[0]
+            for number, position, ro in uses.get(changed[0], ()):
+                calls[number].rebind(((position, readonly(array) if ro else array),))
+            return
+        substitutions: dict = {}
+        for key, array in zip(changed, arrays):
+            for number, position, ro in uses.get(key, ()):
+                substitutions.setdefault(number, []).append((position, readonly(array) if ro else array))
+        for number, pairs in substitutions.items():
+            calls[number].rebind(pairs)
 
-def _alike(old, new, changed) -> bool:
-    """Whether each ``changed`` new record's array has the shape, strides and dtype of the old one's."""
+
+def _alike(old, new, changed) -> list | None:
+    """The arrays of the ``changed`` new records, or None unless each has the shape, strides
+    and dtype of the old one's."""
+    arrays = []
     for key in changed:
         a, b = old[key], new[key]
         if type(a) is not type(b):
-            return False
-        x, y = _array(a), _array(b)
+            return None
+        x, y = (a.value, b.value) if type(a) is GlobalStorage else (a.host, b.host)
         if x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
-            return False
-    return True
+            return None
+        arrays.append(y)
+    return arrays
 
 
 def argument_recipe(arguments, records):

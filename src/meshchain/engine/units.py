@@ -102,10 +102,8 @@ class Unit:
                 for obj in loop.data:
                     distinct.setdefault(id(obj), obj)
             objects = tuple(distinct.values())
-        self.loops, self._objects, self._by_key = loops, objects, None
-        get = self.store.get
-        self.records = records = tuple([get(obj) for obj in objects])
-        self._dats = tuple([record for record, is_dat in zip(records, self._is_dat) if is_dat])
+        self.loops, self._objects, self._by_key, self._dats = loops, objects, None, None
+        self.records = self.store.records_of(objects)
 
     @property
     def objects(self) -> dict:
@@ -124,11 +122,14 @@ class Unit:
 
     def state(self) -> tuple:
         """The valid halo depth of each of the unit's dats."""
-        return tuple([storage.valid_depth for storage in self._dats])
+        return tuple([storage.valid_depth for storage in self.dats()])
 
     def dats(self) -> tuple:
         """The storage records of the unit's dats, in the order of :meth:`state`."""
-        return self._dats
+        dats = self._dats
+        if dats is None:  # made when asked (on one process, never): a new dat per step pays nothing for it
+            dats = self._dats = tuple([record for record, is_dat in zip(self.records, self._is_dat) if is_dat])
+        return dats
 
     def valid(self) -> dict:
         """Object key -> valid depth, for the unit's dats."""
