@@ -252,3 +252,25 @@ def test_a_negative_increment_of_an_unsigned_global_wraps_on_every_backend(backe
     add = mc.Kernel.from_source("def add(i, t):\n    s = 0\n    s += i[0]\n    s += i[1]\n    t[0] += int(s) + 1\n")
     mc.par_loop(add, cells, ids(mc.READ), total(mc.INC))
     assert total.value.tolist() == [2**64 - 11]  # 4 + 3 * (-2 - 4 + 1), modulo 2**64
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=40), extra=st.binary(max_size=7),
+       where=st.integers(0, 10**6), bit=st.integers(0, 7))
+def test_the_digest_changes_with_any_byte_and_any_order(values, extra, where, bit):
+    """What declarations compare between ranks (:mod:`meshchain.comm.digest`): equal bytes give
+    equal digests; one bit changed anywhere (the tail of bytes that are no whole word
+    included), or two different words swapped, give another."""
+    from meshchain.comm.digest import digest
+
+    raw = np.array(values, dtype=np.uint64).tobytes() + extra
+    assert digest(np.frombuffer(raw, dtype=np.uint8).copy()) == digest(raw)
+    flipped = bytearray(raw)
+    flipped[where % len(raw)] ^= 1 << bit
+    assert digest(bytes(flipped)) != digest(raw)
+    words = np.array(values, dtype=np.uint64)
+    if len(set(values)) > 1:
+        first, second = 0, next(k for k, v in enumerate(values) if v != values[0])
+        swapped = words.copy()
+        swapped[[first, second]] = swapped[[second, first]]
+        assert digest(swapped) != digest(words)

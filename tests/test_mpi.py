@@ -362,6 +362,40 @@ def test_arrays_that_differ_between_ranks_are_refused_on_every_rank(comm):
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)
+def test_the_same_array_on_every_rank_is_agreed_in_one_allreduce_and_differences_refused(comm, monkeypatch):
+    """A dat given the same whole array on every rank, before and after partitioning, is
+    agreed by one small Allreduce (no gathered descriptions, no second agreement) and holds
+    the rows the long way gives; the same array under another name or dtype on one rank
+    goes the long way and is refused on every rank."""
+    from meshchain.engine import declare
+
+    calls = []
+    for name in ("values_if_different", "block_rows_or_whole", "check_agreement"):
+        original = getattr(declare, name)
+        monkeypatch.setattr(declare, name, lambda *a, _f=original, _n=name, **k: calls.append(_n) or _f(*a, **k))
+    mesh = structured_quads(7, 5)
+    values = np.arange(2 * mesh.ncell, dtype=np.float64).reshape(-1, 2) * 1.5
+    _, d = declare_quads(7, 5, partition=False)
+    calls.clear()
+    before = mc.Dat(d.cells, 2, values, "before")
+    assert calls == ["values_if_different"]
+    mc.partition("rib", coords=d.coords)
+    calls.clear()
+    after = mc.Dat(d.cells, 2, values, "after")
+    assert calls == ["values_if_different"]
+    for q in (before, after):
+        np.testing.assert_array_equal(host_rows(q)[:layout_of(d.cells).n_owned],
+                                      values[layout_of(d.cells).global_ids[:layout_of(d.cells).n_owned]])
+    np.testing.assert_array_equal(host_rows(after), values[layout_of(d.cells).global_ids])  # halos included
+    with pytest.raises(mc.DataShapeError, match="differs between ranks"):
+        mc.Dat(d.cells, 2, values, f"named{comm.rank}")
+    with pytest.raises(mc.DataShapeError, match="differs between ranks"):
+        mc.Dat(d.cells, 2, values, "typed", dtype=np.float32 if comm.rank == 1 else np.float64)
+    last = mc.Dat(d.cells, 2, values, "last")  # the ranks still declare in step; the refused ones count for none
+    assert mc.get_runtime().store.get(last).tag == mc.get_runtime().store.get(after).tag + 1
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=120)
 def test_dats_declared_without_data_are_zeros_and_refuse_differences_on_every_rank(comm):
     """A temporary (no data on any rank) is zeros with the halo valid; one rank's bad dtype,
     or a name differing between ranks, raises on every rank; data on rank 0 only still works."""

@@ -20,25 +20,31 @@ On one rank holds the whole array, so its block is all of it:
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from ..core.errors import DataShapeError
 from ..types.block import Block
 from .blocks import block_offsets, block_owner
 from .collectives import alltoallv, mpi_datatype
+from .digest import digest
 
-__all__ = ["to_block_rows", "block_rows_or_whole"]
+__all__ = ["to_block_rows", "block_rows_or_whole", "describe"]
 
 
-def _describe(data):
+def describe(data) -> tuple:
+    """What a rank passed, for comparing with the others' (small, with a deterministic
+    ``repr``): ``("none", ...)``, ``("block", shape, dtype, None)`` or ``("full", shape,
+    dtype, :func:`~meshchain.comm.digest.digest` of the values)``.
+
+    >>> describe(None)[0], describe(np.zeros(2))[:3]
+    ('none', ('full', (2,), '<f8'))
+    """
     if data is None:
         return ("none", None, None, None)
     if isinstance(data, Block):
         return ("block", data.rows.shape, data.rows.dtype.str, None)
-    array = np.ascontiguousarray(data)
-    return ("full", array.shape, array.dtype.str, hashlib.sha1(array.tobytes()).hexdigest())
+    array = np.asarray(data)
+    return ("full", array.shape, array.dtype.str, digest(array))
 
 
 def to_block_rows(comm, data, n_global: int, what: str):
@@ -49,11 +55,11 @@ def to_block_rows(comm, data, n_global: int, what: str):
     return block_rows_or_whole(comm, data, n_global, what)[0]
 
 
-def block_rows_or_whole(comm, data, n_global: int, what: str):
+def block_rows_or_whole(comm, data, n_global: int, what: str, *, described: tuple | None = None):
     """``(block, whole)``: :func:`to_block_rows`'s block, and ``data`` itself where every rank
     passed the same global array (then any rank can take any of its rows without messages),
-    else None."""
-    info = comm.allgather(_describe(data))
+    else None. ``described``: :func:`describe` of ``data`` when the caller has it."""
+    info = comm.allgather(describe(data) if described is None else described)
     kinds = {i[0] for i in info}
     offsets = block_offsets(n_global, comm.size)
     lo, hi = offsets[comm.rank], offsets[comm.rank + 1]

@@ -26,7 +26,7 @@ import numpy as np
 from ..comm.agree import alive_everywhere, check_agreement, raise_together, values_if_different
 from ..comm.blocks import block_offsets
 from ..comm.collectives import fetch_rows
-from ..comm.inputs import block_rows_or_whole, to_block_rows
+from ..comm.inputs import block_rows_or_whole, describe, to_block_rows
 from ..core.errors import DataShapeError, DeclarationError, MapError
 from ..core.storage import DatStorage, GlobalStorage
 from ..types import Dat, GridInterior, Map, Set
@@ -96,12 +96,16 @@ class Declarations:
             chosen, rows = d.rows(data, dtype, d.dataset.size)
             self._remember(d)
             return chosen, DatStorage(rows, n_owned=d.dataset.size)
-        chosen = self._agreed_without_data(d, data, dtype)
-        if chosen is not None:  # a temporary: no rank passed data, agreed in one small Allreduce
+        data = d.as_rows(data)
+        described = describe(data)
+        alike, chosen = self._agreed_alike(d, data, dtype, described)
+        if alike and data is None:  # a temporary, declared alike everywhere: one small Allreduce
             return chosen, self._zeros(d, chosen, self._append(d) % 32000 + 1)
+        if alike:  # the same array on every rank: the same Allreduce, no messages
+            return self._from_whole(d, data, dtype)
         comm, n = self.comm, d.dataset.size
         offsets = block_offsets(n, comm.size)
-        rows, whole = block_rows_or_whole(comm, d.as_rows(data), n, f"Dat {d.name!r} on {d.dataset.name!r}")
+        rows, whole = block_rows_or_whole(comm, data, n, f"Dat {d.name!r} on {d.dataset.name!r}", described=described)
         if whole is not None and mesh.partitioned:  # every rank holds every row: each takes its own, no messages
             rows, count = whole, n
         else:
@@ -119,6 +123,21 @@ class Declarations:
         local = block[layout.global_ids] if whole is not None else fetch_rows(comm, offsets, block, layout.global_ids)
         return chosen, DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
 
+    def _from_whole(self, d: Dat, data, dtype) -> tuple[np.dtype, DatStorage]:
+        """The dtype and storage of a dat every rank passed the same array for (agreed by
+        :meth:`_agreed_alike`): this rank's rows taken from it, no messages. Every rank checks
+        and copies the whole array, so a check fails alike everywhere."""
+        mesh, n = self._mesh, d.dataset.size
+        chosen, rows = d.rows(data, dtype, n)
+        tag = self._append(d) % 32000 + 1
+        if not mesh.partitioned:
+            offsets = block_offsets(n, self.comm.size)
+            block = rows[offsets[self.comm.rank]:offsets[self.comm.rank + 1]].copy()
+            return chosen, DatStorage(block, n_owned=len(block), tag=tag)
+        layout = mesh.layout.of(d.dataset)
+        return chosen, DatStorage(rows[layout.global_ids], n_owned=layout.n_owned, valid_depth=mesh.layout.depth,
+                                  tag=tag)
+
     def _zeros(self, d: Dat, dtype, tag: int) -> DatStorage:
         """The storage of a dat no rank passed data for: zeros, halos included (valid)."""
         mesh = self._mesh
@@ -130,23 +149,25 @@ class Declarations:
         local = np.zeros((len(layout.global_ids), d.dim), dtype=dtype)
         return DatStorage(local, n_owned=layout.n_owned, valid_depth=mesh.layout.depth, tag=tag)
 
-    def _agreed_without_data(self, d: Dat, data, dtype):
-        """The dtype of a dat no rank passed data for (a temporary), checked on every rank in
-        one small ``Allreduce``; None when some rank passed data (checked the long way)."""
+    def _agreed_alike(self, d: Dat, data, dtype, described: tuple) -> tuple:
+        """``(alike, dtype)``: whether every rank declared ``d`` alike (the same name, set,
+        dim and dtype, and no data, a temporary, or the same array, by
+        :func:`~meshchain.comm.inputs.describe`), checked on every rank in one small
+        ``Allreduce`` (not alike: checked the long way); the dtype of a temporary (else None)."""
         error = chosen = None
         if data is None:
             try:
                 chosen, _ = d.rows(None, dtype, 0)
             except DataShapeError as exc:
                 error = exc
-        agreed = (data is None, (d.name, d.dataset.name, d.dim, None if chosen is None else chosen.str))
+        agreed = (described, (d.name, d.dataset.name, d.dim, repr(dtype) if chosen is None else chosen.str))
         differing = values_if_different(self.comm, agreed, error)
-        if data is not None or (differing is not None and not all(none for none, _ in differing)):
-            return None
-        if differing is not None:  # every rank found the same difference
-            raise DataShapeError(f"Dat declaration {agreed[1]!r} differs between ranks: "
-                                 f"{[value for _, value in differing]}; every rank must pass the same value.")
-        return chosen
+        if differing is None:
+            return described[0] != "block", chosen
+        if data is not None or not all(kind[0] == "none" for kind, _ in differing):
+            return False, None
+        raise DataShapeError(f"Dat declaration {agreed[1]!r} differs between ranks: "
+                             f"{[value for _, value in differing]}; every rank must pass the same value.")
 
     def adopt(self, other: "Declarations") -> None:
         """Take over ``other``'s record of declarations (one process, ``mc.reset_runtime``)."""
