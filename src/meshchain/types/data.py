@@ -111,6 +111,11 @@ class Dat:
         return arg
 
     def _make_arg(self, access, path) -> Arg:
+        if type(access) is Access and access in DAT_MODES:  # the common arguments: nothing more to check
+            if path is None:
+                return Arg(self, access)
+            if type(path) is MapIndex and path.map.target is self.dataset:
+                return Arg(self, access, path.map, path.index)
         owner = f"Dat {self.name!r}"
         access = _check_access(access, owner, DAT_MODES, "dats take READ, WRITE, RW, INC, MIN or MAX.")
         if path is None:
@@ -302,6 +307,8 @@ class Global:
         return arg
 
     def _make_arg(self, access, path) -> Arg:
+        if path is None and type(access) is Access and access in GLOBAL_MODES:  # nothing more to check
+            return Arg(self, access)
         owner = f"Global {self.name!r}"
         if path is not None:
             raise SetMismatchError(f"{owner}: globals are not reached through maps; call {self.name}(mode) without a map.")
