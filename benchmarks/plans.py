@@ -24,6 +24,10 @@ variables set):
   them passed in one Global each), and the whole iteration as one captured step whose
   kernels compute the scalars from the globals reduced earlier in the step (on several
   ranks it replays compiled, reductions included); time per iteration;
+* **arithmetic**: PyOP2-style dat arithmetic as users write it on the same mesh's nodes,
+  ``x *= a`` (``a`` 0.5 and 2.0 in turn), ``x.axpy(0.5, y)`` and ``x.inner(y)`` (its value
+  read), each forced before the next, against NumPy on the rank's owned rows (the floor;
+  ``np.einsum`` for the inner product, so no BLAS threads);
 * **memory** (1 rank): the growth of the peak RSS over ``--memory-steps`` steps that each
   create a temporary Dat and Global.
 
@@ -298,7 +302,57 @@ def memory_worker(config: dict) -> dict:
             "growth_bytes": samples[-1][1] - samples[0][1], "caches": mc.get_runtime().caches.sizes()}
 
 
-WORKERS = {"steps": steps_worker, "cg": cg_worker, "memory": memory_worker}
+def arithmetic_worker(config: dict) -> dict:
+    """Dat arithmetic as users write it (a scalar per call, an inner product read at once), each
+    operation forced before the next (``mc.flush``), against NumPy on the rank's owned rows
+    (``np.einsum`` for the inner product: no BLAS threads)."""
+    import meshchain as mc
+    from meshchain.meshes import structured_quads
+
+    side = max(2, round(math.sqrt(config["nodes"])) - 1)
+    d = structured_quads(side, side).declare()
+    rng = np.random.default_rng(0)
+    x, y = (mc.Dat(d.nodes, 1, rng.uniform(0.5, 1.5, d.nodes.size), name) for name in ("x", "y"))
+    mc.partition("rib", coords=d.coords)
+    comm = mc.get_runtime().comm
+    X, Y = x.data_ro[:, 0].copy(), y.data_ro[:, 0].copy()
+
+    factors = [0.5, 2.0]  # halved and doubled in turn: no value drifts into subnormals
+
+    def scale():
+        factors.reverse()
+        x.__imul__(factors[0])
+        mc.flush()
+
+    def scale_numpy():
+        factors.reverse()
+        np.multiply(X, factors[0], out=X)
+
+    def axpy():
+        x.axpy(0.5, y)
+        mc.flush()
+
+    operations = {"x *= a": (scale, scale_numpy),
+                  "x.axpy(0.5, y)": (axpy, lambda: np.add(X, 0.5 * Y, out=X)),
+                  "x.inner(y)": (lambda: x.inner(y), lambda: np.einsum("i,i", X, Y))}
+    for pair in operations.values():
+        for operation in pair * 20:
+            operation()
+    rounds: dict = {(name, kind): [] for name in operations for kind in ("meshchain", "numpy")}
+    for _ in range(config["rounds"]):  # the operations and their floors take turns
+        for name, pair in operations.items():
+            for kind, operation in zip(("meshchain", "numpy"), pair):
+                comm.Barrier()
+                began = time.perf_counter()
+                for _ in range(config["steps"]):
+                    operation()
+                rounds[(name, kind)].append((time.perf_counter() - began) / config["steps"])
+    rows = {name: {kind: slowest_median(comm, rounds[(name, kind)]) for kind in ("meshchain", "numpy")}
+            for name in operations}
+    return {"nodes": d.nodes.size, "rows": rows}
+
+
+WORKERS = {"steps": steps_worker, "cg": cg_worker, "arithmetic": arithmetic_worker, "memory": memory_worker}
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -315,6 +369,15 @@ def table_steps(results: list) -> str:
             lines.append(f"| {result['network']} | {result['ranks']} | {result['nodes']} | {variant} | "
                          f"{row['seconds_per_step'] * 1e6:.1f} | {row['seconds_per_step'] / floor:.2f} | "
                          f"{row['plans_built_per_step']:.1f} |")
+    return "\n".join(lines)
+
+
+def table_arithmetic(results: list) -> str:
+    lines = ["| network | ranks | nodes | operation | meshchain µs | NumPy µs | × NumPy |", "|---|---|---|---|---|---|---|"]
+    for result in results:
+        for name, row in result["rows"].items():
+            lines.append(f"| {result['network']} | {result['ranks']} | {result['nodes']} | `{name}` | "
+                         f"{row['meshchain'] * 1e6:.1f} | {row['numpy'] * 1e6:.1f} | {row['meshchain'] / row['numpy']:.1f} |")
     return "\n".join(lines)
 
 
@@ -352,12 +415,12 @@ def main(argv=None) -> int:
     config = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
     env = user_environment(MESHCHAIN_CACHE_DIR=args.cache_dir)  # no thread variables, as a user runs it
     info, began = machine(), time.perf_counter()
-    results = {"steps": [], "cg": []}
+    results = {"steps": [], "arithmetic": [], "cg": []}
     for network in args.network:
         for ranks in args.ranks:
             if ranks == 1 and network == "tcp":
                 continue  # one rank sends nothing
-            for part in ("steps", "cg"):
+            for part in ("steps", "arithmetic", "cg"):
                 print(f"[plans] {part}, {ranks} ranks, {network} ...", file=sys.stderr, flush=True)
                 result = launch(__file__, [part], ranks, network, env, config, args.timeout, f"plans {part}")
                 results[part].append(dict(result, network=network, ranks=ranks))
@@ -366,6 +429,8 @@ def main(argv=None) -> int:
     print(f"{info['cpu']}, {info['cores']} cores; {info['mpi']}; Python {info['python']}, numba {info['numba']}. "
           f"No thread variables set. Median of {config['rounds']} rounds, slowest rank; whole run {total:.0f} s.\n")
     print(table_steps(results["steps"]))
+    print("\nDat arithmetic, each operation forced before the next (µs per operation; NumPy on the owned rows):\n")
+    print(table_arithmetic(results["arithmetic"]))
     print(f"\nMatrix-free CG ({config['cg_iterations']} iterations per solve):\n")
     print(table_cg(results["cg"]))
     growth = memory["growth_bytes"] / 2**20

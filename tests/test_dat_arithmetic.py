@@ -23,9 +23,10 @@ programs = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.intege
                               st.sampled_from([-1.5, 0.5, 2.0, 3.0])), min_size=1, max_size=8)
 
 
-def run_program(program, dats, arrays):
+def run_program(program, dats, arrays, *, inner_each=True):
     """Apply ``program`` to meshchain dats and to NumPy arrays alike; returns the inner products
-    each computed along the way."""
+    each computed along the way (``inner_each=False``: after the last operation only, so that
+    the operations stay pending until then)."""
     found = []
     for op, t, o, a in program:
         x, y, X, Y = dats[t], dats[o], arrays[t], arrays[o]
@@ -62,7 +63,10 @@ def run_program(program, dats, arrays):
         elif op == "neg":
             dats[t] = -x
             arrays[t] = -X
-        found.append((dats[t].inner(dats[o]), float(np.sum(arrays[t] * arrays[o]))))
+        if inner_each:
+            found.append((dats[t].inner(dats[o]), float(np.sum(arrays[t] * arrays[o]))))
+    if not inner_each:
+        found = [(dats[k].inner(dats[(k + 1) % 3]), float(np.sum(arrays[k] * arrays[(k + 1) % 3]))) for k in range(3)]
     return found
 
 
@@ -73,6 +77,55 @@ EVERY_OPERATION = [(op, i % 3, (i + 1) % 3, 2.0) for i, op in enumerate(OPS)] + 
 @given(program=programs, n=st.integers(1, 40), dim=st.integers(1, 3))
 def test_random_programs_equal_numpy(program, n, dim):
     check_program(program, n, dim, "reference")  # no compiling: many programs
+
+
+@settings(max_examples=25, deadline=None)
+@given(program=programs, n=st.integers(1, 40))
+def test_programs_left_pending_equal_numpy_and_scalars_are_reused_only_when_free(program, n):
+    """The operations stay pending until the inner products at the end, so a scalar operand's
+    Global that the session keeps is in use by a pending loop when the next scalar comes (a
+    new one is made then); run again with an inner product after each operation, the kept
+    ones are reused, and no plan is built the second time through."""
+    s = mc.Set(n, "s")
+    rng = np.random.default_rng(n)
+    arrays = [rng.random((n, 2)) + 0.5 for _ in range(3)]
+    dats = [mc.Dat(s, 2, a.copy(), f"v{i}") for i, a in enumerate(arrays)]
+    for got, want in run_program(program, dats, arrays, inner_each=False):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    for got, want in run_program(program, dats, arrays):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    mc.stats(reset=True)
+    for got, want in run_program(program, dats, arrays):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    if not any(op in ("add", "neg") for op, *_ in program):  # (these make new dats)
+        assert mc.stats().caches["plans"].misses == 0
+    for dat, array in zip(dats, arrays):
+        np.testing.assert_allclose(dat.data_ro, array, rtol=1e-12, atol=1e-12)
+
+
+def test_a_scalar_kept_by_the_session_is_not_changed_under_a_pending_loop():
+    """``x *= 2`` left pending, then ``y *= 3``: the second scalar is not the first's Global
+    given another value (that would run the first loop at once); both stay pending. Once
+    nothing is pending, the kept one is given the next value: the loop made last time is
+    recorded again (nothing found by structure, no plan rebound)."""
+    runtime = mc.get_runtime()
+    s = mc.Set(4, "s")
+    x, y = mc.Dat(s, 1, np.ones(4), "x"), mc.Dat(s, 1, np.ones(4), "y")
+    x *= 2.0
+    y *= 3.0
+    assert len(runtime.trace) == 2
+    assert x.data_ro[:, 0].tolist() == [2.0] * 4 and y.data_ro[:, 0].tolist() == [3.0] * 4
+    x *= 5.0
+    first = runtime.trace.entries[-1][0]
+    mc.flush()
+    x *= 7.0
+    assert runtime.trace.entries[-1][0] is first
+    assert x.data_ro[:, 0].tolist() == [70.0] * 4
+    with mc.loop_chain("scaled"):  # inside a chain block: new scalars, nothing forced before the block ends
+        x *= 0.5
+        x *= 0.5
+        assert len(runtime.trace) == 2
+    assert x.data_ro[:, 0].tolist() == [17.5] * 4
 
 
 @pytest.mark.parametrize("backend", ["numba", *DEVICE_BACKENDS])

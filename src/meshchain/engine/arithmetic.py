@@ -3,10 +3,13 @@
 Each operation records one direct ``par_loop`` over the dat's set, with a kernel made
 once per operation and dim, so it joins the trace like any loop: it runs when forced,
 inside loop chains (communication-avoiding on several ranks) and captured steps. A
-scalar operand is a new :class:`~meshchain.types.Global` read by the loop (a plan is
-kept per structure, so a new one per call costs no plan). :func:`inner` reduces into a
-new Global and returns its value: the same on every rank (summed over the owned rows),
-so it forces what is pending and is collective, like reading any Global.
+scalar operand is a one-value :class:`~meshchain.types.Global` read by the loop, and
+:func:`inner` reduces into one and returns its value: the same on every rank (summed over
+the owned rows), so it forces what is pending and is collective, like reading any Global.
+Those Globals are the session's own: one per purpose and dtype is kept and given the new
+value while no pending loop, open chain block or step being captured may use it (then
+the loop is the one made last time, with its plan: nothing is found by structure or
+rebound); otherwise a new one is made (and kept from then on).
 
 Operations (``x`` the dat whose method is called; every operand on the same set, of the
 same dim; an integer dat takes integer operands only and no division):
@@ -45,8 +48,11 @@ from ..core.access import Access
 from ..core.errors import DataShapeError, SetMismatchError
 from ..ir.kernel import Kernel
 from ..types import Dat, Global
+from ..types._checks import scalar_storage
 
 __all__ = ["Arithmetic", "BODIES"]
+
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
 
 #: Per operation: the kernel's parameters and the statement run for each component ``i``.
 BODIES = {
@@ -69,9 +75,11 @@ class Arithmetic:
     """The session's dat arithmetic: ``record(kernel, iterset, args, name)`` records a loop,
     ``value(glob)`` reads a Global (forcing)."""
 
-    def __init__(self, record, value):
+    def __init__(self, record, value, *, set_value=None, in_use=None):
         self._record, self._value = record, value
+        self._set_value, self._in_use = set_value, in_use  # without them every scalar is a new Global
         self._kernels: dict = {}
+        self._kept: dict = {}  # (purpose, dtype) -> the one-value Global given the next value of that kind
 
     def kernel(self, op: str, dim: int) -> Kernel:
         """The kernel of ``op`` for dats of ``dim`` components (made once)."""
@@ -94,7 +102,7 @@ class Arithmetic:
             else:
                 self._loop(op, x, x(Access.RW), other(Access.READ))
             return
-        scalar = _scalar(x, other, op)
+        scalar = self._scalar(x, other, op)
         self._loop(f"{op}_scalar", x, x(Access.RW), scalar(Access.READ))
 
     def zero(self, x: Dat) -> None:
@@ -111,7 +119,7 @@ class Arithmetic:
         if not isinstance(y, Dat):
             raise DataShapeError(f"Dat {x.name!r}: axpy(a, y) needs y a Dat, got {type(y).__name__}.")
         _check_alike(x, y, "axpy")
-        scalar = _scalar(x, a, "axpy")
+        scalar = self._scalar(x, a, "axpy")
         if y is x:
             self._loop("axpy_self", x, x(Access.RW), scalar(Access.READ))
         else:
@@ -122,8 +130,8 @@ class Arithmetic:
         if not isinstance(y, Dat):
             raise DataShapeError(f"Dat {x.name!r}: inner(y) needs y a Dat, got {type(y).__name__}.")
         _check_alike(x, y, "inner")
-        kind = np.result_type(x.dtype, y.dtype)
-        total = Global(1, 0, "inner", dtype=np.int64 if kind.kind in "iu" else np.float64)
+        kind = x.dtype if x.dtype == y.dtype else np.result_type(x.dtype, y.dtype)
+        total = self.one_value("inner", 0, _INT64) if kind.kind in "iu" else self.one_value("inner", 0.0, _FLOAT64)
         self._loop("inner", x, x(Access.READ), y(Access.READ), total(Access.INC))
         value = self._value(total)[0]
         return int(value) if total.dtype.kind in "iu" else float(value)
@@ -144,6 +152,26 @@ class Arithmetic:
         self._loop("copy", x, x(Access.READ), out(Access.WRITE))
         self.apply(op, out, other)
         return out
+
+    def one_value(self, purpose: str, value, dtype: np.dtype) -> Global:
+        """A one-value Global of ``dtype`` holding ``value``: the one kept for ``purpose`` when
+        nothing pending may use it and ``value`` needs no checks beyond the quick ones, else a
+        new one (see the module docstring)."""
+        key = (purpose, dtype)
+        kept = self._kept.get(key)
+        if kept is not None and not self._in_use(kept) and scalar_storage(1, value, dtype) is not None:
+            self._set_value(kept, value)
+            return kept
+        made = Global(1, value, purpose, dtype=dtype)
+        if self._in_use is not None:
+            self._kept[key] = made
+        return made
+
+    def _scalar(self, x: Dat, value, op: str) -> Global:
+        """``value`` as a one-value Global of ``x``'s dtype (refused where it would truncate: a
+        float into an integer dat unless whole)."""
+        _checked_scalar(x, value, op)
+        return self.one_value("scalar", value, x.dtype)
 
     def _loop(self, op: str, x: Dat, *args) -> None:
         self._record(self.kernel(op, x.dim), x.dataset, args, f"dat_{op}")
@@ -180,10 +208,10 @@ def _refuse_integer_division(x: Dat) -> None:
                              f"dat (x / y makes one).")
 
 
-def _scalar(x: Dat, value, op: str) -> Global:
-    """``value`` as a new one-value Global of ``x``'s dtype (refused where it would truncate)."""
+def _checked_scalar(x: Dat, value, op: str) -> None:
+    """Refuse ``value`` as a scalar operand of ``op`` on ``x`` unless it is a real number (and
+    ``x`` a float dat for a division)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
         raise DataShapeError(f"Dat {x.name!r}: {op} takes a Dat or a real number, got {value!r}.")
     if op in ("idiv", "idiv_scalar"):
         _refuse_integer_division(x)
-    return Global(1, value, "scalar", dtype=x.dtype)  # a float into an integer dat: refused unless whole

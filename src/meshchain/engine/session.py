@@ -103,7 +103,8 @@ class Session:
                                                                     tracing.after_failure)
         self._backend = None
         self.surface = Surface(self)  # what linalg and io use of the session
-        self.arithmetic = Arithmetic(self.record, self.global_value)  # x += y, x.inner(y), ... as loops
+        self.arithmetic = Arithmetic(self.record, self.global_value, set_value=self.set_global_value,
+                                     in_use=self.tracing.in_use)  # x += y, x.inner(y), ... as loops
         self.communication = CommunicationSettings(self)  # the transport and progress mode, agreed at partition
         self._poller = None  # the communication thread of progress="poll", made at first use
         self._copy_measured = None  # the copy bandwidth the summary measured, when no calibration has one

@@ -149,6 +149,14 @@ class Tracing:
         """Annotate ``exc``, raised running ``loops``, with what became of the loops pending."""
         self._after_failure(exc, loops, ())
 
+    def in_use(self, obj) -> bool:
+        """Whether a pending loop, the chain block open or a step being captured may use ``obj``
+        (an object the session keeps for itself is then not changed, :mod:`.arithmetic`)."""
+        if self.capturing is not None or self.open_run is not None:
+            return True
+        key = id(obj)
+        return any(key in loop.read_ids or key in loop.write_ids for loop, _ in self.trace.entries)
+
     # --- forcing ------------------------------------------------------------------------------------
 
     def flush(self) -> None:
