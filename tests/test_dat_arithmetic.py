@@ -103,11 +103,14 @@ def test_programs_left_pending_equal_numpy_and_scalars_are_reused_only_when_free
         np.testing.assert_allclose(dat.data_ro, array, rtol=1e-12, atol=1e-12)
 
 
-def test_a_scalar_kept_by_the_session_is_not_changed_under_a_pending_loop():
+@pytest.mark.parametrize("backend", ["numba", *DEVICE_BACKENDS])
+def test_a_scalar_kept_by_the_session_is_not_changed_under_a_pending_loop(backend):
     """``x *= 2`` left pending, then ``y *= 3``: the second scalar is not the first's Global
     given another value (that would run the first loop at once); both stay pending. Once
     nothing is pending, the kept one is given the next value: the loop made last time is
-    recorded again (nothing found by structure, no plan rebound)."""
+    recorded again (nothing found by structure, no plan rebound), and runs with the new value
+    on a device backend too."""
+    mc.configure(backend=backend)
     runtime = mc.get_runtime()
     s = mc.Set(4, "s")
     x, y = mc.Dat(s, 1, np.ones(4), "x"), mc.Dat(s, 1, np.ones(4), "y")
