@@ -131,6 +131,26 @@ def test_a_scalar_kept_by_the_session_is_not_changed_under_a_pending_loop(backen
     assert x.data_ro[:, 0].tolist() == [17.5] * 4
 
 
+def test_a_scalar_made_inside_a_captured_step_is_not_refilled_outside_it():
+    """A captured step's ``x *= 3`` reads the scalar it was captured with at every replay,
+    whatever scalars the program uses between the replays."""
+    s = mc.Set(4, "s")
+    x, y = mc.Dat(s, 1, np.ones(4), "x"), mc.Dat(s, 1, np.ones(4), "y")
+
+    @mc.capture
+    def triple():
+        x.__imul__(3.0)
+
+    expected = 1.0
+    for factor in (2.0, 5.0, 0.5):
+        triple()
+        expected *= 3.0
+        y *= factor  # outside the step: a scalar kept by the session
+        y.inner(y)
+    assert (triple.captures, triple.replays) == (1, 2)
+    assert x.data_ro[:, 0].tolist() == [expected] * 4 and y.data_ro[:, 0].tolist() == [5.0] * 4
+
+
 @pytest.mark.parametrize("backend", ["numba", *DEVICE_BACKENDS])
 def test_every_operation_on_the_compiled_backends_equals_numpy(backend):
     check_program(EVERY_OPERATION, 37, 2, backend)

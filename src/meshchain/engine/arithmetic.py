@@ -9,7 +9,8 @@ the owned rows), so it forces what is pending and is collective, like reading an
 Those Globals are the session's own: one per purpose and dtype is kept and given the new
 value while no pending loop, open chain block or step being captured may use it (then
 the loop is the one made last time, with its plan: nothing is found by structure or
-rebound); otherwise a new one is made (and kept from then on).
+rebound); otherwise a new one is made, and kept from then on unless a step is being
+captured (the step's replays read the value it was made with).
 
 Operations (``x`` the dat whose method is called; every operand on the same set, of the
 same dim; an integer dat takes integer operands only and no division):
@@ -163,8 +164,8 @@ class Arithmetic:
             self._set_value(kept, value)
             return kept
         made = Global(1, value, purpose, dtype=dtype)
-        if self._in_use is not None:
-            self._kept[key] = made
+        if self._in_use is not None and not self._in_use(made):  # not one a step being captured makes: its
+            self._kept[key] = made  # replays read the value it was made with
         return made
 
     def _scalar(self, x: Dat, value, op: str) -> Global:
