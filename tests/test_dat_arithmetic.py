@@ -131,6 +131,19 @@ def test_a_scalar_kept_by_the_session_is_not_changed_under_a_pending_loop(backen
     assert x.data_ro[:, 0].tolist() == [17.5] * 4
 
 
+def test_many_pending_scalars_stay_pending_and_right():
+    """With more loops pending than the session looks through, each scalar is a new Global
+    (none is refilled, nothing is forced) and the values are those of the operations in order."""
+    runtime = mc.get_runtime()
+    s = mc.Set(3, "s")
+    x = mc.Dat(s, 1, np.ones(3), "x")
+    factors = [1.5, 2.0, 0.5, 3.0] * 6
+    for factor in factors:
+        x *= factor
+    assert len(runtime.trace) == len(factors)
+    assert x.data_ro[:, 0].tolist() == [float(np.prod(factors))] * 3
+
+
 def test_a_scalar_made_inside_a_captured_step_is_not_refilled_outside_it():
     """A captured step's ``x *= 3`` reads the scalar it was captured with at every replay,
     whatever scalars the program uses between the replays."""

@@ -31,6 +31,8 @@ from .trace import Trace, dependents
 
 __all__ = ["Tracing"]
 
+_LOOKED_AT = 16  # pending loops Tracing.in_use looks through at most
+
 
 class Tracing:
     """The trace of pending loops, the chain block or captured step open, and how they run.
@@ -151,11 +153,14 @@ class Tracing:
 
     def in_use(self, obj) -> bool:
         """Whether a pending loop, the chain block open or a step being captured may use ``obj``
-        (an object the session keeps for itself is then not changed, :mod:`.arithmetic`)."""
-        if self.capturing is not None or self.open_run is not None:
+        (an object the session keeps for itself is then not changed, :mod:`.arithmetic`). With
+        more than :data:`_LOOKED_AT` loops pending the answer is yes without looking (the check
+        stays cheaper than making a new object)."""
+        entries = self.trace.entries
+        if self.capturing is not None or self.open_run is not None or len(entries) > _LOOKED_AT:
             return True
         key = id(obj)
-        return any(key in loop.read_ids or key in loop.write_ids for loop, _ in self.trace.entries)
+        return any(key in loop.read_ids or key in loop.write_ids for loop, _ in entries)
 
     # --- forcing ------------------------------------------------------------------------------------
 
