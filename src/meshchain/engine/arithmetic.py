@@ -212,7 +212,9 @@ def _refuse_integer_division(x: Dat) -> None:
 def _checked_scalar(x: Dat, value, op: str) -> None:
     """Refuse ``value`` as a scalar operand of ``op`` on ``x`` unless it is a real number (and
     ``x`` a float dat for a division)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+    kind = type(value)
+    if kind is not float and kind is not int and (isinstance(value, (bool, np.bool_))
+                                                  or not isinstance(value, (numbers.Real, np.number))):
         raise DataShapeError(f"Dat {x.name!r}: {op} takes a Dat or a real number, got {value!r}.")
     if op in ("idiv", "idiv_scalar"):
         _refuse_integer_division(x)
