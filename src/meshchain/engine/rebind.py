@@ -144,7 +144,7 @@ def _alike(old, new, changed) -> list | None:
         a, b = old[key], new[key]
         if type(a) is not type(b):
             return None
-        x, y = (a.value, b.value) if type(a) is GlobalStorage else (a.host, b.host)
+        x, y = _array(a), _array(b)
         if x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
             return None
         arrays.append(y)
