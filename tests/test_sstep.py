@@ -77,11 +77,14 @@ def test_ca_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, di
 @given(mesh=MESHES, dim=st.sampled_from([1, 2]), seed=st.integers(0, 1000), steps=st.integers(1, 4),
        basis=st.sampled_from(["newton", "monomial"]), pc=st.sampled_from([None, "jacobi"]))
 @example(mesh=jittered_delaunay(8, seed=0), dim=1, seed=1, steps=4, basis="newton", pc=None)  # kept a noise pivot
-def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc):
+def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm, mesh, dim, seed, steps, basis, pc,
+                                                                          monkeypatch):
     """The block form to rtol 1e-10 with ``s <= 4`` on these meshes of 8-60 nodes (its attainable
     accuracy on them is about 1e-11, and larger ``s`` exhaust their Krylov spaces in a few
     blocks: the Poisson test below runs ``s = 8``); the iterations are CG's rounded up to a
-    multiple of ``s``, at most 1.2 times CG's plus ``s``."""
+    multiple of ``s``, at most 1.2 times CG's plus ``s``. On several ranks the outer iterations
+    run in compiled calls (each basis, its sums and their sum over ranks in one): the solve has
+    the bits of the steps called from Python."""
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed)
     cg, _ = problem.solve("cg", pc, rtol=1e-10)
@@ -90,6 +93,42 @@ def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm,
     assert info.true_residual_preconditioned <= 1e-10 * info.residual_history[0] * 10
     assert info.iterations <= iteration_bound(cg, problem, steps), (info.iterations, cg.iterations)
     close_on_rank_0(comm, x, problem.expected)
+    compiled, python = solved_both_ways(problem, monkeypatch, "sstep-cg", pc, rtol=1e-10, s=steps, basis=basis)
+    assert compiled[0] == (comm.size > 1 and compiled_mpi())  # the compiled calls made where they can be
+    assert compiled[1:] == python[1:]
+
+
+def compiled_mpi() -> bool:
+    from meshchain.comm.compiled import available
+
+    return available()
+
+
+def solved_both_ways(problem, monkeypatch, method, pc, **options):
+    """``(made compiled calls, iterations, reductions, residual history, x's bits)`` of a
+    block s-step solve with its outer iterations, or bases and sums, in compiled calls where
+    it can, and with each step called from Python (the Newton shifts known to both)."""
+    made, reduced_basis, outers = [], blockcg._BlockRun.reduced_basis, blockcg._BlockRun.outers
+
+    def counted_basis(self, m, shifts, used):
+        Y = reduced_basis(self, m, shifts, used)
+        made.append(Y is not None)
+        return Y
+
+    def counted_outers(self, shifts, best, idle):
+        found = outers(self, shifts, best, idle)
+        made.append(found is not None)
+        return found
+
+    outcomes = []
+    for compiled in (True, False):
+        with monkeypatch.context() as patch:
+            patch.setattr(blockcg._BlockRun, "reduced_basis", counted_basis if compiled else lambda *_: None)
+            patch.setattr(blockcg._BlockRun, "outers", counted_outers if compiled else lambda *_: None)
+            info, x = problem.solve(method, pc, **options)
+        outcomes.append((any(made), info.iterations, info.reductions, info.residual_history, info.reason,
+                         None if x is None else x.tobytes()))
+    return outcomes
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 4), timeout=600)
@@ -133,15 +172,19 @@ def test_each_outer_iteration_sends_one_message_per_neighbour_and_reduces_once(c
         return outcome
 
     monkeypatch.setattr(run_class, "outer", counted)
-    run_inside = SequencePlan._run_inside
+    exchanged = SequencePlan.exchanged
 
-    def counted_inside(self, *args):  # compiled code starts the plan's persistent requests: count its sends
-        run_inside(self, *args)
+    def counted_inside(self, error):  # compiled code started the plan's persistent requests: count its sends
+        exchanged(self, error)
         ids = {id(request) for request in self.inside[0]._requests}
         counting.sends.extend(found[1:] for key, found in counting._persistent.items() if key in ids)
 
-    monkeypatch.setattr(SequencePlan, "_run_inside", counted_inside)
-    info, _ = problem.solve(method, "jacobi", rtol=1e-10, s=steps)
+    monkeypatch.setattr(SequencePlan, "exchanged", counted_inside)
+    with monkeypatch.context() as python_steps:  # every outer iteration from Python, counted one by one
+        python_steps.setattr(blockcg._BlockRun, "outers", lambda *_: None)
+        problem.solve(method, "jacobi", rtol=1e-10, s=steps)  # (the Newton shifts found)
+        per_outer.clear()
+        info, _ = problem.solve(method, "jacobi", rtol=1e-10, s=steps)
     assert info.converged and len(per_outer) >= 2
     for k, (sends, reductions) in enumerate(per_outer):
         assert reductions == 1  # the Gram matrices, in one Allreduce
@@ -151,6 +194,11 @@ def test_each_outer_iteration_sends_one_message_per_neighbour_and_reduces_once(c
         assert set(sends.values()) == {1}, sends  # the basis: one message to each neighbour
     full = [s for s, _ in per_outer[:-1]]
     assert all(s == full[0] for s in full)
+    if method == "sstep-cg":  # several outer iterations in one compiled call: as many reductions, each basis
+        counting.sends.clear()  # starting its exchange's persistent requests once: one message per neighbour
+        compiled, _ = problem.solve(method, "jacobi", rtol=1e-10, s=steps)
+        assert (compiled.iterations, compiled.reductions) == (info.iterations, info.reductions)
+        assert counting.sends and set(collections.Counter(dest for dest, _ in counting.sends).values()) == {1}
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
@@ -382,8 +430,8 @@ def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(com
     """x = 0 on every rank: the first residual is b, with no exchange or product, and the solve
     gives the bits of one started from ``b - A 0``; x nonzero on one rank only: every rank
     computes the residual (the decision is the same everywhere) and the solve still converges.
-    On several ranks the block reductions are summed by recursive doubling, the lone norms by
-    ``MPI_Allreduce``."""
+    On several ranks the block reductions are summed by recursive doubling (the block form's
+    from compiled code, with its basis), the lone norms by ``MPI_Allreduce``."""
     from meshchain.comm import pairwise
 
     mc.reset_runtime(comm=comm)
@@ -413,6 +461,24 @@ def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(com
         return pairwise_sum(comm_, values)
 
     monkeypatch.setattr(pairwise, "pairwise_sum", counted_sum)
+    reduced_basis = blockcg._BlockRun.reduced_basis
+
+    def counted_reduced_basis(self, m, shifts, used):  # the block form's basis and sums, summed in compiled code
+        Y = reduced_basis(self, m, shifts, used)
+        if Y is not None:
+            summed.append(used)
+        return Y
+
+    monkeypatch.setattr(blockcg._BlockRun, "reduced_basis", counted_reduced_basis)
+    outers = blockcg._BlockRun.outers
+
+    def counted_outers(self, shifts, best, idle):  # outer iterations in compiled code: a block's sums each
+        reductions = self.reductions
+        found = outers(self, shifts, best, idle)
+        summed.extend([self.steps * (self.steps + 1) + 1] * (self.reductions - reductions))
+        return found
+
+    monkeypatch.setattr(blockcg._BlockRun, "outers", counted_outers)
     info, x = problem.solve(method, "jacobi", rtol=1e-10, s=4)
     assert info.converged and residuals == []
     if comm.size > 1:  # each block's sums (at least s numbers) pairwise; one-number norms by MPI_Allreduce

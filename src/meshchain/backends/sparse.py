@@ -23,9 +23,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_spans", "add_scaled", "scaled_values",
-           "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors", "owned_block", "ilu0",
-           "ilu0_solve", "split_factors", "ilu_apply"]
+from ..comm.by_address import finish_exchange, progress_all, start_exchange
+
+__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_spans", "sequence_on_ranks", "add_scaled",
+           "scaled_values", "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors",
+           "owned_block", "ilu0", "ilu0_solve", "split_factors", "ilu_apply"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -126,6 +128,32 @@ def csr_spans(indptr, indices, values, targets, spans, x, y, shift):
     """
     for q in range(0, len(spans), 2):
         _shifted_rows(indptr, indices, values, targets, spans[q], spans[q + 1], x, y, shift)
+
+
+@_jit
+def sequence_on_ranks(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices,
+                      values, targets, spans, at, shifts, Y):
+    """:func:`csr_sequence` of ``x`` on several ranks with its halo exchange, in one call
+    (``functions``: the MPI library's addresses, :func:`meshchain.comm.compiled.addresses`;
+    the exchange: :class:`meshchain.comm.compiled.CompiledExchange`'s arrays): ``Y[0] = x``,
+    the exchange of ``x`` started, every product's rows that need no received value (``spans``
+    between ``at[2k]`` and ``at[2k + 1]``: :func:`meshchain.engine.powers.rows_before_arrival`)
+    computed while its messages travel (``MPI_Testall`` after each product, so that a library
+    moving messages only inside MPI calls moves them meanwhile), then the received rows into
+    ``x`` and ``Y[0]`` and the rest of every product. Each product has the bits of
+    :func:`csr_sequence`'s. Returns the MPI error code."""
+    Y[0, :len(x)] = x  # the owned rows; the halo rows are stale until the messages arrive
+    error = start_exchange(functions, x, send_at, send, requests)
+    steps = (len(at) - 1) // 2
+    for k in range(steps):  # what needs no received value, product by product, the messages moved between
+        csr_spans(indptr, indices, values, targets, spans[at[2 * k]:at[2 * k + 1]], Y[k], Y[k + 1], shifts[k])
+        error = error or progress_all(functions, requests, flag, statuses)
+    error = error or finish_exchange(functions, x, receive_at, receive, requests, statuses)
+    for k in range(len(receive_at)):
+        Y[0, receive_at[k]] = x[receive_at[k]]
+    for k in range(steps):
+        csr_spans(indptr, indices, values, targets, spans[at[2 * k + 1]:at[2 * k + 2]], Y[k], Y[k + 1], shifts[k])
+    return error
 
 
 @_jit

@@ -4,7 +4,7 @@
 writes into the machine code: they are compiled in every process. The functions here take
 the addresses as data instead (:func:`meshchain.comm.compiled.addresses`, one int64 array:
 ``MPI_Startall``, ``MPI_Waitall``, ``clock_gettime``, ``MPI_Allreduce``, ``MPI_Iallreduce``,
-``MPI_Wait``), so compiled code calling them is cached on disk like any other (a captured
+``MPI_Wait``, ``MPI_Testall``), so compiled code calling them is cached on disk like any other (a captured
 step's compiled replay, :mod:`meshchain.backends.numba_replay`; the Krylov iterations of
 :mod:`meshchain.linalg.compiled`). Handles are C ints (MPICH's ABI; :mod:`.compiled` says
 where that holds). Importing this module does not import mpi4py (which would initialise MPI
@@ -36,8 +36,8 @@ from numba.core import cgutils as _cgutils
 from numba.core import types as _types
 from numba.extending import intrinsic
 
-__all__ = ["start_all", "wait_all", "clock", "ticks", "cycle_seconds", "sum_all", "start_allreduce", "wait_one", "start_exchange",
-           "finish_exchange"]
+__all__ = ["start_all", "wait_all", "progress_all", "clock", "ticks", "cycle_seconds", "sum_all", "start_allreduce",
+           "wait_one", "start_exchange", "finish_exchange", "sum_in_pairs"]
 
 
 def _as_int32(context, builder, value, kind):
@@ -74,6 +74,21 @@ def _call_int_pointer_pointer(typingctx, address, number, first, second):
                                        _as_pointer(context, builder, args[3], kinds[3])])
 
     return _types.int32(address, number, first, second), codegen
+
+
+@intrinsic
+def _call_int_pointer_pointer_pointer(typingctx, address, number, first, second, third):
+    """``((int (*)(int, void *, void *, void *)) address)(number, first, second, third)``."""
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        pointer = _llvm.IntType(8).as_pointer()
+        function_type = _llvm.FunctionType(_llvm.IntType(32), [_llvm.IntType(32), pointer, pointer, pointer])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        return builder.call(function, [_as_int32(context, builder, args[1], kinds[1]),
+                                       *[_as_pointer(context, builder, value, kind)
+                                         for value, kind in zip(args[2:], kinds[2:])]])
+
+    return _types.int32(address, number, first, second, third), codegen
 
 
 @intrinsic
@@ -227,6 +242,39 @@ def sum_all(functions, values, out, handles):
     :func:`.compiled.sum_over_ranks` but by address: the MPI error code."""
     return _call_allreduce(functions[3], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
                            handles[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def progress_all(functions, requests, flag, statuses):
+    """``MPI_Testall`` of ``requests`` (``flag``: one int32, set when all are complete): lets the
+    library move their messages (over MPICH's TCP module they move only inside MPI calls); the
+    MPI error code. A completed persistent request is inactive: a later :func:`wait_all` returns
+    at once for it."""
+    if len(requests) == 0:
+        return 0
+    return _call_int_pointer_pointer_pointer(functions[6], len(requests), requests.ctypes.data, flag.ctypes.data,
+                                             statuses.ctypes.data)
+
+
+@numba.njit(cache=True, nogil=True)
+def sum_in_pairs(functions, values, other, requests, phases, statuses):
+    """``values`` summed over the ranks in place by the phases of persistent requests of
+    :class:`meshchain.comm.compiled.CompiledPairwiseSum` (``phases[k]``: the first and end
+    request started and waited for together, and whether ``other`` is then added): the
+    messages and additions of :func:`meshchain.comm.pairwise.pairwise_sum`, so its bits
+    (collective); the MPI error code."""
+    for k in range(phases.shape[0]):
+        chosen = requests[phases[k, 0]:phases[k, 1]]
+        error = start_all(functions, chosen)
+        if error:
+            return error
+        error = wait_all(functions, chosen, statuses)
+        if error:
+            return error
+        if phases[k, 2]:
+            for i in range(len(values)):
+                values[i] += other[i]
+    return 0
 
 
 @numba.njit(cache=True, nogil=True)

@@ -9,14 +9,17 @@ through ``ctypes`` from compiled code:
 * :class:`CompiledExchange` -- a halo exchange of one float64 vector with persistent
   requests made once (``Send_init``/``Recv_init``, by mpi4py), run by :func:`start_rows`
   (pack the exported values, ``MPI_Startall``) and :func:`finish_rows` (``MPI_Waitall``,
-  unpack the imported values) with the owned work between the two, and
-  :func:`progress_rows` (``MPI_Testall``) called during that work: over a network module
-  that moves messages only inside MPI calls (MPICH over TCP), the messages then travel
-  while the rank computes instead of when it waits.
+  unpack the imported values) with the owned work between the two (its calls by address,
+  :mod:`.by_address`, add ``MPI_Testall`` called during that work: over a network module
+  that moves messages only inside MPI calls, MPICH over TCP, the messages then travel while
+  the rank computes instead of when it waits);
+* :class:`CompiledPairwiseSum` -- a short sum over ranks by recursive doubling with persistent
+  requests (:func:`meshchain.comm.pairwise.pairwise_sum`'s messages and bits).
 
 The same MPI calls as mpi4py's on the same buffers: the results are the same bits. Compiled
-functions that call them cannot be cached on disk (the library's addresses change from
-process to process): each process compiles them once, at first use (about a second).
+functions that call them through ``ctypes`` cannot be cached on disk (the library's addresses
+change from process to process): each process compiles them once, at first use (about a
+second); those taking the addresses as data (:func:`addresses`, :mod:`.by_address`) can.
 
 :func:`available` says whether this works with the MPI library loaded (an ABI whose handles
 are C ints, as MPICH's, and the library found among the process's mapped files); callers run
@@ -44,7 +47,7 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "CompiledReduction", "start_rows",
-           "finish_rows", "progress_rows", "addresses"]
+           "finish_rows", "addresses", "CompiledPairwiseSum", "abort_on_error"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,7 +81,6 @@ _INT, _POINTER = ctypes.c_int, ctypes.c_void_p
 _allreduce = _function("MPI_Allreduce", _POINTER, _POINTER, _INT, _INT, _INT, _INT)
 _startall = _function("MPI_Startall", _INT, _POINTER)
 _waitall = _function("MPI_Waitall", _INT, _POINTER, _POINTER)
-_testall = _function("MPI_Testall", _INT, _POINTER, _POINTER, _POINTER)
 
 
 def handles(comm) -> np.ndarray:
@@ -108,16 +110,6 @@ def start_rows(x, rows, send, requests):
 
 
 @numba.njit(nogil=True)
-def progress_rows(requests, flag, statuses):
-    """Let the MPI library move the exchange's messages (``MPI_Testall``; ``flag``: one int32,
-    set when all are complete); the MPI error code. A completed persistent request is
-    inactive, so :func:`finish_rows` afterwards returns at once for it."""
-    if len(requests) == 0:
-        return 0
-    return _testall(len(requests), requests.ctypes.data, flag.ctypes.data, statuses.ctypes.data)
-
-
-@numba.njit(nogil=True)
 def finish_rows(x, rows, receive, requests, statuses):
     """Wait for the exchange's requests and unpack ``receive`` into ``x[rows]``; the MPI error code."""
     error = 0
@@ -135,7 +127,7 @@ class CompiledExchange:
     The arguments of :func:`start_rows` and :func:`finish_rows` are attributes:
     ``send_at``/``send`` (flat positions in ``x`` and the send buffer), ``receive_at``/
     ``receive``, ``requests`` (the persistent requests' C handles) and ``statuses``;
-    :func:`progress_rows` takes ``requests``, ``flag`` and ``statuses``.
+    :func:`meshchain.comm.by_address.progress_all` takes ``requests``, ``flag`` and ``statuses``.
     :meth:`close` frees the requests.
     """
 
@@ -149,7 +141,7 @@ class CompiledExchange:
         self.send_at = np.concatenate([at for _, at in sends]) if sends else np.zeros(0, dtype=np.int64)
         self.receive_at = np.concatenate([at for _, at in receives]) if receives else np.zeros(0, dtype=np.int64)
         self.send, self.receive = np.zeros(len(self.send_at)), np.zeros(len(self.receive_at))
-        self.flag = np.zeros(1, dtype=np.int32)  # progress_rows's: all complete
+        self.flag = np.zeros(1, dtype=np.int32)  # progress_all's: all complete
         self._requests, begin = [], 0
         for n, at in sends:
             self._requests.append(comm.Send_init(self.send[begin:begin + len(at)], dest=n, tag=tag))
@@ -165,6 +157,82 @@ class CompiledExchange:
         for request in self._requests:
             request.Free()
         self._requests, self.requests = [], np.zeros(0, dtype=np.int32)
+
+
+def abort_on_error(comm, what: str, code: int, error=None) -> None:
+    """MPI error ``code`` (nonzero) returned by compiled code on this rank, while doing
+    ``what``: the other ranks may wait for this one in a collective, so every rank is aborted
+    (:func:`meshchain.comm.agree.abort_all`) with ``error`` (the exception class, by default
+    :class:`~meshchain.core.errors.MeshchainError`) saying so."""
+    from ..core.errors import MeshchainError
+    from .agree import abort_all
+
+    abort_all(comm, what, (error or MeshchainError)(f"MPI error {code}: {MPI.Get_error_string(code)}"))
+
+
+# --- a short sum by recursive doubling, from compiled code ----------------------------------------
+
+
+class CompiledPairwiseSum:
+    """:func:`meshchain.comm.pairwise.pairwise_sum` of one buffer, ``values`` (contiguous
+    float64, summed in place), run from compiled code by
+    :func:`meshchain.comm.by_address.sum_in_pairs`: the same
+    messages (tag :data:`~meshchain.comm.pairwise.TAG`, partners and rounds) as persistent
+    requests made once, the same additions, so the same bits. The arguments of
+    ``sum_in_pairs`` after ``values`` are attributes: ``other`` (what a partner sends),
+    ``requests`` (C handles), ``phases`` (per phase of requests started and waited for
+    together: its first and end request and whether ``other`` is then added) and
+    ``statuses``. :meth:`close` frees the requests.
+
+    >>> import numpy as np
+    >>> values = np.array([1.0, 2.0])
+    >>> pairs = CompiledPairwiseSum(MPI.COMM_SELF, values)
+    >>> from meshchain.comm.by_address import sum_in_pairs
+    >>> functions = addresses()
+    >>> functions is None or sum_in_pairs(functions, values, pairs.other, pairs.requests, pairs.phases,
+    ...                                   pairs.statuses) == 0
+    True
+    >>> values.tolist(), pairs.phases.shape
+    ([1.0, 2.0], (0, 3))
+    >>> pairs.close()
+    """
+
+    def __init__(self, comm, values: np.ndarray):
+        from .pairwise import TAG
+
+        self.other = np.empty_like(values)
+        size, rank = comm.size, comm.rank
+        top = 1 << (size.bit_length() - 1)  # the largest power of two <= size
+        phases = []  # (requests, add other after)
+        if size > 1 and rank >= top:  # beyond the power of two: add into rank - top, get the total back
+            phases += [([comm.Send_init(values, dest=rank - top, tag=TAG)], False),
+                       ([comm.Recv_init(values, source=rank - top, tag=TAG)], False)]
+        elif size > 1:
+            extra = rank + top < size
+            if extra:
+                phases.append(([comm.Recv_init(self.other, source=rank + top, tag=TAG)], True))
+            mask = 1
+            while mask < top:
+                partner = rank ^ mask
+                phases.append(([comm.Send_init(values, dest=partner, tag=TAG),
+                                comm.Recv_init(self.other, source=partner, tag=TAG)], True))
+                mask <<= 1
+            if extra:
+                phases.append(([comm.Send_init(values, dest=rank + top, tag=TAG)], False))
+        self._requests = [request for requests, _ in phases for request in requests]
+        self.requests = _as_c_ints([MPI._handleof(r) for r in self._requests])
+        bounds, begin = [], 0
+        for requests, add in phases:
+            bounds.append((begin, begin + len(requests), int(add)))
+            begin += len(requests)
+        self.phases = np.array(bounds, dtype=np.int64).reshape(-1, 3)
+        self.statuses = np.zeros(2 * MPI._sizeof(MPI.Status), dtype=np.uint8)
+
+    def close(self) -> None:
+        for request in self._requests:
+            request.Free()
+        self._requests, self.requests = [], np.zeros(0, dtype=np.int32)
+        self.phases = np.zeros((0, 3), dtype=np.int64)
 
 
 # --- a reduction over ranks started in compiled code ----------------------------------------------
@@ -200,9 +268,10 @@ class CompiledReduction:
 
 @functools.lru_cache(maxsize=None)
 def addresses() -> np.ndarray:
-    """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce, MPI_Iallreduce, MPI_Wait]``'s
-    addresses in this process (int64), for the calls by address of :mod:`.by_address`
-    (``start_all``, ``wait_all``, ``clock``, ``sum_all``, ``start_allreduce``, ``wait_one``); None where
+    """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce, MPI_Iallreduce, MPI_Wait,
+    MPI_Testall]``'s addresses in this process (int64), for the calls by address of
+    :mod:`.by_address` (``start_all``, ``wait_all``, ``clock``, ``sum_all``, ``start_allreduce``,
+    ``wait_one``, ``progress_all``); None where
     :func:`available` is False or the C library has no ``clock_gettime``."""
     library = _library()
     if library is None:
@@ -212,7 +281,7 @@ def addresses() -> np.ndarray:
     except (OSError, AttributeError):
         return None
     functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime, library.MPI_Allreduce,
-                 library.MPI_Iallreduce, library.MPI_Wait)
+                 library.MPI_Iallreduce, library.MPI_Wait, library.MPI_Testall)
     found = np.array([ctypes.cast(function, ctypes.c_void_p).value for function in functions], dtype=np.int64)
     found.flags.writeable = False
     return found

@@ -35,15 +35,13 @@ Examples
 
 from __future__ import annotations
 
-import functools
 
-import numba
 import numpy as np
 
-from ..backends.sparse import add_scaled, csr_rows, csr_sequence, csr_spans, same_values, scaled_values
-from ..comm.agree import abort_all, raise_together
+from ..backends.sparse import add_scaled, csr_rows, csr_sequence, same_values, scaled_values, sequence_on_ranks
+from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
-from ..core.errors import DataShapeError, DeclarationError, MeshchainError
+from ..core.errors import DataShapeError, DeclarationError
 from .boundary import layer_rows
 
 __all__ = ["PowersRows", "SequencePlan", "sequence_plan", "powers"]
@@ -198,6 +196,41 @@ class SequencePlan:
         """``Y[0] = x`` (its local rows), ``Y[1..s]`` its products with ``shifts`` (collective
         when ``x``'s halo is stale); row ``k`` of ``Y`` is valid on the rows of halo layers
         ``0..(s - k) d``. ``S A S`` is worked out again when the scale's values changed."""
+        depth = self._ready(shifts, Y)
+        if self.session.distributed and self.x.valid_depth < depth:
+            if _compiled_mpi():
+                self._run_inside(shifts, Y, depth)
+                return
+            self._exchanged(depth)
+        indptr, _, indices, targets = self.rows.unsigned
+        np.copyto(Y[0, :self.width], self.host.reshape(-1))
+        csr_sequence(indptr, indices, self.values, targets, self.counts, np.asarray(shifts, dtype=np.float64), Y)
+
+    def compiled_arguments(self, shifts: np.ndarray, Y: np.ndarray) -> tuple | None:
+        """The arguments of :func:`~meshchain.backends.sparse.sequence_on_ranks` for the next
+        :meth:`run`, for a caller's compiled code to make that call itself, with :meth:`run`'s
+        checks made and ``S A S`` current; afterwards the caller says :meth:`exchanged`. None
+        where :meth:`run` would not be that call: on one process, where compiled code cannot
+        call MPI, or ``x``'s halo is valid."""
+        depth = self._ready(shifts, Y)
+        if not (self.session.distributed and self.x.valid_depth < depth and _compiled_mpi()):
+            return None
+        return self._inside_call(shifts, Y, depth)
+
+    def exchanged(self, error: int) -> None:
+        """After a caller made :meth:`compiled_arguments`'s call: ``x``'s halo is valid (an MPI
+        ``error`` aborts every rank)."""
+        if error:
+            self._failed(error)
+        self.x.valid_depth = self.steps * self.pattern.depth
+
+    def _failed(self, error: int) -> None:
+        from ..comm.compiled import abort_on_error
+
+        abort_on_error(self.session.comm, "the matrix powers exchange inside a compiled call", error)
+
+    def _ready(self, shifts: np.ndarray, Y: np.ndarray) -> int:
+        """:meth:`run`'s checks, the scale's halo and ``S A S`` current; the depth of ``x``'s exchange."""
         if self.x.host is not self.host:
             raise DeclarationError("SequencePlan.run: the dat's storage moved (halo layers were added) after the "
                                    "plan was made; make a new plan.")
@@ -214,33 +247,23 @@ class SequencePlan:
             self.values = _scaled(rows, self.scale.host.reshape(-1))  # S A S, worked out again where the scale changed
         elif self.values is None:
             self.values = rows.values
-        if distributed and self.x.valid_depth < depth:
-            if _compiled_mpi():
-                self._run_inside(shifts, Y, depth)
-                return
-            self._exchanged(depth)
-        indptr, _, indices, targets = rows.unsigned
-        np.copyto(Y[0, :self.width], self.host.reshape(-1))
-        csr_sequence(indptr, indices, self.values, targets, self.counts, np.asarray(shifts, dtype=np.float64), Y)
+        return depth
 
     def _run_inside(self, shifts: np.ndarray, Y: np.ndarray, depth: int) -> None:
         """:meth:`run` in one compiled call that calls MPI (:mod:`meshchain.comm.compiled`): the
         exchange of ``x`` started, every product's rows that need no received value (see
         :func:`rows_before_arrival`) computed while its messages travel (the library let to
         move them after each product's), then the rest."""
+        self.exchanged(sequence_on_ranks(*self._inside_call(shifts, Y, depth)))
+
+    def _inside_call(self, shifts: np.ndarray, Y: np.ndarray, depth: int) -> tuple:
         if self.inside is None:
             self.inside = self._inside(depth)
         exchange, spans, at = self.inside
         indptr, _, indices, targets = self.rows.unsigned
-        error = _sequence_on_ranks()(self.host.reshape(-1), exchange.send_at, exchange.send, exchange.receive_at,
-                                     exchange.receive, exchange.requests, exchange.flag, exchange.statuses, indptr,
-                                     indices, self.values, targets, spans, at, np.asarray(shifts, dtype=np.float64), Y)
-        if error:
-            from mpi4py import MPI
-
-            abort_all(self.session.comm, "the matrix powers exchange inside a compiled call",
-                      MeshchainError(f"MPI error {error}: {MPI.Get_error_string(error)}"))
-        self.x.valid_depth = depth
+        return (addresses(), self.host.reshape(-1), exchange.send_at, exchange.send, exchange.receive_at,
+                exchange.receive, exchange.requests, exchange.flag, exchange.statuses, indptr, indices, self.values,
+                targets, spans, at, np.asarray(shifts, dtype=np.float64), Y)
 
     def _inside(self, depth: int):
         """``(exchange, spans, at)``: a compiled exchange of ``x`` ``depth`` layers deep, and
@@ -288,12 +311,16 @@ def sequence_plan(matrices, mat, x, steps: int, *, scale=None) -> SequencePlan:
     return plan
 
 
-@functools.lru_cache(maxsize=None)
 def _compiled_mpi() -> bool:
-    """Whether compiled code can call the MPI library here."""
-    from ..comm.compiled import available
+    """Whether compiled code can call the MPI library here (by address)."""
+    return addresses() is not None
 
-    return available()
+
+def addresses():
+    """:func:`meshchain.comm.compiled.addresses` (imported when first asked: it imports mpi4py)."""
+    from ..comm.compiled import addresses
+
+    return addresses()
 
 
 def rows_before_arrival(indptr, indices, targets, counts, owned: int, width: int) -> tuple:
@@ -332,31 +359,6 @@ def _runs(chosen: np.ndarray) -> np.ndarray:
     """The runs of True in ``chosen`` as flat ``(first, end)`` pairs."""
     edges = np.diff(np.concatenate([[0], chosen.astype(np.int8), [0]]))
     return np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1).reshape(-1)
-
-
-@functools.lru_cache(maxsize=None)
-def _sequence_on_ranks():
-    """The compiled :meth:`SequencePlan.run` on several ranks (calls MPI: compiled once per
-    process, not cached on disk)."""
-    from ..comm.compiled import finish_rows, progress_rows, start_rows
-
-    @numba.njit(nogil=True)
-    def run(x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices, values, targets, spans,
-            at, shifts, Y):
-        Y[0, :len(x)] = x  # the owned rows; the halo rows are stale until the messages arrive
-        error = start_rows(x, send_at, send, requests)
-        steps = (len(at) - 1) // 2
-        for k in range(steps):  # what needs no received value, product by product, the messages moved between
-            csr_spans(indptr, indices, values, targets, spans[at[2 * k]:at[2 * k + 1]], Y[k], Y[k + 1], shifts[k])
-            error = error or progress_rows(requests, flag, statuses)
-        error = error or finish_rows(x, receive_at, receive, requests, statuses)
-        for k in range(len(receive_at)):
-            Y[0, receive_at[k]] = x[receive_at[k]]
-        for k in range(steps):
-            csr_spans(indptr, indices, values, targets, spans[at[2 * k + 1]:at[2 * k + 2]], Y[k], Y[k + 1], shifts[k])
-        return error
-
-    return run
 
 
 def prepare(matrices, mat, steps: int):

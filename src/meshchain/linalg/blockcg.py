@@ -24,6 +24,16 @@ iterations (a third of the sums with Jacobi, where CA-CG sums each pair twice). 
 matrix-free :class:`~meshchain.LinearOperator` runs each basis as one communication-avoiding
 loop chain (:mod:`.freecg`).
 
+**On several ranks** (where compiled code can call the MPI library,
+:func:`meshchain.comm.compiled.addresses`) the outer iterations run inside compiled calls,
+several per call (:func:`block_iterations`): the basis with its exchange, the block's sums and
+their sum over ranks by recursive doubling, the norm's test, the coefficients and the update,
+and the test of progress, returning to Python only where Python decides (a norm that meets the
+tolerance or rose, a ``W`` not positive definite, no progress for a while, the last block
+before ``maxiter``, a residual expected to converge). They call what the Python steps call, in
+the same order: the same bits. A solve with a ``monitor``, a matrix-free operator or on one
+process runs each outer iteration from Python.
+
 **Basis.** The Newton shifts ``θ`` come from the Ritz values of ``s`` classical CG
 iterations at the start (they count), in Leja order; their directions are the block the
 first outer iteration makes its own ``Â``-conjugate to. ``basis="monomial"`` takes ``θ = 0``.
@@ -63,7 +73,9 @@ import warnings
 import numba
 import numpy as np
 
-from ..core.errors import MeshchainWarning
+from ..backends.sparse import sequence_on_ranks
+from ..comm.by_address import sum_in_pairs
+from ..core.errors import MeshchainWarning, SolverError
 from .info import SolveInfo
 from .scaled import work_dats
 from .sstep import CGRun, drive
@@ -202,6 +214,116 @@ def block_update(Y, shifts, kept, P_old, AQ_old, count, B, a, P, AQ, x, r):
             r[i] -= step * q[i]
 
 
+@_jit
+def block_advance(Y, shifts, sums, m, old, B, W, L, a, P_old, AQ_old, count, P, AQ, x, r, before):
+    """After a block's reduction, in one call: ``x`` and ``r`` kept in ``before``, the
+    :func:`coefficients` (``W``'s factor into ``L``) and, if some direction is kept,
+    :func:`block_update`; returns the directions kept (0: ``W`` not positive definite)."""
+    n = len(x)
+    for i in range(n):
+        before[0, i] = x[i]
+        before[1, i] = r[i]
+    kept = coefficients(sums, m, count, shifts, old, B, W, L, a)
+    if kept:
+        block_update(Y, shifts, kept, P_old, AQ_old, count, B, a, P, AQ, x, r)
+    return kept
+
+
+@_jit
+def summed_basis(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices, values,
+                  targets, spans, at, shifts, Y, m, AQ, count, w, weighted, used, sums, other, pair_requests, phases,
+                  pair_statuses):
+    """The basis (:func:`~meshchain.backends.sparse.sequence_on_ranks`: the matrix powers
+    products with their exchange; ``functions``: the MPI library's addresses), the block's sums
+    and their sum over ranks in one compiled call. The sums are those :func:`block_sums` writes
+    into ``sums[:used]``; the rest of ``sums`` is zeroed, and the whole of it summed
+    (:func:`~meshchain.comm.by_address.sum_in_pairs` with
+    :class:`~meshchain.comm.compiled.CompiledPairwiseSum`'s requests: the bits of
+    :func:`~meshchain.comm.pairwise.pairwise_sum` on the first ``used``). Returns the MPI error
+    codes of the exchange and of the sum."""
+    error = sequence_on_ranks(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr,
+                              indices, values, targets, spans, at, shifts, Y)
+    if error:
+        return error, 0
+    block_sums(Y, m, AQ, count, w, weighted, sums[:used])
+    sums[used:] = 0.0
+    return 0, sum_in_pairs(functions, sums, other, pair_requests, phases, pair_statuses)
+
+
+NEXT, JUDGE, CURVATURE, IDLE, FAILED = 0, 1, 2, 3, 4
+"""Why :func:`block_iterations` returned: the next outer iteration is Python's (its basis
+would pass ``maxiter``, or the residual is expected to meet the tolerance: its norm is reduced
+alone first), a norm is for Python to judge (it met the tolerance, or the block is undone), the
+last block's ``W`` was not positive definite, no progress for the patience's outer iterations,
+an MPI call failed."""
+
+# the places in the arrays of numbers and counts block_iterations reads and updates
+_TARGET, _LAST_NORM, _BEST, _NORM, _H1, _H2 = range(6)
+_COUNT, _ITERATIONS, _IDLE, _LAST, _FRESH, _APPENDED, _REDUCTIONS, _UPDATED, _EXCHANGED, _ERROR, _SUM_ERROR = range(11)
+
+
+@_jit
+def block_iterations(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices,
+                     values, targets, spans, at, shifts, Y, other, pair_requests, phases, pair_statuses, steps, stack,
+                     factor_stack, B, W, a, w, weighted, sums, xv, rv, before, jump, progress, patience, maxiter,
+                     numbers, counts, history):
+    """Outer iterations of :class:`_BlockRun` on several ranks in one compiled call
+    (``functions``: the MPI library's addresses): each as :meth:`_BlockRun.outer` makes it
+    (:func:`summed_basis`, the norm judged, :func:`block_advance`) with
+    :func:`meshchain.linalg.sstep._iterate`'s test of progress after it, until something is
+    for Python to do (:data:`NEXT` and the rest).
+    ``numbers`` (float64: the target, the last block's starting norm, the smallest norm so far,
+    the norm to judge, the history's last two) and ``counts`` (int64: the block's directions,
+    the iterations, the outer iterations without progress, which block is the last, whether the
+    residual is fresh, then what it did: norms appended to ``history``, reductions, blocks
+    updated, whether the basis's exchange came last, MPI errors) are read and updated in place."""
+    m = steps
+    while True:
+        count, last = counts[_COUNT], counts[_LAST]
+        fresh = counts[_FRESH] != 0
+        if counts[_ITERATIONS] + m > maxiter:
+            return NEXT
+        h1, h2 = numbers[_H1], numbers[_H2]
+        if fresh and h2 > 0 and h1 * h1 / h2 <= numbers[_TARGET]:  # h2 is NaN with one norm so far
+            return NEXT
+        used = m * (m + 1) + count * m + 1
+        error, summed = summed_basis(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr,
+                                     indices, values, targets, spans, at, shifts, Y, m, stack[last, 1], count, w,
+                                     weighted, used, sums, other, pair_requests, phases, pair_statuses)
+        counts[_EXCHANGED] = 1
+        if error or summed:
+            counts[_ERROR], counts[_SUM_ERROR] = error, summed
+            return FAILED
+        counts[_REDUCTIONS] += 1
+        recent = math.inf
+        if fresh:
+            norm = math.sqrt(max(sums[used - 1], 0.0))
+            if (count and norm > jump * numbers[_LAST_NORM]) or norm <= numbers[_TARGET]:
+                numbers[_NORM] = norm
+                return JUDGE
+            counts[_FRESH] = 0
+            history[counts[_APPENDED]] = norm
+            counts[_APPENDED] += 1
+            numbers[_H2], numbers[_H1] = h1, norm
+            recent = norm
+        numbers[_LAST_NORM] = numbers[_H1]
+        kept = block_advance(Y, shifts, sums, m, factor_stack[last], B, W, factor_stack[1 - last], a,
+                             stack[last, 0], stack[last, 1], count, stack[1 - last, 0], stack[1 - last, 1], xv, rv,
+                             before)
+        if kept == 0:
+            return CURVATURE
+        counts[_LAST], counts[_COUNT] = 1 - last, kept
+        counts[_ITERATIONS] += kept
+        counts[_FRESH], counts[_UPDATED], counts[_EXCHANGED] = 1, counts[_UPDATED] + 1, 0
+        if recent < progress * numbers[_BEST]:
+            numbers[_BEST], counts[_IDLE] = recent, 0
+        else:
+            counts[_IDLE] += 1
+        if counts[_IDLE] >= patience:
+            counts[_IDLE] = 0
+            return IDLE
+
+
 class _BlockRun(CGRun):
     """One block s-step CG solve: the basis, the last block of directions and ``Â`` times it,
     the factor of its ``W``."""
@@ -211,13 +333,25 @@ class _BlockRun(CGRun):
     def __init__(self, engine, A, dats: dict, steps: int, **options):
         super().__init__(engine, A, dats, **options)
         self.steps = steps
-        self.blocks = [np.empty((2, steps, self.n)), np.empty((2, steps, self.n))]  # [P, Â P], last and next
-        self.factors = [np.zeros((steps, steps)), np.zeros((steps, steps))]
+        self.stack = np.empty((2, 2, steps, self.n))  # two blocks [P, Â P]: the last one is stack[self.last]
+        self.factor_stack = np.zeros((2, steps, steps))  # the factors of their W, alike
+        self.last = 0
         self.count = 0  # directions in the last block (0: none)
         self.sums = np.empty(steps * (steps + 1) + steps * steps + 1)
         self.small = (np.zeros((steps, steps)), np.zeros((steps, steps)), np.zeros(steps))  # B, W, a
         self.plans, self.Y = {}, None  # the basis: its plan per length, its rows
+        self.pairs = None  # the block reduction from compiled code (several ranks), made at first use
         self.before, self.last_norm = np.empty((2, self.n)), math.inf  # x and r before the last block
+
+    @property
+    def blocks(self) -> tuple:
+        """``([P, Â P] of the last block, room for the next)``."""
+        return self.stack[self.last], self.stack[1 - self.last]
+
+    @property
+    def factors(self) -> tuple:
+        """``(the factor of the last block's W, room for the next)``."""
+        return self.factor_stack[self.last], self.factor_stack[1 - self.last]
 
     def expects_convergence(self) -> bool:
         """Whether the residual after the last block meets the tolerance if it fell as much as
@@ -249,14 +383,106 @@ class _BlockRun(CGRun):
 
     def basis(self, m: int, shifts: np.ndarray) -> np.ndarray:
         """``V = [r, (Â - θ_0) r, ...]`` of ``m + 1`` vectors (rows; one exchange of ``r``)."""
+        self.basis_plan(m).run(shifts[:m], self.Y)
+        return self.Y
+
+    def basis_plan(self, m: int):
+        """The sequence plan of a basis of ``m + 1`` vectors (made at first use: collective,
+        every rank asks for the same ``m``), and the basis's rows ``self.Y``."""
         plan = self.plans.get(m)
-        if plan is None:  # collective: every rank asks for the same m
+        if plan is None:
             scale = self.dats["scale"] if self.jacobi else None
             plan = self.plans[m] = self.engine.matrices.sequence_plan(self.A, self.dats["r"], m, scale=scale)
             if self.Y is None:
                 self.Y = np.empty((self.steps + 1, plan.width))
-        plan.run(shifts[:m], self.Y)
-        return self.Y
+        return plan
+
+    def reduced_basis(self, m: int, shifts: np.ndarray, used: int) -> np.ndarray | None:
+        """On several ranks where compiled code calls MPI: :meth:`basis`, the block's sums
+        (the first ``used`` of ``self.sums``) and their sum over ranks in one compiled call
+        (:func:`summed_basis`; the bits of the calls from Python); returns the basis, or None
+        where this cannot be (one process; the basis's exchange not made from compiled code)."""
+        if self.comm is None or self.comm.size == 1:
+            return None
+        plan = self.basis_plan(m)
+        Y = self.Y
+        arguments = plan.compiled_arguments(shifts[:m], Y)
+        if arguments is None:
+            return None
+        pairs = self._pairs()
+        exchange, summed = summed_basis(*arguments, m, self.blocks[0][1], self.count, self.v["weight"], self.jacobi,
+                                        used, self.sums, pairs.other, pairs.requests, pairs.phases, pairs.statuses)
+        self.reductions += 1
+        plan.exchanged(exchange)
+        if summed:
+            self._sum_failed(summed)
+        return Y
+
+    def outers(self, shifts: np.ndarray, best: float, idle: int):
+        """Outer iterations on several ranks in one compiled call (:func:`block_iterations`:
+        the bits of :meth:`outer` called from Python and of its test of progress), until one is
+        for Python: ``(outcome, best, idle, completed)``, the outcome of the last outer
+        iteration as :meth:`outer` gives it (``"next"``: not made, :meth:`outer` makes it;
+        ``"idle"``: no progress for the patience's outer iterations), the test of progress's
+        smallest norm and count, and how many outer iterations completed. None where this
+        cannot be (one process, a monitor to call for each norm, the basis's exchange not made
+        from compiled code, a basis shorter than ``s`` before ``maxiter``)."""
+        m = self.steps
+        if (self.comm is None or self.comm.size == 1 or self.monitor is not None or self.target is None
+                or self.iterations + m > self.maxiter):
+            return None
+        plan = self.basis_plan(m)
+        arguments = plan.compiled_arguments(shifts[:m], self.Y)
+        if arguments is None:
+            return None
+        pairs = self._pairs()
+        history = self.history
+        numbers = np.array([self.target, self.last_norm, best, 0.0, history[-1],
+                            history[-2] if len(history) >= 2 else math.nan])
+        counts = np.array([self.count, self.iterations, idle, self.last, int(self.fresh_residual), 0, 0, 0, 0, 0, 0],
+                          dtype=np.int64)
+        appended = np.empty((self.maxiter - self.iterations) // m + 1)
+        B, W, a = self.small
+        why = block_iterations(*arguments, pairs.other, pairs.requests, pairs.phases, pairs.statuses, m, self.stack,
+                               self.factor_stack, B, W, a, self.v["weight"], self.jacobi, self.sums, self.v["x"],
+                               self.v["r"], self.before, JUMP, self.progress, self.patience(), self.maxiter, numbers,
+                               counts, appended)
+        history.extend(appended[:counts[_APPENDED]].tolist())
+        self.reductions += int(counts[_REDUCTIONS])
+        self.count, self.iterations, self.last = int(counts[_COUNT]), int(counts[_ITERATIONS]), int(counts[_LAST])
+        self.fresh_residual, self.last_norm = bool(counts[_FRESH]), float(numbers[_LAST_NORM])
+        if counts[_UPDATED]:
+            self.exit_norms = None
+            self.fresh("x")
+        if counts[_EXCHANGED]:
+            plan.exchanged(int(counts[_ERROR]))
+        elif counts[_UPDATED]:
+            self.fresh("r")
+        if why == FAILED:
+            self._sum_failed(int(counts[_SUM_ERROR]))
+        best, idle, completed = float(numbers[_BEST]), int(counts[_IDLE]), int(counts[_UPDATED])
+        if why == JUDGE:
+            outcome = self.judged(float(numbers[_NORM]))
+            return None if outcome == "undone" else outcome, best, idle, completed
+        return {NEXT: "next", CURVATURE: "curvature", IDLE: "idle"}[why], best, idle, completed
+
+    def _pairs(self):
+        """The block's sum over ranks from compiled code (made at first use)."""
+        if self.pairs is None:
+            from ..comm.compiled import CompiledPairwiseSum
+
+            self.pairs = CompiledPairwiseSum(self.comm, self.sums)
+        return self.pairs
+
+    def _sum_failed(self, code: int) -> None:
+        from ..comm.compiled import abort_on_error
+
+        abort_on_error(self.comm, "the block's sum over ranks inside a compiled call", code, SolverError)
+
+    def close(self) -> None:
+        if self.pairs is not None:
+            self.pairs.close()
+            self.pairs = None
 
     def patience(self) -> int:
         """About 16 iterations without progress (at least 2 outer iterations)."""
@@ -307,26 +533,25 @@ class _BlockRun(CGRun):
             outcome = self.judged(self.norm(v["r"]))
             if outcome is not None:
                 return None if outcome == "undone" else outcome
-        Y = self.basis(m, shifts)
         last, following = self.blocks
         sums = self.sums[:m * (m + 1) + self.count * m + 1]
-        block_sums(Y, m, last[1], self.count, v["weight"], self.jacobi, sums)
-        self.total(sums)
+        Y = self.reduced_basis(m, shifts, len(sums))
+        if Y is None:  # from Python: the basis, the sums, their sum over ranks
+            Y = self.basis(m, shifts)
+            block_sums(Y, m, last[1], self.count, v["weight"], self.jacobi, sums)
+            self.total(sums)
         if self.fresh_residual:
             outcome = self.judged(math.sqrt(max(float(sums[-1]), 0.0)))
             if outcome is not None:
                 return None if outcome == "undone" else outcome
         self.last_norm = self.history[-1]  # the residual this block starts from
-        np.copyto(self.before[0], v["x"])
-        np.copyto(self.before[1], v["r"])
         B, W, a = self.small
-        kept = coefficients(sums, m, self.count, shifts, self.factors[0], B, W, self.factors[1], a)
+        kept = block_advance(Y, shifts, sums, m, self.factors[0], B, W, self.factors[1], a, last[0], last[1],
+                             self.count, following[0], following[1], v["x"], v["r"], self.before)
         if kept == 0:
             return "curvature"
-        block_update(Y, shifts, kept, last[0], last[1], self.count, B, a, following[0], following[1], v["x"], v["r"])
         self.exit_norms = None
-        self.blocks.reverse()
-        self.factors.reverse()
+        self.last = 1 - self.last
         self.count = kept
         self.iterations += kept
         self.fresh("x")

@@ -146,12 +146,9 @@ class SolveRun:
     def communication_failed(self, code: int) -> None:
         """An MPI call inside compiled code failed on this rank: the others may wait for it in a
         collective, so every rank is aborted (:func:`meshchain.comm.agree.abort_all`)."""
-        from mpi4py import MPI
+        from ..comm.compiled import abort_on_error
 
-        from ..comm.agree import abort_all
-
-        abort_all(self.comm, "an MPI call inside the compiled solver iterations",
-                  SolverError(f"MPI error {code}: {MPI.Get_error_string(code)}"))
+        abort_on_error(self.comm, "an MPI call inside the compiled solver iterations", code, SolverError)
 
     def A(self, src: str, dst: str) -> None:  # noqa: N802 - the operator's name
         source = self.storages[src]

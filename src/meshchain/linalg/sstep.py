@@ -226,6 +226,14 @@ class CGRun(ScaledRun):
         """Outer iterations without a new smallest residual before the true one is looked at."""
         return PATIENCE
 
+    def outers(self, shifts: np.ndarray, best: float, idle: int):
+        """Outer iterations in one compiled call where a method has them (see
+        :meth:`meshchain.linalg.blockcg._BlockRun.outers`); None: :meth:`outer` makes each."""
+        return None
+
+    def close(self) -> None:
+        """After the iterations: what the run holds of the MPI library (nothing here) is freed."""
+
     def norm(self, residual: np.ndarray) -> float:
         """``||B r||`` of a scaled residual ``r̂`` (``B r = D^-1/2 r̂`` with Jacobi), summed over ranks."""
         local = _weighted_dot(residual, self.v["weight"])
@@ -456,7 +464,10 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
             shifts = leja(ritz, steps)
             if not met and stamp is not None:
                 _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (stamp, shifts)
-    reason, replacements = _iterate(run, shifts, reason, maxiter)
+    try:
+        reason, replacements = _iterate(run, shifts, reason, maxiter)
+    finally:
+        run.close()
     if reason.startswith("diverged: maxiter") and basis == "monomial":
         reason += (f"; the monomial basis of s = {steps} steps may have lost rank (the residual fell only "
                    f"{run.history[-1] / run.history[0]:.1e}-fold): try basis='newton' or a smaller s")
@@ -485,8 +496,17 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
                 reason = f"diverged: maxiter {maxiter} reached"
                 break
         else:
-            mark = len(run.history)
-            outcome = run.outer(shifts)
+            quick = run.outers(shifts, best, idle)  # several outer iterations in one compiled call, where it can
+            if quick is not None:
+                outcome, best, idle, completed = quick
+                curvatures = 0 if completed else curvatures
+            if quick is None or outcome == "next":
+                if quick is not None and run.iterations >= maxiter:
+                    continue
+                mark = len(run.history)
+                outcome = run.outer(shifts)
+            else:
+                mark = len(run.history)  # (an undone block recorded no norm)
         if outcome is None:
             curvatures = 0
             recent = min(run.history[mark:], default=math.inf)  # this outer iteration's (the start's may lie lower)
