@@ -78,7 +78,7 @@ from ..comm.by_address import sum_in_pairs
 from ..core.errors import MeshchainWarning, SolverError
 from .info import SolveInfo
 from .scaled import work_dats
-from .sstep import CGRun, drive
+from .sstep import CGRun, _weighted_dot, drive
 
 __all__ = ["solve_block", "PIVOT", "JUMP"]
 
@@ -342,6 +342,7 @@ class _BlockRun(CGRun):
         self.plans, self.Y = {}, None  # the basis: its plan per length, its rows
         self.pairs = None  # the block reduction from compiled code (several ranks), made at first use
         self.before, self.last_norm = np.empty((2, self.n)), math.inf  # x and r before the last block
+        self.true_ready = None  # (||B r||, ||b - A x||) of the true residual in t, for replace_residual
 
     @property
     def blocks(self) -> tuple:
@@ -352,6 +353,33 @@ class _BlockRun(CGRun):
     def factors(self) -> tuple:
         """``(the factor of the last block's W, room for the next)``."""
         return self.factor_stack[self.last], self.factor_stack[1 - self.last]
+
+    def expected_norm(self) -> float:
+        """The norm of the residual its rate says converged (:meth:`expects_convergence`),
+        reduced before a basis is built for it, and in the same reduction the norms of the true
+        residual ``b̂ - Â x̂`` (made into ``t``), which :meth:`replace_residual` then takes: at
+        convergence one reduction fewer, for a product that is made in vain where the rate
+        was wrong."""
+        v = self.v
+        self.residual("t")
+        r, t, weight = v["r"], v["t"], v["weight"]
+        sums = self.total(np.array([_weighted_dot(r, weight), _weighted_dot(t, weight), _weighted_dot(t, self.unweight)]))
+        norm, weighted, plain = (math.sqrt(max(float(value), 0.0)) for value in sums)
+        self.true_ready = (weighted, plain)
+        return norm
+
+    def replace_residual(self) -> float:
+        """:meth:`CGRun.replace_residual`, with the true residual :meth:`expected_norm` made
+        where it was made just before (``x`` unchanged since): the same bits, no reduction."""
+        ready, self.true_ready = self.true_ready, None
+        if ready is None:
+            return super().replace_residual()
+        np.copyto(self.v["r"], self.v["t"])
+        self.fresh("r")
+        self.fresh_residual = False
+        weighted, plain = ready
+        self.exit_norms = (plain, weighted)
+        return weighted
 
     def expects_convergence(self) -> bool:
         """Whether the residual after the last block meets the tolerance if it fell as much as
@@ -529,8 +557,10 @@ class _BlockRun(CGRun):
         up to ``s`` directions. ``"converged"`` when the residual it started from met the
         tolerance (nothing updated), ``"curvature"`` when ``W`` was not positive definite."""
         m, v = min(self.steps, self.maxiter - self.iterations), self.v
-        if self.fresh_residual and self.expects_convergence():  # the norm alone first: one reduction
-            outcome = self.judged(self.norm(v["r"]))
+        if self.fresh_residual and self.expects_convergence():  # the norm first, without a basis: one reduction
+            outcome = self.judged(self.expected_norm())
+            if outcome != "converged":
+                self.true_ready = None
             if outcome is not None:
                 return None if outcome == "undone" else outcome
         last, following = self.blocks
