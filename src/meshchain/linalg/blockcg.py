@@ -231,8 +231,8 @@ def block_advance(Y, shifts, sums, m, old, B, W, L, a, P_old, AQ_old, count, P, 
 
 @_jit
 def summed_basis(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices, values,
-                  targets, spans, at, shifts, Y, m, AQ, count, w, weighted, used, sums, other, pair_requests, phases,
-                  pair_statuses):
+                 targets, spans, at, shifts, Y, m, AQ, count, w, weighted, used, sums, other, pair_requests, phases,
+                 pair_statuses):
     """The basis (:func:`~meshchain.backends.sparse.sequence_on_ranks`: the matrix powers
     products with their exchange; ``functions``: the MPI library's addresses), the block's sums
     and their sum over ranks in one compiled call. The sums are those :func:`block_sums` writes
@@ -253,7 +253,7 @@ def summed_basis(functions, x, send_at, send, receive_at, receive, requests, fla
 NEXT, JUDGE, CURVATURE, IDLE, FAILED = 0, 1, 2, 3, 4
 """Why :func:`block_iterations` returned: the next outer iteration is Python's (its basis
 would pass ``maxiter``, or the residual is expected to meet the tolerance: its norm is reduced
-alone first), a norm is for Python to judge (it met the tolerance, or the block is undone), the
+first, with the true residual's), a norm is for Python to judge (it met the tolerance, or the block is undone), the
 last block's ``W`` was not positive definite, no progress for the patience's outer iterations,
 an MPI call failed."""
 
