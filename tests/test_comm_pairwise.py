@@ -1,6 +1,7 @@
 """Short sums over ranks by recursive doubling (meshchain.comm.pairwise): every rank gets the
 same bits, MPI_Allreduce's sum to rounding (its bits on two ranks, and exactly on whole
-numbers), on 1-4 ranks (3: a rank beyond the power of two); its messages never take another
+numbers), on 1-4 ranks (3: a rank beyond the power of two), from Python and from compiled code
+with the same bits; its messages never take another
 message's place (the s-step methods reduce with it: tests/test_sstep.py)."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def test_pairwise_sum_gives_every_rank_the_same_bits_and_mpis_sum(comm, seed, co
     values = rng.integers(-1000, 1000, count).astype(np.float64) if whole else \
         rng.standard_normal(count) * 10.0 ** rng.integers(-8, 8, count)
     reference = mpi_sum(comm, values)
-    for total in (pairwise_sum(comm, values.copy()), short_sum(comm, values.copy())):
+    assert np.array_equal(compiled_sum(comm, values), pairwise_sum(comm, values.copy()))
+    for total in (pairwise_sum(comm, values.copy()), short_sum(comm, values.copy()), compiled_sum(comm, values)):
         every = comm.allgather(total)
         assert all(np.array_equal(total, other) for other in every)  # the same bits on every rank
         if whole or comm.size <= 2:  # whole numbers: exact; two ranks: one addition, as MPI's
@@ -37,6 +39,23 @@ def test_pairwise_sum_gives_every_rank_the_same_bits_and_mpis_sum(comm, seed, co
         else:
             scale = sum(np.abs(v) for v in comm.allgather(values))
             assert np.all(np.abs(total - reference) <= 4 * np.finfo(float).eps * scale)
+
+
+def compiled_sum(comm, values):
+    """The same sum from compiled code (:class:`~meshchain.comm.compiled.CompiledPairwiseSum`,
+    persistent requests started by address), where compiled code can call MPI; else pairwise_sum's."""
+    from meshchain.comm.by_address import sum_in_pairs
+    from meshchain.comm.compiled import CompiledPairwiseSum, addresses
+
+    values = values.copy()
+    if addresses() is None:
+        return pairwise_sum(comm, values)
+    pairs = CompiledPairwiseSum(comm, values)
+    try:
+        assert sum_in_pairs(addresses(), values, pairs.other, pairs.requests, pairs.phases, pairs.statuses) == 0
+    finally:
+        pairs.close()
+    return values
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)

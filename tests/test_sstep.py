@@ -106,14 +106,9 @@ def compiled_mpi() -> bool:
 
 def solved_both_ways(problem, monkeypatch, method, pc, **options):
     """``(made compiled calls, iterations, reductions, residual history, x's bits)`` of a
-    block s-step solve with its outer iterations, or bases and sums, in compiled calls where
-    it can, and with each step called from Python (the Newton shifts known to both)."""
-    made, reduced_basis, outers = [], blockcg._BlockRun.reduced_basis, blockcg._BlockRun.outers
-
-    def counted_basis(self, m, shifts, used):
-        Y = reduced_basis(self, m, shifts, used)
-        made.append(Y is not None)
-        return Y
+    block s-step solve with its outer iterations in compiled calls where it can, and with
+    each step called from Python (the Newton shifts known to both)."""
+    made, outers = [], blockcg._BlockRun.outers
 
     def counted_outers(self, shifts, best, idle):
         found = outers(self, shifts, best, idle)
@@ -123,7 +118,6 @@ def solved_both_ways(problem, monkeypatch, method, pc, **options):
     outcomes = []
     for compiled in (True, False):
         with monkeypatch.context() as patch:
-            patch.setattr(blockcg._BlockRun, "reduced_basis", counted_basis if compiled else lambda *_: None)
             patch.setattr(blockcg._BlockRun, "outers", counted_outers if compiled else lambda *_: None)
             info, x = problem.solve(method, pc, **options)
         outcomes.append((any(made), info.iterations, info.reductions, info.residual_history, info.reason,
@@ -429,7 +423,7 @@ def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(com
     gives the bits of one started from ``b - A 0``; x nonzero on one rank only: every rank
     computes the residual (the decision is the same everywhere) and the solve still converges.
     On several ranks the block reductions are summed by recursive doubling (the block form's
-    from compiled code, with its basis), the lone norms by ``MPI_Allreduce``; the block form
+    from its compiled outer iterations), the lone norms by ``MPI_Allreduce``; the block form
     reduces the last residual's norm with the true residual's (three numbers)."""
     from meshchain.comm import pairwise
 
@@ -460,15 +454,6 @@ def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(com
         return pairwise_sum(comm_, values)
 
     monkeypatch.setattr(pairwise, "pairwise_sum", counted_sum)
-    reduced_basis = blockcg._BlockRun.reduced_basis
-
-    def counted_reduced_basis(self, m, shifts, used):  # the block form's basis and sums, summed in compiled code
-        Y = reduced_basis(self, m, shifts, used)
-        if Y is not None:
-            summed.append(used)
-        return Y
-
-    monkeypatch.setattr(blockcg._BlockRun, "reduced_basis", counted_reduced_basis)
     outers = blockcg._BlockRun.outers
 
     def counted_outers(self, shifts, best, idle):  # outer iterations in compiled code: a block's sums each

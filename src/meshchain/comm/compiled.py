@@ -29,6 +29,8 @@ Examples
 --------
 >>> import numpy as np
 >>> from mpi4py import MPI
+
+from . import pairwise
 >>> from meshchain.comm.compiled import available, handles, sum_over_ranks
 >>> out = np.zeros(2)
 >>> available() and sum_over_ranks(np.array([1.0, 2.0]), out, handles(MPI.COMM_SELF)) == 0
@@ -45,6 +47,8 @@ import functools
 import numba
 import numpy as np
 from mpi4py import MPI
+
+from . import pairwise
 
 __all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "CompiledReduction", "start_rows",
            "finish_rows", "addresses", "CompiledPairwiseSum", "abort_on_error"]
@@ -198,27 +202,16 @@ class CompiledPairwiseSum:
     """
 
     def __init__(self, comm, values: np.ndarray):
-        from .pairwise import TAG
-
         self.other = np.empty_like(values)
-        size, rank = comm.size, comm.rank
-        top = 1 << (size.bit_length() - 1)  # the largest power of two <= size
-        phases = []  # (requests, add other after)
-        if size > 1 and rank >= top:  # beyond the power of two: add into rank - top, get the total back
-            phases += [([comm.Send_init(values, dest=rank - top, tag=TAG)], False),
-                       ([comm.Recv_init(values, source=rank - top, tag=TAG)], False)]
-        elif size > 1:
-            extra = rank + top < size
-            if extra:
-                phases.append(([comm.Recv_init(self.other, source=rank + top, tag=TAG)], True))
-            mask = 1
-            while mask < top:
-                partner = rank ^ mask
-                phases.append(([comm.Send_init(values, dest=partner, tag=TAG),
-                                comm.Recv_init(self.other, source=partner, tag=TAG)], True))
-                mask <<= 1
-            if extra:
-                phases.append(([comm.Send_init(values, dest=rank + top, tag=TAG)], False))
+        buffers = {"values": values, "other": self.other}
+
+        def persistent(kind, partner, buffer):
+            if kind == "send":
+                return comm.Send_init(buffers[buffer], dest=partner, tag=pairwise.TAG)
+            return comm.Recv_init(buffers[buffer], source=partner, tag=pairwise.TAG)
+
+        phases = [([persistent(*message) for message in messages], add)
+                  for messages, add in pairwise.phases(comm.rank, comm.size)]
         self._requests = [request for requests, _ in phases for request in requests]
         self.requests = _as_c_ints([MPI._handleof(r) for r in self._requests])
         bounds, begin = [], 0

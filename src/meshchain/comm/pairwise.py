@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pairwise_sum", "short_sum", "TAG"]
+__all__ = ["pairwise_sum", "short_sum", "phases", "TAG"]
 
 TAG = 32613
 """The tag of :func:`pairwise_sum`'s messages."""
@@ -55,25 +55,44 @@ def short_sum(comm, values: np.ndarray) -> np.ndarray:
 def pairwise_sum(comm, values: np.ndarray) -> np.ndarray:
     """``values`` (contiguous float64, changed in place and returned) summed over the ranks
     of ``comm`` by recursive doubling (see the module docstring; collective)."""
-    size = comm.size
-    if size == 1:
-        return values
-    rank, top = comm.rank, 1 << (size.bit_length() - 1)  # the largest power of two <= size
     other = np.empty_like(values)
+    buffers = {"values": values, "other": other}
+    for messages, add in phases(comm.rank, comm.size):
+        if len(messages) == 2:  # a round: send ours, receive the partner's
+            (_, partner, _), _ = messages
+            comm.Sendrecv(values, dest=partner, sendtag=TAG, recvbuf=other, source=partner, recvtag=TAG)
+        else:
+            ((kind, partner, buffer),) = messages
+            if kind == "send":
+                comm.Send(buffers[buffer], dest=partner, tag=TAG)
+            else:
+                comm.Recv(buffers[buffer], source=partner, tag=TAG)
+        if add:
+            values += other
+    return values
+
+
+def phases(rank: int, size: int) -> list:
+    """What :func:`pairwise_sum` does on ``rank`` of ``size``, phase by phase: ``(messages,
+    add)``, the messages made together (``(kind, partner, buffer)``: ``"send"`` or
+    ``"receive"``, of ``"values"`` or into ``"other"``) and whether ``other`` is then added
+    to ``values``. :class:`meshchain.comm.compiled.CompiledPairwiseSum` makes the same.
+
+    >>> [add for _, add in phases(0, 3)], phases(2, 3)
+    ([True, True, False], [([('send', 0, 'values')], False), ([('receive', 0, 'values')], False)])
+    """
+    if size == 1:
+        return []
+    top = 1 << (size.bit_length() - 1)  # the largest power of two <= size
     if rank >= top:  # beyond the power of two: add into rank - top, get the total back
-        comm.Send(values, dest=rank - top, tag=TAG)
-        comm.Recv(values, source=rank - top, tag=TAG)
-        return values
+        return [([("send", rank - top, "values")], False), ([("receive", rank - top, "values")], False)]
     extra = rank + top < size
-    if extra:
-        comm.Recv(other, source=rank + top, tag=TAG)
-        values += other
+    found = [([("receive", rank + top, "other")], True)] if extra else []
     mask = 1
     while mask < top:
         partner = rank ^ mask
-        comm.Sendrecv(values, dest=partner, sendtag=TAG, recvbuf=other, source=partner, recvtag=TAG)
-        values += other
+        found.append(([("send", partner, "values"), ("receive", partner, "other")], True))
         mask <<= 1
     if extra:
-        comm.Send(values, dest=rank + top, tag=TAG)
-    return values
+        found.append(([("send", rank + top, "values")], False))
+    return found

@@ -35,7 +35,6 @@ Examples
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..backends.sparse import add_scaled, csr_rows, csr_sequence, same_values, scaled_values, sequence_on_ranks

@@ -363,7 +363,8 @@ class _BlockRun(CGRun):
         v = self.v
         self.residual("t")
         r, t, weight = v["r"], v["t"], v["weight"]
-        sums = self.total(np.array([_weighted_dot(r, weight), _weighted_dot(t, weight), _weighted_dot(t, self.unweight)]))
+        sums = self.total(np.array([_weighted_dot(r, weight), _weighted_dot(t, weight),
+                                    _weighted_dot(t, self.unweight)]))
         norm, weighted, plain = (math.sqrt(max(float(value), 0.0)) for value in sums)
         self.true_ready = (weighted, plain)
         return norm
@@ -424,27 +425,6 @@ class _BlockRun(CGRun):
             if self.Y is None:
                 self.Y = np.empty((self.steps + 1, plan.width))
         return plan
-
-    def reduced_basis(self, m: int, shifts: np.ndarray, used: int) -> np.ndarray | None:
-        """On several ranks where compiled code calls MPI: :meth:`basis`, the block's sums
-        (the first ``used`` of ``self.sums``) and their sum over ranks in one compiled call
-        (:func:`summed_basis`; the bits of the calls from Python); returns the basis, or None
-        where this cannot be (one process; the basis's exchange not made from compiled code)."""
-        if self.comm is None or self.comm.size == 1:
-            return None
-        plan = self.basis_plan(m)
-        Y = self.Y
-        arguments = plan.compiled_arguments(shifts[:m], Y)
-        if arguments is None:
-            return None
-        pairs = self._pairs()
-        exchange, summed = summed_basis(*arguments, m, self.blocks[0][1], self.count, self.v["weight"], self.jacobi,
-                                        used, self.sums, pairs.other, pairs.requests, pairs.phases, pairs.statuses)
-        self.reductions += 1
-        plan.exchanged(exchange)
-        if summed:
-            self._sum_failed(summed)
-        return Y
 
     def outers(self, shifts: np.ndarray, best: float, idle: int):
         """Outer iterations on several ranks in one compiled call (:func:`block_iterations`:
@@ -563,13 +543,11 @@ class _BlockRun(CGRun):
                 self.true_ready = None
             if outcome is not None:
                 return None if outcome == "undone" else outcome
+        Y = self.basis(m, shifts)
         last, following = self.blocks
         sums = self.sums[:m * (m + 1) + self.count * m + 1]
-        Y = self.reduced_basis(m, shifts, len(sums))
-        if Y is None:  # from Python: the basis, the sums, their sum over ranks
-            Y = self.basis(m, shifts)
-            block_sums(Y, m, last[1], self.count, v["weight"], self.jacobi, sums)
-            self.total(sums)
+        block_sums(Y, m, last[1], self.count, v["weight"], self.jacobi, sums)
+        self.total(sums)
         if self.fresh_residual:
             outcome = self.judged(math.sqrt(max(float(sums[-1]), 0.0)))
             if outcome is not None:

@@ -96,10 +96,6 @@ class OperatorRun(_BlockRun):
             Y[j] = self.v[name]
         return Y
 
-    def reduced_basis(self, m: int, shifts: np.ndarray, used: int) -> None:
-        """None: the basis is a loop chain, run from Python (:meth:`basis`)."""
-        return None
-
     def outers(self, shifts: np.ndarray, best: float, idle: int) -> None:
         """None: each outer iteration runs its basis's chain from Python (:meth:`outer`)."""
         return None
