@@ -94,7 +94,7 @@ def test_block_sstep_cg_reaches_the_direct_solution_on_random_spd_problems(comm,
     assert info.iterations <= iteration_bound(cg, problem, steps), (info.iterations, cg.iterations)
     close_on_rank_0(comm, x, problem.expected)
     compiled, python = solved_both_ways(problem, monkeypatch, "sstep-cg", pc, rtol=1e-10, s=steps, basis=basis)
-    assert compiled[0] == (comm.size > 1 and compiled_mpi())  # the compiled calls made where they can be
+    assert ("outers" in compiled[0]) == (comm.size > 1 and compiled_mpi())  # made where they can be
     assert compiled[1:] == python[1:]
 
 
@@ -104,24 +104,53 @@ def compiled_mpi() -> bool:
     return available()
 
 
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_the_true_residual_expected_to_converge_is_made_in_one_compiled_call_with_the_same_bits(comm, monkeypatch):
+    """Where the residual's rate says the next norm meets the tolerance, the true residual
+    (its product with the exchange, the residual and its three sums) is made in one compiled
+    call on several ranks: the solve has the bits of the same steps from Python."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_tris(12, 12), dim=1, seed=3)
+    problem.solve("sstep-cg", "jacobi", rtol=1e-10, s=4)  # the Newton shifts found: both solves below reuse them
+    compiled, python = solved_both_ways(problem, monkeypatch, "sstep-cg", "jacobi", rtol=1e-10, s=4)
+    assert compiled[0] == ({"outers", "true residual"} if compiled_mpi() else set())
+    assert python[0] == set() and compiled[1:] == python[1:] and compiled[4] == "converged"
+
+
 def solved_both_ways(problem, monkeypatch, method, pc, **options):
-    """``(made compiled calls, iterations, reductions, residual history, x's bits)`` of a
-    block s-step solve with its outer iterations in compiled calls where it can, and with
-    each step called from Python (the Newton shifts known to both)."""
-    made, outers = [], blockcg._BlockRun.outers
+    """``(compiled calls made, iterations, reductions, residual history, reason, x's bits, true
+    residual's two norms)`` of
+    a block s-step solve with its outer iterations (and the true residual its rate says
+    converged) in compiled calls where it can, and with each step called from Python (no
+    compiled call of the matrix powers kernel's arguments; the Newton shifts known to both).
+    The compiled calls made: a set of ``"outers"`` and ``"true residual"``."""
+    from meshchain.engine import powers
+
+    made, outers, true_sums = [], blockcg._BlockRun.outers, blockcg.true_residual_sums
 
     def counted_outers(self, shifts, best, idle):
         found = outers(self, shifts, best, idle)
-        made.append(found is not None)
+        if found is not None:
+            made.append("outers")
         return found
+
+    def counted_sums(*arguments):
+        made.append("true residual")
+        return true_sums(*arguments)
 
     outcomes = []
     for compiled in (True, False):
         with monkeypatch.context() as patch:
-            patch.setattr(blockcg._BlockRun, "outers", counted_outers if compiled else lambda *_: None)
+            if compiled:
+                patch.setattr(blockcg._BlockRun, "outers", counted_outers)
+                patch.setattr(blockcg, "true_residual_sums", counted_sums)
+            else:
+                patch.setattr(blockcg._BlockRun, "outers", lambda *_: None)
+                patch.setattr(powers.SequencePlan, "compiled_arguments", lambda *_: None)
             info, x = problem.solve(method, pc, **options)
-        outcomes.append((any(made), info.iterations, info.reductions, info.residual_history, info.reason,
-                         None if x is None else x.tobytes()))
+        outcomes.append((set(made), info.iterations, info.reductions, info.residual_history, info.reason,
+                         None if x is None else x.tobytes(), info.true_residual, info.true_residual_preconditioned))
+        made.clear()
     return outcomes
 
 

@@ -179,7 +179,7 @@ def abort_on_error(comm, what: str, code: int, error=None) -> None:
 
 class CompiledPairwiseSum:
     """:func:`meshchain.comm.pairwise.pairwise_sum` of one buffer, ``values`` (contiguous
-    float64, summed in place), run from compiled code by
+    float64, summed in place; kept as ``values``), run from compiled code by
     :func:`meshchain.comm.by_address.sum_in_pairs`: the same
     messages (tag :data:`~meshchain.comm.pairwise.TAG`, partners and rounds) as persistent
     requests made once, the same additions, so the same bits. The arguments of
@@ -202,7 +202,7 @@ class CompiledPairwiseSum:
     """
 
     def __init__(self, comm, values: np.ndarray):
-        self.other = np.empty_like(values)
+        self.values, self.other = values, np.empty_like(values)
         buffers = {"values": values, "other": self.other}
 
         def persistent(kind, partner, buffer):

@@ -92,6 +92,7 @@ class Matrices:
         self.session = session
         self.records: dict = {}
         self._wrappers: dict = {}
+        self._sums: dict = {}  # length -> a CompiledPairwiseSum of its own buffer (kept until close)
 
     # --- declaration and pattern ---------------------------------------------------------------------
 
@@ -655,7 +656,23 @@ class Matrices:
             return PETSc.COMM_SELF
         return PETSc.Comm(session.comm if hasattr(session.comm, "Get_size") else session.comm.comm)
 
+    def pairwise_sum(self, length: int):
+        """A :class:`~meshchain.comm.compiled.CompiledPairwiseSum` of its own buffer of
+        ``length`` float64 (``.values``) over the session's ranks, for the Krylov solvers' sums
+        from compiled code: its persistent requests are made once per length and kept until the
+        session closes (a solve that made its own paid about 10-20 µs to make and free them).
+        One solve uses it at a time (solves do not nest)."""
+        found = self._sums.get(length)
+        if found is None:
+            from ..comm.compiled import CompiledPairwiseSum
+
+            found = self._sums[length] = CompiledPairwiseSum(self.session.comm, np.zeros(length))
+        return found
+
     def close(self) -> None:
+        for pairs in self._sums.values():
+            pairs.close()
+        self._sums.clear()
         for record in self.records.values():
             if record.pattern is not None:
                 for _, exchange in record.pattern.exchanges.values():

@@ -250,6 +250,24 @@ def summed_basis(functions, x, send_at, send, receive_at, receive, requests, fla
     return 0, sum_in_pairs(functions, sums, other, pair_requests, phases, pair_statuses)
 
 
+@_jit
+def true_residual_sums(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices,
+                       values, targets, spans, at, shifts, Y, b, t, r, weight, unweight, sums):
+    """What :meth:`_BlockRun.expected_norm` computes before its reduction, in one compiled
+    call (``functions``: the MPI library's addresses): ``Y[1] = Â x̂`` with its exchange
+    (:func:`~meshchain.backends.sparse.sequence_on_ranks`, a plan of one product), ``t = b̂ -
+    Y[1]`` on the owned rows, and ``sums`` = (``r``'s and ``t``'s weighted squared norms, ``t``'s
+    with ``unweight``), the bits of the same steps from Python. Returns the exchange's MPI error code."""
+    error = sequence_on_ranks(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr,
+                              indices, values, targets, spans, at, shifts, Y)
+    for i in range(len(t)):
+        t[i] = b[i] - Y[1, i]
+    sums[0] = _weighted_dot(r, weight)
+    sums[1] = _weighted_dot(t, weight)
+    sums[2] = _weighted_dot(t, unweight)
+    return error
+
+
 NEXT, JUDGE, CURVATURE, IDLE, FAILED = 0, 1, 2, 3, 4
 """Why :func:`block_iterations` returned: the next outer iteration is Python's (its basis
 would pass ``maxiter``, or the residual is expected to meet the tolerance: its norm is reduced
@@ -361,11 +379,17 @@ class _BlockRun(CGRun):
         convergence one reduction fewer, for a product that is made in vain where the rate
         was wrong."""
         v = self.v
-        self.residual("t")
         r, t, weight = v["r"], v["t"], v["weight"]
-        sums = self.total(np.array([_weighted_dot(r, weight), _weighted_dot(t, weight),
-                                    _weighted_dot(t, self.unweight)]))
-        norm, weighted, plain = (math.sqrt(max(float(value), 0.0)) for value in sums)
+        sums, compiled = np.empty(3), self.compiled_product()
+        if compiled is None:
+            self.residual("t")
+            sums[:] = _weighted_dot(r, weight), _weighted_dot(t, weight), _weighted_dot(t, self.unweight)
+        else:  # the product with its exchange, the residual and its sums in one compiled call: the same bits
+            plan, arguments = compiled
+            plan.exchanged(true_residual_sums(*arguments, v["b"], t, r, weight, self.unweight, sums))
+            self.fresh("t")
+            self.exit_norms = None
+        norm, weighted, plain = (math.sqrt(max(float(value), 0.0)) for value in self.total(sums))
         self.true_ready = (weighted, plain)
         return norm
 
@@ -475,11 +499,11 @@ class _BlockRun(CGRun):
         return {NEXT: "next", CURVATURE: "curvature", IDLE: "idle"}[why], best, idle, completed
 
     def _pairs(self):
-        """The block's sum over ranks from compiled code (made at first use)."""
+        """The block's sum over ranks from compiled code (the session keeps one per length:
+        its buffer becomes ``self.sums``)."""
         if self.pairs is None:
-            from ..comm.compiled import CompiledPairwiseSum
-
-            self.pairs = CompiledPairwiseSum(self.comm, self.sums)
+            self.pairs = self.engine.matrices.pairwise_sum(len(self.sums))
+            self.sums = self.pairs.values
         return self.pairs
 
     def _sum_failed(self, code: int) -> None:
@@ -487,10 +511,6 @@ class _BlockRun(CGRun):
 
         abort_on_error(self.comm, "the block's sum over ranks inside a compiled call", code, SolverError)
 
-    def close(self) -> None:
-        if self.pairs is not None:
-            self.pairs.close()
-            self.pairs = None
 
     def patience(self) -> int:
         """About 16 iterations without progress (at least 2 outer iterations)."""

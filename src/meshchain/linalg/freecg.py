@@ -79,6 +79,10 @@ class OperatorRun(_BlockRun):
             self._sequence(x, [self.dats[y] for y in ys], np.zeros(len(ys)) if shifts is None else shifts)
         self.views()
 
+    def compiled_product(self):
+        """None: the operator's product is a chain of loops, not one compiled call."""
+        return None
+
     def residual(self, into: str) -> None:
         """``into = b̂ - Â x̂`` (one application)."""
         self.products([("x", ["t"], None)])

@@ -231,9 +231,6 @@ class CGRun(ScaledRun):
         :meth:`meshchain.linalg.blockcg._BlockRun.outers`); None: :meth:`outer` makes each."""
         return None
 
-    def close(self) -> None:
-        """After the iterations: what the run holds of the MPI library (nothing here) is freed."""
-
     def norm(self, residual: np.ndarray) -> float:
         """``||B r||`` of a scaled residual ``r̂`` (``B r = D^-1/2 r̂`` with Jacobi), summed over ranks."""
         local = _weighted_dot(residual, self.v["weight"])
@@ -270,14 +267,26 @@ class CGRun(ScaledRun):
 
     def residual(self, into: str) -> None:
         """``into = b̂ - Â x̂`` (one exchange of ``x̂``; a sequence plan of one product, kept)."""
+        self.product_plan().run(np.zeros(1), self.product)
+        np.subtract(self.v["b"], self.product[1, :self.n], out=self.v[into])
+        self.fresh(into)
+        self.exit_norms = None
+
+    def product_plan(self):
+        """The sequence plan of ``Â x̂`` into ``self.product[1]`` (made at first use: collective)."""
         if self.residual_plan is None:
             scale = self.dats["scale"] if self.jacobi else None
             self.residual_plan = self.engine.matrices.sequence_plan(self.A, self.dats["x"], 1, scale=scale)
             self.product = np.empty((2, self.residual_plan.width))
-        self.residual_plan.run(np.zeros(1), self.product)
-        np.subtract(self.v["b"], self.product[1, :self.n], out=self.v[into])
-        self.fresh(into)
-        self.exit_norms = None
+        return self.residual_plan
+
+    def compiled_product(self):
+        """``(plan, arguments)`` of :meth:`residual`'s product as one compiled call that a
+        caller makes itself (:meth:`~meshchain.engine.powers.SequencePlan.compiled_arguments`),
+        or None where it is not one."""
+        plan = self.product_plan()
+        arguments = plan.compiled_arguments(np.zeros(1), self.product)
+        return None if arguments is None else (plan, arguments)
 
     def prepare(self, steps: int) -> None:
         """Before the solve's vectors are viewed: the halo layers and rows of ``steps``
@@ -464,10 +473,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
             shifts = leja(ritz, steps)
             if not met and stamp is not None:
                 _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (stamp, shifts)
-    try:
-        reason, replacements = _iterate(run, shifts, reason, maxiter)
-    finally:
-        run.close()
+    reason, replacements = _iterate(run, shifts, reason, maxiter)
     if reason.startswith("diverged: maxiter") and basis == "monomial":
         reason += (f"; the monomial basis of s = {steps} steps may have lost rank (the residual fell only "
                    f"{run.history[-1] / run.history[0]:.1e}-fold): try basis='newton' or a smaller s")
