@@ -87,7 +87,15 @@ def test_the_measured_costs_are_the_matrixs_and_the_same_on_every_rank(comm):
     shared = (costs.rows, tuple(costs.entries.items()), costs.entry, tuple(costs.stream.values()), costs.call, tuple(costs.exchange.values()), costs.reduction,
               costs.per_number)
     assert comm.allgather(shared) == [shared] * comm.size
-    assert measure_costs(mc.api.engine_surface(), p.A) is costs  # kept until the values or the layout change
+    assert measure_costs(mc.api.engine_surface(), p.A) is costs  # kept until the layout changes
+    p.A.zero()
+    poisson.assemble(p)  # new values (assembled again, as a time loop does): what the pieces cost is unchanged
+    assert measure_costs(mc.api.engine_surface(), p.A) is costs
+    if comm.size > 1:  # a new layout: measured again
+        mc.repartition("kway", weights=None, seed=1)
+        p.A.zero()
+        poisson.assemble(p)
+        assert measure_costs(mc.api.engine_surface(), p.A) is not costs
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
@@ -120,7 +128,9 @@ def test_s_auto_solves_with_the_s_the_model_chose(comm):
 def test_the_choice_of_s_is_worked_out_once_per_measured_costs(monkeypatch):
     """``s="auto"``'s model predictions are made once per costs measured on the matrix: a
     second solve looks them up (the same ``s`` and predictions; a caller changing its
-    ``predicted`` changes no later one), and new values (costs measured again) choose again."""
+    ``predicted`` changes no later one), and so does a solve after the matrix got new values
+    (they change no cost: a time loop that assembles its matrix again at every step pays no
+    measurement per step)."""
     from meshchain.linalg import tune
 
     mc.reset_runtime()
@@ -134,6 +144,6 @@ def test_the_choice_of_s_is_worked_out_once_per_measured_costs(monkeypatch):
     assert len(made) == 1 and second.steps == first.steps and second.predicted["cg"] > 0
     bump = mc.Kernel.from_source("def bump(a):\n" + "".join(f"    a[{i}, {i}] += 0.1\n" for i in range(3)))
     d = p.mesh
-    mc.par_loop(bump, d.cells, p.A(mc.INC, (d.cell2node, d.cell2node)))  # new values: costs measured again
+    mc.par_loop(bump, d.cells, p.A(mc.INC, (d.cell2node, d.cell2node)))  # new values: the same costs
     third = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
-    assert len(made) == 2 and third.converged
+    assert len(made) == 1 and third.steps == first.steps and third.converged

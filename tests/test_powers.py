@@ -93,6 +93,31 @@ def test_powers_of_an_assembled_matrix_equal_repeated_products(comm, mesh, dim, 
         previous = y
     expected = [y.gather() for y in powered]
     equal_on_rank_0(comm, zip(expected, again), "powers from a stale halo against repeated products")
+    # assembled again with other values: the rows' values fetched again in place have the bits of rows built
+    # afresh, and the plan made before multiplies by them
+    from meshchain.engine import powers as kernel
+
+    matrices = mc.api.engine_surface().matrices
+    _, before = matrices.prepare_products(problem.A, steps)
+    problem.k.data[...] = np.roll(problem.k.data_ro, 1, axis=0)
+    problem.A.zero()
+    width = problem.mesh.cell2node.arity * dim
+    mc.par_loop(copy_kernel(width, width), problem.mesh.cells, problem.A(mc.INC, (problem.mesh.cell2node,) * 2),
+                problem.k(mc.READ))
+    pattern, after = matrices.prepare_products(problem.A, steps)
+    fresh = kernel._build(matrices, problem.A, pattern, steps)
+    fields = ("indptr", "split", "indices", "values", "targets", "ends")
+    parallel_assert(after is before and all(np.array_equal(getattr(after, f), getattr(fresh, f)) for f in fields),
+                    "rows whose values were fetched again equal rows built afresh", comm=comm)
+    previous = problem.x
+    for y in single:
+        problem.A.mult(previous, y)
+        previous = y
+    expected = [y.gather() for y in single]
+    plan.run(np.zeros(steps), rows)
+    for k, y in enumerate(planned, start=1):
+        y.data[...] = rows[k, :y.data.size].reshape(y.data.shape)
+    equal_on_rank_0(comm, zip(expected, [y.gather() for y in planned]), "the plan after new values")
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3, 4), timeout=600)
@@ -239,8 +264,9 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
     """A plan's products ``(S A S - θ_k I) y_(k-1)`` against SciPy on the gathered matrix,
     run three times with other shifts, ``x`` changed in between (its halo exchanged again)
     and once the scale; too few shifts or too small an array are refused; the plan is kept
-    with the matrix until its values change; a plan
-    whose dat's storage moved (deeper halo layers added since) is refused."""
+    with the matrix, also when its values change (assembled again: its rows' values fetched
+    again, ``S A S`` worked out again); a plan whose dat's storage moved (deeper halo layers
+    added since) is refused."""
     mc.reset_runtime(comm=comm)
     problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=9)
     d = problem.mesh
@@ -249,10 +275,10 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
     matrices = mc.api.engine_surface().matrices
     plan = matrices.sequence_plan(problem.A, problem.x, 3, scale=scale)
     assert matrices.sequence_plan(problem.A, problem.x, 3, scale=scale) is plan  # kept with the matrix's rows
-    A = problem.A.to_scipy()
     rows = np.empty((4, plan.width))
-    for shifts in ([0.75, -1.5, 2.0], [0.0, 0.5, 0.25], [1.0, 0.0, -0.5]):
-        s = scale.gather()
+
+    def products_equal_scipys(shifts):
+        A, s = problem.A.to_scipy(), scale.gather()
         plan.run(np.array(shifts), rows)
         got = []
         for k in range(1, 4):
@@ -265,6 +291,9 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
             for k in range(3):
                 y = s.ravel() * (A @ (s.ravel() * y)) - shifts[k] * y
                 np.testing.assert_allclose(got[k].ravel(), y, rtol=1e-12, atol=1e-12 * np.abs(y).max())
+
+    for shifts in ([0.75, -1.5, 2.0], [0.0, 0.5, 0.25], [1.0, 0.0, -0.5]):
+        products_equal_scipys(shifts)
         problem.x.data[...] *= -2.0  # written in place: its halo is stale, the next run exchanges it
         if shifts[0] == 0.0:
             scale.data[...] *= 1.5  # so is the scale's: the next run exchanges it and scales the matrix again
@@ -274,7 +303,11 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
             plan.run(shifts, out)
     bump = mc.Kernel.from_source("def bump(a):\n" + "".join(f"    a[{i}, {i}] += 1.0\n" for i in range(6)))
     mc.par_loop(bump, d.cells, problem.A(mc.INC, (d.cell2node, d.cell2node)))
-    assert matrices.sequence_plan(problem.A, problem.x, 3, scale=scale) is not plan  # new values: a new plan
+    assert matrices.sequence_plan(problem.A, problem.x, 3, scale=scale) is plan  # new values: the same plan ...
+    products_equal_scipys([0.5, -1.0, 0.0])  # ... multiplying by them (halo rows' values fetched again)
+    problem.A.zero()
+    mc.par_loop(bump, d.cells, problem.A(mc.INC, (d.cell2node, d.cell2node)))  # assembled again: other values
+    products_equal_scipys([0.0, 0.0, 0.0])
     if comm.size > 1:
         matrices.prepare_products(problem.A, 6)  # deeper halo layers: every dat's storage moves
         with pytest.raises(mc.DeclarationError, match="storage moved"):

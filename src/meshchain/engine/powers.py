@@ -35,6 +35,8 @@ Examples
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..backends.sparse import add_scaled, csr_rows, csr_sequence, same_values, scaled_values, sequence_on_ranks
@@ -52,11 +54,12 @@ class PowersRows:
     each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
 
     __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
-                 "unsigned", "scaled", "scaled_by", "plans")
+                 "unsigned", "scaled", "scaled_by", "plans", "refill")
 
-    def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout):
+    def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout, refill=None):
         self.steps, self.indptr, self.split, self.indices, self.values = steps, indptr, split, indices, values
         self.targets, self.ends, self.version, self.layout = targets, ends, version, layout
+        self.refill = refill  # how the values are fetched again when only they changed (a _Refill)
         self.exchanges = {}  # ids of storages -> (storages, their exchange, s d layers deep)
         self.plans = {}  # (ids of x's and the scale's storages) -> the SequencePlan on these rows
         wide = np.uint32 if max(len(targets), len(values), int(indices.max(initial=0)) + 1,
@@ -151,8 +154,10 @@ def _scaled(rows: PowersRows, scale: np.ndarray) -> np.ndarray:
 class SequencePlan:
     """``s`` shifted (and scaled) products of one dat, ``Y[k] = (S A S - θ_k I) Y[k-1]`` with
     ``Y[0] = x``, into the rows of an array: checked and prepared once (collective), then run
-    again and again by a solver while nothing else changes the layout or the matrix
-    (:meth:`run`: one exchange of ``x`` when its halo is stale, the products in one call).
+    again and again by a solver while nothing changes the layout (:meth:`run`: one exchange
+    of ``x`` when its halo is stale, the products in one call; with the matrix's current
+    values: where they changed since the last run, assembled again, its rows' values are
+    fetched again first, collective).
     On several ranks a run is one compiled call that also exchanges ``x`` (every product's
     rows that need no received value computed while its messages travel) where compiled code can call
     the MPI library (:func:`meshchain.comm.compiled.available`); elsewhere, and when the
@@ -177,7 +182,7 @@ class SequencePlan:
         _checked(matrices, mat, [x], steps)
         if scale is not None:
             matrices.check_vector(mat, scale, mat.row_set, "powers scale")
-        self.session, self.steps = matrices.session, steps
+        self.session, self.steps, self.matrices, self.mat = matrices.session, steps, matrices, mat
         self.pattern, self.rows = prepared or prepare(matrices, mat, steps)
         for d in (x, scale):
             if d is not None:
@@ -239,6 +244,9 @@ class SequencePlan:
                                  f"{len(shifts)}) and a C-contiguous float64 array of at least "
                                  f"{(self.steps + 1, self.width)} (got {Y.dtype} {Y.shape}).")
         rows, depth = self.rows, self.steps * self.pattern.depth
+        self.matrices.settle(self.mat)  # assemblies recorded since are added
+        if rows.version != self.pattern.version:  # new values since the last run: fetched again (collective)
+            _refresh(self.matrices, self.mat, self.pattern, rows)
         distributed = self.session.distributed
         if self.scale is not None:
             if distributed and self.scale.valid_depth < depth:  # it travels with x (this run in Python)
@@ -406,16 +414,50 @@ def _checked(matrices, mat, dats, steps: int) -> None:
 
 
 def _rows(matrices, mat, pattern, steps: int) -> PowersRows:
-    """The rows of an ``steps``-step product, fetched at first use and again when the matrix's
-    values or the layout changed (collective then)."""
+    """The rows of an ``steps``-step product, fetched at first use and again when the layout
+    changed (collective then); when only the matrix's values changed (it was assembled
+    again), their values alone are fetched again into the same rows (collective): the rows'
+    plans, exchanges and compiled calls stay."""
     record = matrices.record(mat)
     found = record.powers.get(steps)
-    if found is not None and found.version == pattern.version and found.layout is pattern.layout:
+    if found is not None and found.layout is pattern.layout and found.refill.source is pattern.indptr:
+        if found.version != pattern.version:
+            _refresh(matrices, mat, pattern, found)
         return found
     if found is not None:
         found.close()
     built = record.powers[steps] = _build(matrices, mat, pattern, steps)
     return built
+
+
+class _Refill(NamedTuple):
+    """Where a :class:`PowersRows`' values come from (see :func:`_refresh`): ``source`` the
+    pattern's ``indptr`` they were built on (its structure; its values change in place),
+    ``owned`` the flat places of the pattern's entries in the table of rows that
+    :func:`_fetch` exchanges, ``halo`` the halo elements whose rows follow the owned ones,
+    ``gather`` the flat places of their entries in those rows of the table, in the rows'
+    order, and the table's ``shape`` and the halo layers exchanged (``reach``)."""
+
+    source: np.ndarray
+    owned: np.ndarray
+    halo: np.ndarray
+    gather: np.ndarray
+    shape: tuple
+    reach: int
+
+
+def _refresh(matrices, mat, pattern, rows: PowersRows) -> None:
+    """The values of ``rows`` fetched again after the matrix's values changed (the same
+    structure and layout; collective on several ranks): the bits :func:`_build` would give,
+    without sorting the halo rows again."""
+    refill, session = rows.refill, matrices.session
+    table = np.zeros(refill.shape)
+    table.reshape(-1)[refill.owned] = pattern.values
+    _exchange_table(session, session.layout_of(mat.row_set), refill.reach, [table])
+    owned = len(pattern.values)
+    rows.values[:owned] = pattern.values
+    rows.values[owned:] = table[refill.halo].reshape(-1)[refill.gather]
+    rows.version, rows.scaled_by = pattern.version, None  # S A S worked out again at the next product
 
 
 def _build(matrices, mat, pattern, steps: int) -> PowersRows:
@@ -431,7 +473,7 @@ def _build(matrices, mat, pattern, steps: int) -> PowersRows:
     except DeclarationError as exc:
         error, extra = exc, None
     raise_together(session.comm if session.distributed else None, error)
-    indptr_h, split_h, indices_h, values_h = extra
+    indptr_h, split_h, indices_h, values_h, gather = extra
     n_owned_entries = pattern.indptr[-1]
     indptr = np.concatenate([pattern.indptr, n_owned_entries + indptr_h[1:]]).astype(np.int64)
     split = np.concatenate([pattern.split, n_owned_entries + split_h]).astype(np.int64)
@@ -441,14 +483,16 @@ def _build(matrices, mat, pattern, steps: int) -> PowersRows:
                               (halo[:, None] * dim + np.arange(dim)[None, :]).ravel()]).astype(np.int64)
     per_layer = np.bincount(layers[halo], minlength=reach + 1)[: reach + 1] * dim
     per_layer[0] = pattern.n_rows
+    refill = _Refill(pattern.indptr, fetched[3], halo, gather, fetched[1].shape, reach)
     return PowersRows(steps, indptr, split, indices, values, targets, np.cumsum(per_layer), pattern.version,
-                      pattern.layout)
+                      pattern.layout, refill)
 
 
 def _fetch(matrices, mat, pattern, layout, reach: int):
-    """``(global columns, values)`` per local element of the row set, ``dim`` rows of
-    ``width`` entries each (``-1``: none): the owned rows filled here, those of halo layers
-    ``1..reach`` received from their owners (collective on several ranks)."""
+    """``(global columns, values, width, owned)``: per local element of the row set, ``dim``
+    rows of ``width`` entries each (``-1``: none): the owned rows filled here (the flat places
+    ``owned`` of the pattern's entries), those of halo layers ``1..reach`` received from their
+    owners (collective on several ranks)."""
     session, dim, col_dim = matrices.session, mat.dim, mat.col_dim
     lengths = np.diff(pattern.indptr)
     width = max(1, int(matrices.max_over_ranks([int(lengths.max()) if lengths.size else 0])[0]))
@@ -458,24 +502,32 @@ def _fetch(matrices, mat, pattern, layout, reach: int):
     rows = np.repeat(np.arange(pattern.n_rows), lengths)
     position = np.arange(len(rows)) - pattern.indptr[rows]
     global_columns = pattern.col_layout.global_ids[pattern.indices // col_dim] * col_dim + pattern.indices % col_dim
-    where = (rows // dim, (rows % dim) * width + position)
-    columns[where] = global_columns
-    values[where] = pattern.values
-    if session.distributed and reach:
-        exports, imports = layer_rows(layout.exports, 0, reach), layer_rows(layout.imports, 0, reach)
-        exchange = HaloExchange(session.comm, [HaloItem(columns, exports, imports), HaloItem(values, exports, imports)],
-                                tag=7, transport="p2p")
-        try:
-            exchange.begin()
-            exchange.end()
-        finally:
-            exchange.close()
-    return columns, values, width
+    owned = (rows // dim) * (dim * width) + (rows % dim) * width + position
+    columns.reshape(-1)[owned] = global_columns
+    values.reshape(-1)[owned] = pattern.values
+    _exchange_table(session, layout, reach, [columns, values])
+    return columns, values, width, owned
+
+
+def _exchange_table(session, layout, reach: int, tables) -> None:
+    """The rows of halo layers ``1..reach`` of each of ``tables`` (one row per local element)
+    received from their owners (on several ranks; collective)."""
+    if not (session.distributed and reach):
+        return
+    exports, imports = layer_rows(layout.exports, 0, reach), layer_rows(layout.imports, 0, reach)
+    exchange = HaloExchange(session.comm, [HaloItem(table, exports, imports) for table in tables], tag=7,
+                            transport="p2p")
+    try:
+        exchange.begin()
+        exchange.end()
+    finally:
+        exchange.close()
 
 
 def _halo_rows(mat, pattern, fetched, halo: np.ndarray) -> tuple:
-    """The halo elements' rows as split CSR over this rank's columns (see :func:`_fetch`)."""
-    columns, values, width = fetched
+    """The halo elements' rows as split CSR over this rank's columns (see :func:`_fetch`), and
+    the flat places of their entries in ``values[halo]``, in order (:func:`_refresh`)."""
+    columns, values, width, _ = fetched
     dim, col_dim = mat.dim, mat.col_dim
     table = columns[halo].reshape(len(halo) * dim, width)
     numbers = values[halo].reshape(len(halo) * dim, width)
@@ -499,7 +551,8 @@ def _halo_rows(mat, pattern, fetched, halo: np.ndarray) -> tuple:
     n_rows = len(halo) * dim
     indptr = np.concatenate([[0], np.cumsum(np.bincount(row_of, minlength=n_rows))]).astype(np.int64)
     owned = np.bincount(row_of[local_columns < pattern.n_owned_cols], minlength=n_rows)
-    return indptr, (indptr[:-1] + owned).astype(np.int64), local_columns.astype(np.int64), entries
+    gather = np.flatnonzero(present.reshape(-1))[sort]
+    return indptr, (indptr[:-1] + owned).astype(np.int64), local_columns.astype(np.int64), entries, gather
 
 
 def _exchange(session, pattern, rows: PowersRows, storages: tuple, depth: int):

@@ -43,7 +43,7 @@ __all__ = ["measure_costs", "choose_steps", "REPEATS"]
 
 REPEATS = 7  # timings per piece; the median counts
 WORKING_SETS = (6, 12, 24, 48)  # vectors a pass works among: CG's, pipelined CG's, s-step bases, GMRES's basis
-_measured = memo("Krylov costs", weak=True)  # per matrix: key -> KrylovCosts
+_measured = memo("Krylov costs", weak=True)  # per matrix: key -> (the pattern's indptr, KrylovCosts)
 _chosen = memo("Krylov choices", weak=True)  # per matrix: (id(costs), method, jacobi, restart) -> (costs, s, predicted)
 
 
@@ -57,7 +57,7 @@ def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int) -> tuple
     chosen = _chosen.setdefault(A, {})
     if key not in chosen:  # (each entry holds its costs: their id is not reused while it lives)
         if any(entry[0] is not costs for entry in chosen.values()):
-            chosen.clear()  # costs measured again (new values or layout): the earlier choices are stale
+            chosen.clear()  # costs measured again (a new layout): the earlier choices are stale
         chosen[key] = (costs, best_steps(costs, method, jacobi=jacobi, restart=restart),
                        predict(costs, jacobi=jacobi, restart=restart))
     _, steps, predicted = chosen[key]
@@ -65,15 +65,17 @@ def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int) -> tuple
 
 
 def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
-    """The costs of a Krylov iteration's pieces on ``A`` (collective; kept per matrix until its
-    values or the layout change): the slowest rank's times and the largest part's rows and
-    entries, the same on every rank (so is the ``s`` chosen from them)."""
+    """The costs of a Krylov iteration's pieces on ``A`` (collective; kept per matrix until the
+    layout changes: its values, assembled again at every step of a time loop, change none of
+    them): the slowest rank's times and the largest part's rows and entries, the same on every
+    rank (so is the ``s`` chosen from them)."""
     deepest = max(candidates)
     pattern, rows = engine.matrices.prepare_products(A, deepest)
-    key = (id(engine), pattern.version, id(pattern.layout), tuple(candidates))
+    key = (id(engine), tuple(candidates))
     per_matrix = _measured.setdefault(A, {})
-    if key in per_matrix:
-        return per_matrix[key]
+    found = per_matrix.get(key)
+    if found is not None and found[0] is pattern.indptr:  # the same pattern (a new layout makes a new one)
+        return found[1]
     for steps in candidates:
         engine.matrices.prepare_products(A, steps)
     dats = work_dats(engine, A, "tune", deepest, ["x", *[f"y{k}" for k in range(deepest)]])
@@ -125,7 +127,7 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
     costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=dict(zip(WORKING_SETS, streams)), call=call,
                         exchange=dict(zip(candidates, exchanges)), reduction=one,
                         per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth)
-    per_matrix[key] = costs
+    per_matrix[key] = (pattern.indptr, costs)
     return costs
 
 
