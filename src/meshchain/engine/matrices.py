@@ -47,7 +47,7 @@ class Pattern:
 
     __slots__ = ("indptr", "split", "indices", "values", "n_rows", "n_cols", "n_owned_cols",
                  "depth", "scatters", "layout", "keys", "assembled", "col_layout", "exchanges", "unsigned",
-                 "row_gids", "version", "norms", "widest")
+                 "row_gids", "version", "norms", "widest", "diagonal")
     # ``unsigned``: (indptr, split, indices) as the narrowest unsigned integers that hold them; the
     # SpMV kernels run measurably faster on them (no wraparound tests, 32-bit loop counters)
 
@@ -68,6 +68,7 @@ class Pattern:
         self.version = 0  # counts changes of the values (what copies of them are checked against)
         self.norms = (-1, 0.0)  # (version, ||A||_inf over the ranks) of the last norm_inf
         self.widest = -1  # the most entries a row stores on any rank (-1: not summed yet)
+        self.diagonal = None  # (rows with a stored diagonal entry, where it is stored), found at first use
 
     @property
     def rows(self) -> np.ndarray:
@@ -380,11 +381,14 @@ class Matrices:
         out = np.zeros(pattern.n_rows)
         if not square(mat) or not len(pattern.keys):
             return out
-        rows = np.arange(pattern.n_rows)
-        keys = rows * pattern.n_cols + rows
-        where = np.minimum(np.searchsorted(pattern.keys, keys), len(pattern.keys) - 1)
-        present = pattern.keys[where] == keys
-        out[present] = pattern.values[where[present]]
+        if pattern.diagonal is None:  # where the entries are: the structure's, found once
+            rows = np.arange(pattern.n_rows)
+            keys = rows * pattern.n_cols + rows
+            where = np.minimum(np.searchsorted(pattern.keys, keys), len(pattern.keys) - 1)
+            present = pattern.keys[where] == keys
+            pattern.diagonal = (np.flatnonzero(present), where[present])
+        rows, where = pattern.diagonal
+        out[rows] = pattern.values[where]
         return out
 
     def norm_inf(self, mat) -> float:

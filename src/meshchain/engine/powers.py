@@ -35,8 +35,6 @@ Examples
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from ..backends.sparse import add_scaled, csr_rows, csr_sequence, same_values, scaled_values, sequence_on_ranks
@@ -80,6 +78,8 @@ class PowersRows:
         for plan in self.plans.values():
             plan.close()
         self.plans.clear()
+        if self.refill is not None:
+            self.refill.close()
 
 
 def powers(matrices, mat, x, ys) -> None:
@@ -430,33 +430,56 @@ def _rows(matrices, mat, pattern, steps: int) -> PowersRows:
     return built
 
 
-class _Refill(NamedTuple):
-    """Where a :class:`PowersRows`' values come from (see :func:`_refresh`): ``source`` the
-    pattern's ``indptr`` they were built on (its structure; its values change in place),
-    ``owned`` the flat places of the pattern's entries in the table of rows that
-    :func:`_fetch` exchanges, ``halo`` the halo elements whose rows follow the owned ones,
-    ``gather`` the flat places of their entries in those rows of the table, in the rows'
-    order, and the table's ``shape`` and the halo layers exchanged (``reach``)."""
+class _Refill:
+    """Where a :class:`PowersRows`' values come from, to fetch them again (:func:`_refresh`):
+    ``source`` the pattern's ``indptr`` they were built on (its structure; its values change
+    in place), ``owned`` the flat places of the pattern's entries in the table of rows that
+    :func:`_fetch` exchanges, ``halo`` the halo elements whose rows follow the owned ones and
+    ``gather`` the flat places of their entries in those rows of the table (in the rows'
+    order), the table's ``shape`` and the halo layers exchanged (``reach``). The table and its
+    exchange are made at the first refresh and kept (:meth:`close` frees the exchange); a
+    refresh fills only the rows a neighbour receives."""
 
-    source: np.ndarray
-    owned: np.ndarray
-    halo: np.ndarray
-    gather: np.ndarray
-    shape: tuple
-    reach: int
+    __slots__ = ("source", "owned", "halo", "gather", "shape", "reach", "sent", "table", "exchange")
+
+    def __init__(self, source, owned, halo, gather, shape, reach: int):
+        self.source, self.owned, self.halo, self.gather = source, owned, halo, gather
+        self.shape, self.reach = shape, reach
+        self.sent = self.table = self.exchange = None
+
+    def halo_values(self, session, layout, values: np.ndarray) -> np.ndarray:
+        """The halo rows' values, in the rows' order, for the pattern's ``values`` (collective
+        on several ranks when rows of halo layers are kept)."""
+        if not (session.distributed and self.reach):
+            return np.zeros(0)
+        if self.table is None:
+            exports, imports = layer_rows(layout.exports, 0, self.reach), layer_rows(layout.imports, 0, self.reach)
+            self.table = np.zeros(self.shape)
+            self.exchange = HaloExchange(session.comm, [HaloItem(self.table, exports, imports)], tag=7,
+                                         transport="p2p")
+            exported = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *exports.values()]))
+            entries = np.flatnonzero(np.isin(self.owned // self.shape[1], exported))
+            self.sent = (self.owned[entries], entries)  # the entries neighbours receive: where, and which
+        where, entries = self.sent
+        self.table.reshape(-1)[where] = values[entries]
+        self.exchange.begin()
+        self.exchange.end()
+        return self.table[self.halo].reshape(-1)[self.gather]
+
+    def close(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+        self.table = self.exchange = None
 
 
 def _refresh(matrices, mat, pattern, rows: PowersRows) -> None:
     """The values of ``rows`` fetched again after the matrix's values changed (the same
     structure and layout; collective on several ranks): the bits :func:`_build` would give,
     without sorting the halo rows again."""
-    refill, session = rows.refill, matrices.session
-    table = np.zeros(refill.shape)
-    table.reshape(-1)[refill.owned] = pattern.values
-    _exchange_table(session, session.layout_of(mat.row_set), refill.reach, [table])
+    session = matrices.session
     owned = len(pattern.values)
     rows.values[:owned] = pattern.values
-    rows.values[owned:] = table[refill.halo].reshape(-1)[refill.gather]
+    rows.values[owned:] = rows.refill.halo_values(session, session.layout_of(mat.row_set), pattern.values)
     rows.version, rows.scaled_by = pattern.version, None  # S A S worked out again at the next product
 
 
