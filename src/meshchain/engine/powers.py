@@ -11,8 +11,10 @@ the OP2 paper's communication-avoiding chain applied to a sparse matrix.
 
 The halo rows are copies of their owners' rows, fetched once (one exchange of rows of
 fixed width: global column ids and values, as wide as the longest row on any rank) and
-kept until the matrix's values change (:attr:`~.matrices.Pattern.version`) or the layout
-does; their columns are renumbered to this rank's elements. The owned rows are the
+kept until the layout changes; their columns are renumbered to this rank's elements. When
+only the matrix's values change (:attr:`~.matrices.Pattern.version`: assembled again, as
+in a time loop), only the halo rows' values are fetched again, into the same rows (one
+exchange of the values, kept for it): the rows, their plans and compiled calls stay. The owned rows are the
 matrix's own, summed in its order: with ``s = 1`` the product has the bits of
 ``A.mult``; with any ``s`` the products have the bits of ``s`` calls of ``A.mult`` on
 integer data (floating-point sums of a halo row's copy may be ordered otherwise).
@@ -54,7 +56,7 @@ class PowersRows:
     __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
                  "unsigned", "scaled", "scaled_by", "plans", "refill")
 
-    def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout, refill=None):
+    def __init__(self, steps, indptr, split, indices, values, targets, ends, version, layout, refill):
         self.steps, self.indptr, self.split, self.indices, self.values = steps, indptr, split, indices, values
         self.targets, self.ends, self.version, self.layout = targets, ends, version, layout
         self.refill = refill  # how the values are fetched again when only they changed (a _Refill)
@@ -198,8 +200,10 @@ class SequencePlan:
 
     def run(self, shifts: np.ndarray, Y: np.ndarray) -> None:
         """``Y[0] = x`` (its local rows), ``Y[1..s]`` its products with ``shifts`` (collective
-        when ``x``'s halo is stale); row ``k`` of ``Y`` is valid on the rows of halo layers
-        ``0..(s - k) d``. ``S A S`` is worked out again when the scale's values changed."""
+        when ``x``'s halo is stale or the matrix's values changed since the last run: every
+        rank makes the same runs); row ``k`` of ``Y`` is valid on the rows of halo layers
+        ``0..(s - k) d``. ``S A S`` is worked out again when the scale's or the matrix's values
+        changed."""
         depth = self._ready(shifts, Y)
         if self.session.distributed and self.x.valid_depth < depth:
             if _compiled_mpi():
@@ -304,8 +308,9 @@ class SequencePlan:
 
 def sequence_plan(matrices, mat, x, steps: int, *, scale=None) -> SequencePlan:
     """The :class:`SequencePlan` of ``steps`` products of ``x`` (scaled by ``scale``), kept
-    with the matrix's rows until its values or the layout change, or ``x``'s storage moves
-    (collective: halo layers and rows are prepared)."""
+    with the matrix's rows until the layout changes or ``x``'s storage moves (new values of
+    the matrix are fetched into the same rows: the plan stays; collective: halo layers and
+    rows are prepared)."""
     pattern, rows = prepare(matrices, mat, steps)
     session = matrices.session
     key = (id(session.storage(x)), None if scale is None else id(session.storage(scale)))
@@ -436,9 +441,9 @@ class _Refill:
     in place), ``owned`` the flat places of the pattern's entries in the table of rows that
     :func:`_fetch` exchanges, ``halo`` the halo elements whose rows follow the owned ones and
     ``gather`` the flat places of their entries in those rows of the table (in the rows'
-    order), the table's ``shape`` and the halo layers exchanged (``reach``). The table and its
-    exchange are made at the first refresh and kept (:meth:`close` frees the exchange); a
-    refresh fills only the rows a neighbour receives."""
+    order), the table's ``shape`` and the halo layers exchanged (``reach``). A table of the
+    rows sent and received only and its exchange are made at the first refresh and kept
+    (:meth:`close` frees the exchange); a refresh fills only the entries a neighbour receives."""
 
     __slots__ = ("source", "owned", "halo", "gather", "shape", "reach", "sent", "table", "exchange")
 
@@ -453,18 +458,29 @@ class _Refill:
         if not (session.distributed and self.reach):
             return np.zeros(0)
         if self.table is None:
-            exports, imports = layer_rows(layout.exports, 0, self.reach), layer_rows(layout.imports, 0, self.reach)
-            self.table = np.zeros(self.shape)
-            self.exchange = HaloExchange(session.comm, [HaloItem(self.table, exports, imports)], tag=7,
-                                         transport="p2p")
-            exported = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *exports.values()]))
-            entries = np.flatnonzero(np.isin(self.owned // self.shape[1], exported))
-            self.sent = (self.owned[entries], entries)  # the entries neighbours receive: where, and which
-        where, entries = self.sent
+            self._make(session, layout)
+        where, entries, halo = self.sent
         self.table.reshape(-1)[where] = values[entries]
         self.exchange.begin()
         self.exchange.end()
-        return self.table[self.halo].reshape(-1)[self.gather]
+        return self.table[halo].reshape(-1)[self.gather]
+
+    def _make(self, session, layout) -> None:
+        """The table of the rows sent and received only (the exported elements' and the halo
+        elements', renumbered in that order; not every local element's) and its exchange."""
+        exports, imports = layer_rows(layout.exports, 0, self.reach), layer_rows(layout.imports, 0, self.reach)
+        exported = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *exports.values()]))
+        kept = np.concatenate([exported, self.halo]).astype(np.int64)
+        place = np.full(self.shape[0], -1, dtype=np.int64)
+        place[kept] = np.arange(len(kept))
+        width = self.shape[1]
+        self.table = np.zeros((len(kept), width))
+        sends = {neighbour: place[rows] for neighbour, rows in exports.items()}
+        receives = {neighbour: place[rows] for neighbour, rows in imports.items()}
+        self.exchange = HaloExchange(session.comm, [HaloItem(self.table, sends, receives)], tag=7, transport="p2p")
+        element, column = np.divmod(self.owned, width)
+        entries = np.flatnonzero(np.isin(element, exported))  # the entries neighbours receive
+        self.sent = (place[element[entries]] * width + column[entries], entries, place[self.halo])
 
     def close(self) -> None:
         if self.exchange is not None:

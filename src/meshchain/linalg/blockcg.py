@@ -511,7 +511,6 @@ class _BlockRun(CGRun):
 
         abort_on_error(self.comm, "the block's sum over ranks inside a compiled call", code, SolverError)
 
-
     def patience(self) -> int:
         """About 16 iterations without progress (at least 2 outer iterations)."""
         return max(2, -(-16 // self.steps))

@@ -70,12 +70,12 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
     them): the slowest rank's times and the largest part's rows and entries, the same on every
     rank (so is the ``s`` chosen from them)."""
     deepest = max(candidates)
-    pattern, rows = engine.matrices.prepare_products(A, deepest)
     key = (id(engine), tuple(candidates))
     per_matrix = _measured.setdefault(A, {})
     found = per_matrix.get(key)
-    if found is not None and found[0] is pattern.indptr:  # the same pattern (a new layout makes a new one)
-        return found[1]
+    if found is not None and found[0] is engine.matrices.pattern(A).indptr:  # the same pattern (a new layout
+        return found[1]  # makes a new one): nothing prepared, so no rows of these products fetched again
+    pattern, rows = engine.matrices.prepare_products(A, deepest)
     for steps in candidates:
         engine.matrices.prepare_products(A, steps)
     dats = work_dats(engine, A, "tune", deepest, ["x", *[f"y{k}" for k in range(deepest)]])
