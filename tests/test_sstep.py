@@ -117,6 +117,39 @@ def test_the_true_residual_expected_to_converge_is_made_in_one_compiled_call_wit
     assert python[0] == set() and compiled[1:] == python[1:] and compiled[4] == "converged"
 
 
+@pytest.mark.mpi(nprocs=(1, 3), timeout=300)
+@pytest.mark.parametrize("method,pc", [("sstep-cg", "jacobi"), ("sstep-cg", None), ("ca-gmres", "jacobi")])
+def test_a_solve_after_the_matrix_is_assembled_again_has_the_bits_of_one_in_a_fresh_session(comm, method, pc):
+    """A time loop assembles its matrix again before each solve: the matrix powers rows keep their
+    structure and fetch only their values again, the plans stay, the costs are not measured again.
+    The solve after that has the bits of the same solve in a fresh session where the matrix was
+    assembled once with those values (iterations, residual history, reason, ``x``); the new values
+    keep the diagonal, so that a scaled matrix kept for the old values would show."""
+    from test_mat import copy_kernel
+    from test_solvers import spd_blocks
+
+    mesh = jittered_delaunay(70, seed=4)
+    width = 3 * 2
+    first = spd_blocks(mesh.ncell, width, 5)  # the Problem's own blocks (its seed)
+    diagonal = np.eye(width, dtype=bool)[None]
+    second = np.where(diagonal, first, 0.5 * first).reshape(mesh.ncell, -1)  # new values, the same diagonal:
+    # Jacobi's scaling is unchanged, so S A S must be worked out again for the new values alone
+    outcomes = []
+    for fresh in (False, True):
+        mc.reset_runtime(comm=comm)
+        problem = Problem(mesh, dim=2, seed=5)  # assembled once with its own blocks
+        d = problem.mesh
+        values = mc.Dat(d.cells, width * width, second, "second")
+        if not fresh:  # solved with the first values, then assembled again with the second ones
+            assert problem.solve(method, pc, rtol=1e-10, s=3)[0].converged
+        problem.A.zero()
+        mc.par_loop(copy_kernel(width, width), d.cells, problem.A(mc.INC, (d.cell2node, d.cell2node)),
+                    values(mc.READ))
+        info, x = problem.solve(method, pc, rtol=1e-10, s=3)
+        outcomes.append((info.iterations, info.reason, info.residual_history, None if x is None else x.tobytes()))
+    assert outcomes[0] == outcomes[1] and outcomes[0][1] == "converged"
+
+
 def solved_both_ways(problem, monkeypatch, method, pc, **options):
     """``(compiled calls made, iterations, reductions, residual history, reason, x's bits, true
     residual's two norms)`` of
