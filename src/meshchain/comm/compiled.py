@@ -29,8 +29,6 @@ Examples
 --------
 >>> import numpy as np
 >>> from mpi4py import MPI
-
-from . import pairwise
 >>> from meshchain.comm.compiled import available, handles, sum_over_ranks
 >>> out = np.zeros(2)
 >>> available() and sum_over_ranks(np.array([1.0, 2.0]), out, handles(MPI.COMM_SELF)) == 0

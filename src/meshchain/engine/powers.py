@@ -439,7 +439,8 @@ class _Refill:
     """Where a :class:`PowersRows`' values come from, to fetch them again (:func:`_refresh`):
     ``source`` the pattern's ``indptr`` they were built on (its structure; its values change
     in place), ``owned`` the flat places of the pattern's entries in the table of rows that
-    :func:`_fetch` exchanges, ``halo`` the halo elements whose rows follow the owned ones and
+    :func:`_fetch` exchanges (None where a refresh exchanges nothing, and once the entries sent
+    are found), ``halo`` the halo elements whose rows follow the owned ones and
     ``gather`` the flat places of their entries in those rows of the table (in the rows'
     order), the table's ``shape`` and the halo layers exchanged (``reach``). A table of the
     rows sent and received only and its exchange are made at the first refresh and kept
@@ -481,6 +482,7 @@ class _Refill:
         element, column = np.divmod(self.owned, width)
         entries = np.flatnonzero(np.isin(element, exported))  # the entries neighbours receive
         self.sent = (place[element[entries]] * width + column[entries], entries, place[self.halo])
+        self.owned = None  # (what was kept only to find those)
 
     def close(self) -> None:
         if self.exchange is not None:
@@ -522,7 +524,8 @@ def _build(matrices, mat, pattern, steps: int) -> PowersRows:
                               (halo[:, None] * dim + np.arange(dim)[None, :]).ravel()]).astype(np.int64)
     per_layer = np.bincount(layers[halo], minlength=reach + 1)[: reach + 1] * dim
     per_layer[0] = pattern.n_rows
-    refill = _Refill(pattern.indptr, fetched[3], halo, gather, fetched[1].shape, reach)
+    owned = fetched[3] if session.distributed and reach else None  # kept only where a refresh exchanges
+    refill = _Refill(pattern.indptr, owned, halo, gather, fetched[1].shape, reach)
     return PowersRows(steps, indptr, split, indices, values, targets, np.cumsum(per_layer), pattern.version,
                       pattern.layout, refill)
 

@@ -387,8 +387,7 @@ class _BlockRun(CGRun):
         else:  # the product with its exchange, the residual and its sums in one compiled call: the same bits
             plan, arguments = compiled
             plan.exchanged(true_residual_sums(*arguments, v["b"], t, r, weight, self.unweight, sums))
-            self.fresh("t")
-            self.exit_norms = None
+            self.residual_made("t")
         norm, weighted, plain = (math.sqrt(max(float(value), 0.0)) for value in self.total(sums))
         self.true_ready = (weighted, plain)
         return norm

@@ -269,6 +269,11 @@ class CGRun(ScaledRun):
         """``into = b̂ - Â x̂`` (one exchange of ``x̂``; a sequence plan of one product, kept)."""
         self.product_plan().run(np.zeros(1), self.product)
         np.subtract(self.v["b"], self.product[1, :self.n], out=self.v[into])
+        self.residual_made(into)
+
+    def residual_made(self, into: str) -> None:
+        """After ``into = b̂ - Â x̂`` was made (here or in a caller's compiled call): its halo is
+        stale, and the exit norms of the last replacement no longer hold."""
         self.fresh(into)
         self.exit_norms = None
 
