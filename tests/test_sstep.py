@@ -452,6 +452,40 @@ def test_the_block_kernels_equal_numpys():
     assert blockcg.cholesky(dependent, 3, np.zeros((3, 3))) == 1
 
 
+@pytest.mark.parametrize("m, count", [(1, 0), (2, 1), (3, 3), (4, 4), (5, 5), (7, 6), (8, 8), (9, 7), (12, 12)])
+def test_the_block_kernels_take_old_directions_in_groups_with_the_bits_of_one_pass_per_operation(m, count):
+    """``block_update`` adds the old directions four (then two, then one) at a time in one pass
+    each, with ``p`` and ``q`` made in the first and ``x`` and ``r`` updated in the last: every
+    entry gets the operations of one pass per operation, in the same order (NumPy's, below),
+    bit for bit; ``block_sums``, taking up to four products per pass, equals NumPy's."""
+    rng = np.random.default_rng(m * 16 + count)
+    n = 37
+    Y, shifts = rng.standard_normal((m + 1, n + 5)), rng.standard_normal(m)
+    P_old, AQ_old = rng.standard_normal((count, n)), rng.standard_normal((count, n))
+    B, a = rng.standard_normal((count, m)), rng.standard_normal(m)
+    x, r = rng.standard_normal(n), rng.standard_normal(n)
+    want_x, want_r, want_P, want_AQ = x.copy(), r.copy(), np.empty((m, n)), np.empty((m, n))
+    for j in range(m):
+        p, q = Y[j, :n].copy(), Y[j + 1, :n] + shifts[j] * Y[j, :n]
+        for k in range(count):
+            p += B[k, j] * P_old[k]
+            q += B[k, j] * AQ_old[k]
+        want_x += a[j] * p
+        want_r -= a[j] * q
+        want_P[j], want_AQ[j] = p, q
+    P, AQ = np.empty((m, n)), np.empty((m, n))
+    blockcg.block_update(Y, shifts, m, P_old, AQ_old, count, B, a, P, AQ, x, r)
+    for got, want in ((P, want_P), (AQ, want_AQ), (x, want_x), (r, want_r)):
+        assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    w = rng.uniform(0.5, 2.0, n)
+    sums = np.full(m * (m + 1) + count * m + 1, np.nan)
+    blockcg.block_sums(Y, m, AQ_old, count, w, True, sums)
+    V, R = Y[:, :n], Y[:m, :n]
+    np.testing.assert_allclose(sums[:m * (m + 1)], (R @ V.T).ravel(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sums[m * (m + 1):-1], (AQ_old @ R.T).ravel(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sums[-1], (V[0] ** 2 * w).sum(), rtol=1e-12)
+
+
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=600)
 @pytest.mark.parametrize("pc", [None, "jacobi"])
 def test_a_matrix_free_operator_runs_the_block_form_with_one_chain_per_basis(comm, pc):

@@ -97,11 +97,35 @@ _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reorder
 
 
 @_fast
-def _pair(a, b, n):
-    total = 0.0
-    for i in range(n):
-        total += a[i] * b[i]
-    return total
+def _dots(a, b0, b1, b2, b3, width, n, out, at, stride):
+    """``out[at + i stride] = aᵀ b_i`` for ``i < width`` (at most 4; the ``b_i`` beyond are not
+    read) over the first ``n`` entries, in one pass: ``a`` is read once for all of them."""
+    s0 = s1 = s2 = s3 = 0.0
+    if width == 4:
+        for i in range(n):
+            s0 += a[i] * b0[i]
+            s1 += a[i] * b1[i]
+            s2 += a[i] * b2[i]
+            s3 += a[i] * b3[i]
+    elif width == 3:
+        for i in range(n):
+            s0 += a[i] * b0[i]
+            s1 += a[i] * b1[i]
+            s2 += a[i] * b2[i]
+    elif width == 2:
+        for i in range(n):
+            s0 += a[i] * b0[i]
+            s1 += a[i] * b1[i]
+    else:
+        for i in range(n):
+            s0 += a[i] * b0[i]
+    out[at] = s0
+    if width > 1:
+        out[at + stride] = s1
+    if width > 2:
+        out[at + 2 * stride] = s2
+    if width > 3:
+        out[at + 3 * stride] = s3
 
 
 @_fast
@@ -109,18 +133,25 @@ def block_sums(Y, m, AQ, count, w, weighted, out):
     """Into ``out``: ``Rᵀ V`` (``m × (m + 1)``, row-major; ``V = Y[:m + 1]``, ``R = Y[:m]``),
     ``(Â P_old)ᵀ R`` (``count × m``; ``Â P_old = AQ[:count]``) and ``v_0ᵀ diag(w) v_0`` (or
     ``v_0ᵀ v_0`` unweighted), over the first ``n = len(w)`` entries of each row: the numbers
-    of one outer iteration's reduction."""
+    of one outer iteration's reduction. The products of one row with up to four others are
+    made in one pass (:func:`_dots`)."""
     n, width = len(w), m + 1
     for a in range(m):
-        for c in range(a, width):
-            value = _pair(Y[a], Y[c], n)
-            out[a * width + c] = value
-            if c < m:
-                out[c * width + a] = value
-    base = m * width
-    for k in range(count):
-        for a in range(m):
-            out[base + k * m + a] = _pair(AQ[k], Y[a], n)
+        c = a
+        while c < width:  # Y[a]ᵀ Y[c .. c + 3]
+            k = min(4, width - c)
+            _dots(Y[a], Y[c], Y[min(c + 1, m)], Y[min(c + 2, m)], Y[min(c + 3, m)], k, n, out, a * width + c, 1)
+            c += k
+        for c in range(a + 1, m):
+            out[c * width + a] = out[a * width + c]
+    base, last = m * width, max(count - 1, 0)
+    for a in range(m):  # AQ[k]ᵀ Y[a] into out[base + k m + a]
+        k = 0
+        while k < count:
+            q = min(4, count - k)
+            _dots(Y[a], AQ[k], AQ[min(k + 1, last)], AQ[min(k + 2, last)], AQ[min(k + 3, last)], q, n, out,
+                  base + k * m + a, m)
+            k += q
     if weighted:
         y, total = Y[0], 0.0
         for i in range(n):
@@ -196,22 +227,98 @@ def coefficients(sums, m, count, shifts, old, B, W, L, a):
 @_jit
 def block_update(Y, shifts, kept, P_old, AQ_old, count, B, a, P, AQ, x, r):
     """``P = R + P_old B``, ``Â P = Â R + Â P_old B`` (``kept`` columns), ``x += P a``,
-    ``r -= Â P a``, over the first ``n = len(x)`` entries of each row."""
-    n = len(x)
+    ``r -= Â P a``, over the first ``n = len(x)`` entries of each row.
+
+    Each entry of column ``j`` is made in this order: ``p = y_j``, ``q = y_{j+1} + θ_j y_j``,
+    then ``p += B[k, j] p_old_k`` and ``q += B[k, j] q_old_k`` for ``k = 0, 1, ...``, then
+    ``x += a_j p`` and ``r -= a_j q``. The old directions are added four at a time in one pass
+    (:func:`_four_directions`: the first pass also makes ``p`` and ``q``, the last one also
+    updates ``x`` and ``r``), the rest two and then one at a time, so that ``p`` and ``q`` are
+    read and written once per four old directions, not once per direction (22 → 11 µs a block
+    for ``s = 4`` over 2179 entries, 60 → 34 for ``s = 8``; AMD EPYC): the same bits as one
+    pass per operation (``tests/test_sstep.py``)."""
+    whole = count - count % 4  # old directions taken four at a time; the rest two, then one at a time
     for j in range(kept):
-        p, q, y, z, theta = P[j], AQ[j], Y[j], Y[j + 1], shifts[j]
+        p, q, y, z, theta, step = P[j], AQ[j], Y[j], Y[j + 1], shifts[j], a[j]
+        if whole == 0:
+            _directions_begun(p, q, y, z, theta)
+        for k in range(0, whole, 4):
+            _four_directions(p, q, y, z, theta, B[k:k + 4, j], P_old[k:k + 4], AQ_old[k:k + 4], k == 0,
+                             k + 4 == count, step, x, r)
+        for k in range(whole, count - 1, 2):
+            _two_directions(p, q, B[k, j], B[k + 1, j], P_old[k], P_old[k + 1], AQ_old[k], AQ_old[k + 1])
+        if (count - whole) % 2:
+            _one_direction(p, q, B[count - 1, j], P_old[count - 1], AQ_old[count - 1])
+        if whole != count or count == 0:
+            _stepped(x, r, step, p, q)
+
+
+@_jit
+def _directions_begun(p, q, y, z, theta):
+    """``p = y``, ``q = z + θ y`` (over ``len(p)`` entries)."""
+    for i in range(len(p)):
+        p[i] = y[i]
+        q[i] = z[i] + theta * y[i]
+
+
+@_jit
+def _one_direction(p, q, factor, po, qo):
+    """``p += factor po``, ``q += factor qo``."""
+    for i in range(len(p)):
+        p[i] += factor * po[i]
+        q[i] += factor * qo[i]
+
+
+@_jit
+def _two_directions(p, q, f0, f1, p0, p1, q0, q1):
+    """``p += f0 p0``, then ``+= f1 p1``; ``q`` alike (one pass)."""
+    for i in range(len(p)):
+        p[i] = (p[i] + f0 * p0[i]) + f1 * p1[i]
+        q[i] = (q[i] + f0 * q0[i]) + f1 * q1[i]
+
+
+@_jit
+def _stepped(x, r, step, p, q):
+    """``x += step p``, ``r -= step q``."""
+    for i in range(len(x)):
+        x[i] += step * p[i]
+        r[i] -= step * q[i]
+
+
+@_jit
+def _four_directions(p, q, y, z, theta, f, po, qo, first, last, step, x, r):
+    """Four old directions (``f``: their factors, ``po``, ``qo``: their rows) added to ``p`` and
+    ``q`` in one pass; ``first``: ``p`` and ``q`` made from ``y`` and ``z`` in it
+    (:func:`_directions_begun`), ``last``: ``x`` and ``r`` updated in it (:func:`_stepped`). Each
+    entry's operations in :func:`block_update`'s order; a loop for each case, so that each is
+    vectorised."""
+    f0, f1, f2, f3 = f[0], f[1], f[2], f[3]
+    p0, p1, p2, p3, q0, q1, q2, q3 = po[0], po[1], po[2], po[3], qo[0], qo[1], qo[2], qo[3]
+    n = len(x)
+    if first and last:
         for i in range(n):
-            p[i] = y[i]
-            q[i] = z[i] + theta * y[i]
-        for k in range(count):
-            factor, po, qo = B[k, j], P_old[k], AQ_old[k]
-            for i in range(n):
-                p[i] += factor * po[i]
-                q[i] += factor * qo[i]
-        step = a[j]
+            u, v = y[i], z[i] + theta * y[i]
+            u, v = ((((u + f0 * p0[i]) + f1 * p1[i]) + f2 * p2[i]) + f3 * p3[i],
+                    (((v + f0 * q0[i]) + f1 * q1[i]) + f2 * q2[i]) + f3 * q3[i])
+            p[i], q[i] = u, v
+            x[i] += step * u
+            r[i] -= step * v
+    elif first:
         for i in range(n):
-            x[i] += step * p[i]
-            r[i] -= step * q[i]
+            u, v = y[i], z[i] + theta * y[i]
+            p[i] = (((u + f0 * p0[i]) + f1 * p1[i]) + f2 * p2[i]) + f3 * p3[i]
+            q[i] = (((v + f0 * q0[i]) + f1 * q1[i]) + f2 * q2[i]) + f3 * q3[i]
+    elif last:
+        for i in range(n):
+            u = (((p[i] + f0 * p0[i]) + f1 * p1[i]) + f2 * p2[i]) + f3 * p3[i]
+            v = (((q[i] + f0 * q0[i]) + f1 * q1[i]) + f2 * q2[i]) + f3 * q3[i]
+            p[i], q[i] = u, v
+            x[i] += step * u
+            r[i] -= step * v
+    else:
+        for i in range(n):
+            p[i] = (((p[i] + f0 * p0[i]) + f1 * p1[i]) + f2 * p2[i]) + f3 * p3[i]
+            q[i] = (((q[i] + f0 * q0[i]) + f1 * q1[i]) + f2 * q2[i]) + f3 * q3[i]
 
 
 @_jit
