@@ -27,15 +27,17 @@ def test_the_counts_of_an_iteration():
     """cg: one product, one exchange, two reductions, 16 streams per row; CA-CG with s = 1:
     one product of p and none of r, one exchange, one reduction of 2 (2s+1)² numbers; the
     block s-step CG with s = 2: two products (layers 1, 0), one exchange, one reduction of
-    s (s + 1) + s² + 1 numbers, 9 dots, the block update."""
+    s (s + 1) + s² + 1 numbers, 9 dots in 4 passes, the block update in passes of two old directions."""
     c = COSTS
     assert cg_iteration(c) == pytest.approx(14000e-9 + 21e-6 + 60e-6 + 16 * 2000 * 4e-10)
     gram = 3 * 4 // 2 * 3  # the pairs of 3 vectors, each pair read with the Jacobi weights
     assert cacg_iteration(c, 1, jacobi=True) == pytest.approx(
         21e-6 + (30e-6 + 2e-9 * (18 - 1)) + 14000e-9 + (gram + 9 + 4) * 2000 * 4e-10)
-    dots = 3 + 2 + 4  # R^T V (symmetric part once), (A P_old)^T R
+    # the sums: v_0 with v_0..v_2 in one pass (4 streams), v_1 with v_1, v_2 (3), each with both Â p_k (3 + 3);
+    # the update: per direction p, q made (4), both old ones added (8), x and r (6); x and r kept (4)
+    sums, update = 4 + 3 + 3 + 3, 2 * (4 + 8 + 6) + 4
     assert sstep_iteration(c, 2, jacobi=False) == pytest.approx(
-        (22e-6 + (30e-6 + 2e-9 * (11 - 1)) + (14900 + 14000) * 1e-9 + (2 * dots + 2 * 22 + 2) * 2000 * 4e-10) / 2)
+        (22e-6 + (30e-6 + 2e-9 * (11 - 1)) + (14900 + 14000) * 1e-9 + (sums + update) * 2000 * 4e-10) / 2)
     # s = 3: the p sequence runs on layers 2, 1, 0, the r sequence on 2, 1 (its products are the deep ones)
     assert c.powers_entries([3, 2]) == (15800 + 14900 + 14000) + (15800 + 14900)
     assert set(predict(c, candidates=(2, 4))) == {"cg", "pipecg", "gmres", "sstep-cg s=2", "sstep-cg s=4",

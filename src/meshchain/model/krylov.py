@@ -14,9 +14,9 @@ rank), and the functions here count how many of each a method does per iteration
 * ``sstep-cg`` (the block form) with ``s``: per ``s`` iterations one exchange ``s`` layers
   deep, one reduction of ``s (s + 1) + s² + 1`` numbers, the ``s`` products of the matrix
   powers kernel on the owned rows and the halo rows it recomputes (``entries[j]``: the
-  entries of the rows of halo layers ``0..j``), ``s (s + 1) / 2 + s + s²`` dots (two
-  streams each) and the block update (``s (10 + 6 s)`` streamed elements per row: the new
-  directions from the last block's, then ``x`` and ``r``);
+  entries of the rows of halo layers ``0..j``), ``s (s + 1) / 2 + s + s²`` dots (up to four
+  per pass: :func:`block_sum_streams`) and the block update (the new directions from the last
+  block's four at a time, then ``x`` and ``r``: :func:`block_update_streams`);
 * ``ca-cg`` with ``s``: per ``s`` iterations one exchange ``s`` layers deep, one
   reduction of the Gram matrices (``2 (2s+1)²`` numbers with Jacobi), the ``2s - 1``
   products of the matrix powers kernel, the Gram matrices (``m (m + 1) / 2`` pairs of
@@ -46,14 +46,15 @@ Examples
 >>> best_steps(costs, "ca-cg", jacobi=True, candidates=(1, 2, 4))
 2
 >>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
-72.0
+49.2
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "cacg_iteration",
+__all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "block_sum_streams",
+           "block_update_streams", "cacg_iteration",
            "gmres_iteration", "cagmres_iteration", "predict", "best_steps", "candidates_of", "STEP_CANDIDATES",
            "BLOCK_CANDIDATES"]
 
@@ -145,12 +146,47 @@ def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
             + costs.streamed(36, 12) + DRIVER["pipecg"] * costs.call)
 
 
+def block_sum_streams(steps: int, *, jacobi: bool) -> int:
+    """Elements per row the block s-step CG's sums stream (:func:`meshchain.linalg.blockcg.block_sums`):
+    for each ``v_a`` of ``R``, one pass per four of ``v_a .. v_s`` and one per four of the last
+    block's ``Â p_k``, each reading ``v_a`` and its four; the weighted norm (with Jacobi).
+
+    >>> block_sum_streams(4, jacobi=False)  # v_0..v_3 with 5, 4, 3, 2 of V and 4 of Â P: 7+5 + 5+5 + 4+5 + 3+5
+    39
+    """
+    s, total = steps, 3 if jacobi else 0
+    for a in range(s):
+        for others in (s + 1 - a, s):
+            total += others + -(-others // 4)
+    return total
+
+
+def block_update_streams(steps: int) -> int:
+    """Elements per row the block s-step CG's update streams (:func:`meshchain.linalg.blockcg.block_update`,
+    the last block as long as this one), with the copy of ``x`` and ``r`` kept for an undo: per
+    new direction, a pass per four old ones (reading them and their ``Â p``, ``p`` and ``q``
+    read and written; the first pass makes them from the basis, the last one also updates ``x``
+    and ``r``), then per two, then one, and ``x`` and ``r`` in a pass of their own where the
+    last pass was not one of four.
+
+    >>> block_update_streams(4), block_update_streams(2)  # 4 x (one pass of 16) + 4; 2 x (4 + 8 + 6) + 4
+    (68, 40)
+    """
+    whole, rest = steps - steps % 4, steps % 4
+    per_direction = 12 * (whole // 4) + (4 if whole else 0)  # x and r in the last pass of four
+    if whole == 0:
+        per_direction += 4  # p and q made from the basis in a pass of their own
+    per_direction += 8 * (rest // 2) + 6 * (rest % 2)
+    if rest or whole == 0:
+        per_direction += 6 - (4 if whole else 0)  # x and r in a pass of their own
+    return steps * per_direction + 4
+
+
 def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
     """Seconds per iteration of the block ``sstep-cg`` with ``s = steps`` (an outer iteration
     over ``s``; its last block of directions as long as this one)."""
     s = steps
-    dots = s * (s + 1) // 2 + s + s * s
-    streams = 2 * dots + (3 if jacobi else 0) + s * (10 + 6 * s) + 2
+    streams = block_sum_streams(s, jacobi=jacobi) + block_update_streams(s)
     outer = (costs.exchanged(s) + costs.allreduce(s * (s + 1) + s * s + 1) + costs.powers_entries([s]) * costs.entry
              + costs.streamed(streams, 4 * s + 5) + DRIVER["sstep-cg"] * costs.call)
     return outer / s
