@@ -6,6 +6,7 @@ a matrix's Newton shifts for its next solves, and refuse bad options on every ra
 from __future__ import annotations
 
 import collections
+import math
 
 import numpy as np
 import pytest
@@ -117,6 +118,48 @@ def test_the_true_residual_expected_to_converge_is_made_in_one_compiled_call_wit
     assert python[0] == set() and compiled[1:] == python[1:] and compiled[4] == "converged"
 
 
+class _Poisson:
+    """The Poisson app's problem as :func:`solved_both_ways` solves it (from ``x = 0``)."""
+
+    def __init__(self, mesh):
+        self.p = poisson.declare(mesh)
+
+    def solve(self, method, pc, **options):
+        self.p.u.data[...] = 0.0
+        info = poisson.solve(self.p, method=method, pc=pc, **options)
+        return info, self.p.u.gather()
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+def test_a_residual_expected_to_converge_that_did_not_goes_on_in_compiled_calls_with_the_same_bits(comm, monkeypatch):
+    """Where the residual's rate said the next norm meets the tolerance and it did not, the
+    block after that test is made in a compiled call (it was made from Python), counted with
+    the test in one step of the test of progress: the solve has the bits of the same steps
+    from Python."""
+    mc.reset_runtime(comm=comm)
+    problem = _Poisson(jittered_delaunay(100, seed=11))
+    problem.solve("sstep-cg", "jacobi", rtol=1e-8, s=3)  # the Newton shifts found: both solves below reuse them
+    steps, outer, outers = [], blockcg._BlockRun.outer, blockcg._BlockRun.outers
+
+    def logged_outer(self, shifts):
+        steps.append(outer(self, shifts))
+        return steps[-1]
+
+    def logged_outers(self, shifts, best, idle, recent):
+        found = outers(self, shifts, best, idle, recent)
+        steps.append(("compiled", found[3], recent, found[1]) if found is not None else None)
+        return found
+
+    monkeypatch.setattr(blockcg._BlockRun, "outer", logged_outer)
+    monkeypatch.setattr(blockcg._BlockRun, "outers", logged_outers)
+    compiled, python = solved_both_ways(problem, monkeypatch, "sstep-cg", "jacobi", rtol=1e-8, s=3)
+    assert compiled[1:] == python[1:] and compiled[4] == "converged"
+    assert "tested" in steps, "the rate no longer misjudges this solve: choose another"
+    if compiled_mpi():  # the compiled solve's first: the step after the test made a block, given the tested norm,
+        after = steps[steps.index("tested") + 1]  # which its test of progress took as the smallest so far
+        assert after[0] == "compiled" and after[1] >= 1 and math.isfinite(after[2]) and after[3] == after[2]
+
+
 @pytest.mark.mpi(nprocs=(1, 3), timeout=300)
 @pytest.mark.parametrize("method,pc", [("sstep-cg", "jacobi"), ("sstep-cg", None), ("ca-gmres", "jacobi")])
 def test_a_solve_after_the_matrix_is_assembled_again_has_the_bits_of_one_in_a_fresh_session(comm, method, pc):
@@ -161,8 +204,8 @@ def solved_both_ways(problem, monkeypatch, method, pc, **options):
 
     made, outers, true_sums = [], blockcg._BlockRun.outers, blockcg.true_residual_sums
 
-    def counted_outers(self, shifts, best, idle):
-        found = outers(self, shifts, best, idle)
+    def counted_outers(self, shifts, best, idle, recent):
+        found = outers(self, shifts, best, idle, recent)
         if found is not None:
             made.append("outers")
         return found
@@ -552,9 +595,9 @@ def test_a_zero_first_guess_starts_without_a_product_and_gives_the_same_bits(com
     monkeypatch.setattr(pairwise, "pairwise_sum", counted_sum)
     outers = blockcg._BlockRun.outers
 
-    def counted_outers(self, shifts, best, idle):  # outer iterations in compiled code: a block's sums each
+    def counted_outers(self, shifts, best, idle, recent):  # outer iterations in compiled code: a block's sums each
         reductions = self.reductions
-        found = outers(self, shifts, best, idle)
+        found = outers(self, shifts, best, idle, recent)
         summed.extend([self.steps * (self.steps + 1) + 1] * (self.reductions - reductions))
         return found
 

@@ -383,7 +383,7 @@ last block's ``W`` was not positive definite, no progress for the patience's out
 an MPI call failed."""
 
 # the places in the arrays of numbers and counts block_iterations reads and updates
-_TARGET, _LAST_NORM, _BEST, _NORM, _H1, _H2 = range(6)
+_TARGET, _LAST_NORM, _BEST, _NORM, _H1, _H2, _PENDING = range(7)
 _COUNT, _ITERATIONS, _IDLE, _LAST, _FRESH, _APPENDED, _REDUCTIONS, _UPDATED, _EXCHANGED, _ERROR, _SUM_ERROR = range(11)
 
 
@@ -398,7 +398,8 @@ def block_iterations(functions, x, send_at, send, receive_at, receive, requests,
     :func:`meshchain.linalg.sstep._iterate`'s test of progress after it, until something is
     for Python to do (:data:`NEXT` and the rest).
     ``numbers`` (float64: the target, the last block's starting norm, the smallest norm so far,
-    the norm to judge, the history's last two) and ``counts`` (int64: the block's directions,
+    the norm to judge, the history's last two, a norm Python tested since the last test of
+    progress, counted in the next one) and ``counts`` (int64: the block's directions,
     the iterations, the outer iterations without progress, which block is the last, whether the
     residual is fresh, then what it did: norms appended to ``history``, reductions, blocks
     updated, whether the basis's exchange came last, MPI errors) are read and updated in place."""
@@ -420,7 +421,7 @@ def block_iterations(functions, x, send_at, send, receive_at, receive, requests,
             counts[_ERROR], counts[_SUM_ERROR] = error, summed
             return FAILED
         counts[_REDUCTIONS] += 1
-        recent = math.inf
+        recent = numbers[_PENDING]  # a norm Python tested since the last test of progress (or inf)
         if fresh:
             norm = math.sqrt(max(sums[used - 1], 0.0))
             if (count and norm > jump * numbers[_LAST_NORM]) or norm <= numbers[_TARGET]:
@@ -430,7 +431,7 @@ def block_iterations(functions, x, send_at, send, receive_at, receive, requests,
             history[counts[_APPENDED]] = norm
             counts[_APPENDED] += 1
             numbers[_H2], numbers[_H1] = h1, norm
-            recent = norm
+            recent = min(recent, norm)
         numbers[_LAST_NORM] = numbers[_H1]
         kept = block_advance(Y, shifts, sums, m, factor_stack[last], B, W, factor_stack[1 - last], a,
                              stack[last, 0], stack[last, 1], count, stack[1 - last, 0], stack[1 - last, 1], xv, rv,
@@ -440,6 +441,7 @@ def block_iterations(functions, x, send_at, send, receive_at, receive, requests,
         counts[_LAST], counts[_COUNT] = 1 - last, kept
         counts[_ITERATIONS] += kept
         counts[_FRESH], counts[_UPDATED], counts[_EXCHANGED] = 1, counts[_UPDATED] + 1, 0
+        numbers[_PENDING] = math.inf
         if recent < progress * numbers[_BEST]:
             numbers[_BEST], counts[_IDLE] = recent, 0
         else:
@@ -556,10 +558,11 @@ class _BlockRun(CGRun):
                 self.Y = np.empty((self.steps + 1, plan.width))
         return plan
 
-    def outers(self, shifts: np.ndarray, best: float, idle: int):
+    def outers(self, shifts: np.ndarray, best: float, idle: int, recent: float = math.inf):
         """Outer iterations on several ranks in one compiled call (:func:`block_iterations`:
-        the bits of :meth:`outer` called from Python and of its test of progress), until one is
-        for Python: ``(outcome, best, idle, completed)``, the outcome of the last outer
+        the bits of :meth:`outer` called from Python and of its test of progress; ``recent``: a
+        norm :meth:`outer` tested since the last test of progress, which the first block's
+        counts), until one is for Python: ``(outcome, best, idle, completed)``, the outcome of the last outer
         iteration as :meth:`outer` gives it (``"next"``: not made, :meth:`outer` makes it;
         ``"idle"``: no progress for the patience's outer iterations), the test of progress's
         smallest norm and count, and how many outer iterations completed. None where this
@@ -576,7 +579,7 @@ class _BlockRun(CGRun):
         pairs = self._pairs()
         history = self.history
         numbers = np.array([self.target, self.last_norm, best, 0.0, history[-1],
-                            history[-2] if len(history) >= 2 else math.nan])
+                            history[-2] if len(history) >= 2 else math.nan, recent])
         counts = np.array([self.count, self.iterations, idle, self.last, int(self.fresh_residual), 0, 0, 0, 0, 0, 0],
                           dtype=np.int64)
         appended = np.empty((self.maxiter - self.iterations) // m + 1)
@@ -660,7 +663,10 @@ class _BlockRun(CGRun):
     def outer(self, shifts: np.ndarray) -> str | None:
         """One outer iteration: basis, one reduction, then ``x`` and ``r`` updated by a block of
         up to ``s`` directions. ``"converged"`` when the residual it started from met the
-        tolerance (nothing updated), ``"curvature"`` when ``W`` was not positive definite."""
+        tolerance (nothing updated), ``"curvature"`` when ``W`` was not positive definite,
+        ``"tested"`` when the residual its rate expected to converge (:meth:`expected_norm`) did
+        not: its norm is recorded, and the block is made by the next call (:meth:`outers` or
+        this one), which :func:`~meshchain.linalg.sstep._iterate` counts as one step with the test."""
         m, v = min(self.steps, self.maxiter - self.iterations), self.v
         if self.fresh_residual and self.expects_convergence():  # the norm first, without a basis: one reduction
             outcome = self.judged(self.expected_norm())
@@ -668,6 +674,7 @@ class _BlockRun(CGRun):
                 self.true_ready = None
             if outcome is not None:
                 return None if outcome == "undone" else outcome
+            return "tested"  # the block is the next call's (compiled where it can be): the same bits
         Y = self.basis(m, shifts)
         last, following = self.blocks
         sums = self.sums[:m * (m + 1) + self.count * m + 1]

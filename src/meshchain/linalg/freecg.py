@@ -31,6 +31,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class OperatorRun(_BlockRun):
             Y[j] = self.v[name]
         return Y
 
-    def outers(self, shifts: np.ndarray, best: float, idle: int) -> None:
+    def outers(self, shifts: np.ndarray, best: float, idle: int, recent: float = math.inf) -> None:
         """None: each outer iteration runs its basis's chain from Python (:meth:`outer`)."""
         return None
 

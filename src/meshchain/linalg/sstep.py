@@ -226,7 +226,7 @@ class CGRun(ScaledRun):
         """Outer iterations without a new smallest residual before the true one is looked at."""
         return PATIENCE
 
-    def outers(self, shifts: np.ndarray, best: float, idle: int):
+    def outers(self, shifts: np.ndarray, best: float, idle: int, recent: float = math.inf):
         """Outer iterations in one compiled call where a method has them (see
         :meth:`meshchain.linalg.blockcg._BlockRun.outers`); None: :meth:`outer` makes each."""
         return None
@@ -500,6 +500,7 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
     ``(reason, replacements)``."""
     replacements, curvatures, last_true = 0, 0, math.inf
     best, idle, mark = math.inf, 0, 0
+    tested = False  # the last step tested the norm alone ("tested"): the block it leads to counts with it
     while reason is None:
         if run.iterations >= maxiter:
             outcome = run.settle()
@@ -507,15 +508,20 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
                 reason = f"diverged: maxiter {maxiter} reached"
                 break
         else:
-            quick = run.outers(shifts, best, idle)  # several outer iterations in one compiled call, where it can
+            recent = min(run.history[mark:], default=math.inf) if tested else math.inf
+            quick = run.outers(shifts, best, idle, recent)  # outer iterations in one compiled call, where it can
             if quick is not None:
                 outcome, best, idle, completed = quick
                 curvatures = 0 if completed else curvatures
+                tested = tested and not completed and outcome == "next"
             if quick is None or outcome == "next":
                 if quick is not None and run.iterations >= maxiter:
                     continue
-                mark = len(run.history)
+                mark = mark if tested else len(run.history)
                 outcome = run.outer(shifts)
+                tested = outcome == "tested"
+                if tested:
+                    continue
             else:
                 mark = len(run.history)  # (an undone block recorded no norm)
         if outcome is None:
