@@ -120,6 +120,11 @@ def test_s_auto_solves_with_the_s_the_model_chose(comm):
         assert info.steps in candidates_of(method) and comm.allgather(info.steps) == [info.steps] * comm.size
         chosen = min(candidates_of(method), key=lambda k: (info.predicted[f"{method} s={k}"], k))
         assert info.steps == chosen and info.predicted["cg"] > 0
+        # measured as deep as the method's candidates (5 products for sstep-cg: not 8), and predicted there
+        costs = measure_costs(mc.api.engine_surface(), p.A, candidates=candidates_of(method))  # kept: no timing
+        assert tuple(costs.exchange) == candidates_of(method)
+        assert max(costs.entries) == (max(candidates_of(method)) - 1) * costs.depth
+        assert {int(k.split("s=")[1]) for k in info.predicted if "s=" in k} == set(candidates_of(method))
         fixed = solve(method=method, pc="jacobi", rtol=1e-10, s=3)
         assert fixed.steps == 3 and fixed.predicted == {}
     with pytest.raises(mc.SolverError, match="or 'auto'"):
