@@ -33,9 +33,9 @@ def test_the_counts_of_an_iteration():
     gram = 3 * 4 // 2 * 3  # the pairs of 3 vectors, each pair read with the Jacobi weights
     assert cacg_iteration(c, 1, jacobi=True) == pytest.approx(
         21e-6 + (30e-6 + 2e-9 * (18 - 1)) + 14000e-9 + (gram + 9 + 4) * 2000 * 4e-10)
-    # the sums: v_0 with v_0..v_2 in one pass (4 streams), v_1 with v_1, v_2 (3), each with both Â p_k (3 + 3);
+    # the sums: v_0 with v_0..v_2 in one pass (3 streams), v_1 with v_1, v_2 (2), each with both Â p_k (3 + 3);
     # the update: per direction p, q made (4), both old ones added (8), x and r (6); x and r kept (4)
-    sums, update = 4 + 3 + 3 + 3, 2 * (4 + 8 + 6) + 4
+    sums, update = 3 + 2 + 3 + 3, 2 * (4 + 8 + 6) + 4
     assert sstep_iteration(c, 2, jacobi=False) == pytest.approx(
         (22e-6 + (30e-6 + 2e-9 * (11 - 1)) + (14900 + 14000) * 1e-9 + (sums + update) * 2000 * 4e-10) / 2)
     # s = 3: the p sequence runs on layers 2, 1, 0, the r sequence on 2, 1 (its products are the deep ones)
@@ -154,3 +154,10 @@ def test_the_choice_of_s_is_worked_out_once_per_measured_costs(monkeypatch):
     mc.par_loop(bump, d.cells, p.A(mc.INC, (d.cell2node, d.cell2node)))  # new values: the same costs
     third = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
     assert len(made) == 1 and third.steps == first.steps and third.converged
+    # another method measures as deep as its own candidates and predicts once; each method's choice is then
+    # looked up, alternating (the other's not dropped)
+    seen = {"sstep-cg": second.predicted}
+    for method in ("ca-cg", "sstep-cg", "ca-cg"):
+        info = poisson.solve(p, method=method, pc="jacobi", rtol=1e-8, s="auto")
+        assert info.converged and info.predicted == seen.setdefault(method, info.predicted)
+    assert len(made) == 2 and "ca-cg s=8" in seen["ca-cg"] and "ca-cg s=8" not in seen["sstep-cg"]

@@ -115,7 +115,8 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         ``"sstep-cg"``'s, ``"ca-cg"``'s and ``"ca-gmres"``'s iterations per exchange and
         reduction (1 to 16; default 4), or ``"auto"``: the ``s`` the Krylov model predicts fastest from costs
         measured on ``A`` (:mod:`meshchain.linalg.tune`; ``SolveInfo.steps`` says which, and
-        ``SolveInfo.predicted`` the predicted time per iteration of every method). The default is a
+        ``SolveInfo.predicted`` the predicted time per iteration of every method, the s-step ones at
+        the ``s`` this method chooses among). The default is a
         number, not ``"auto"``: the model chooses from timings, which differ from run to run (between
         ``s = 4`` and 5 on the same problem here), and a different ``s`` gives different iterates.
     basis : {"newton", "monomial"}, keyword-only

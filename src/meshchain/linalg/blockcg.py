@@ -241,38 +241,38 @@ def block_update(Y, shifts, kept, P_old, AQ_old, count, B, a, P, AQ, x, r):
     for j in range(kept):
         p, q, y, z, theta, step = P[j], AQ[j], Y[j], Y[j + 1], shifts[j], a[j]
         if whole == 0:
-            _directions_begun(p, q, y, z, theta)
+            _directions_begun(p, q, y, z, theta, len(x))
         for k in range(0, whole, 4):
             _four_directions(p, q, y, z, theta, B[k:k + 4, j], P_old[k:k + 4], AQ_old[k:k + 4], k == 0,
                              k + 4 == count, step, x, r)
         for k in range(whole, count - 1, 2):
-            _two_directions(p, q, B[k, j], B[k + 1, j], P_old[k], P_old[k + 1], AQ_old[k], AQ_old[k + 1])
+            _two_directions(p, q, B[k, j], B[k + 1, j], P_old[k], P_old[k + 1], AQ_old[k], AQ_old[k + 1], len(x))
         if (count - whole) % 2:
-            _one_direction(p, q, B[count - 1, j], P_old[count - 1], AQ_old[count - 1])
+            _one_direction(p, q, B[count - 1, j], P_old[count - 1], AQ_old[count - 1], len(x))
         if whole != count or count == 0:
             _stepped(x, r, step, p, q)
 
 
 @_jit
-def _directions_begun(p, q, y, z, theta):
-    """``p = y``, ``q = z + θ y`` (over ``len(p)`` entries)."""
-    for i in range(len(p)):
+def _directions_begun(p, q, y, z, theta, n):
+    """``p = y``, ``q = z + θ y`` (over the first ``n`` entries)."""
+    for i in range(n):
         p[i] = y[i]
         q[i] = z[i] + theta * y[i]
 
 
 @_jit
-def _one_direction(p, q, factor, po, qo):
-    """``p += factor po``, ``q += factor qo``."""
-    for i in range(len(p)):
+def _one_direction(p, q, factor, po, qo, n):
+    """``p += factor po``, ``q += factor qo`` (over the first ``n`` entries)."""
+    for i in range(n):
         p[i] += factor * po[i]
         q[i] += factor * qo[i]
 
 
 @_jit
-def _two_directions(p, q, f0, f1, p0, p1, q0, q1):
-    """``p += f0 p0``, then ``+= f1 p1``; ``q`` alike (one pass)."""
-    for i in range(len(p)):
+def _two_directions(p, q, f0, f1, p0, p1, q0, q1, n):
+    """``p += f0 p0``, then ``+= f1 p1``; ``q`` alike (one pass over the first ``n`` entries)."""
+    for i in range(n):
         p[i] = (p[i] + f0 * p0[i]) + f1 * p1[i]
         q[i] = (q[i] + f0 * q0[i]) + f1 * q1[i]
 
@@ -561,11 +561,12 @@ class _BlockRun(CGRun):
     def outers(self, shifts: np.ndarray, best: float, idle: int, recent: float = math.inf):
         """Outer iterations on several ranks in one compiled call (:func:`block_iterations`:
         the bits of :meth:`outer` called from Python and of its test of progress; ``recent``: a
-        norm :meth:`outer` tested since the last test of progress, which the first block's
-        counts), until one is for Python: ``(outcome, best, idle, completed)``, the outcome of the last outer
-        iteration as :meth:`outer` gives it (``"next"``: not made, :meth:`outer` makes it;
-        ``"idle"``: no progress for the patience's outer iterations), the test of progress's
-        smallest norm and count, and how many outer iterations completed. None where this
+        norm :meth:`outer` tested since the last test of progress, which the first block's test
+        of progress counts), until one is for Python: ``(outcome, best, idle, completed)``, the
+        outcome of the last outer iteration as :meth:`outer` gives it (``"next"``: not made,
+        :meth:`outer` makes it; ``"idle"``: no progress for the patience's outer iterations),
+        the test of progress's smallest norm and count, and how many outer iterations
+        completed. None where this
         cannot be (one process, a monitor to call for each norm, the basis's exchange not made
         from compiled code, a basis shorter than ``s`` before ``maxiter``)."""
         m = self.steps

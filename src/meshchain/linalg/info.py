@@ -50,7 +50,8 @@ class SolveInfo:
         ``s="auto"``); None for the other methods.
     predicted : dict
         With ``s="auto"``: the Krylov model's predicted seconds per iteration of every
-        method on this problem (``"cg"``, ``"pipecg"``, ``"gmres"``, ``"sstep-cg s=4"``, ...;
+        method on this problem (``"cg"``, ``"pipecg"``, ``"gmres"``, ``"sstep-cg s=4"``, ...,
+        the s-step methods at the ``s`` the solved method chooses among;
         :mod:`meshchain.model.krylov`), to set beside ``time_per_iteration``; else empty.
     """
 

@@ -228,7 +228,8 @@ class CGRun(ScaledRun):
 
     def outers(self, shifts: np.ndarray, best: float, idle: int, recent: float = math.inf):
         """Outer iterations in one compiled call where a method has them (see
-        :meth:`meshchain.linalg.blockcg._BlockRun.outers`); None: :meth:`outer` makes each."""
+        :meth:`meshchain.linalg.blockcg._BlockRun.outers`; ``recent``: a norm :meth:`outer`
+        tested since the last test of progress); None: :meth:`outer` makes each."""
         return None
 
     def norm(self, residual: np.ndarray) -> float:
@@ -497,7 +498,8 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
 
 def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
     """Outer iterations with residual replacement and recovery until a reason to stop:
-    ``(reason, replacements)``."""
+    ``(reason, replacements)``. An outer iteration that only tested the norm (``"tested"``) and
+    the block after it count as one step of the test of progress."""
     replacements, curvatures, last_true = 0, 0, math.inf
     best, idle, mark = math.inf, 0, 0
     tested = False  # the last step tested the norm alone ("tested"): the block it leads to counts with it

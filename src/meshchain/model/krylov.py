@@ -46,7 +46,7 @@ Examples
 >>> best_steps(costs, "ca-cg", jacobi=True, candidates=(1, 2, 4))
 2
 >>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
-49.2
+48.0
 """
 
 from __future__ import annotations
@@ -149,15 +149,17 @@ def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
 def block_sum_streams(steps: int, *, jacobi: bool) -> int:
     """Elements per row the block s-step CG's sums stream (:func:`meshchain.linalg.blockcg.block_sums`):
     for each ``v_a`` of ``R``, one pass per four of ``v_a .. v_s`` and one per four of the last
-    block's ``Â p_k``, each reading ``v_a`` and its four; the weighted norm (with Jacobi).
+    block's ``Â p_k``, each reading ``v_a`` and its four (``v_a`` itself once in its first pass);
+    the weighted norm (``v_0`` and the weights, with Jacobi).
 
-    >>> block_sum_streams(4, jacobi=False)  # v_0..v_3 with 5, 4, 3, 2 of V and 4 of Â P: 7+5 + 5+5 + 4+5 + 3+5
-    39
+    >>> block_sum_streams(4, jacobi=False)  # v_0..v_3 with 5, 4, 3, 2 of V (v_a among them) and 4 of Â P
+    35
     """
-    s, total = steps, 3 if jacobi else 0
+    s, total = steps, 2 if jacobi else 0
     for a in range(s):
         for others in (s + 1 - a, s):
             total += others + -(-others // 4)
+        total -= 1  # v_a's first pass reads it as one of its four too
     return total
 
 
