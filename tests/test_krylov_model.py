@@ -161,3 +161,37 @@ def test_the_choice_of_s_is_worked_out_once_per_measured_costs(monkeypatch):
         info = poisson.solve(p, method=method, pc="jacobi", rtol=1e-8, s="auto")
         assert info.converged and info.predicted == seen.setdefault(method, info.predicted)
     assert len(made) == 2 and "ca-cg s=8" in seen["ca-cg"] and "ca-cg s=8" not in seen["sstep-cg"]
+
+
+def test_a_block_solve_tells_the_next_auto_solve_the_iterations_it_needed(monkeypatch):
+    """The block form tests its residual every ``s`` iterations: a converged ``s="auto"`` solve
+    places the tolerance between its last two norms on their rate, and the next one chooses its
+    ``s`` for those iterations rounded up to a multiple of ``s`` (50 with ``s = 5`` where CG needs
+    46, 48 with ``s = 4``)."""
+    from types import SimpleNamespace
+
+    from meshchain.linalg import tune
+
+    mc.reset_runtime()
+    p = poisson.declare(structured_tris(14, 14))
+    A = p.A
+    info = SimpleNamespace(residual_history=[1.0, 1e-3, 1e-5, 1e-7], iterations=50, steps=5, converged=True)
+    tune.record_iterations(A, "sstep-cg", info, jacobi=True, rtol=1e-6, atol=0.0)
+    assert tune.iterations_needed(A, "sstep-cg", jacobi=True, rtol=1e-6, atol=0.0) == 48  # 45 + 5 x 1/2
+    assert tune.iterations_needed(A, "sstep-cg", jacobi=False, rtol=1e-6, atol=0.0) is None  # another pc
+    tune.record_iterations(A, "sstep-cg", SimpleNamespace(residual_history=[1.0], iterations=8, steps=4,
+                                                          converged=True), jacobi=True, rtol=1e-10, atol=0.0)
+    assert tune.iterations_needed(A, "sstep-cg", jacobi=True, rtol=1e-10, atol=0.0) == 7  # half a block: 6.5
+    tune.record_iterations(A, "ca-cg", info, jacobi=True, rtol=1e-6, atol=0.0)  # CG's own iterations: nothing to keep
+    assert tune.iterations_needed(A, "ca-cg", jacobi=True, rtol=1e-6, atol=0.0) is None
+    costs = KrylovCosts(rows=1000, entries={j: 7000 + 600 * j for j in range(5)}, entry=1e-9, stream=3e-10,
+                        exchange={k: 20e-6 for k in range(1, 6)}, reduction=60e-6, per_number=1e-8)
+    assert best_steps(costs, "sstep-cg") == 5 and best_steps(costs, "sstep-cg", iterations=46) == 4
+    assert best_steps(costs, "sstep-cg", iterations=45) == 5  # 45 with s = 5, 48 with 4
+    asked, real = [], tune.best_steps
+    monkeypatch.setattr(tune, "best_steps", lambda *a, **k: asked.append(k["iterations"]) or real(*a, **k))
+    first = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
+    needed = tune.iterations_needed(A, "sstep-cg", jacobi=True, rtol=1e-8, atol=0.0)
+    second = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
+    assert first.converged and second.converged and asked == [None, needed]
+    assert first.iterations - first.steps < needed <= first.iterations

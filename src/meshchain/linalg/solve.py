@@ -35,7 +35,7 @@ from .replacement import TARGET_FRACTION, ReplacementBounds
 from .blockcg import solve_block
 from .freecg import solve_free
 from .sstep import check_options, solve_cacg
-from .tune import choose_steps
+from .tune import choose_steps, iterations_needed, record_iterations
 
 __all__ = ["SolveInfo", "solve_with", "METHODS", "PRECONDITIONERS"]
 
@@ -352,9 +352,11 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     if method in S_STEP:
         steps = check_options(A, pc, s, basis, method)
         engine.run_pending(b)
-        predicted = {}
-        if steps == "auto":  # the Krylov model's choice, from costs measured on A (collective)
-            steps, predicted = choose_steps(engine, A, method, jacobi=pc == "jacobi", restart=int(restart))
+        predicted, auto = {}, steps == "auto"
+        tolerances = dict(jacobi=pc == "jacobi", rtol=rtol, atol=atol)
+        if auto:  # the Krylov model's choice, from costs measured on A (collective)
+            steps, predicted = choose_steps(engine, A, method, jacobi=pc == "jacobi", restart=int(restart),
+                                            iterations=iterations_needed(A, method, **tolerances))
         options = dict(steps=steps, basis=basis, pc=pc, rtol=rtol, atol=atol, maxiter=int(maxiter), monitor=monitor)
         with _not_nested(A, method):
             if method == "ca-gmres":
@@ -363,6 +365,8 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                 run = solve_cacg if method == "ca-cg" else solve_block if isinstance(A, Mat) else solve_free
                 info = run(engine, A, x, b, **options)
         info.steps, info.predicted = steps, predicted
+        if auto:
+            record_iterations(A, method, info, **tolerances)
         return info
     restart = int(restart)
     dats = dict(_work_dats(engine, A, operator, method, restart), x=x, b=b)

@@ -10,7 +10,10 @@ deepest candidate, as an s-step solve with that ``s`` would: 5 products deep for
 ``s="auto"`` took 267-273 ms against 210-212 with ``s=4``, 4096 unknowns on 2 ranks; with
 8 products deep for every method, as before, 423-477). :func:`choose_steps` predicts the
 time per iteration of every method and ``s`` among the method's candidates from them and
-picks the ``s`` with the least.
+picks the ``s`` with the least; for the block s-step CG, once a solve with the matrix and
+tolerances told the iterations CG needs (:func:`record_iterations`), the ``s`` with the least
+time for them rounded up to a multiple of ``s`` (where CG needs 46, ``s = 5`` makes 50 and
+``s = 4`` 48).
 
 Examples
 --------
@@ -29,6 +32,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -41,17 +45,22 @@ from ..model.krylov import STEP_CANDIDATES, KrylovCosts, best_steps, candidates_
 from .fused import dot
 from .scaled import work_dats
 
-__all__ = ["measure_costs", "choose_steps", "REPEATS"]
+__all__ = ["measure_costs", "choose_steps", "iterations_needed", "record_iterations", "REPEATS"]
 
 REPEATS = 7  # timings per piece; the median counts
 WORKING_SETS = (6, 12, 24, 48)  # vectors a pass works among: CG's, pipelined CG's, s-step bases, GMRES's basis
 _measured = memo("Krylov costs", weak=True)  # per matrix: key -> (the pattern's indptr, KrylovCosts)
-_chosen = memo("Krylov choices", weak=True)  # per matrix: (id(costs), method, jacobi, restart) -> (costs, s, predicted)
+_chosen = memo("Krylov choices", weak=True)  # per matrix: (id(costs), method, jacobi, restart) ->
+# (costs, predicted, {iterations: s})
+_needed = memo("Krylov iterations needed", weak=True)  # per matrix: (method, jacobi, rtol, atol) -> iterations
 
 
-def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int) -> tuple[int, dict]:
-    """``(s, predicted)``: the ``s`` the model predicts fastest for ``method`` on ``A``, and
-    its predicted seconds per iteration of every method (collective). Worked out once per
+def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int, iterations: int | None = None
+                 ) -> tuple[int, dict]:
+    """``(s, predicted)``: the ``s`` the model predicts fastest for ``method`` on ``A`` (for
+    ``iterations``, CG's iterations for the solve where a solve before told them,
+    :func:`iterations_needed`: the block form makes them rounded up to a multiple of ``s``),
+    and its predicted seconds per iteration of every method (collective). Worked out once per
     costs measured (the model's predictions of every method took 0.2-0.35 ms, a tenth of a
     solve at 2000 unknowns per rank), then looked up; ``predicted`` is a copy."""
     candidates = candidates_of(method)
@@ -62,10 +71,34 @@ def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int) -> tuple
         current = {id(found) for _, found in _measured.get(A, {}).values()}
         for stale in [k for k, entry in chosen.items() if id(entry[0]) not in current]:
             del chosen[stale]  # costs measured again (a new layout): the choices made from the old ones
-        chosen[key] = (costs, best_steps(costs, method, jacobi=jacobi, restart=restart),
-                       predict(costs, jacobi=jacobi, restart=restart, candidates=candidates))
-    _, steps, predicted = chosen[key]
-    return steps, dict(predicted)
+        chosen[key] = (costs, predict(costs, jacobi=jacobi, restart=restart, candidates=candidates), {})
+    _, predicted, steps = chosen[key]
+    if iterations not in steps:
+        steps[iterations] = best_steps(costs, method, jacobi=jacobi, restart=restart, iterations=iterations)
+    return steps[iterations], dict(predicted)
+
+
+def iterations_needed(A, method: str, *, jacobi: bool, rtol: float, atol: float) -> int | None:
+    """CG's iterations the last converged ``s="auto"`` solve of ``method`` with ``A`` and these
+    tolerances needed (:func:`record_iterations`), or None."""
+    return _needed.get(A, {}).get((method, jacobi, rtol, atol))
+
+
+def record_iterations(A, method: str, info, *, jacobi: bool, rtol: float, atol: float) -> None:
+    """Keep what a converged block s-step CG solve (``info``) says of the iterations CG needs:
+    it tests the residual every ``s`` iterations, so they lie between its last two tests; the
+    last two norms, on the line of their rate, place the tolerance between them (the same on
+    every rank: the norms are sums over them). The next ``s="auto"`` solve chooses its ``s``
+    for them (:func:`choose_steps`)."""
+    history, k, s = info.residual_history, info.iterations, info.steps
+    if method != "sstep-cg" or not info.converged or not history or not s:
+        return
+    target = max(rtol * history[0], atol)
+    needed = k - (s - 1) / 2  # without a rate to go by: half a block before the end, on average
+    if len(history) >= 2 and history[-2] > target >= history[-1] > 0:
+        fraction = math.log(history[-2] / target) / math.log(history[-2] / history[-1])
+        needed = k - s + s * min(max(fraction, 0.0), 1.0)
+    _needed.setdefault(A, {})[(method, jacobi, rtol, atol)] = max(1, math.ceil(needed - 1e-9))
 
 
 def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
