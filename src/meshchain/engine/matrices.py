@@ -29,6 +29,7 @@ from ..backends.sparse import csr_halo, csr_owned, largest_row_sum, scatter_add,
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
 from ..core.access import Access
+from ..core.arrays import unique_integers
 from ..core.errors import (AccessModeError, BackendUnavailableError, DataShapeError, DeclarationError, InternalError,
                            LoopError, SetMismatchError)
 from ..ir.kernel import Kernel
@@ -149,7 +150,7 @@ class Matrices:
             diagonal = np.arange(n_owned_rows, dtype=np.int64)  # owned columns come first, in the rows' order
             keys.append(diagonal * n_cols + diagonal)
         depth = self._max(depth)
-        return Pattern(np.unique(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_cols, depth,
+        return Pattern(unique_integers(np.concatenate(keys)), n_owned_rows, n_cols, n_owned_cols, depth,
                        session.layout, cols_layout, rows_layout.global_ids[:rows_layout.n_owned].copy())
 
     def _relaid(self, mat, pattern: Pattern) -> Pattern | None:
@@ -368,7 +369,7 @@ class Matrices:
         where = np.searchsorted(owned, ids, sorter=order)
         where = np.minimum(where, len(owned) - 1) if len(owned) else where
         hit = (owned[order[where]] == ids) if len(owned) else np.zeros(len(ids), dtype=bool)
-        return np.unique(order[where[hit]])
+        return unique_integers(order[where[hit]])
 
     def diagonal(self, mat, d) -> None:
         self.check_vector(mat, d, mat.row_set, "diagonal")

@@ -42,6 +42,7 @@ import numpy as np
 from ..backends.sparse import add_scaled, csr_rows, csr_sequence, same_values, scaled_values, sequence_on_ranks
 from ..comm.agree import raise_together
 from ..comm.exchange import HaloExchange, HaloItem
+from ..core.arrays import unique_integers
 from ..core.errors import DataShapeError, DeclarationError
 from .boundary import layer_rows
 
@@ -470,7 +471,7 @@ class _Refill:
         """The table of the rows sent and received only (the exported elements' and the halo
         elements', renumbered in that order; not every local element's) and its exchange."""
         exports, imports = layer_rows(layout.exports, 0, self.reach), layer_rows(layout.imports, 0, self.reach)
-        exported = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *exports.values()]))
+        exported = unique_integers(np.concatenate([np.zeros(0, dtype=np.int64), *exports.values()]))
         kept = np.concatenate([exported, self.halo]).astype(np.int64)
         place = np.full(self.shape[0], -1, dtype=np.int64)
         place[kept] = np.arange(len(kept))

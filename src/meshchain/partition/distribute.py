@@ -23,6 +23,7 @@ import numpy as np
 
 from ..comm.blocks import block_offsets, block_owner
 from ..comm.collectives import alltoallv, concatenated_ranges, fetch_rows
+from ..core.arrays import unique_integers
 from ..core.errors import ConfigurationError
 from ..types.extruded import ExtrudedSet
 from ..types.maps import ComposedMap
@@ -180,7 +181,7 @@ def seed_adjacency(comm, seed_set, maps, map_blocks):
     edges = np.concatenate(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
     edges = edges[edges[:, 0] != edges[:, 1]]
     received, _ = alltoallv(comm, edges, block_owner(offsets, edges[:, 0]))
-    keys = np.unique(received[:, 0] * seed_set.size + received[:, 1]) if len(received) else np.zeros(0, np.int64)
+    keys = unique_integers(received[:, 0] * seed_set.size + received[:, 1]) if len(received) else np.zeros(0, np.int64)
     received = np.stack([keys // max(seed_set.size, 1), keys % max(seed_set.size, 1)], axis=1)
     lo, hi = offsets[comm.rank], offsets[comm.rank + 1]
     xadj = np.searchsorted(received[:, 0], np.arange(lo, hi + 1)).astype(np.int64)

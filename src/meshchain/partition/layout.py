@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..comm.blocks import block_offsets, block_owner
+from ..core.arrays import unique_integers
 from ..core.errors import DeclarationError, InternalError
 from ..types.layers import follows_layers
 from ..types.maps import ColumnsMap
@@ -208,7 +209,7 @@ class _Members:
 
     def add(self, ids, ranks, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Add pairs not present yet (with ``layer``); return the new ones."""
-        keys = np.unique(ids * self.nranks + ranks)
+        keys = unique_integers(ids * self.nranks + ranks)
         new = keys[~np.isin(keys, self.keys, assume_unique=True)]
         new_ids, new_ranks = new // self.nranks, new % self.nranks
         self.ids = np.concatenate((self.ids, new_ids))
@@ -283,7 +284,7 @@ def _pull(comm, m, block_rows, offsets, members):
     source, target = m.source, m.target
     lo = offsets[source][comm.rank]
     if block_rows.size:
-        unique_targets, inverse = np.unique(block_rows.ravel(), return_inverse=True)
+        unique_targets, inverse = unique_integers(block_rows, return_inverse=True)
     else:
         unique_targets, inverse = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     t_lo, t_hi = offsets[target][comm.rank], offsets[target][comm.rank + 1]
@@ -409,37 +410,54 @@ def _levels(sets, maps, provisional, local_maps, depth):
         rows = local_maps[m]
         runs = (level[m.source] == 0) & (provisional[m.source][2] <= depth)
         if rows.size and runs.any():
-            targets = np.unique(rows[runs].ravel())
+            targets = unique_integers(rows[runs])
             level[m.target][targets[level[m.target][targets] == INTERIOR]] = 1
+    # Breadth first from the halo: the rows reaching level k - 1 are those with a target at
+    # exactly k - 1 (one at a lower level would have put them at a lower level already), so
+    # each step looks only at the rows of the elements the step before put at k - 1, through
+    # each map's rows by target (not at every row of every map, once per level).
+    by_target = {m: _rows_by_target(local_maps[m], len(level[m.target])) for m in maps}
+    previous = {s: np.flatnonzero(level[s] == 0) for s in sets}
     for k in range(1, MAX_LEVEL + 1):
+        fresh = {s: [np.flatnonzero(level[s] == k)] if k == 1 else [] for s in sets}  # (the exec halo's targets)
         for m in maps:  # rows reaching level k-1
-            rows = local_maps[m]
-            if rows.size == 0:
-                continue
-            reach = level[m.target][rows].min(axis=1)
-            hit = (reach <= k - 1) & (level[m.source] == INTERIOR)
+            pointers, rows_of = by_target[m]
+            sources = rows_of[concatenated_ranges(pointers[previous[m.target]], np.diff(pointers)[previous[m.target]])]
+            hit = unique_integers(sources[level[m.source][sources] == INTERIOR])
             level[m.source][hit] = k
-        while True:  # closure: targets of rows at level k
-            grew = False
+            fresh[m.source].append(hit)
+        frontier = {s: np.concatenate(found) if found else np.zeros(0, np.int64) for s, found in fresh.items()}
+        reached = dict(frontier)
+        while any(len(f) for f in frontier.values()):  # closure: targets of rows at level k
+            grown = {s: [] for s in sets}
             for m in maps:
-                rows = local_maps[m]
-                at_k = level[m.source] == k
-                if not at_k.any():
+                rows = local_maps[m][frontier[m.source]]
+                if rows.size == 0:
                     continue
-                targets = np.unique(rows[at_k].ravel())
+                targets = unique_integers(rows)
                 hit = targets[level[m.target][targets] == INTERIOR]
-                if hit.size:
-                    level[m.target][hit] = k
-                    grew = True
-            if not grew:
-                break
+                level[m.target][hit] = k
+                grown[m.target].append(hit)
+            frontier = {s: np.concatenate(found) if found else np.zeros(0, np.int64) for s, found in grown.items()}
+            reached = {s: np.concatenate((reached[s], frontier[s])) for s in sets}
         # Done when nothing is at level k: only rows reaching level k can be at k + 1. Not
         # "when step k assigned nothing": the exec halo's targets are at level 1 before step 1,
         # and where no owned row reaches the halo, step 1 assigns nothing, yet the rows that
         # reach those targets are at level 2.
-        if not any(np.any(level[s] == k) for s in sets):
+        if not any(len(r) for r in reached.values()):
             break
+        previous = reached
     return {s: level[s][: provisional[s][4]].astype(np.int32) for s in sets}
+
+
+def _rows_by_target(rows: np.ndarray, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(pointers, sources)``: the rows (source elements) of a local map with each target,
+    as CSR over the targets (a row once per entry naming the target)."""
+    flat = rows.ravel()
+    order = np.argsort(flat, kind="stable")
+    pointers = np.zeros(n_targets + 1, dtype=np.int64)
+    np.cumsum(np.bincount(flat, minlength=n_targets), out=pointers[1:])
+    return pointers, order // max(rows.shape[1], 1)
 
 
 def _owned_order(levels, gids):
