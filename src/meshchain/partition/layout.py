@@ -426,20 +426,7 @@ def _levels(sets, maps, provisional, local_maps, depth):
             hit = unique_integers(sources[level[m.source][sources] == INTERIOR])
             level[m.source][hit] = k
             fresh[m.source].append(hit)
-        frontier = {s: np.concatenate(found) if found else np.zeros(0, np.int64) for s, found in fresh.items()}
-        reached = dict(frontier)
-        while any(len(f) for f in frontier.values()):  # closure: targets of rows at level k
-            grown = {s: [] for s in sets}
-            for m in maps:
-                rows = local_maps[m][frontier[m.source]]
-                if rows.size == 0:
-                    continue
-                targets = unique_integers(rows)
-                hit = targets[level[m.target][targets] == INTERIOR]
-                level[m.target][hit] = k
-                grown[m.target].append(hit)
-            frontier = {s: np.concatenate(found) if found else np.zeros(0, np.int64) for s, found in grown.items()}
-            reached = {s: np.concatenate((reached[s], frontier[s])) for s in sets}
+        reached = _closure(maps, local_maps, level, _joined(fresh), k)
         # Done when nothing is at level k: only rows reaching level k can be at k + 1. Not
         # "when step k assigned nothing": the exec halo's targets are at level 1 before step 1,
         # and where no owned row reaches the halo, step 1 assigns nothing, yet the rows that
@@ -448,6 +435,30 @@ def _levels(sets, maps, provisional, local_maps, depth):
             break
         previous = reached
     return {s: level[s][: provisional[s][4]].astype(np.int32) for s in sets}
+
+
+def _closure(maps, local_maps, level, frontier: dict, k: int) -> dict:
+    """Every element at level ``k`` per set: ``frontier`` (put there), then the targets of rows at
+    level ``k`` still interior, until none is (each element's rows looked at once)."""
+    reached = dict(frontier)
+    while any(len(f) for f in frontier.values()):
+        grown = {s: [] for s in reached}
+        for m in maps:
+            rows = local_maps[m][frontier[m.source]]
+            if rows.size == 0:
+                continue
+            targets = unique_integers(rows)
+            hit = targets[level[m.target][targets] == INTERIOR]
+            level[m.target][hit] = k
+            grown[m.target].append(hit)
+        frontier = _joined(grown)
+        reached = {s: np.concatenate((reached[s], frontier[s])) for s in reached}
+    return reached
+
+
+def _joined(found: dict) -> dict:
+    """Per set, the arrays found joined into one."""
+    return {s: np.concatenate(arrays) if arrays else np.zeros(0, np.int64) for s, arrays in found.items()}
 
 
 def _rows_by_target(rows: np.ndarray, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
