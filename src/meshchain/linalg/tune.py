@@ -7,10 +7,11 @@ candidate ``s``, a reduction of one and of many numbers) and keeps the slowest r
 (collective; once per matrix layout and set of candidates; it builds the halo layers of the
 deepest candidate, as an s-step solve with that ``s`` would: 5 products deep for
 ``sstep-cg``, 8 for ``ca-cg`` and ``ca-gmres``. A matrix's first ``sstep-cg`` solve with
-``s="auto"`` took 267-273 ms against 210-212 with ``s=4``, 4096 unknowns on 2 ranks; with
-8 products deep for every method, as before, 423-477). :func:`choose_steps` predicts the
-time per iteration of every method and ``s`` among the method's candidates from them and
-picks the ``s`` with the least; for the block s-step CG, once a solve with the matrix and
+``s="auto"`` took 146-151 ms against 116-118 with ``s=4``, 4096 unknowns on 2 ranks; with 8
+products deep for every method, as before, and the halo layers built as before, 423-477).
+:func:`choose_steps` predicts the time per iteration of every method and ``s`` among the
+method's candidates from them and picks the ``s`` with the least; for the block s-step CG,
+once a solve with the matrix and
 tolerances told the iterations CG needs (:func:`record_iterations`), the ``s`` with the least
 time for them rounded up to a multiple of ``s`` (where CG needs 46, ``s = 5`` makes 50 and
 ``s = 4`` 48).
