@@ -11,10 +11,9 @@ deepest candidate, as an s-step solve with that ``s`` would: 5 products deep for
 products deep for every method, as before, and the halo layers built as before, 423-477).
 :func:`choose_steps` predicts the time per iteration of every method and ``s`` among the
 method's candidates from them and picks the ``s`` with the least; for the block s-step CG,
-once a solve with the matrix and
-tolerances told the iterations CG needs (:func:`record_iterations`), the ``s`` with the least
-time for them rounded up to a multiple of ``s`` (where CG needs 46, ``s = 5`` makes 50 and
-``s = 4`` 48).
+once a solve with the matrix and tolerances told the iterations CG needs
+(:func:`record_iterations`), the ``s`` with the least time for them rounded up to a multiple
+of ``s`` (where CG needs 46, ``s = 5`` makes 50 and ``s = 4`` 48).
 
 Examples
 --------
