@@ -672,6 +672,16 @@ def solver_main(script: str, args, worker, table, label: str, what: str, **confi
 THREAD_VARIABLES = ("MESHCHAIN_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+def write_run(out: str, info: dict, config: dict, seconds: float, results: list, **extra) -> Path:
+    """A benchmark run's JSON at ``out`` (its folder made): the machine, the configuration, the
+    command line, the run's seconds, the results and ``extra``; returns the path."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": seconds,
+                                "results": results, **extra}, indent=1))
+    return path
+
+
 def user_environment(**extra) -> dict:
     """The calling environment without :data:`THREAD_VARIABLES` (whatever the shell set), plus ``extra``."""
     return {**{k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}, **extra}
@@ -874,10 +884,7 @@ def main(argv=None) -> int:
               for e in results.get(part, []) if any(e["checks"].values())]
     if checks:
         print(f"\nwarning: plans built or kernels compiled inside timed regions: {checks}")
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
-                                "results": results}, indent=1))
+    path = write_run(args.out, info, config, total, results)
     print(f"\nwrote {path}", file=sys.stderr)
     return 0
 

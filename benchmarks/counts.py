@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import launch, machine, petsc_ksp, petsc_nonsymmetric, serve, user_environment  # noqa: E402
+from comm import launch, machine, petsc_ksp, petsc_nonsymmetric, serve, user_environment, write_run  # noqa: E402
 
 CASES = (("gmres", "jacobi"), ("gmres", "bjacobi-ilu"), ("pipegmres", "jacobi"), ("bicgstab", "jacobi"),
          ("bicgstab", "bjacobi-ilu"), ("pipebicgstab", "jacobi"), ("pipebicgstab", "bjacobi-ilu"))
@@ -155,10 +155,7 @@ def main(argv=None) -> int:
           f"to ||b||; a false stop: converged with a true residual above {FALSE:g} x rtol; whole run "
           f"{total:.0f} s.\n")
     print(table(results, args.rtol, args.samples))
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
-                                "results": results}, indent=1))
+    write_run(args.out, info, config, total, results)
     return 0
 
 

@@ -58,7 +58,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from comm import (THREAD_VARIABLES, cube_for, interleaved, launch, machine, petsc_ksp,  # noqa: E402
-                  petsc_nonsymmetric, serve, slowest, user_environment)
+                  petsc_nonsymmetric, serve, slowest, user_environment, write_run)
 
 METHODS = ("cg", "cg1", "pipecg", "groppcg", "pipecr")
 # meshchain method -> (PETSc KSP type, options); pipecg with residual replacement as KSPPIPECGRR
@@ -509,10 +509,7 @@ def main(argv=None) -> int:
 
 
 def _write(args, info, config, total, results) -> int:
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
-                                "results": results}, indent=1))
+    write_run(args.out, info, config, total, results)
     return 0
 
 

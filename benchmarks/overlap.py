@@ -93,7 +93,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from comm import (TCP, _ms, _ratio, _spread, airfoil_problem, compilations, machine, mpiexec,  # noqa: E402
-                  slowest, timing_dict)
+                  slowest, timing_dict, write_run)
 
 REFERENCE = "exchange-then-compute"
 _EAGER = dict(overlap=True, eager=True, interior="static")
@@ -374,10 +374,7 @@ def main(argv=None) -> int:
     remarks = notes(results["main"] + results["thread"])
     if remarks:
         print("\nNotes:\n" + "\n".join(remarks))
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
-                                "variants": VARIANTS, "results": results}, indent=1))
+    path = write_run(args.out, info, config, total, results, variants=VARIANTS)
     print(f"\nwrote {path}", file=sys.stderr)
     return 0
 

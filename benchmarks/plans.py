@@ -56,7 +56,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import launch, machine, serve, user_environment  # noqa: E402
+from comm import launch, machine, serve, user_environment, write_run  # noqa: E402
 
 VARIANTS = ("reused", "new Global", "new Dat", "new Dat and Global", "new Dat of values", "new Dat and Global, captured")
 FULL = dict(nodes=20000, steps=500, rounds=9, cells=40000, cg_iterations=60, memory_steps=100000)
@@ -440,10 +440,7 @@ def main(argv=None) -> int:
           f"({memory['bytes_per_dat'] / 2**10:.0f} KiB) and a Global: peak RSS grew {growth:.0f} MiB "
           f"({', '.join(f'{n} steps: {b / 2**20:.0f} MiB' for n, b in memory['samples'])}); caches held "
           f"{memory['caches']}")
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
-                                "results": results, "memory": memory}, indent=1))
+    write_run(args.out, info, config, total, results, memory=memory)
     return 0
 
 

@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from comm import launch, machine, serve, user_environment  # noqa: E402
+from comm import launch, machine, poisson_problem, serve, slowest, user_environment, write_run  # noqa: E402
 
 METHODS = (("cg", {}), ("pipecg", {}), ("sstep-cg s=4", {"s": 4}), ("sstep-cg s=auto", {"s": "auto"}))
 FULL = dict(per_rank=2000, steps=15, rtol=1e-8)
@@ -45,13 +45,8 @@ QUICK = dict(per_rank=500, steps=3, rtol=1e-8)
 
 def worker(config: dict) -> dict:
     import meshchain as mc
-    from meshchain.apps import poisson
-    from meshchain.meshes import structured_tets
 
-    comm = mc.get_runtime().comm
-    ranks = 1 if comm is None else comm.size
-    side = max(2, round((config["per_rank"] * ranks) ** (1 / 3)) - 1)
-    problem = poisson.declare(structured_tets(side, side, side))
+    comm, _, problem = poisson_problem(config["per_rank"])
     d, x = problem.mesh, problem.u
 
     def assemble() -> float:
@@ -72,21 +67,18 @@ def worker(config: dict) -> dict:
                         **{k: v for k, v in options.items() if k != "method"})
         return time.perf_counter() - began, info
 
-    def slowest(seconds: float) -> float:
-        return seconds if comm is None else max(comm.allgather(seconds))
-
     times = {name: {"after": [], "steady": []} for name, _ in METHODS}
     assembly, found = [], {}
     for round_ in range(config["steps"] + 1):
         for name, options in METHODS:
             options = dict(options, method=name.split()[0])
-            seconds = slowest(assemble())
+            seconds = slowest(comm, assemble())
             after, info = solve(options)
             steady, again = solve(options)
             if round_:  # the first round compiles and builds halo layers: not counted
                 assembly.append(seconds)
-                times[name]["after"].append(slowest(after))
-                times[name]["steady"].append(slowest(steady))
+                times[name]["after"].append(slowest(comm, after))
+                times[name]["steady"].append(slowest(comm, steady))
             found[name] = {"iterations": info.iterations, "converged": bool(info.converged and again.converged),
                            "steps": info.steps}
     rows = {name: {**found[name], "after": statistics.median(t["after"]), "steady": statistics.median(t["steady"])}
@@ -140,10 +132,7 @@ def main(argv=None) -> int:
           f"No thread variables set. Poisson P1, Jacobi, rtol {config['rtol']}; median of {config['steps']} "
           f"rounds, slowest rank; whole run {total:.0f} s.\n")
     print(table(results))
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": info, "config": config, "argv": sys.argv[1:], "seconds": total,
-                                "results": results}, indent=1))
+    write_run(args.out, info, config, total, results)
     return 0
 
 
