@@ -38,6 +38,7 @@ import numpy as np
 from ..core.access import Access
 from ..types.args import DIRECT, GLOBAL, INDIRECT, STENCIL, WHOLE_MAP
 from .inline import increment_name, index_name, inline_body, map_target, offset_row, scalar_reduction
+from .vector_chunks import chunked_lines
 
 __all__ = ["loop_source", "reduction_args", "constant_source"]
 
@@ -75,7 +76,7 @@ def loop_source(loop, *, boundscheck: bool, contract: bool = False) -> str:
         flags += ", fastmath={'contract'}"
     if body is None:
         parts.append(_kernel_definition(loop.kernel, flags))
-    parts.append(_loop_definition(loop.specs, body, flags))
+    parts.append(_loop_definition(loop.specs, body, flags, chunks=not boundscheck))
     return "\n\n".join(parts) + "\n"
 
 
@@ -86,7 +87,7 @@ def _kernel_definition(kernel, flags: str) -> str:
     return decorator + "\n" + ast.unparse(tree)
 
 
-def _loop_definition(specs, body, flags: str) -> str:
+def _loop_definition(specs, body, flags: str, *, chunks: bool = False) -> str:
     """``_mc_block`` runs one block's elements in order; ``_mc_loop`` runs colours in order and
     the blocks of one colour on threads (``prange``), then combines reductions in block order;
     ``_mc_loop_serial`` does the same on the calling thread only (the same blocks in the same
@@ -100,7 +101,9 @@ def _loop_definition(specs, body, flags: str) -> str:
     In ``_mc_loop`` the block is a function of its own: Numba then optimises it as fully as plain
     sequential code (inside a parfor body the same code runs measurably slower).
     ``body`` is the inlined kernel (see :mod:`.inline`) or None to call ``_mc_kernel``; ``flags``
-    the functions' Numba options but ``cache`` and ``parallel``.
+    the functions' Numba options but ``cache`` and ``parallel``; ``chunks``: a block's elements
+    may run in chunks of gathers, vectorised computing and scatters (:mod:`.vector_chunks`; not
+    where indices are checked, whose errors name the argument views of one element).
     """
     nslots = max((s.slot for s in specs), default=-1) + 1
     nmaps = max((s.map_slot for s in specs), default=-1) + 1
@@ -110,7 +113,7 @@ def _loop_definition(specs, body, flags: str) -> str:
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_plan, _mc_s, {', '.join(arrays)}):"]
     ranged = grid_rows(specs) or layer_columns(specs)
     header, rows = ranged if ranged else (_RANGE, grid_row(specs))
-    views, raw = _flat_rows(_block_lines(specs, body, reductions, header, rows), specs)
+    views, raw = _flat_rows(_block_lines(specs, body, reductions, header, rows, chunks=chunks and not ranged), specs)
     lines += ["    " + line for line in views + _starts_in_plan(raw)]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_plan, _mc_idx, _mc_at, {', '.join(arrays)}):"]
@@ -241,10 +244,11 @@ def _starts_in_plan(lines) -> list[str]:
     return lines
 
 
-def _block_lines(specs, body, reductions, header, rows) -> list[str]:
+def _block_lines(specs, body, reductions, header, rows, *, chunks: bool = False) -> list[str]:
     """The body of ``_mc_block`` (elements of a range) or ``_mc_tile`` (a tile's runs of
     consecutive elements, see :data:`_LISTED`): ``header`` opens the element loop(s) and binds
-    ``_mc_e``."""
+    ``_mc_e``; with ``chunks`` (``header`` is :data:`_RANGE`) the range runs in chunks where
+    :func:`~.vector_chunks.chunked_lines` makes them."""
     inlined = body is not None
     # whole-map views the inlined body does not use (it loads each target's values itself, or adds
     # to scalar accumulators): no view
@@ -263,6 +267,12 @@ def _block_lines(specs, body, reductions, header, rows) -> list[str]:
         element.append(f"_mc_kernel({', '.join(_view(i, s) for i, s in enumerate(specs))})")
     element += [line for i, s in enumerate(specs) for line in (_scalar_scatter(i, s) if i in scalar else
                                                                _after_kernel(i, s))]
+    chunked = None
+    if chunks and inlined and not reductions and not rows and header == _RANGE:
+        dtypes = {s.slot: np.dtype(s.dtype).name for s in specs if s.kind != GLOBAL}
+        chunked = chunked_lines(element, "_mc_starts[_mc_b]", "_mc_starts[_mc_b + 1]", dtypes)
+    if chunked is not None:
+        return lines[:-len(header)] + chunked
     inner = header[-1]
     lines += [" " * (len(inner) - len(inner.lstrip()) + 4) + line for line in element]  # inside the innermost loop
     for i in reductions:
