@@ -34,11 +34,13 @@ inlined body
   body's top level (made once per element, in order), ``+=`` or ``=``;
 * reads nothing else from its arrays: no reduction into a global (a loop-carried sum would not
   vectorise without reordering it), no value read through a non-constant index;
-* divides, takes a square root or calls a helper function: the work that vector instructions
-  speed up. A body of adds and multiplies alone keeps the one-loop form, where the gathers and
-  scatters cost as much as the computing; so does one calling a library function that has no
-  vector form (``math.exp``, ``math.sin``, a non-integer power), which would run one element at
-  a time anyway.
+* divides, takes square roots or calls helper functions, at least once per :data:`COSTLY_SHARE`
+  values it gathers and stores: the work that vector instructions speed up, against the cost of
+  moving the values through the buffers. A body of adds and multiplies keeps the one-loop form:
+  Airfoil's ``res_calc`` (2 divisions an edge for 14 values read and 8 added) ran 2-3 % slower in
+  chunks, its ``adt_calc`` (7 divisions and square roots for 13 values) 1.7x faster. So does a
+  body calling a library function that has no vector form (``math.exp``, ``math.sin``, a
+  non-integer power), which would run one element at a time anyway.
 
 MG-CFD's flux kernel over 709 792 edges (``channel_bump(32)``'s finest level, 1 thread, AMD EPYC
 with AVX-512): 22.3 ms as one loop, 10.5 ms in chunks of 64 (11.1-11.4 in chunks of 128 or 256,
@@ -74,10 +76,12 @@ from __future__ import annotations
 import ast
 import re
 
-__all__ = ["CHUNK", "chunked_lines"]
+__all__ = ["CHUNK", "COSTLY_SHARE", "chunked_lines"]
 
 #: Elements per chunk: the buffers of a chunk stay in the first-level cache (see the module docstring).
 CHUNK = 64
+#: Values gathered and stored per costly operation (a division, a square root, a helper call) at most.
+COSTLY_SHARE = 4
 
 _DAT = re.compile(r"_mc_d(\d+)$")
 _INDEX_NAMES = re.compile(r"_mc_(u|i\d+_\d+)$")
@@ -101,7 +105,8 @@ def chunked_lines(element: list[str], lo: str, hi: str, dtypes: dict) -> list[st
         return None
     indices, loads, body, stores = parts
     nodes = [node for statement in body for node in ast.walk(statement)]
-    if not stores or not any(map(_costly, nodes)) or any(map(_scalar_only, nodes)):
+    moved = len(loads) + len(stores)
+    if not stores or sum(map(_costly, nodes)) * COSTLY_SHARE < moved or any(map(_scalar_only, nodes)):
         return None
     n = CHUNK
     return [f"_mc_vg = _mc_np.empty({max(1, len(loads)) * n})", f"_mc_vo = _mc_np.empty({len(stores) * n})",
