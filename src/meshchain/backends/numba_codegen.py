@@ -113,7 +113,7 @@ def _loop_definition(specs, body, flags: str, *, chunks: bool = False) -> str:
     lines = [f"@_mc_njit(cache=True, {flags})", f"def _mc_block(_mc_b, _mc_plan, _mc_s, {', '.join(arrays)}):"]
     ranged = grid_rows(specs) or layer_columns(specs)
     header, rows = ranged if ranged else (_RANGE, grid_row(specs))
-    views, raw = _flat_rows(_block_lines(specs, body, reductions, header, rows, chunks=chunks and not ranged), specs)
+    views, raw = _flat_rows(_block_lines(specs, body, reductions, header, rows, chunks=chunks), specs)
     lines += ["    " + line for line in views + _starts_in_plan(raw)]
     lines += ["", "", f"@_mc_njit(cache=True, {flags})",
               f"def _mc_tile(_mc_b, _mc_plan, _mc_idx, _mc_at, {', '.join(arrays)}):"]
@@ -268,7 +268,7 @@ def _block_lines(specs, body, reductions, header, rows, *, chunks: bool = False)
     element += [line for i, s in enumerate(specs) for line in (_scalar_scatter(i, s) if i in scalar else
                                                                _after_kernel(i, s))]
     chunked = None
-    if chunks and inlined and not reductions and not rows and header == _RANGE:
+    if chunks and inlined and not reductions and header == _RANGE:  # (a grid's or layers' loop has its own header)
         dtypes = {s.slot: np.dtype(s.dtype).name for s in specs if s.kind != GLOBAL}
         chunked = chunked_lines(element, "_mc_starts[_mc_b]", "_mc_starts[_mc_b + 1]", dtypes)
     if chunked is not None:

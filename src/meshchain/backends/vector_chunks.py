@@ -84,6 +84,7 @@ CHUNK = 64
 COSTLY_SHARE = 4
 
 _DAT = re.compile(r"_mc_d(\d+)$")
+_MAP = re.compile(r"_mc_m\d+$")
 _INDEX_NAMES = re.compile(r"_mc_(u|i\d+_\d+)$")
 _VALUE = re.compile(r"_mc_v\d+_\d+$")
 _LOCAL = re.compile(r"_mc_[vh]\d+_\d+$")  # a value gathered, or the local of one of the element's own rows
@@ -147,8 +148,7 @@ class _Parts:
         self.loads: list = []  # (local, the expression gathered)
         self.loaded: set = set()  # (slot, row name) of every value gathered
         self.mapped: set = set()  # slots stored through a map
-        self.own: dict = {}  # (slot, component) -> its local, for rows of the element's own that the body writes
-        self.set: set = set()  # those whose local holds a value by now
+        self.set: set = set()  # (slot, component) of the element's own rows whose local holds a value by now
         self.written: list = []  # those the body writes, in the order of their first store
         self.stores: list = []  # (target, "+=", "-=" or "=", local or None)
 
@@ -167,7 +167,8 @@ class _Parts:
                 if place is None or not self._gathered(target.id, place, statement.value):
                     return None
                 continue
-            made = self._store(statement) if _store(statement) is not None else self._plain(statement)
+            store = _store(statement)
+            made = self._plain(statement) if store is None else self._store(*store)
             if made is None:
                 return None
             body.append(made)
@@ -188,10 +189,10 @@ class _Parts:
         statement = _OwnRows(self).visit(statement)
         return statement if statement is not None and _reads_only(statement, index=False) else None
 
-    def _store(self, statement):
-        slot, target, op, value = _store(statement)
-        place = _dat_place(target)
-        _, row, component = place
+    def _store(self, slot: int, target, op: str, value):
+        """A store into a dat row (:func:`_store`'s parts) made in the body as a write of its value:
+        into the buffer (a row through a map) or into the row's local (an own row)."""
+        _, row, component = _dat_place(target)
         if self.dtypes.get(slot) != "float64":
             return None
         value = _OwnRows(self).visit(value)
@@ -214,8 +215,7 @@ class _Parts:
     def _own(self, slot: int, component: int, *, read: bool) -> str | None:
         """The local of the element's own row ``slot``, ``component``; its old value gathered
         first where it is ``read`` before being set."""
-        key = (slot, component)
-        local = self.own.setdefault(key, f"_mc_h{slot}_{component}")
+        key, local = (slot, component), _own_local(slot, component)
         if read and key not in self.set:
             if not self._gathered(local, (slot, "_mc_u", component), _row(slot, "_mc_u", component)):
                 return None
@@ -231,7 +231,7 @@ class _Parts:
         if any(slot in own_slots and row != "_mc_u" for slot, row in self.loaded):
             return None
         for slot, component in self.written:
-            local = self.own[slot, component]
+            local = _own_local(slot, component)
             self.stores.append((ast.unparse(_row(slot, "_mc_u", component)), "=", local))
             body.append(ast.parse(f"_mc_vo[{_at(len(self.stores) - 1)}] = {local}").body[0])
         return body
@@ -260,6 +260,11 @@ class _OwnRows(ast.NodeTransformer):
             self.refused = True
             return node
         return ast.copy_location(ast.Name(id=local, ctx=ast.Load()), node)
+
+
+def _own_local(slot: int, component: int) -> str:
+    """The local holding the element's own row ``slot``, ``component`` while the body runs."""
+    return f"_mc_h{slot}_{component}"
 
 
 def _row(slot: int, row: str, component: int):
@@ -301,7 +306,7 @@ def _reads_only(tree, *, index: bool) -> bool:
         if isinstance(node, ast.Name) and node.id.startswith("_mc_"):
             if _LOCAL.match(node.id) or node.id == "_mc_np":
                 continue
-            if index and (node.id == "_mc_e" or _INDEX_NAMES.match(node.id) or re.match(r"_mc_m\d+$", node.id)):
+            if index and (node.id == "_mc_e" or _INDEX_NAMES.match(node.id) or _MAP.match(node.id)):
                 continue
             return False
         if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Store):
