@@ -25,11 +25,13 @@ import numpy as np
 
 from ..comm.by_address import finish_exchange, progress_all, start_exchange
 
-__all__ = ["csr_owned", "csr_halo", "csr_rows", "csr_sequence", "csr_spans", "sequence_on_ranks", "add_scaled",
+__all__ = ["csr_owned", "csr_halo", "csr_product_dot", "csr_product_dots", "csr_rows",
+           "csr_sequence", "csr_spans", "sequence_on_ranks", "add_scaled",
            "scaled_values", "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors",
            "owned_block", "ilu0", "ilu0_solve", "split_factors", "ilu_apply"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+_inline = numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")  # inlined in Numba's IR
 
 
 @_jit
@@ -38,12 +40,73 @@ def csr_owned(indptr, split, indices, values, x, y):
 
     Unsigned ``indices`` are fastest (no negative-index wraparound test per entry)."""
     for r in range(len(split)):
-        total = 0.0
-        k, end = indptr[r], split[r]
-        while k < end:
-            total += values[k] * x[indices[k]]
-            k += 1
-        y[r] = total
+        y[r] = _running_sum(0.0, indptr[r], split[r], indices, values, x)
+
+
+@_inline
+def _running_sum(total, k, end, indices, values, x):
+    """``total`` with ``values[k] * x[indices[k]]`` added one by one for ``k`` up to ``end``."""
+    while k < end:
+        total += values[k] * x[indices[k]]
+        k += 1
+    return total
+
+
+@_inline
+def _product_row(indptr, split, indices, values, halo, x, y, r):
+    """Row ``r`` of ``y = A x`` as :func:`csr_owned` (``halo``: then :func:`csr_halo`) makes
+    it, stored in ``y[r]`` and returned."""
+    if halo:
+        total = _running_sum(y[r], split[r], indptr[r + 1], indices, values, x)
+    else:
+        total = _running_sum(0.0, indptr[r], split[r], indices, values, x)
+    y[r] = total
+    return total
+
+
+@_jit
+def csr_product_dot(indptr, split, indices, values, halo, x, y):
+    """``y = A x`` as :func:`csr_product_dots` makes it, and ``(x, y)`` over this rank's rows
+    (returned): CG's ``(p, A p)``.
+
+    >>> indptr, split = np.array([0, 2, 3]), np.array([2, 3])
+    >>> y = np.zeros(2)
+    >>> csr_product_dot(indptr, split, np.array([0, 1, 1]), np.array([2.0, 1.0, 3.0]), False, np.ones(2), y), y.tolist()
+    (6.0, [3.0, 3.0])
+    """
+    xy = 0.0
+    for r in range(len(split)):
+        total = _product_row(indptr, split, indices, values, halo, x, y, r)
+        xy += x[r] * total
+    return xy
+
+
+@_jit
+def csr_product_dots(indptr, split, indices, values, halo, x, y, a, out):
+    """``y = A x`` as :func:`csr_owned` then :func:`csr_halo` (with ``halo``: ``x`` holds the
+    halo rows, received) and, in the same pass over the rows, ``out = [(a, x), (x, y), (x,
+    x)]`` over this rank's rows: the bits of the product followed by :func:`dot` or
+    :func:`~meshchain.linalg.fused.dot_pairs` (each sum runs over the rows in order), without
+    a second pass whose running sums wait on one another (CG's ``(p, A p)``; Chronopoulos/Gear's
+    ``(z, A z)``, ``(r, z)`` and ``(z, z)``). With ``halo`` the owned-column entries must be
+    in ``y`` already (:func:`csr_owned`, run while the halo travels).
+
+    >>> indptr, split = np.array([0, 2, 3]), np.array([1, 3])
+    >>> indices, values = np.array([0, 2, 1]), np.array([2.0, 1.0, 3.0])
+    >>> x, y, out = np.array([1.0, 1.0, 10.0]), np.zeros(2), np.zeros(3)
+    >>> csr_owned(indptr, split, indices, values, x, y)
+    >>> csr_product_dots(indptr, split, indices, values, True, x, y, np.array([2.0, 0.0]), out)
+    >>> y.tolist(), out.tolist()
+    ([12.0, 3.0], [2.0, 15.0, 2.0])
+    """
+    ax = xy = xx = 0.0
+    for r in range(len(split)):
+        total = _product_row(indptr, split, indices, values, halo, x, y, r)
+        xr = x[r]
+        ax += a[r] * xr
+        xy += xr * total
+        xx += xr * xr
+    out[0], out[1], out[2] = ax, xy, xx
 
 
 @_jit
@@ -54,12 +117,7 @@ def csr_halo(indptr, split, indices, values, x, y):
     end rounds differently, and Krylov methods that amplify rounding then part from PETSc's
     iterations)."""
     for r in range(len(split)):
-        total = y[r]
-        k, end = split[r], indptr[r + 1]
-        while k < end:
-            total += values[k] * x[indices[k]]
-            k += 1
-        y[r] = total
+        y[r] = _running_sum(y[r], split[r], indptr[r + 1], indices, values, x)
 
 
 @_jit

@@ -8,7 +8,12 @@ ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterati
 :func:`.krylov.cg`; :func:`cg1_iterations` and :func:`cg1_iterations_on_ranks` those of
 :func:`.krylov.cg1` (one sum per iteration), calling the very passes the Python loop calls (:mod:`.fused` and the
 CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
-order, so its iterates, residual norms and stopping iteration are the same bits;
+order, so its iterates, residual norms and stopping iteration are the same bits. (The dot
+products that follow the product, CG's ``(p, A p)`` and Chronopoulos/Gear's three sums, are
+made in the product's own pass over the rows, :func:`~meshchain.backends.sparse.csr_product_dot`:
+each sum still runs over the rows in order, so its bits are those of the separate pass, and
+the sums no longer wait on one another in a pass of their own: 7.0 → 6.0 µs a CG iteration
+on 729 unknowns);
 :func:`bicgstab_iterations`, :func:`pipebicgstab_iterations` and :func:`gmres_cycle` those of
 :func:`.nonsymmetric.bicgstab`, :func:`.nonsymmetric.pipebicgstab` and one restart cycle of
 :func:`.nonsymmetric.gmres`, on one process and on several (their MPI calls by address, so they
@@ -43,7 +48,7 @@ import math
 import numba
 import numpy as np
 
-from ..backends.sparse import csr_halo, csr_owned, ilu_apply
+from ..backends.sparse import csr_halo, csr_owned, csr_product_dot, csr_product_dots, ilu_apply
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
 from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, gropp_direction,
@@ -101,10 +106,9 @@ def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, pc, state
     out = np.zeros(3)
     dinv, factored = pc[0], len(pc[7]) > 0
     for k in range(len(history)):
-        csr_owned(indptr, split, indices, values, p, w)
         if halo:
-            csr_halo(indptr, split, indices, values, p, w)
-        pw = dot(p, w)
+            csr_owned(indptr, split, indices, values, p, w)
+        pw = csr_product_dot(indptr, split, indices, values, halo, p, w)  # the bits of the product, then dot(p, w)
         if not (math.isfinite(pw) and pw > 0.0):
             return i, CURVATURE, pw, 2 * k + 1, k
         cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
@@ -147,11 +151,13 @@ def _on_ranks():
         dinv, factored = pc[0], len(pc[7]) > 0
         for k in range(len(history)):
             error = start_rows(p_all, send_at, send, requests)
-            csr_owned(indptr, split, indices, values, p_all, w)
-            error = error or finish_rows(p_all, receive_at, receive, requests, statuses)
             if halo:
-                csr_halo(indptr, split, indices, values, p_all, w)
-            mine[0] = dot(p, w)
+                csr_owned(indptr, split, indices, values, p_all, w)
+                error = error or finish_rows(p_all, receive_at, receive, requests, statuses)
+                mine[0] = csr_product_dot(indptr, split, indices, values, True, p_all, w)
+            else:  # no halo column: the product while the messages travel
+                mine[0] = csr_product_dot(indptr, split, indices, values, False, p_all, w)
+                error = error or finish_rows(p_all, receive_at, receive, requests, statuses)
             error = error or sum_over_ranks(mine[:1], total[:1], handles)
             if error:
                 return i, COMMUNICATION, float(error), 2 * k + 1, k
@@ -204,10 +210,9 @@ def cg1_iterations(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv,
     denominator)."""
     out = np.zeros(3)
     for k in range(len(history)):
-        csr_owned(indptr, split, indices, values, z, s)
         if halo:
-            csr_halo(indptr, split, indices, values, z, s)
-        dot_pairs(r, z, z, s, z, z, out)
+            csr_owned(indptr, split, indices, values, z, s)
+        csr_product_dots(indptr, split, indices, values, halo, z, s, r, out)  # as dot_pairs(r, z, z, s, z, z)
         history[k], why, value, beta = _cg1_step(i, out, state, target, maxiter)
         if why != GOING:
             return i, why, value, k + 1, k + 1
@@ -233,11 +238,13 @@ def _cg1_on_ranks():
         out, total = np.zeros(3), np.zeros(3)
         for k in range(len(history)):
             error = start_rows(z_all, send_at, send, requests)
-            csr_owned(indptr, split, indices, values, z_all, s)
-            error = error or finish_rows(z_all, receive_at, receive, requests, statuses)
             if halo:
-                csr_halo(indptr, split, indices, values, z_all, s)
-            dot_pairs(r, z, z, s, z, z, out)
+                csr_owned(indptr, split, indices, values, z_all, s)
+                error = error or finish_rows(z_all, receive_at, receive, requests, statuses)
+                csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
+            else:  # no halo column: the product while the messages travel
+                csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
+                error = error or finish_rows(z_all, receive_at, receive, requests, statuses)
             error = error or sum_over_ranks(out, total, handles)
             if error:
                 return i, COMMUNICATION, float(error), k + 1, k
