@@ -52,7 +52,8 @@ from ..backends.sparse import csr_halo, csr_owned, csr_product_dot, csr_product_
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
 from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, gropp_direction,
-                    gropp_update, lincomb, pipecg_update, pipecr_update, residual, scal, scale, waxpy)
+                    gropp_update, lincomb, pipebicgstab_sums, pipecg_update, pipecr_update, residual, scal, scale,
+                    waxpy)
 from .replacement import EPS, TOL
 
 __all__ = ["cg_start", "cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks",
@@ -615,7 +616,7 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         waxpy(q, -alpha, s, r)
         waxpy(q2, -alpha, s2, r2)
         waxpy(y, -alpha, z, w)
-        two[0], two[1] = dot(q, y), dot(y, y)
+        dot_two(q, y, y, y, two)  # the bits of dot(q, y), dot(y, y), in one pass
         error = _overlapped(distributed, functions, handles, two, sums2, request, status, indptr, split, indices,
                             values, halo, pc, z, z2, z2_all, v, exchange)
         done += 1
@@ -634,7 +635,7 @@ def pipebicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, r2, 
         waxpy(r2, -omega, r2, q2)
         waxpy(w, -alpha, v, t)
         waxpy(w, -omega, w, y)
-        five[0], five[1], five[2], five[3], five[4] = dot(r, r), dot(r, rp), dot(s, rp), dot(w, rp), dot(z, rp)
+        pipebicgstab_sums(r, s, w, z, rp, five)  # the bits of five dot calls, in one pass
         error = _overlapped(distributed, functions, handles, five, sums5, request, status, indptr, split, indices,
                             values, halo, pc, w, w2, w2_all, t, exchange)
         done += 1

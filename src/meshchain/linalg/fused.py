@@ -26,7 +26,7 @@ import numpy as _np
 
 __all__ = ["residual", "scale", "aypx", "dot", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
            "gropp_update", "gropp_direction", "pipecr_update", "copy", "scal", "axpy", "waxpy", "lincomb",
-           "dot_two", "mdot", "maxpy"]
+           "dot_two", "pipebicgstab_sums", "mdot", "maxpy"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -246,6 +246,29 @@ def dot_two(a, b, c, d, out):
         s0 += a[i] * b[i]
         s1 += c[i] * d[i]
     out[0], out[1] = s0, s1
+
+
+@_jit
+def pipebicgstab_sums(r, s, w, z, rp, out):
+    """``out = [(r, r), (r, rp), (s, rp), (w, rp), (z, rp)]`` in one pass: pipelined
+    BiCGStab's five sums, each over the entries in order (the bits of five :func:`dot` calls,
+    without five passes whose running sums each wait on their last add).
+
+    >>> import numpy as np
+    >>> out, r, z = np.zeros(5), np.array([1.0, 2.0]), np.array([0.0, 3.0])
+    >>> pipebicgstab_sums(r, np.ones(2), np.zeros(2), z, np.array([2.0, 1.0]), out)
+    >>> out.tolist()
+    [5.0, 4.0, 3.0, 0.0, 3.0]
+    """
+    s0 = s1 = s2 = s3 = s4 = 0.0
+    for i in range(len(r)):
+        ri, pi = r[i], rp[i]
+        s0 += ri * ri
+        s1 += ri * pi
+        s2 += s[i] * pi
+        s3 += w[i] * pi
+        s4 += z[i] * pi
+    out[0], out[1], out[2], out[3], out[4] = s0, s1, s2, s3, s4
 
 
 @_jit
