@@ -54,8 +54,9 @@ def _running_sum(total, k, end, indices, values, x):
 
 @_inline
 def _product_row(indptr, split, indices, values, halo, x, y, r):
-    """Row ``r`` of ``y = A x`` as :func:`csr_owned` (``halo``: then :func:`csr_halo`) makes
-    it, stored in ``y[r]`` and returned."""
+    """Row ``r`` of ``y = A x``, stored in ``y[r]`` and returned: without ``halo`` its
+    owned-column entries as :func:`csr_owned` sums them; with ``halo`` its halo-column entries
+    added to the ``y[r]`` that :func:`csr_owned` made, as :func:`csr_halo` adds them."""
     if halo:
         total = _running_sum(y[r], split[r], indptr[r + 1], indices, values, x)
     else:
@@ -66,8 +67,9 @@ def _product_row(indptr, split, indices, values, halo, x, y, r):
 
 @_jit
 def csr_product_dot(indptr, split, indices, values, halo, x, y):
-    """``y = A x`` as :func:`csr_product_dots` makes it, and ``(x, y)`` over this rank's rows
-    (returned): CG's ``(p, A p)``.
+    """The product's last pass as :func:`csr_product_dots` makes it, and ``(x, y)`` over this
+    rank's rows (returned, the bits of :func:`~meshchain.linalg.fused.dot` after the product):
+    CG's ``(p, A p)``.
 
     >>> indptr, split = np.array([0, 2, 3]), np.array([2, 3])
     >>> y = np.zeros(2)
@@ -83,13 +85,13 @@ def csr_product_dot(indptr, split, indices, values, halo, x, y):
 
 @_jit
 def csr_product_dots(indptr, split, indices, values, halo, x, y, a, out):
-    """``y = A x`` as :func:`csr_owned` then :func:`csr_halo` (with ``halo``: ``x`` holds the
-    halo rows, received) and, in the same pass over the rows, ``out = [(a, x), (x, y), (x,
-    x)]`` over this rank's rows: the bits of the product followed by :func:`dot` or
-    :func:`~meshchain.linalg.fused.dot_pairs` (each sum runs over the rows in order), without
-    a second pass whose running sums wait on one another (CG's ``(p, A p)``; Chronopoulos/Gear's
-    ``(z, A z)``, ``(r, z)`` and ``(z, z)``). With ``halo`` the owned-column entries must be
-    in ``y`` already (:func:`csr_owned`, run while the halo travels).
+    """The product's last pass, ``y = A x`` (without ``halo``: the owned-column entries, as
+    :func:`csr_owned`; with ``halo``: the halo-column entries added to what :func:`csr_owned`
+    made, ``x`` holding the received halo rows, as :func:`csr_halo`), and in the same pass over
+    the rows ``out = [(a, x), (x, y), (x, x)]`` over this rank's rows: the bits of the product
+    followed by :func:`~meshchain.linalg.fused.dot_pairs` (each sum runs over the rows in
+    order), without a second pass whose running sums wait on one another (Chronopoulos/Gear's
+    ``(z, A z)``, ``(r, z)`` and ``(z, z)``).
 
     >>> indptr, split = np.array([0, 2, 3]), np.array([1, 3])
     >>> indices, values = np.array([0, 2, 1]), np.array([2.0, 1.0, 3.0])

@@ -10,10 +10,10 @@ ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterati
 CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
 order, so its iterates, residual norms and stopping iteration are the same bits. (The dot
 products that follow the product, CG's ``(p, A p)`` and Chronopoulos/Gear's three sums, are
-made in the product's own pass over the rows, :func:`~meshchain.backends.sparse.csr_product_dot`:
-each sum still runs over the rows in order, so its bits are those of the separate pass, and
-the sums no longer wait on one another in a pass of their own: 7.0 → 6.0 µs a CG iteration
-on 729 unknowns);
+made in the product's own pass over the rows, :func:`~meshchain.backends.sparse.csr_product_dot`
+and :func:`~meshchain.backends.sparse.csr_product_dots`: each sum still runs over the rows in
+order, so its bits are those of the separate pass, and its adds no longer wait on one another
+in a pass of their own: 6.9 → 6.0-6.4 µs a CG iteration on 729 unknowns);
 :func:`bicgstab_iterations`, :func:`pipebicgstab_iterations` and :func:`gmres_cycle` those of
 :func:`.nonsymmetric.bicgstab`, :func:`.nonsymmetric.pipebicgstab` and one restart cycle of
 :func:`.nonsymmetric.gmres`, on one process and on several (their MPI calls by address, so they
