@@ -25,7 +25,7 @@ import numpy as np
 
 from ..comm.by_address import finish_exchange, progress_all, start_exchange
 
-__all__ = ["csr_owned", "csr_halo", "csr_product_dot", "csr_product_dots", "csr_rows",
+__all__ = ["csr_owned", "csr_halo", "csr_product_dot", "csr_product_dots", "csr_product_scaled_dots", "csr_rows",
            "csr_sequence", "csr_spans", "sequence_on_ranks", "add_scaled",
            "scaled_values", "largest_row_sum", "same_values", "scatter_add", "scatter_set", "gauss_seidel_factors",
            "owned_block", "ilu0", "ilu0_solve", "split_factors", "ilu_apply"]
@@ -120,6 +120,29 @@ def csr_halo(indptr, split, indices, values, x, y):
     iterations)."""
     for r in range(len(split)):
         y[r] = _running_sum(y[r], split[r], indptr[r + 1], indices, values, x)
+
+
+@_jit
+def csr_product_scaled_dots(indptr, split, indices, values, halo, x, y, scale, v, a, out):
+    """The product's last pass as :func:`csr_product_dots` makes it, ``v = scale y`` (a
+    pointwise preconditioner, as :func:`~meshchain.linalg.fused.scale`) and ``out = [(a, v),
+    (v, v)]`` over this rank's rows, in the same pass: the bits of the three passes one after
+    another (BiCGStab's ``B A p`` with ``(B A p, r~)``, and ``B A s`` with its two sums).
+
+    >>> indptr, split = np.array([0, 2, 3]), np.array([2, 3])
+    >>> y, v, out = np.zeros(2), np.zeros(2), np.zeros(2)
+    >>> csr_product_scaled_dots(indptr, split, np.array([0, 1, 1]), np.array([2.0, 1.0, 3.0]), False, np.ones(2), y,
+    ...                         np.array([0.5, 2.0]), v, np.array([1.0, 1.0]), out)
+    >>> y.tolist(), v.tolist(), out.tolist()
+    ([3.0, 3.0], [1.5, 6.0], [7.5, 38.25])
+    """
+    av = vv = 0.0
+    for r in range(len(split)):
+        vr = scale[r] * _product_row(indptr, split, indices, values, halo, x, y, r)
+        v[r] = vr
+        av += a[r] * vr
+        vv += vr * vr
+    out[0], out[1] = av, vv
 
 
 @_jit

@@ -48,12 +48,13 @@ import math
 import numba
 import numpy as np
 
-from ..backends.sparse import csr_halo, csr_owned, csr_product_dot, csr_product_dots, ilu_apply
+from ..backends.sparse import (csr_halo, csr_owned, csr_product_dot, csr_product_dots, csr_product_scaled_dots,
+                               ilu_apply)
 from ..backends.vector_table import vector_at
 from ..comm.by_address import finish_exchange, start_allreduce, start_exchange, sum_all, wait_one
 from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot, dot_pairs, dot_two, gropp_direction,
                     gropp_update, lincomb, pipebicgstab_sums, pipecg_update, pipecr_update, residual, scal, scale,
-                    waxpy)
+                    waxpy, waxpy_dots)
 from .replacement import EPS, TOL
 
 __all__ = ["cg_start", "cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks",
@@ -298,6 +299,39 @@ def _product(distributed, functions, handles, indptr, split, indices, values, ha
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _product_and_sums(distributed, functions, handles, indptr, split, indices, values, halo, source_all, target,
+                      exchange, pc, v, a, out, both):
+    """``target = A source`` as :func:`_product` makes it, ``v = B target`` (:func:`precondition`)
+    and ``out = [(a, v), (v, v)]`` over this rank's rows (without ``both``, ``out[0]`` alone
+    is wanted): with a pointwise ``B`` in the product's last pass
+    (:func:`~meshchain.backends.sparse.csr_product_scaled_dots`, the same bits), else pass after
+    pass. The MPI error code."""
+    if len(pc[7]) != 0:  # ILU(0): its triangular solves need the whole product first
+        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, source_all, target,
+                         exchange)
+        precondition(pc, target, v)
+        if both:
+            dot_two(a, v, v, v, out)
+        else:
+            out[0] = dot(a, v)
+        return error
+    send_at, send, receive_at, receive, requests, statuses = exchange
+    error = 0
+    if distributed:
+        error = start_exchange(functions, source_all, send_at, send, requests)
+    if halo:  # the owned columns while the messages travel, the halo's after them
+        csr_owned(indptr, split, indices, values, source_all, target)
+        if distributed:
+            error = error or finish_exchange(functions, source_all, receive_at, receive, requests, statuses)
+        csr_product_scaled_dots(indptr, split, indices, values, True, source_all, target, pc[0], v, a, out)
+    else:  # no halo column: all of it while the messages travel
+        csr_product_scaled_dots(indptr, split, indices, values, False, source_all, target, pc[0], v, a, out)
+        if distributed:
+            error = error or finish_exchange(functions, source_all, receive_at, receive, requests, statuses)
+    return error
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _summed(distributed, functions, handles, mine, total):
     """``total = mine`` summed over ranks (one process: copied); the MPI error code."""
     if not distributed:
@@ -329,9 +363,8 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
             return i, RHO, rho, done, k
         beta = (rho / rho_old) * (alpha / omega_old)
         lincomb(1.0, r, -omega_old * beta, v, beta, p)
-        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, p_all, z, exchange)
-        precondition(pc, z, v)
-        out[0] = dot(v, rp)
+        error = _product_and_sums(distributed, functions, handles, indptr, split, indices, values, halo, p_all, z,
+                                  exchange, pc, v, rp, out, False)  # out[0]: the bits of dot(v, rp)
         error = error or _summed(distributed, functions, handles, out[:1], one)
         done += 1
         if error:
@@ -341,9 +374,8 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
             return i, DENOMINATOR, d1, done, k
         alpha = rho / d1
         waxpy(s, -alpha, v, r)
-        error = _product(distributed, functions, handles, indptr, split, indices, values, halo, s_all, z, exchange)
-        precondition(pc, z, t)
-        dot_two(s, t, t, t, out)
+        error = _product_and_sums(distributed, functions, handles, indptr, split, indices, values, halo, s_all, z,
+                                  exchange, pc, t, s, out, True)  # the bits of dot_two(s, t, t, t)
         error = error or _summed(distributed, functions, handles, out, two)
         done += 1
         if error:
@@ -355,9 +387,8 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
         omega = st / tt
         axpy(alpha, p, x)
         axpy(omega, s, x)
-        waxpy(r, -omega, t, s)
+        waxpy_dots(r, -omega, t, s, rp, out)  # the bits of waxpy(r, -omega, t, s), dot_two(r, r, r, rp)
         rho_old, omega_old = rho, omega
-        dot_two(r, r, r, rp, out)
         error = _summed(distributed, functions, handles, out, two)
         done += 1
         if error:

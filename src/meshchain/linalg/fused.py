@@ -26,7 +26,7 @@ import numpy as _np
 
 __all__ = ["residual", "scale", "aypx", "dot", "dot_pairs", "cg_update", "cg1_update", "pipecg_start", "pipecg_update",
            "gropp_update", "gropp_direction", "pipecr_update", "copy", "scal", "axpy", "waxpy", "lincomb",
-           "dot_two", "pipebicgstab_sums", "mdot", "maxpy"]
+           "dot_two", "waxpy_dots", "pipebicgstab_sums", "mdot", "maxpy"]
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -229,6 +229,26 @@ def waxpy(w, alpha, x, y):
     """``w = alpha x + y`` (``w`` may be ``x`` or ``y``)."""
     for i in range(len(w)):
         w[i] = alpha * x[i] + y[i]
+
+
+@_jit
+def waxpy_dots(w, alpha, x, y, c, out):
+    """:func:`waxpy` (``w = alpha x + y``) and ``out = [(w, w), (w, c)]`` in the same pass: the
+    bits of :func:`waxpy` then :func:`dot_two` (BiCGStab's new residual, its norm and ``rho``).
+
+    >>> import numpy as np
+    >>> w, out = np.zeros(2), np.zeros(2)
+    >>> waxpy_dots(w, 2.0, np.array([1.0, 2.0]), np.array([1.0, 0.0]), np.array([1.0, 1.0]), out)
+    >>> w.tolist(), out.tolist()
+    ([3.0, 4.0], [25.0, 7.0])
+    """
+    ww = wc = 0.0
+    for i in range(len(w)):
+        wi = alpha * x[i] + y[i]
+        w[i] = wi
+        ww += wi * wi
+        wc += wi * c[i]
+    out[0], out[1] = ww, wc
 
 
 @_jit
