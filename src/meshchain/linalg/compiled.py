@@ -345,9 +345,10 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
                         maxiter, history, distributed, p_all, s_all, exchange, functions, handles):
     """Iterations ``i + 1, ...`` of :func:`.nonsymmetric.bicgstab` with a pointwise
     preconditioner (``pc``: :func:`precondition`'s) from ``state = [rho, rho_old, alpha, omega_old]`` at the top of its
-    loop: ``(iteration, why, value, reductions, norms written to history)``. The same passes,
+    loop: ``(iteration, why, value, reductions, norms written to history)``. The same bits,
     sums (each over ranks with the Python loop's counts: 1, 2, 2 values) and decisions as the
-    Python loop: :data:`NORM` when the norm tested (``value``) met the target, is not finite,
+    Python loop (its sums made in the passes that make their operands: :func:`_product_and_sums`,
+    :func:`.fused.waxpy_dots`): :data:`NORM` when the norm tested (``value``) met the target, is not finite,
     grew beyond ``dtol`` or reached ``maxiter``; :data:`RHO`, :data:`DENOMINATOR`,
     :data:`STALLED_T` or :data:`STALLED_S` where the loop breaks down or stalls (before ``x``
     moves: ``state[2]`` holds that iteration's ``alpha``); :data:`GOING` when ``history`` is
