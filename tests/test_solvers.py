@@ -4,6 +4,8 @@ and give its solution to round-off; breakdowns and bad input are reported, never
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
@@ -251,6 +253,41 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
     assert inside.true_residual == loop.true_residual
     if comm.rank == 0:
         np.testing.assert_array_equal(x_inside, x_loop)
+
+
+@pytest.mark.mpi(nprocs=(2,), timeout=300)
+def test_compiled_iterations_on_ranks_without_halo_columns_keep_the_python_loops_bits(comm, monkeypatch):
+    """Two meshes apart, one per rank: no rank's matrix has a halo column, so the compiled
+    iterations make each product, and the sums made in its pass (``csr_product_dot``,
+    ``csr_product_dots``, ``csr_product_scaled_dots``), while the (empty) exchange is in flight.
+    The iterates and norms are the Python loop's, bit for bit."""
+    from meshchain.meshes.generators import UnstructuredMesh
+
+    solve_module = importlib.import_module("meshchain.linalg.solve")
+    halos = []
+    inside = solve_module.SolveRun._inside
+
+    def spy(run, *args):
+        found = inside(run, *args)
+        halos.append(None if found is None else bool(found[-1]))
+        return found
+
+    monkeypatch.setattr(solve_module.SolveRun, "_inside", spy)
+    one = structured_quads(6, 6)
+    apart = UnstructuredMesh.from_cells(np.vstack([one.coords, one.coords + [10.0, 0.0]]),
+                                        np.vstack([one.cells, one.cells + one.nnode]), one.cell_type)
+    mc.reset_runtime(comm=comm)
+    problem = Problem(apart, seed=3)
+    for method, pc in (("cg", None), ("cg", "jacobi"), ("cg1", "jacobi"), ("bicgstab", "jacobi"),
+                       ("bicgstab", "bjacobi-ilu")):
+        compiled, x_compiled = problem.solve(method, pc, rtol=1e-10)
+        assert halos[-1] is False, (method, pc, halos)  # compiled, with no halo column on this rank
+        loop, x_loop = problem.solve(method, pc, rtol=1e-10, monitor=lambda i, norm: None)
+        assert compiled.converged and compiled.iterations > 3, (method, pc, compiled.iterations)
+        assert compiled.residual_history == loop.residual_history, (method, pc)
+        assert compiled.reductions == loop.reductions
+        if comm.rank == 0:
+            np.testing.assert_array_equal(x_compiled, x_loop)
 
 
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
