@@ -97,28 +97,72 @@ _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reorder
 
 
 @_fast
-def _dots(a, b0, b1, b2, b3, width, n, out, at, stride):
-    """``out[at + i stride] = aᵀ b_i`` for ``i < width`` (at most 4; the ``b_i`` beyond are not
-    read) over the first ``n`` entries, in one pass: ``a`` is read once for all of them."""
-    s0 = s1 = s2 = s3 = 0.0
-    if width == 4:
+def _tile(a0, a1, rows, b0, b1, b2, b3, width, n, out, at, step, stride):
+    """``out[at + r step + i stride] = a_rᵀ b_i`` for ``r < rows`` (1 or 2; ``a1`` is not read
+    with 1) and ``i < width`` (1 to 4; the ``b_i`` beyond are not read), over the first ``n``
+    entries, in one pass: up to eight sums from six vectors read once (against one vector and
+    four: 7.3 → 5.2 µs :func:`block_sums` of ``s = 4`` over 2179 entries, AMD EPYC). A loop
+    for each shape, so that each is vectorised with its sums in registers."""
+    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+    if rows == 2 and width == 4:
         for i in range(n):
-            s0 += a[i] * b0[i]
-            s1 += a[i] * b1[i]
-            s2 += a[i] * b2[i]
-            s3 += a[i] * b3[i]
+            x0, x1, y0, y1, y2, y3 = a0[i], a1[i], b0[i], b1[i], b2[i], b3[i]
+            s00 += x0 * y0
+            s01 += x0 * y1
+            s02 += x0 * y2
+            s03 += x0 * y3
+            s10 += x1 * y0
+            s11 += x1 * y1
+            s12 += x1 * y2
+            s13 += x1 * y3
+    elif rows == 2 and width == 3:
+        for i in range(n):
+            x0, x1, y0, y1, y2 = a0[i], a1[i], b0[i], b1[i], b2[i]
+            s00 += x0 * y0
+            s01 += x0 * y1
+            s02 += x0 * y2
+            s10 += x1 * y0
+            s11 += x1 * y1
+            s12 += x1 * y2
+    elif rows == 2 and width == 2:
+        for i in range(n):
+            x0, x1, y0, y1 = a0[i], a1[i], b0[i], b1[i]
+            s00 += x0 * y0
+            s01 += x0 * y1
+            s10 += x1 * y0
+            s11 += x1 * y1
+    elif rows == 2:
+        for i in range(n):
+            s00 += a0[i] * b0[i]
+            s10 += a1[i] * b0[i]
+    elif width == 4:
+        for i in range(n):
+            x0 = a0[i]
+            s00 += x0 * b0[i]
+            s01 += x0 * b1[i]
+            s02 += x0 * b2[i]
+            s03 += x0 * b3[i]
     elif width == 3:
         for i in range(n):
-            s0 += a[i] * b0[i]
-            s1 += a[i] * b1[i]
-            s2 += a[i] * b2[i]
+            x0 = a0[i]
+            s00 += x0 * b0[i]
+            s01 += x0 * b1[i]
+            s02 += x0 * b2[i]
     elif width == 2:
         for i in range(n):
-            s0 += a[i] * b0[i]
-            s1 += a[i] * b1[i]
+            s00 += a0[i] * b0[i]
+            s01 += a0[i] * b1[i]
     else:
         for i in range(n):
-            s0 += a[i] * b0[i]
+            s00 += a0[i] * b0[i]
+    _put(out, at, stride, width, s00, s01, s02, s03)
+    if rows == 2:
+        _put(out, at + step, stride, width, s10, s11, s12, s13)
+
+
+@_fast
+def _put(out, at, stride, width, s0, s1, s2, s3):
+    """``out[at + i stride] = s_i`` for ``i < width``."""
     out[at] = s0
     if width > 1:
         out[at + stride] = s1
@@ -133,24 +177,27 @@ def block_sums(Y, m, AQ, count, w, weighted, out):
     """Into ``out``: ``Rᵀ V`` (``m × (m + 1)``, row-major; ``V = Y[:m + 1]``, ``R = Y[:m]``),
     ``(Â P_old)ᵀ R`` (``count × m``; ``Â P_old = AQ[:count]``) and ``v_0ᵀ diag(w) v_0`` (or
     ``v_0ᵀ v_0`` unweighted), over the first ``n = len(w)`` entries of each row: the numbers
-    of one outer iteration's reduction. The products of one row with up to four others are
-    made in one pass (:func:`_dots`)."""
+    of one outer iteration's reduction. Two rows of ``R`` at a time against up to four others
+    in one pass (:func:`_tile`; of ``Rᵀ V`` the upper triangle, and the entry below the
+    diagonal of each pair of rows, then mirrored)."""
     n, width = len(w), m + 1
-    for a in range(m):
-        c = a
-        while c < width:  # Y[a]ᵀ Y[c .. c + 3]
+    for a in range(0, m, 2):
+        rows, c = min(2, m - a), a
+        while c < width:  # Y[a], Y[a + 1] against Y[c .. c + 3]
             k = min(4, width - c)
-            _dots(Y[a], Y[c], Y[min(c + 1, m)], Y[min(c + 2, m)], Y[min(c + 3, m)], k, n, out, a * width + c, 1)
+            _tile(Y[a], Y[a + rows - 1], rows, Y[c], Y[min(c + 1, m)], Y[min(c + 2, m)], Y[min(c + 3, m)], k, n, out,
+                  a * width + c, width, 1)
             c += k
+    for a in range(m):
         for c in range(a + 1, m):
             out[c * width + a] = out[a * width + c]
     base, last = m * width, max(count - 1, 0)
-    for a in range(m):  # AQ[k]ᵀ Y[a] into out[base + k m + a]
-        k = 0
+    for a in range(0, m, 2):  # AQ[k]ᵀ Y[a] into out[base + k m + a]
+        rows, k = min(2, m - a), 0
         while k < count:
             q = min(4, count - k)
-            _dots(Y[a], AQ[k], AQ[min(k + 1, last)], AQ[min(k + 2, last)], AQ[min(k + 3, last)], q, n, out,
-                  base + k * m + a, m)
+            _tile(Y[a], Y[a + rows - 1], rows, AQ[k], AQ[min(k + 1, last)], AQ[min(k + 2, last)], AQ[min(k + 3, last)],
+                  q, n, out, base + k * m + a, 1, m)
             k += q
     if weighted:
         y, total = Y[0], 0.0
