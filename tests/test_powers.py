@@ -321,8 +321,10 @@ def test_a_sequence_plan_runs_shifted_and_scaled_products_again_and_again(comm):
 def test_a_sequence_plan_has_the_bits_of_powers_on_float_data(comm, mesh, dim, seed, steps):
     """On float data (sums rounded), a sequence plan's shifted products (on several ranks
     computed partly while the exchange's messages travel, every product's rows that need no
-    received value first) have the bits of ``sequences`` (the exchange, then each product)."""
-    from meshchain.engine.powers import sequences
+    received value first) have the bits of ``sequences`` (the exchange, then each product);
+    the owned rows are ordered so that each product's rows before and after the messages are
+    one run each."""
+    from meshchain.engine.powers import rows_before_arrival, sequences
 
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed)
@@ -347,6 +349,9 @@ def test_a_sequence_plan_has_the_bits_of_powers_on_float_data(comm, mesh, dim, s
         y.data[...] = rows[k, :y.data.size].reshape(y.data.shape)
     equal_on_rank_0(comm, [(w.gather(), h.gather()) for w, h in zip(want, have)],
                     "sequence plan against sequences on float data")
+    indptr, _, indices, targets = plan.rows.unsigned
+    _, at = rows_before_arrival(indptr, indices, targets, plan.counts, plan.rows.count(0), plan.width)
+    assert (np.diff(at) <= 2).all(), np.diff(at)  # (first, end) pairs: at most one run each
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -50,9 +50,10 @@ __all__ = ["PowersRows", "SequencePlan", "sequence_plan", "powers"]
 
 
 class PowersRows:
-    """The rows an ``s``-step product runs on this rank: owned rows first (the matrix's),
-    then those of halo layers ``1..(s-1) d`` by layer; ``targets`` the scalar row of a dat
-    each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
+    """The rows an ``s``-step product runs on this rank: owned rows first (the matrix's; on
+    several ranks those that need no received value in more of the products first,
+    :func:`_early_first`), then those of halo layers ``1..(s-1) d`` by layer; ``targets`` the
+    scalar row of a dat each one writes, ``ends[l]`` how many of them lie in layers ``0..l``."""
 
     __slots__ = ("steps", "indptr", "split", "indices", "values", "targets", "ends", "version", "layout", "exchanges",
                  "unsigned", "scaled", "scaled_by", "plans", "refill")
@@ -351,21 +352,56 @@ def rows_before_arrival(indptr, indices, targets, counts, owned: int, width: int
     >>> [spans[at[i]:at[i + 1]].tolist() for i in range(4)]
     [[0, 1], [1, 3], [], [0, 2]]
     """
-    kind = np.asarray(indptr).dtype
+    pieces = []
+    for early in _early_rows(indptr, indices, targets, counts, owned, width):
+        pieces += [_runs(early), _runs(~early)]
+    at = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(np.int64)
+    return np.concatenate(pieces).astype(np.asarray(indptr).dtype), at
+
+
+def _early_rows(indptr, indices, targets, counts, owned: int, width: int):
+    """For each product ``k`` in turn, which of its rows (the first ``counts[k]``) need no
+    received value (see :func:`rows_before_arrival`). A row early in product ``k + 1`` is
+    early in product ``k``: its own entry was written early."""
     indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
     targets = np.asarray(targets, dtype=np.int64)
     ready = np.arange(width) < owned
-    pieces = []
     for count in np.asarray(counts, dtype=np.int64):
         lengths = np.diff(indptr[:count + 1])
         row_of_entry = np.repeat(np.arange(count), lengths)
         missing = np.bincount(row_of_entry, weights=~ready[indices[:indptr[count]]], minlength=count)
         early = (missing == 0) & ready[targets[:count]]  # the shift reads the row's own entry
-        pieces += [_runs(early), _runs(~early)]
+        yield early
         ready = np.zeros(width, dtype=bool)
         ready[targets[:count][early]] = True
-    at = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(np.int64)
-    return np.concatenate(pieces).astype(kind), at
+
+
+def _early_first(indptr, indices, targets, counts, owned: int) -> np.ndarray | None:
+    """An order of the owned rows (the first ``owned``) in which those early in more of the
+    products of ``counts`` come first, each kind in the matrix's order (None: that order
+    already). Each product's early rows are then one run from the first row and its late
+    ones one or two runs, not a run per stretch of rows between two near the halo: a
+    product of ``s = 4`` over 2179 owned rows and 779 halo rows was 648 runs, and its
+    sequence took 70.6 µs against 60.4 µs as one run per product (AMD EPYC)."""
+    width = max(int(np.max(indices, initial=-1)) + 1, int(np.max(targets, initial=-1)) + 1)
+    levels = np.zeros(owned, dtype=np.int64)
+    for early in _early_rows(indptr, indices, targets, counts, owned, width):
+        levels += early[:owned]
+    order = np.argsort(-levels, kind="stable")
+    return None if np.array_equal(order, np.arange(owned)) else order
+
+
+def _rows_in_order(indptr, split, indices, values, targets, order: np.ndarray) -> tuple:
+    """The arrays of CSR rows with the first ``len(order)`` rows taken in ``order`` (the rest
+    as they are), and the places of the new first rows' entries among the old ones."""
+    lengths = np.diff(indptr[:len(order) + 1])[order]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    entries = np.repeat(indptr[order] - starts[:-1], lengths) + np.arange(starts[-1])
+    first, head = len(order), int(starts[-1])
+    return (np.concatenate([starts, indptr[first + 1:]]),
+            np.concatenate([starts[:-1] + split[order] - indptr[order], split[first:]]),
+            np.concatenate([indices[entries], indices[head:]]), np.concatenate([values[entries], values[head:]]),
+            np.concatenate([targets[order], targets[first:]]), entries)
 
 
 def _runs(chosen: np.ndarray) -> np.ndarray:
@@ -443,15 +479,17 @@ class _Refill:
     :func:`_fetch` exchanges (None where a refresh exchanges nothing, and once the entries sent
     are found), ``halo`` the halo elements whose rows follow the owned ones and
     ``gather`` the flat places of their entries in those rows of the table (in the rows'
-    order), the table's ``shape`` and the halo layers exchanged (``reach``). A table of the
+    order), the table's ``shape``, the halo layers exchanged (``reach``) and ``order``, the
+    places of the owned rows' entries among the pattern's (None: the pattern's order; see
+    :func:`_early_first`). A table of the
     rows sent and received only and its exchange are made at the first refresh and kept
     (:meth:`close` frees the exchange); a refresh fills only the entries a neighbour receives."""
 
-    __slots__ = ("source", "owned", "halo", "gather", "shape", "reach", "sent", "table", "exchange")
+    __slots__ = ("source", "owned", "halo", "gather", "shape", "reach", "order", "sent", "table", "exchange")
 
-    def __init__(self, source, owned, halo, gather, shape, reach: int):
+    def __init__(self, source, owned, halo, gather, shape, reach: int, order):
         self.source, self.owned, self.halo, self.gather = source, owned, halo, gather
-        self.shape, self.reach = shape, reach
+        self.shape, self.reach, self.order = shape, reach, order
         self.sent = self.table = self.exchange = None
 
     def halo_values(self, session, layout, values: np.ndarray) -> np.ndarray:
@@ -496,8 +534,8 @@ def _refresh(matrices, mat, pattern, rows: PowersRows) -> None:
     structure and layout; collective on several ranks): the bits :func:`_build` would give,
     without sorting the halo rows again."""
     session = matrices.session
-    owned = len(pattern.values)
-    rows.values[:owned] = pattern.values
+    owned, order = len(pattern.values), rows.refill.order
+    rows.values[:owned] = pattern.values if order is None else pattern.values[order]
     rows.values[owned:] = rows.refill.halo_values(session, session.layout_of(mat.row_set), pattern.values)
     rows.version, rows.scaled_by = pattern.version, None  # S A S worked out again at the next product
 
@@ -525,10 +563,16 @@ def _build(matrices, mat, pattern, steps: int) -> PowersRows:
                               (halo[:, None] * dim + np.arange(dim)[None, :]).ravel()]).astype(np.int64)
     per_layer = np.bincount(layers[halo], minlength=reach + 1)[: reach + 1] * dim
     per_layer[0] = pattern.n_rows
+    ends = np.cumsum(per_layer)
+    order = None
+    if session.distributed:  # rows early in more products first (fewer runs before and after the messages)
+        counts = [ends[min((steps - k) * pattern.depth, len(ends) - 1)] for k in range(1, steps + 1)]
+        order = _early_first(indptr, indices, targets, counts, pattern.n_rows)
+    if order is not None:
+        indptr, split, indices, values, targets, order = _rows_in_order(indptr, split, indices, values, targets, order)
     owned = fetched[3] if session.distributed and reach else None  # kept only where a refresh exchanges
-    refill = _Refill(pattern.indptr, owned, halo, gather, fetched[1].shape, reach)
-    return PowersRows(steps, indptr, split, indices, values, targets, np.cumsum(per_layer), pattern.version,
-                      pattern.layout, refill)
+    refill = _Refill(pattern.indptr, owned, halo, gather, fetched[1].shape, reach, order)
+    return PowersRows(steps, indptr, split, indices, values, targets, ends, pattern.version, pattern.layout, refill)
 
 
 def _fetch(matrices, mat, pattern, layout, reach: int):
