@@ -14,6 +14,10 @@ Examples
 3.0
 """
 
+from .core.numba_cache import install as _install_numba_cache
+
+_install_numba_cache()  # before any module decorates a cached function: their stamps cover what they call
+
 from .core.access import INC, MAX, MIN, READ, RW, WRITE, Access
 from .core.errors import (
     AccessModeError,
