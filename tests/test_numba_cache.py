@@ -29,7 +29,7 @@ print(value, sum(pkg.high.f.stats.cache_hits.values()), sum(pkg.high.f.stats.cac
 def _package(root, value: int) -> None:
     """``pkg.high.f``, cached, returns ``pkg.low.g()``; ``pkg.low`` (another file) returns ``value``."""
     package = root / "pkg"
-    package.mkdir(exist_ok=True)
+    package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
     (package / "low.py").write_text(f"import numba\n\n\n@numba.njit\ndef g():\n    return {value}\n")
     (package / "high.py").write_text(textwrap.dedent("""\
@@ -110,3 +110,16 @@ def test_imports_are_read_in_every_form(tmp_path):
     found = {path.relative_to(package).as_posix() for path, _ in numba_cache.sources(package / "sub" / "f.py",
                                                                                      package, "pkg")}
     assert found == {"sub/f.py", "a.py", "b.py", "c.py", "d.py", "e.py", "__init__.py"}
+
+
+def test_copies_of_the_same_sources_share_a_stamp(tmp_path):
+    """Two copies of a package (two clones, two environments) sharing a cache directory of
+    generated loops give the same stamp, so they do not compile each other's loops again;
+    a copy with one imported module changed does not."""
+    for copy in ("one", "two"):
+        _package(tmp_path / copy, 1)
+    stamps = [numba_cache.source_stamp(tmp_path / copy / "pkg" / "high.py", tmp_path / copy / "pkg", "pkg")
+              for copy in ("one", "two")]
+    assert stamps[0] == stamps[1]
+    _package(tmp_path / "two", 2)
+    assert numba_cache.source_stamp(tmp_path / "two" / "pkg" / "high.py", tmp_path / "two" / "pkg", "pkg") != stamps[0]

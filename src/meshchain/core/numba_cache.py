@@ -60,10 +60,13 @@ def cover(name: str, root) -> None:
 
 def source_stamp(path, root=_ROOT, package: str = "meshchain") -> str:
     """A hash of the file ``path`` and of every module of ``package`` (in directory ``root``)
-    that it imports, directly or through others (:func:`sources`)."""
-    total = hashlib.sha256()
-    for file, digest in sources(path, root, package):
-        total.update(str(file).encode() + b"\0" + digest)
+    that it imports, directly or through others (:func:`sources`), with their names relative
+    to ``root``: two copies of the same sources (clones, virtual environments) sharing a cache
+    directory of generated loops give their loops the same stamp."""
+    total, root = hashlib.sha256(), Path(root).resolve()
+    for file, digest in sources(path, root, package):  # named relative to the package: copies alike share a stamp
+        name = file.relative_to(root).as_posix() if root in file.parents else file.name
+        total.update(name.encode() + b"\0" + digest)
     return total.hexdigest()
 
 
