@@ -12,6 +12,7 @@ import types
 
 import pytest
 
+import meshchain as mc
 from meshchain.core import numba_cache
 
 SCRIPT = """
@@ -89,19 +90,24 @@ def test_meshchain_functions_are_stamped_with_the_modules_they_import():
 
 def test_imports_are_read_in_every_form(tmp_path):
     """Relative and absolute imports, several names per line, parenthesised lists over
-    several lines and imports inside functions all count; other packages' do not."""
+    several lines (with comments), lines continued with a backslash and imports inside
+    functions all count; other packages' do not."""
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
-    for name in ("__init__.py", "a.py", "b.py", "c.py", "d.py", "e.py", "sub/__init__.py", "sub/f.py"):
+    for name in ("__init__.py", "a.py", "b.py", "c.py", "d.py", "e.py", "sub/__init__.py", "sub/f.py", "sub/g.py",
+                 "sub/h.py"):
         (package / name).write_text("")
     (package / "sub" / "f.py").write_text(textwrap.dedent("""\
         import numpy as np, pkg.a
         from .. import b
         from ..c import (
-            name,
+            name,  # why
             other,
         )
-        from pkg import d as renamed
+        from pkg import d as renamed, \
+            sub as package
+        from . import (g,  # first
+                       h)
 
 
         def late():
@@ -109,7 +115,8 @@ def test_imports_are_read_in_every_form(tmp_path):
         """))
     found = {path.relative_to(package).as_posix() for path, _ in numba_cache.sources(package / "sub" / "f.py",
                                                                                      package, "pkg")}
-    assert found == {"sub/f.py", "a.py", "b.py", "c.py", "d.py", "e.py", "__init__.py"}
+    assert found == {"sub/f.py", "a.py", "b.py", "c.py", "d.py", "e.py", "__init__.py", "sub/__init__.py", "sub/g.py",
+                     "sub/h.py"}
 
 
 def test_copies_of_the_same_sources_share_a_stamp(tmp_path):
@@ -123,3 +130,46 @@ def test_copies_of_the_same_sources_share_a_stamp(tmp_path):
     assert stamps[0] == stamps[1]
     _package(tmp_path / "two", 2)
     assert numba_cache.source_stamp(tmp_path / "two" / "pkg" / "high.py", tmp_path / "two" / "pkg", "pkg") != stamps[0]
+
+
+LATE = """
+import sys, pathlib
+sys.path.insert(0, {root!r})
+import meshchain.core.numba_cache as stamps
+stamps.cover("pkg", {package!r})
+import pkg.low
+if {edit}:  # the file changes under this process, which keeps the old g
+    pathlib.Path({package!r}, "low.py").write_text("import numba\\n\\n\\n@numba.njit\\ndef g():\\n    return 2\\n")
+import pkg.late
+print(pkg.late.h(), pkg.late.h._cache._impl.locator.get_source_stamp().startswith("changed since imported"))
+"""
+
+
+def test_a_function_decorated_after_a_module_it_imports_changed_on_disk_is_not_kept_for_the_new_text(tmp_path):
+    """A cached function decorated late (a loop module generated an hour in) after a module it
+    imports changed on disk: this process compiled it with the old callee, so it is kept under a
+    stamp of its own, and the next process, importing the new text, compiles it again instead
+    of loading the old callee's machine code."""
+    _package(tmp_path, 1)
+    (tmp_path / "pkg" / "late.py").write_text("import numba\n\nfrom .low import g\n\n\n@numba.njit(cache=True)\n"
+                                              "def h():\n    return g()\n")
+    env = {key: value for key, value in os.environ.items() if key != "NUMBA_CACHE_DIR"}
+
+    def run(edit: bool) -> list:
+        script = LATE.format(root=str(tmp_path), package=str(tmp_path / "pkg"), edit=edit)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[-2:]
+
+    assert run(True) == ["1", "True"]  # the old g, compiled in: a stamp no process will find again
+    assert run(False) == ["2", "False"]  # the new text: compiled again, not the old callee's code loaded
+
+
+def test_a_locator_list_of_the_users_own_is_reported(monkeypatch):
+    """With ``NUMBA_CACHE_LOCATOR_CLASSES`` set Numba uses those locators alone: meshchain says
+    its stamps are not used, and how to clear what may be stale."""
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "InTreeCacheLocator", raising=False)
+    with pytest.warns(mc.MeshchainWarning, match="NUMBA_CACHE_LOCATOR_CLASSES is set"):
+        numba_cache.install()

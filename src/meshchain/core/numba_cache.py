@@ -14,7 +14,10 @@ meshchain module it imports, directly or through others (imports read from the s
 those inside functions included). A change in any of them makes Numba compile the function
 again and overwrite its entry; the machine code stays where Numba would keep it (the user's
 ``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the file, else Numba's user-wide directory).
-Other packages' functions keep Numba's own stamp.
+The files are named relative to the package, so copies of the same sources (two clones, two
+environments) share the generated loops' entries. A function decorated after one of the files
+its stamp covers changed on disk (under a running process) was compiled from the old text: it
+is kept under a stamp of its own. Other packages' functions keep Numba's own stamp.
 
 Examples
 --------
@@ -34,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 import warnings
 from pathlib import Path
 
@@ -49,13 +53,27 @@ _ROOT = Path(__file__).resolve().parents[1]
 _COVERED = {"meshchain": _ROOT}  # package name -> its directory
 _FILES = memo("numba cache source files", limit=4096)  # (path, mtime, size) -> (digest, imported names)
 _STAMPS = memo("numba cache stamps", limit=4096)  # (path, root, package) -> the stamp this process gives
+_IMPORTED: dict = {}  # each covered package's files -> (mtime, size) when it was imported (install, cover)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)|import[ \t]+([^\n#]+))",
                      re.MULTILINE)
 
 
 def cover(name: str, root) -> None:
-    """Stamp the functions of package ``name`` (its directory ``root``) as meshchain's own."""
+    """Stamp the functions of package ``name`` (its directory ``root``, before the package is
+    imported) as meshchain's own."""
     _COVERED[name] = Path(root).resolve()
+    _note_files(_COVERED[name])
+
+
+def _note_files(root: Path) -> None:
+    """Each ``.py`` file of ``root`` with its modification time and size now (as imported)."""
+    for folder, folders, files in os.walk(root):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                status = os.stat(path)
+                _IMPORTED[path] = (status.st_mtime_ns, status.st_size)
 
 
 def source_stamp(path, root=_ROOT, package: str = "meshchain") -> str:
@@ -86,14 +104,21 @@ def sources(path, root=_ROOT, package: str = "meshchain") -> list:
 
 
 def _process_stamp(path, root: Path, package: str) -> str:
-    """:func:`source_stamp` as this process first found it: the sources it imported, not a
-    file changed on disk since (machine code compiled from the code in memory must not be
-    kept under a newer file's stamp). Numba asks for it as each function is decorated."""
+    """:func:`source_stamp` of the sources this process imported. Numba asks for it as each
+    function is decorated, which may be long after the import (a loop module generated an
+    hour in); where one of the package's files it covers changed on disk since (an upgrade
+    or an edit under a running process) the machine code compiled here comes from the old
+    text, so it gets a stamp of its own that no other process's sources give."""
     key = (str(path), str(root), package)
     found = _STAMPS.get(key)
     if found is None:
+        stamp, changed = source_stamp(path, root, package), False
+        for file, _ in sources(path, root, package):
+            if root in file.parents:
+                status = os.stat(file)
+                changed = changed or _IMPORTED.get(str(file)) != (status.st_mtime_ns, status.st_size)
         bounded("numba cache stamps")
-        found = _STAMPS[key] = source_stamp(path, root, package)
+        found = _STAMPS[key] = f"changed since imported {uuid.uuid4()}" if changed else stamp
     return found
 
 
@@ -118,11 +143,12 @@ def _imported_names(text: str) -> list:
     """The modules, and the names imported from them (possibly modules too), of every import
     statement in ``text`` (those inside functions included)."""
     names = []
-    for base, listed, plain in _IMPORT.findall(text):
+    for base, listed, plain in _IMPORT.findall(text.replace("\\\n", " ")):  # continued lines joined
         if plain:
             names += [part.split()[0] for part in plain.split(",") if part.strip()]
         else:
-            parts = [part.split()[0] for part in listed.strip("()").replace("\n", " ").split(",") if part.strip()]
+            listed = re.sub(r"#[^\n]*", "", listed.strip("()"))  # comments between the names
+            parts = [part.split()[0] for part in listed.replace("\n", " ").split(",") if part.strip()]
             names += [base] + [f"{base}.{part}" if base.strip(".") else base + part for part in parts]
     return names
 
@@ -152,7 +178,7 @@ def _module_file(name: str, here: str | None, root: str, package: str) -> str | 
     if parts[0] != package:
         return None
     base = os.path.join(root, *parts[1:])
-    for candidate in ((base + ".py",) if len(parts) > 1 else ()) + (os.path.join(base, "__init__.py"),):
+    for candidate in (os.path.join(base, "__init__.py"),) + ((base + ".py",) if len(parts) > 1 else ()):
         if os.path.isfile(candidate):
             return candidate
     return None
@@ -227,6 +253,14 @@ def install() -> None:
         classes = implementation._locator_classes
         if not any(getattr(c, "__name__", "") == "DependencyStampLocator" for c in classes):
             classes.insert(0, _locator_class())
+            _note_files(_ROOT)
+        from numba.core import config
+
+        if getattr(config, "CACHE_LOCATOR_CLASSES", None):
+            warnings.warn(MeshchainWarning(
+                f"NUMBA_CACHE_LOCATOR_CLASSES is set ({config.CACHE_LOCATOR_CLASSES}): Numba uses those locators "
+                f"alone, so meshchain's compiled functions are cached under the stamp of their own file only; "
+                f"after meshchain changes, remove its cached machine code (*.nbi, *.nbc) by hand."), stacklevel=2)
     except (ImportError, AttributeError) as exc:
         warnings.warn(MeshchainWarning(
             f"meshchain could not stamp Numba's disk cache with the files each function was built from ({exc}); "

@@ -14,9 +14,10 @@ rank), and the functions here count how many of each a method does per iteration
 * ``sstep-cg`` (the block form) with ``s``: per ``s`` iterations one exchange ``s`` layers
   deep, one reduction of ``s (s + 1) + s² + 1`` numbers, the ``s`` products of the matrix
   powers kernel on the owned rows and the halo rows it recomputes (``entries[j]``: the
-  entries of the rows of halo layers ``0..j``), ``s (s + 1) / 2 + s + s²`` dots (up to four
-  per pass: :func:`block_sum_streams`) and the block update (the new directions from the last
-  block's four at a time, then ``x`` and ``r``: :func:`block_update_streams`);
+  entries of the rows of halo layers ``0..j``), ``s (s + 1) / 2 + s + s²`` dots (up to eight
+  per pass, two rows of the basis against four others: :func:`block_sum_streams`) and the
+  block update (the new directions from the last block's four at a time, then ``x`` and
+  ``r``: :func:`block_update_streams`);
 * ``ca-cg`` with ``s``: per ``s`` iterations one exchange ``s`` layers deep, one
   reduction of the Gram matrices (``2 (2s+1)²`` numbers with Jacobi), the ``2s - 1``
   products of the matrix powers kernel, the Gram matrices (``m (m + 1) / 2`` pairs of
@@ -46,7 +47,7 @@ Examples
 >>> best_steps(costs, "ca-cg", jacobi=True, candidates=(1, 2, 4))
 2
 >>> round(sstep_iteration(costs, 4, jacobi=True) * 1e6, 1)
-48.0
+44.7
 """
 
 from __future__ import annotations
@@ -149,18 +150,20 @@ def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
 
 def block_sum_streams(steps: int, *, jacobi: bool) -> int:
     """Elements per row the block s-step CG's sums stream (:func:`meshchain.linalg.blockcg.block_sums`):
-    for each ``v_a`` of ``R``, one pass per four of ``v_a .. v_s`` and one per four of the last
-    block's ``Â p_k``, each reading ``v_a`` and its four (``v_a`` itself once in its first pass);
-    the weighted norm (``v_0`` and the weights, with Jacobi).
+    for each two ``v_a``, ``v_{a+1}`` of ``R``, one pass per four of ``v_a .. v_s`` and one per
+    four of the last block's ``Â p_k``, each reading the two and its four (a vector among both
+    once); the weighted norm (``v_0`` and the weights, with Jacobi).
 
-    >>> block_sum_streams(4, jacobi=False)  # v_0..v_3 with 5, 4, 3, 2 of V (v_a among them) and 4 of Â P
-    35
+    >>> block_sum_streams(4, jacobi=False)  # v_0, v_1 with v_0..v_3 (4), v_4 (3), 4 of Â P (6); v_2, v_3: 3 and 6
+    22
     """
     s, total = steps, 2 if jacobi else 0
-    for a in range(s):
-        for others in (s + 1 - a, s):
-            total += others + -(-others // 4)
-        total -= 1  # v_a's first pass reads it as one of its four too
+    for a in range(0, s, 2):
+        rows = {a, min(a + 1, s - 1)}
+        for c in range(a, s + 1, 4):
+            total += len(rows | set(range(c, min(c + 4, s + 1))))
+        for k in range(0, s, 4):
+            total += len(rows) + min(4, s - k)
     return total
 
 
