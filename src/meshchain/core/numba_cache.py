@@ -53,7 +53,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 _COVERED = {"meshchain": _ROOT}  # package name -> its directory
 _FILES = memo("numba cache source files", limit=4096)  # (path, mtime, size) -> (digest, imported names)
 _STAMPS = memo("numba cache stamps", limit=4096)  # (path, root, package) -> the stamp this process gives
-_IMPORTED: dict = {}  # each covered package's files -> (mtime, size) when it was imported (install, cover)
+_IMPORTED = memo("numba cache files as imported")  # a covered package's file -> (mtime, size) as imported
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)|import[ \t]+([^\n#]+))",
                      re.MULTILINE)
 
