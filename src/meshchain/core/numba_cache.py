@@ -51,7 +51,7 @@ GENERATED_PREFIX = "_meshchain_generated_"
 
 _ROOT = Path(__file__).resolve().parents[1]
 _COVERED = {"meshchain": _ROOT}  # package name -> its directory
-_FILES = memo("numba cache source files", limit=4096)  # (path, mtime, size) -> (digest, imported names)
+_FILES = memo("numba cache source files", limit=4096)  # (path, mtime, size, root, package) -> (digest, imported files)
 _STAMPS = memo("numba cache stamps", limit=4096)  # (path, root, package) -> the stamp this process gives
 _IMPORTED = memo("numba cache files as imported")  # a covered package's file -> (mtime, size) as imported
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)|import[ \t]+([^\n#]+))",
@@ -81,8 +81,13 @@ def source_stamp(path, root=_ROOT, package: str = "meshchain") -> str:
     that it imports, directly or through others (:func:`sources`), with their names relative
     to ``root``: two copies of the same sources (clones, virtual environments) sharing a cache
     directory of generated loops give their loops the same stamp."""
-    total, root = hashlib.sha256(), Path(root).resolve()
-    for file, digest in sources(path, root, package):  # named relative to the package: copies alike share a stamp
+    return _hashed(sources(path, root, package), Path(root).resolve())
+
+
+def _hashed(found: list, root: Path) -> str:
+    """The hash of :func:`sources`' ``found``, each file named relative to ``root`` (copies alike share it)."""
+    total = hashlib.sha256()
+    for file, digest in found:
         name = file.relative_to(root).as_posix() if root in file.parents else file.name
         total.update(name.encode() + b"\0" + digest)
     return total.hexdigest()
@@ -112,13 +117,13 @@ def _process_stamp(path, root: Path, package: str) -> str:
     key = (str(path), str(root), package)
     found = _STAMPS.get(key)
     if found is None:
-        stamp, changed = source_stamp(path, root, package), False
-        for file, _ in sources(path, root, package):
+        files, changed = sources(path, root, package), False
+        for file, _ in files:
             if root in file.parents:
                 status = os.stat(file)
                 changed = changed or _IMPORTED.get(str(file)) != (status.st_mtime_ns, status.st_size)
         bounded("numba cache stamps")
-        found = _STAMPS[key] = f"changed since imported {uuid.uuid4()}" if changed else stamp
+        found = _STAMPS[key] = f"changed since imported {uuid.uuid4()}" if changed else _hashed(files, root)
     return found
 
 

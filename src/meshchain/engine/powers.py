@@ -380,9 +380,9 @@ def _early_first(indptr, indices, targets, counts, owned: int) -> np.ndarray | N
     """An order of the owned rows (the first ``owned``) in which those early in more of the
     products of ``counts`` come first, each kind in the matrix's order (None: that order
     already). Each product's early rows are then one run from the first row and its late
-    ones one or two runs, not a run per stretch of rows between two near the halo: a
-    product of ``s = 4`` over 2179 owned rows and 779 halo rows was 648 runs, and its
-    sequence took 70.6 µs against 60.4 µs as one run per product (AMD EPYC)."""
+    ones one run, not a run per stretch of rows between two near the halo: the four products
+    of ``s = 4`` over 2179 owned rows and 779 halo rows were 648 runs and took 60.7-61.3 µs,
+    59.1-59.2 µs as eight runs (AMD EPYC)."""
     width = max(int(np.max(indices, initial=-1)) + 1, int(np.max(targets, initial=-1)) + 1)
     levels = np.zeros(owned, dtype=np.int64)
     for early in _early_rows(indptr, indices, targets, counts, owned, width):
@@ -479,17 +479,17 @@ class _Refill:
     :func:`_fetch` exchanges (None where a refresh exchanges nothing, and once the entries sent
     are found), ``halo`` the halo elements whose rows follow the owned ones and
     ``gather`` the flat places of their entries in those rows of the table (in the rows'
-    order), the table's ``shape``, the halo layers exchanged (``reach``) and ``order``, the
+    order), the table's ``shape``, the halo layers exchanged (``reach``) and ``entries``, the
     places of the owned rows' entries among the pattern's (None: the pattern's order; see
     :func:`_early_first`). A table of the
     rows sent and received only and its exchange are made at the first refresh and kept
     (:meth:`close` frees the exchange); a refresh fills only the entries a neighbour receives."""
 
-    __slots__ = ("source", "owned", "halo", "gather", "shape", "reach", "order", "sent", "table", "exchange")
+    __slots__ = ("source", "owned", "halo", "gather", "shape", "reach", "entries", "sent", "table", "exchange")
 
-    def __init__(self, source, owned, halo, gather, shape, reach: int, order):
+    def __init__(self, source, owned, halo, gather, shape, reach: int, entries):
         self.source, self.owned, self.halo, self.gather = source, owned, halo, gather
-        self.shape, self.reach, self.order = shape, reach, order
+        self.shape, self.reach, self.entries = shape, reach, entries
         self.sent = self.table = self.exchange = None
 
     def halo_values(self, session, layout, values: np.ndarray) -> np.ndarray:
@@ -534,8 +534,8 @@ def _refresh(matrices, mat, pattern, rows: PowersRows) -> None:
     structure and layout; collective on several ranks): the bits :func:`_build` would give,
     without sorting the halo rows again."""
     session = matrices.session
-    owned, order = len(pattern.values), rows.refill.order
-    rows.values[:owned] = pattern.values if order is None else pattern.values[order]
+    owned, entries = len(pattern.values), rows.refill.entries
+    rows.values[:owned] = pattern.values if entries is None else pattern.values[entries]
     rows.values[owned:] = rows.refill.halo_values(session, session.layout_of(mat.row_set), pattern.values)
     rows.version, rows.scaled_by = pattern.version, None  # S A S worked out again at the next product
 
@@ -564,14 +564,15 @@ def _build(matrices, mat, pattern, steps: int) -> PowersRows:
     per_layer = np.bincount(layers[halo], minlength=reach + 1)[: reach + 1] * dim
     per_layer[0] = pattern.n_rows
     ends = np.cumsum(per_layer)
-    order = None
+    order = entries = None
     if session.distributed:  # rows early in more products first (fewer runs before and after the messages)
         counts = [ends[min((steps - k) * pattern.depth, len(ends) - 1)] for k in range(1, steps + 1)]
         order = _early_first(indptr, indices, targets, counts, pattern.n_rows)
     if order is not None:
-        indptr, split, indices, values, targets, order = _rows_in_order(indptr, split, indices, values, targets, order)
+        indptr, split, indices, values, targets, entries = _rows_in_order(indptr, split, indices, values, targets,
+                                                                         order)
     owned = fetched[3] if session.distributed and reach else None  # kept only where a refresh exchanges
-    refill = _Refill(pattern.indptr, owned, halo, gather, fetched[1].shape, reach, order)
+    refill = _Refill(pattern.indptr, owned, halo, gather, fetched[1].shape, reach, entries)
     return PowersRows(steps, indptr, split, indices, values, targets, ends, pattern.version, pattern.layout, refill)
 
 

@@ -107,7 +107,8 @@ def _tile(a0, a1, rows, b0, b1, b2, b3, width, n, out, at, step, stride):
     """``out[at + r step + i stride] = a_rᵀ b_i`` for ``r < rows`` (1 or 2; ``a1`` is not read
     with 1) and ``i < width`` (1 to 4; the ``b_i`` beyond are not read), over the first ``n``
     entries, in one pass: up to eight sums from six vectors read once (against one vector and
-    four: 7.3 → 5.2 µs :func:`block_sums` of ``s = 4`` over 2179 entries, AMD EPYC).
+    four, before the compensation below: 7.3 → 5.2 µs :func:`block_sums` of ``s = 4`` over 2179
+    entries, AMD EPYC).
 
     Each sum is made of vectorised partial sums over :data:`SUM_BLOCK` entries
     (:func:`_tile_part`), added with Kahan's compensation: a block of ``s = 8`` directions
