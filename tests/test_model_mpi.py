@@ -191,13 +191,15 @@ def test_calibration_measures_each_progress_mode_and_the_achieved_overlap(comm, 
     assert set(calibration.progress_times) == {"none", "poll"}  # no MPICH progress thread in this job
     assert calibration.progress == min(calibration.progress_times, key=calibration.progress_times.get)
     assert all(0.0 <= phi <= 1.0 for phi in calibration.overlaps.values())
-    assert calibration.machine.overlap == calibration.overlaps[calibration.progress]
     assert comm.allgather((calibration.progress, calibration.overlaps)) == [(calibration.progress,
                                                                              calibration.overlaps)] * comm.size
     assert f"progress {calibration.progress}" in calibration.describe()
     comm.Barrier()
     assert mc.model.load_calibration() == calibration
-    assert calibration.machine.overlap == calibration.overlaps["none"]  # φ of the mode in use, not the fastest's
+    # φ of the progress mode the session uses ("none" in this job), not the fastest mode's (that was
+    # asserted too, and failed where "poll" measured fastest: an Intel VM, 2026-12-06)
+    assert calibration.session_progress == "none"
+    assert calibration.machine.overlap == calibration.overlaps["none"]
     mc.reset_runtime(comm=comm, cache_dir=mc.get_runtime().config.cache_dir)
     problem = synthetic.setup(per_rank=200, loops=2)
     synthetic.step(problem, ca=False)

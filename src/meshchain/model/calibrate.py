@@ -340,7 +340,8 @@ def measure_overlap(comm, *, nbytes: int = 65536, repeats: int = 7) -> tuple[dic
     is the median time of ``begin; compute; end`` (``T_o``) in each progress mode MPI
     allows here (:func:`meshchain.comm.progress.measure_progress`), and ``φ`` the achieved
     overlap ``(T_x + T_c - T_o) / min(T_x, T_c)`` clipped to ``[0, 1]``, ``T_c`` being the
-    computation alone. The machine's ``overlap`` is the fastest mode's ``φ``.
+    computation alone. :func:`measure` gives the machine the ``φ`` of the session's own
+    mode (:func:`overlap_of`), which need not be the fastest one.
     """
     from mpi4py import MPI
 
