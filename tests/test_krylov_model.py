@@ -15,7 +15,8 @@ from meshchain.apps import advection_diffusion as ad, poisson
 from meshchain.linalg.tune import measure_costs
 from meshchain.meshes import jittered_delaunay, structured_tris
 from meshchain.model.krylov import (DRIVER, STEP_CANDIDATES, KrylovCosts, best_steps, cacg_iteration,
-                                    cagmres_iteration, candidates_of, cg_iteration, predict, sstep_iteration)
+                                    cagmres_iteration, candidates_of, cg_iteration, pipecg_iteration, predict,
+                                    sstep_iteration)
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
 
@@ -55,6 +56,27 @@ def test_a_larger_working_set_streams_at_its_own_rate_and_the_driver_counts_in_c
     assert cg_iteration(rates) - cg_iteration(base) == pytest.approx(DRIVER["cg"] * 10e-6)
     assert sstep_iteration(rates, 4, jacobi=True) - sstep_iteration(base, 4, jacobi=True) == pytest.approx(
         DRIVER["sstep-cg"] * 10e-6 / 4)
+
+
+def test_the_block_parts_timed_replace_what_is_worked_out_for_them():
+    """Where ``basis[s]`` was measured (the compiled outer iterations of several ranks), an
+    outer iteration is that basis, the reduction and the streams: no products from ``entry``,
+    no ``exchange``, no driver calls (Python sees only the last outer iteration); where
+    ``block[s]`` was (the sums and update), it replaces their streams."""
+    c = dataclasses.replace(COSTS, call=10e-6)
+    timed = dataclasses.replace(c, basis={2: 70e-6, 4: 150e-6})
+    sums, update = 3 + 4, 2 * (4 + 8 + 6) + 4  # as in test_the_counts_of_an_iteration
+    assert sstep_iteration(timed, 2, jacobi=False) == pytest.approx(
+        (70e-6 + (30e-6 + 2e-9 * (11 - 1)) + (sums + update) * 2000 * 4e-10) / 2)
+    assert sstep_iteration(timed, 3, jacobi=False) == sstep_iteration(c, 3, jacobi=False)  # s = 3 not timed
+    assert sstep_iteration(dataclasses.replace(timed, entry=1.0, exchange={}), 4, jacobi=True) == \
+        sstep_iteration(timed, 4, jacobi=True)
+    assert cg_iteration(timed) == cg_iteration(c)  # the other methods' products as before
+    both = dataclasses.replace(timed, block={2: 9e-6}, stream=1.0)
+    one = dataclasses.replace(c, basis={1: 50e-6})  # CG's product with its exchange, timed compiled
+    assert cg_iteration(one) == pytest.approx(50e-6 + 2 * 30e-6 + 16 * 2000 * 4e-10 + DRIVER["cg"] * 10e-6)
+    assert pipecg_iteration(one) - pipecg_iteration(c) == pytest.approx(50e-6 - (14000e-9 + 21e-6))
+    assert sstep_iteration(both, 2, jacobi=True) == pytest.approx((70e-6 + (30e-6 + 2e-9 * (11 - 1)) + 9e-6) / 2)
 
 
 def test_the_chosen_s_grows_with_the_cost_of_a_message_and_falls_with_the_cost_of_work():
@@ -125,8 +147,15 @@ def test_s_auto_solves_with_the_s_the_model_chose(comm):
         chosen = min(candidates_of(method), key=lambda k: (info.predicted[f"{method} s={k}"], k))
         assert info.steps == chosen and info.predicted["cg"] > 0
         # measured as deep as the method's candidates (5 products for sstep-cg: not 8), and predicted there
-        costs = measure_costs(mc.api.engine_surface(), p.A, candidates=candidates_of(method))  # kept: no timing
+        costs = measure_costs(mc.api.engine_surface(), p.A, candidates=candidates_of(method),
+                              block_parts=method == "sstep-cg")  # kept: no timing
         assert tuple(costs.exchange) == candidates_of(method)
+        # sstep-cg's parts timed as it runs them: its basis (on several ranks, compiled), its sums and update
+        compiled = method == "sstep-cg" and comm.size > 1
+        assert tuple(costs.basis) == (candidates_of(method) if compiled else ())
+        assert tuple(costs.block) == (candidates_of(method) if method == "sstep-cg" else ())
+        assert all(seconds > 0 for seconds in (*costs.basis.values(), *costs.block.values()))
+        assert comm.allgather(tuple(costs.basis.values())) == [tuple(costs.basis.values())] * comm.size
         assert max(costs.entries) == (max(candidates_of(method)) - 1) * costs.depth
         assert {int(k.split("s=")[1]) for k in info.predicted if "s=" in k} == set(candidates_of(method))
         fixed = solve(method=method, pc="jacobi", rtol=1e-10, s=3)

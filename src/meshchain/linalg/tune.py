@@ -8,7 +8,9 @@ candidate ``s``, a reduction of one and of many numbers) and keeps the slowest r
 deepest candidate, as an s-step solve with that ``s`` would: 5 products deep for
 ``sstep-cg``, 8 for ``ca-cg`` and ``ca-gmres``. A matrix's first ``sstep-cg`` solve with
 ``s="auto"`` took 146-151 ms against 116-118 with ``s=4``, 4096 unknowns on 2 ranks; with 8
-products deep for every method, as before, and the halo layers built as before, 423-477).
+products deep for every method, as before, and the halo layers built as before, 423-477; with
+the block's parts timed as the solve runs them too, 338-340 ms against 298-301 on a slower VM
+over TCP).
 :func:`choose_steps` predicts the time per iteration of every method and ``s`` among the
 method's candidates from them and picks the ``s`` with the least; for the block s-step CG,
 once a solve with the matrix and tolerances told the iterations CG needs
@@ -39,9 +41,10 @@ import time
 import numba
 import numpy as np
 
-from ..backends.sparse import csr_rows
+from ..backends.sparse import csr_rows, sequence_on_ranks
 from ..core.cache import memo
 from ..model.krylov import STEP_CANDIDATES, KrylovCosts, best_steps, candidates_of, predict
+from .blockcg import block_sums, block_update
 from .fused import dot
 from .scaled import work_dats
 
@@ -64,7 +67,7 @@ def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int, iteratio
     costs measured (the model's predictions of every method took 0.2-0.35 ms, a tenth of a
     solve at 2000 unknowns per rank), then looked up; ``predicted`` is a copy."""
     candidates = candidates_of(method)
-    costs = measure_costs(engine, A, candidates=candidates)
+    costs = measure_costs(engine, A, candidates=candidates, block_parts=method == "sstep-cg")
     key = (id(costs), method, jacobi, restart)
     chosen = _chosen.setdefault(A, {})
     if key not in chosen:  # (each entry holds its costs: their id is not reused while it lives)
@@ -101,13 +104,20 @@ def record_iterations(A, method: str, info, *, jacobi: bool, rtol: float, atol: 
     _needed.setdefault(A, {})[(method, jacobi, rtol, atol)] = max(1, math.ceil(needed - 1e-9))
 
 
-def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
+def measure_costs(engine, A, *, candidates=STEP_CANDIDATES, block_parts: bool = False) -> KrylovCosts:
     """The costs of a Krylov iteration's pieces on ``A`` (collective; kept per matrix until the
     layout changes: its values, assembled again at every step of a time loop, change none of
     them): the slowest rank's times and the largest part's rows and entries, the same on every
-    rank (so is the ``s`` chosen from them)."""
+    rank (so is the ``s`` chosen from them). With ``block_parts``, also the block s-step CG's
+    parts for each candidate as it runs them: its basis as its compiled outer iterations make
+    it (:func:`_basis_seconds`; on several ranks where compiled code can call MPI), into
+    ``basis``, and its sums and update (:func:`_block_seconds`), into ``block``. Worked out from
+    the other pieces, a basis of 4 products with its exchange came out at 342 µs where the
+    compiled call takes 159-203, and the sums and update at 22 µs where they take about 40
+    (their sums are compensated; 2 ranks over TCP, 4096 unknowns, an Intel Xeon VM), so
+    ``s = "auto"`` was chosen from costs that were not the solve's."""
     deepest = max(candidates)
-    key = (id(engine), tuple(candidates))
+    key = (id(engine), tuple(candidates), block_parts)
     per_matrix = _measured.setdefault(A, {})
     found = per_matrix.get(key)
     if found is not None and found[0] is engine.matrices.pattern(A).indptr:  # the same pattern (a new layout
@@ -149,6 +159,10 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
         whole = _median(lambda: products(steps, True))
         compute = sum(entries[(steps - k) * pattern.depth] for k in range(1, steps + 1)) * entry
         measured.append(max(whole - compute - call, 0.0) if comm is not None else 0.0)
+    bases = [_basis_seconds(engine, A, x, steps) for steps in candidates] if block_parts else []
+    bases = [] if None in bases else bases  # (the same on every rank: one process, or no compiled MPI)
+    blocks = [_block_seconds(steps, n, engine.storage(x).host.size) for steps in candidates] if block_parts else []
+    measured += bases + blocks
     one, many = _reduction_times(comm, dot(vector, other))
     measured += [one, many]
     layers = sorted(entries)
@@ -160,15 +174,87 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES) -> KrylovCosts:
     sizes = values[len(measured):]
     n, entries = int(sizes[0]), {j: int(e) for j, e in zip(layers, sizes[1:])}
     entry, call, *rest = (float(v) for v in values[:len(measured)])
-    streams, exchanges, (one, many) = rest[:len(WORKING_SETS)], rest[len(WORKING_SETS):-2], rest[-2:]
+    count = len(candidates)
+    streams, rest = rest[:len(WORKING_SETS)], rest[len(WORKING_SETS):]
+    exchanges, rest = rest[:count], rest[count:]
+    bases, blocks, (one, many) = rest[:len(bases)], rest[len(bases):len(bases) + len(blocks)], rest[-2:]
     costs = KrylovCosts(rows=n, entries=entries, entry=entry, stream=dict(zip(WORKING_SETS, streams)), call=call,
                         exchange=dict(zip(candidates, exchanges)), reduction=one,
-                        per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth)
+                        per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth,
+                        basis=dict(zip(candidates, bases)), block=dict(zip(candidates, blocks)))
     per_matrix[key] = (pattern.indptr, costs)
     return costs
 
 
 MANY = 600  # numbers in the larger timed reduction
+BASES = 4  # compiled matrix powers calls per timing of a basis
+BLOCKS = 8  # compiled sums and updates per timing of a block's
+
+
+def _basis_seconds(engine, A, x, steps: int) -> float | None:
+    """Seconds of one block s-step CG basis of ``steps`` products of ``x`` with its exchange, as
+    its compiled outer iterations make it (:func:`~meshchain.backends.sparse.sequence_on_ranks`
+    called from compiled code: no Python around it, every rank at once; the median of
+    :data:`REPEATS` timings of :data:`BASES` calls), or None where the solve would not make it so
+    (one process, no MPI library that compiled code can call). Collective."""
+    plan = engine.matrices.sequence_plan(A, x, steps)
+    Y = np.empty((steps + 1, plan.width))
+    engine.halos_stale(x)
+    arguments = plan.compiled_arguments(np.zeros(steps), Y)
+    if arguments is None:
+        return None
+    comm = engine.comm
+
+    def timed() -> float:
+        comm.Barrier()
+        began = time.perf_counter()
+        error = _bases(BASES, *arguments)
+        seconds = time.perf_counter() - began
+        if error:
+            plan.exchanged(error)  # aborts every rank, saying which call failed
+        return seconds / BASES
+
+    plan.exchanged(_bases(1, *arguments))  # compiled (or loaded) before it is timed
+    seconds = _median(timed)
+    plan.exchanged(0)
+    return seconds
+
+
+def _block_seconds(steps: int, n: int, width: int) -> float:
+    """Seconds of a block s-step CG outer iteration's sums and update on this rank's ``n`` rows
+    (:func:`~meshchain.linalg.blockcg.block_sums` with the Jacobi weights and
+    :func:`~meshchain.linalg.blockcg.block_update` after a block of ``steps`` directions, as
+    long as this one), compiled: the median of :data:`REPEATS` timings of :data:`BLOCKS` calls
+    of each, on vectors of their sizes (``width``: a basis row's, halo rows included)."""
+    random = np.random.default_rng(steps)
+    Y, AQ_old, P_old = (random.uniform(0.5, 1.0, shape) for shape in ((steps + 1, width), (steps, n), (steps, n)))
+    B, a = random.uniform(-0.1, 0.1, (steps, steps)), random.uniform(-0.1, 0.1, steps)
+    P, AQ, x, r, weights = np.empty((steps, n)), np.empty((steps, n)), np.zeros(n), np.zeros(n), np.ones(n)
+    sums = np.empty(steps * (steps + 1) + steps * steps + 1)
+    arguments = (Y, steps, AQ_old, P_old, weights, sums, np.zeros(steps), B, a, P, AQ, x, r)
+    _blocks(1, *arguments)  # compiled (or loaded) before it is timed
+    return _median(lambda: _timed(_blocks, BLOCKS, *arguments)) / BLOCKS
+
+
+@numba.njit(cache=True, nogil=True)
+def _blocks(count, Y, steps, AQ_old, P_old, weights, sums, shifts, B, a, P, AQ, x, r):
+    """``count`` times the block's sums and update."""
+    for _ in range(count):
+        block_sums(Y, steps, AQ_old, steps, weights, True, sums)
+        block_update(Y, shifts, steps, P_old, AQ_old, steps, B, a, P, AQ, x, r)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bases(count, functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr, indices,
+           values, targets, spans, at, shifts, Y):
+    """``count`` calls of :func:`~meshchain.backends.sparse.sequence_on_ranks` (the first MPI
+    error code, or 0)."""
+    for _ in range(count):
+        error = sequence_on_ranks(functions, x, send_at, send, receive_at, receive, requests, flag, statuses, indptr,
+                                  indices, values, targets, spans, at, shifts, Y)
+        if error:
+            return error
+    return 0
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)

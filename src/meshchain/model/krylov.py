@@ -17,7 +17,11 @@ rank), and the functions here count how many of each a method does per iteration
   entries of the rows of halo layers ``0..j``), ``s (s + 1) / 2 + s + s²`` dots (up to eight
   per pass, two rows of the basis against four others: :func:`block_sum_streams`) and the
   block update (the new directions from the last block's four at a time, then ``x`` and
-  ``r``: :func:`block_update_streams`);
+  ``r``: :func:`block_update_streams`). Where ``s="auto"`` timed the block's parts as it runs
+  them (``KrylovCosts.basis``: the basis with its exchange in one compiled call on several
+  ranks; ``KrylovCosts.block``: the sums and update), those times replace the counts, and
+  ``cg``'s and ``pipecg``'s product with its exchange is the timed basis of one product
+  (:func:`product_with_exchange`);
 * ``ca-cg`` with ``s``: per ``s`` iterations one exchange ``s`` layers deep, one
   reduction of the Gram matrices (``2 (2s+1)²`` numbers with Jacobi), the ``2s - 1``
   products of the matrix powers kernel, the Gram matrices (``m (m + 1) / 2`` pairs of
@@ -53,9 +57,10 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["KrylovCosts", "DRIVER", "cg_iteration", "pipecg_iteration", "sstep_iteration", "block_sum_streams",
+__all__ = ["KrylovCosts", "DRIVER", "product_with_exchange", "cg_iteration", "pipecg_iteration", "sstep_iteration",
+           "block_sum_streams",
            "block_update_streams", "cacg_iteration",
            "gmres_iteration", "cagmres_iteration", "predict", "best_steps", "candidates_of", "STEP_CANDIDATES",
            "BLOCK_CANDIDATES"]
@@ -85,7 +90,12 @@ class KrylovCosts:
     number more; ``call`` the engine's and the interpreter's work around one compiled
     call (the driver overhead unit, :data:`DRIVER`); ``rows`` this rank's owned scalar rows
     and ``entries[j]`` the entries of the rows of halo layers ``0..j`` (``entries[0]``: the
-    owned rows')."""
+    owned rows'); ``basis[k]``, where measured, a block s-step CG's basis of ``k`` products with
+    its exchange as its compiled outer iterations make it (on several ranks: one compiled call
+    each, messages, redundant rows and the wait for the slowest rank included), which then
+    replaces the products and exchange worked out from ``entry`` and ``exchange`` for it;
+    ``block[k]``, where measured, its sums and update for ``k`` (as it runs them, compiled),
+    which replace the streams counted for them."""
 
     rows: int
     entries: dict
@@ -96,6 +106,8 @@ class KrylovCosts:
     per_number: float
     depth: int = 1
     call: float = 0.0
+    basis: dict = field(default_factory=dict)
+    block: dict = field(default_factory=dict)
 
     def allreduce(self, numbers: int) -> float:
         return self.reduction + self.per_number * max(numbers - 1, 0)
@@ -135,16 +147,25 @@ advection-diffusion, 2026-11-29); the other sizes and rank counts in ``benchmark
 and the notebook are predicted with them unchanged."""
 
 
+def product_with_exchange(costs: KrylovCosts) -> float:
+    """Seconds of one product of the owned rows with its halo exchange: the compiled basis of
+    one product where it was timed (``costs.basis[1]``: the owned rows computed while the
+    messages travel, as the compiled iterations of ``cg`` make their product), else its
+    entries and ``exchange[1]``; so ``cg`` and the s-step CG are predicted from costs
+    measured alike."""
+    timed = costs.basis.get(1)
+    return timed if timed is not None else costs.entries[0] * costs.entry + costs.exchanged(1)
+
+
 def cg_iteration(costs: KrylovCosts) -> float:
     """Seconds per iteration of ``cg``."""
-    return (costs.entries[0] * costs.entry + costs.exchanged(1) + 2 * costs.allreduce(1)
-            + costs.streamed(16, 6) + DRIVER["cg"] * costs.call)
+    return (product_with_exchange(costs) + 2 * costs.allreduce(1) + costs.streamed(16, 6)
+            + DRIVER["cg"] * costs.call)
 
 
 def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
     """Seconds per iteration of ``pipecg`` (``overlap``: the fraction of its reduction hidden)."""
-    product = costs.entries[0] * costs.entry
-    return (product + costs.exchanged(1) + max((1.0 - overlap) * costs.allreduce(3), 0.0)
+    return (product_with_exchange(costs) + max((1.0 - overlap) * costs.allreduce(3), 0.0)
             + costs.streamed(36, 12) + DRIVER["pipecg"] * costs.call)
 
 
@@ -190,12 +211,18 @@ def block_update_streams(steps: int) -> int:
 
 def sstep_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
     """Seconds per iteration of the block ``sstep-cg`` with ``s = steps`` (an outer iteration
-    over ``s``; its last block of directions as long as this one)."""
+    over ``s``; its last block of directions as long as this one). Where the basis was timed as
+    the compiled outer iterations make it (``costs.basis``), that time replaces the products and
+    the exchange, and no driver overhead is counted: those iterations run inside one compiled
+    call, Python sees only the last. Where its sums and update were timed (``costs.block``),
+    that time replaces their streams."""
     s = steps
-    streams = block_sum_streams(s, jacobi=jacobi) + block_update_streams(s)
-    outer = (costs.exchanged(s) + costs.allreduce(s * (s + 1) + s * s + 1) + costs.powers_entries([s]) * costs.entry
-             + costs.streamed(streams, 4 * s + 5) + DRIVER["sstep-cg"] * costs.call)
-    return outer / s
+    basis, block = costs.basis.get(s), costs.block.get(s)
+    if basis is None:
+        basis = costs.exchanged(s) + costs.powers_entries([s]) * costs.entry + DRIVER["sstep-cg"] * costs.call
+    if block is None:
+        block = costs.streamed(block_sum_streams(s, jacobi=jacobi) + block_update_streams(s), 4 * s + 5)
+    return (basis + costs.allreduce(s * (s + 1) + s * s + 1) + block) / s
 
 
 def cacg_iteration(costs: KrylovCosts, steps: int, *, jacobi: bool) -> float:
