@@ -41,13 +41,13 @@ KSP = {"gmres": ("gmres", {"ksp_gmres_cgs_refinement_type": "refine_ifneeded",
        "pipegmres": ("pgmres", {}), "bicgstab": ("bcgs", {}), "pipebicgstab": ("pipebcgs", {"ksp_pc_side": "right"})}
 
 
-DIVERGING_SPREAD = 3
+DIVERGING_SPREAD = 4
 """How far apart the iterations at which PETSc's and our diverging PIPEBCGS pass ``dtol`` may be.
 Where a residual growing several-fold per iteration passes the limit depends on the last bits of
 every sum, and PETSc's own count moves with the BLAS kernels OpenBLAS picks for the processor: on
 2 ranks 25 with its Haswell, SkylakeX and Prescott kernels and 23 with its Sandybridge ones
-(``OPENBLAS_CORETYPE``; an Intel Xeon VM, 2026-12-06), where ours is 27 with any of them. The
-converging methods keep a spread of 1."""
+(``OPENBLAS_CORETYPE``; an Intel Xeon VM, 2026-12-06), where ours is 27 with any of them: 4
+apart. The converging methods keep a spread of 1."""
 
 
 def petsc_solve(problem, method: str, pc: str | None, rtol: float):
@@ -91,7 +91,8 @@ def test_iterations_match_petsc_and_the_solution_scipys(comm, peclet):
         if their_reason < 0:  # PETSc's PIPEBCGS diverges on the advection-dominated problem: so does ours
             assert method == "pipebicgstab" and peclet == 100.0, (method, their_reason)
             assert not info.converged and info.reason.startswith("diverged"), info.reason
-            assert abs(info.iterations - theirs) <= DIVERGING_SPREAD, (method, info.iterations, theirs, info.reason)
+            assert abs(info.iterations - theirs) <= DIVERGING_SPREAD, (method, peclet, info.iterations, theirs,
+                                                                   info.reason)
             continue
         assert abs(info.iterations - theirs) <= 1, (method, peclet, info.iterations, theirs, info.reason)
         assert info.converged, (method, info.reason)

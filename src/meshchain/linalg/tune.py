@@ -8,9 +8,9 @@ candidate ``s``, a reduction of one and of many numbers) and keeps the slowest r
 deepest candidate, as an s-step solve with that ``s`` would: 5 products deep for
 ``sstep-cg``, 8 for ``ca-cg`` and ``ca-gmres``. A matrix's first ``sstep-cg`` solve with
 ``s="auto"`` took 146-151 ms against 116-118 with ``s=4``, 4096 unknowns on 2 ranks; with 8
-products deep for every method, as before, and the halo layers built as before, 423-477; with
-the block's parts timed as the solve runs them too, 338-340 ms against 298-301 on a slower VM
-over TCP).
+products deep for every method, as before, and the halo layers built as before, 423-477. Timing
+the block's parts as well (``block_parts``, below) made a first ``s="auto"`` solve 338-340 ms
+where it had taken 298-301, on a slower VM over TCP).
 :func:`choose_steps` predicts the time per iteration of every method and ``s`` among the
 method's candidates from them and picks the ``s`` with the least; for the block s-step CG,
 once a solve with the matrix and tolerances told the iterations CG needs
@@ -197,6 +197,8 @@ def _basis_seconds(engine, A, x, steps: int) -> float | None:
     called from compiled code: no Python around it, every rank at once; the median of
     :data:`REPEATS` timings of :data:`BASES` calls), or None where the solve would not make it so
     (one process, no MPI library that compiled code can call). Collective."""
+    if not engine.distributed:  # (no plan made for nothing)
+        return None
     plan = engine.matrices.sequence_plan(A, x, steps)
     Y = np.empty((steps + 1, plan.width))
     engine.halos_stale(x)
@@ -222,25 +224,30 @@ def _basis_seconds(engine, A, x, steps: int) -> float | None:
 
 def _block_seconds(steps: int, n: int, width: int) -> float:
     """Seconds of a block s-step CG outer iteration's sums and update on this rank's ``n`` rows
-    (:func:`~meshchain.linalg.blockcg.block_sums` with the Jacobi weights and
-    :func:`~meshchain.linalg.blockcg.block_update` after a block of ``steps`` directions, as
-    long as this one), compiled: the median of :data:`REPEATS` timings of :data:`BLOCKS` calls
-    of each, on vectors of their sizes (``width``: a basis row's, halo rows included)."""
+    (:func:`~meshchain.linalg.blockcg.block_sums` with the Jacobi weights, whose pass of 2
+    elements per row a solve without Jacobi does not make, :func:`~meshchain.linalg.blockcg.block_update`
+    after a block of ``steps`` directions, as long as this one, and the copy of ``x`` and ``r``
+    kept for an undo; not the small dense solves of ``steps`` unknowns), compiled: the median
+    of :data:`REPEATS` timings of :data:`BLOCKS` calls, on vectors of their sizes (``width``: a
+    basis row's, halo rows included)."""
     random = np.random.default_rng(steps)
     Y, AQ_old, P_old = (random.uniform(0.5, 1.0, shape) for shape in ((steps + 1, width), (steps, n), (steps, n)))
     B, a = random.uniform(-0.1, 0.1, (steps, steps)), random.uniform(-0.1, 0.1, steps)
     P, AQ, x, r, weights = np.empty((steps, n)), np.empty((steps, n)), np.zeros(n), np.zeros(n), np.ones(n)
     sums = np.empty(steps * (steps + 1) + steps * steps + 1)
-    arguments = (Y, steps, AQ_old, P_old, weights, sums, np.zeros(steps), B, a, P, AQ, x, r)
+    arguments = (Y, steps, AQ_old, P_old, weights, sums, np.zeros(steps), B, a, P, AQ, x, r, np.empty((2, n)))
     _blocks(1, *arguments)  # compiled (or loaded) before it is timed
     return _median(lambda: _timed(_blocks, BLOCKS, *arguments)) / BLOCKS
 
 
 @numba.njit(cache=True, nogil=True)
-def _blocks(count, Y, steps, AQ_old, P_old, weights, sums, shifts, B, a, P, AQ, x, r):
-    """``count`` times the block's sums and update."""
+def _blocks(count, Y, steps, AQ_old, P_old, weights, sums, shifts, B, a, P, AQ, x, r, before):
+    """``count`` times the block's sums, the copy of ``x`` and ``r`` and the update."""
     for _ in range(count):
         block_sums(Y, steps, AQ_old, steps, weights, True, sums)
+        for i in range(len(x)):
+            before[0, i] = x[i]
+            before[1, i] = r[i]
         block_update(Y, shifts, steps, P_old, AQ_old, steps, B, a, P, AQ, x, r)
 
 

@@ -60,8 +60,7 @@ import math
 from dataclasses import dataclass, field
 
 __all__ = ["KrylovCosts", "DRIVER", "product_with_exchange", "cg_iteration", "pipecg_iteration", "sstep_iteration",
-           "block_sum_streams",
-           "block_update_streams", "cacg_iteration",
+           "block_sum_streams", "block_update_streams", "cacg_iteration",
            "gmres_iteration", "cagmres_iteration", "predict", "best_steps", "candidates_of", "STEP_CANDIDATES",
            "BLOCK_CANDIDATES"]
 
@@ -94,8 +93,8 @@ class KrylovCosts:
     its exchange as its compiled outer iterations make it (on several ranks: one compiled call
     each, messages, redundant rows and the wait for the slowest rank included), which then
     replaces the products and exchange worked out from ``entry`` and ``exchange`` for it;
-    ``block[k]``, where measured, its sums and update for ``k`` (as it runs them, compiled),
-    which replace the streams counted for them."""
+    ``block[k]``, where measured, its sums (with the Jacobi weights) and update for ``k`` (as
+    it runs them, compiled), which replace the streams counted for them."""
 
     rows: int
     entries: dict
