@@ -221,7 +221,8 @@ def test_cg_inside_compiled_calls_equals_the_python_loop_bit_for_bit(comm, mesh,
     others with them run the Python loop both times)
     (``linalg/compiled.py``; on
     several ranks with MPI called from them); a monitor makes them
-    run the Python loop: iterates, norms, reason and counts are the same on every rank, for SPD
+    run the Python loop (and the true residual at exit by its Python steps, not
+    ``compiled.true_residual_sums``): iterates, norms, reason and counts are the same on every rank, for SPD
     and indefinite matrices, converged, stopped by maxiter, refused or broken down (Jacobi on
     a diagonal with a negative entry is refused before iterating, the same way both times). The
     monitor saw every norm recorded, but where a restart (or a new GMRES cycle) replaced one by

@@ -52,11 +52,26 @@ class DatStorage:
         ``state`` (see :mod:`meshchain.backends.cuda.residency`).
     """
 
-    __slots__ = ("host", "n_owned", "valid_depth", "tag", "device")
+    __slots__ = ("host", "n_owned", "valid_depth", "tag", "device", "_flat")
 
     def __init__(self, host: np.ndarray, *, n_owned: int, valid_depth: int = 0, tag: int = 1):
         self.host, self.n_owned, self.valid_depth, self.tag = host, n_owned, valid_depth, tag
-        self.device = None
+        self.device, self._flat = None, None
+
+    def flat(self, n: int) -> np.ndarray:
+        """The first ``n`` values of the host array (rows after rows) as one flat view, what
+        the Krylov solvers work on; the same view again while the host array is the same.
+
+        >>> storage = DatStorage(np.arange(6.0).reshape(3, 2), n_owned=2)
+        >>> storage.flat(4).tolist(), storage.flat(4) is storage.flat(4)
+        ([0.0, 1.0, 2.0, 3.0], True)
+        """
+        kept = self._flat
+        if kept is not None and kept[0] is self.host and len(kept[1]) == n:
+            return kept[1]
+        view = self.host.reshape(-1)[:n]
+        self._flat = (self.host, view)
+        return view
 
     def host_current(self, *, write: bool) -> np.ndarray:
         """The host array, made current; with ``write`` the caller may change it, so a device

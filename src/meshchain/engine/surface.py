@@ -57,6 +57,15 @@ class Surface:
         """The storage record of a dat or global (its arrays, valid halo depth)."""
         return self._session.storage(obj)
 
+    def storages(self, objs) -> tuple:
+        """The storage records of several dats or globals, in order (:meth:`storage` of each, in
+        one call)."""
+        records = self._session.store.records_of(objs)
+        if None in records:
+            for obj in objs:
+                self._session.storage(obj)  # raises for the one this session does not know
+        return records
+
     def n_owned(self, s) -> int:
         """How many elements of set ``s`` this rank owns."""
         return self._session.n_owned(s)

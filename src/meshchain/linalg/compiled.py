@@ -57,7 +57,8 @@ from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot,
                     waxpy, waxpy_dots)
 from .replacement import EPS, TOL
 
-__all__ = ["cg_start", "cg_iterations", "cg_iterations_on_ranks", "cg1_iterations", "cg1_iterations_on_ranks",
+__all__ = ["cg_start", "true_residual_sums", "cg_iterations", "cg_iterations_on_ranks", "cg1_iterations",
+           "cg1_iterations_on_ranks",
            "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "pipegmres_cycle",
            "pipecg_iterations", "pipecr_iterations", "groppcg_iterations", "bounds_after_update", "BOUNDS",
@@ -93,6 +94,21 @@ def cg_start(indptr, split, indices, values, halo, x, b, r, z, p, w, pc, out):
     precondition(pc, r, z)
     dot_pairs(r, z, z, z, z, z, out)
     p[:] = z
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def true_residual_sums(indptr, split, indices, values, halo, x, b, r, z, pc, out):
+    """The true residual at a solve's exit on one process in one call, with the bits of
+    :meth:`.solve.SolveRun.true_residual`'s Python steps: ``r = A x``, ``r = b - r``,
+    ``z = B r`` (``pc``: a preconditioner's ``compiled`` form, :func:`precondition`),
+    ``out = [(r, r), (z, z)]``."""
+    csr_owned(indptr, split, indices, values, x, r)
+    if halo:
+        csr_halo(indptr, split, indices, values, x, r)
+    residual(b, r, r)
+    precondition(pc, r, z)
+    out[0] = dot(r, r)
+    out[1] = dot(z, z)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

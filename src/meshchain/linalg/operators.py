@@ -86,7 +86,7 @@ class _Assembled(_Operator):
         self.engine, self.mat, self.matrices = engine, mat, engine.matrices
         self.row_set, self.dim, self.name = mat.row_set, mat.dim, mat.name
         self.pattern = self.matrices.pattern(mat)  # built (and checked) now; no assembly during a solve
-        self.overlap = engine.overlap()
+        self.overlap = engine.overlap() if engine.distributed else None  # one process: no exchange to overlap
         self.matrices.settle(mat)
 
     def apply(self, x, y, xs, ys) -> None:
