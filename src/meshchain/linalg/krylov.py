@@ -185,12 +185,13 @@ def pipecg(run):
     run.B("r", "u", fused_done=False)
     run.A("u", "w")
     pipecg_start(v["r"], v["u"], v["w"], v["x"], dinv, v["m"], out)
-    bounds = run.replacement_bounds()
-    i, alpha, beta, gamma_old, replacements, before = 0, 0.0, 0.0, 0.0, 0, None
+    # (b, b) for the replacement bounds rides on iteration 0's reduction: no reduction of its own
+    first = np.append(out, dot(v["b"], v["b"])) if run.wants_bounds() else None
+    i, alpha, beta, gamma_old, replacements, before, bounds = 0, 0.0, 0.0, 0.0, 0, None, None
     while True:
         if i > 0 and run.inside is not None:
             return _pipecg_inside(run, out, bounds, before, i, np.array([alpha, beta, gamma_old]), replacements)
-        handle = run.start(out.copy())
+        handle = run.start(out.copy() if first is None else first)
         run.B("w", "m")
         run.A("m", "n")
         sums = run.wait(handle)
@@ -199,8 +200,10 @@ def pipecg(run):
         reason = run.check(i, norm)
         if reason is not None:
             break
-        if i == 0 and bounds is not None:
+        if first is not None:  # iteration 0: the bounds, with ||b|| summed in its reduction
+            bounds = run.replacement_bounds(b_norm=math.sqrt(sums[-1]))
             bounds.aim(run.target)
+            sums, first = sums[:-1], None
         alpha_old, beta_old = alpha, beta
         alpha, beta, reason = _step_lengths(i, gamma, delta, gamma_old, alpha, ("the step's (p, A p)", "(r, B r)"))
         if reason is not None:

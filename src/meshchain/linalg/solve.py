@@ -243,17 +243,24 @@ class SolveRun:
         self._restarted = True
         self.maxiter = self.maxiter_total - self.iterations_before
 
-    def replacement_bounds(self):
+    def wants_bounds(self) -> bool:
+        """Whether the solve keeps residual replacement's bounds (:meth:`replacement_bounds`)."""
+        return bool(self.replacement or self.replacement is None and self.operator.gives_bounds)
+
+    def replacement_bounds(self, *, b_norm: float | None = None):
         """The rounding-error bounds of residual replacement (:mod:`.replacement`), or None:
         with ``residual_replacement=None`` (the default) whenever the operator gives
         ``||A||_inf`` and its nonzeros per row (every Mat; a LinearOperator given them), and
         then replacing only where the tolerance is within reach of rounding
-        (:data:`~.replacement.TARGET_FRACTION`); with ``True``, by PETSc's criterion alone."""
-        if not (self.replacement or self.replacement is None and self.operator.gives_bounds):
+        (:data:`~.replacement.TARGET_FRACTION`); with ``True``, by PETSc's criterion alone.
+        ``b_norm``: ``||b||`` where the caller summed it over ranks already (else summed here,
+        one reduction)."""
+        if not self.wants_bounds():
             return None
         operator = self.operator
-        b = self.v["b"]
-        b_norm = math.sqrt(self.sum(dot(b, b)))
+        if b_norm is None:
+            b = self.v["b"]
+            b_norm = math.sqrt(self.sum(dot(b, b)))
         size = operator.row_set.size * operator.dim
         return ReplacementBounds(norm_inf=operator.norm_inf(), nonzeros=operator.nonzeros_per_row(), size=size,
                                  b_norm=b_norm, fraction=0.0 if self.replacement else TARGET_FRACTION)
