@@ -13,7 +13,7 @@ Per job (``mpiexec -n R``, ``--network shm|tcp``; ranks beyond the 2 cores overs
   ``-ksp_cg_single_reduction``, KSPPIPECG, KSPGROPPCG, KSPPIPECR, KSPPIPECGRR, each with its
   default norm; SciPy's ``cg`` on one rank;
 * time per iteration (median of ``--repeats`` solves, slowest rank), and its ratio to PETSc's
-  same method in the same job (the floor: PETSc's compiled C iteration). meshchain's
+  same method in the same job, the two solving in turns (the floor: PETSc's compiled C iteration). meshchain's
   ``SolveInfo.time_per_iteration`` times the iterations alone; PETSc's figure is the whole
   ``KSPSolve`` call over its iterations, so the table also gives the whole ``mc.solve`` call
   over its iterations (its checks, set-up and the true residual at exit included: "call
@@ -83,46 +83,72 @@ QUICK = dict(per_rank=[500], repeats=2, rtol=1e-8)
 # --- the worker ----------------------------------------------------------------------------------
 
 
-def meshchain_runs(problem, method: str, config: dict, *, pc: str = "jacobi", **options) -> dict:
+def meshchain_solver(problem, method: str, config: dict, *, pc: str = "jacobi", **options) -> tuple:
+    """``(solve, result)``: ``solve()`` solves once from ``x = 0``; ``result()`` then gives the
+    medians over the solves after the first (which compiles and loads)."""
     import meshchain as mc
 
     x = getattr(problem, "u", None) or problem.x
     runs, calls = [], []
-    for repeat in range(config["repeats"] + 1):  # the first compiles and loads: not counted
+
+    def solve() -> None:
         x.data[...] = 0.0
         start = time.perf_counter()
         info = mc.solve(problem.A, x, problem.b, method=method, pc=pc, rtol=config["rtol"], **options)
-        seconds = time.perf_counter() - start
-        if repeat:
-            runs.append(info)
-            calls.append(seconds / max(info.iterations, 1))
-    comm = mc.get_runtime().comm
-    per_iteration = [slowest(comm, info.time_per_iteration) for info in runs]
-    per_call = [slowest(comm, seconds) for seconds in calls]
-    wait = [slowest(comm, info.time_reduction_wait / max(info.iterations, 1)) for info in runs]
-    last = runs[-1]
-    return {"iterations": last.iterations, "converged": bool(last.converged), "reason": last.reason,
-            "true_residual": last.true_residual, "time_per_iteration": statistics.median(per_iteration),
-            "call_per_iteration": statistics.median(per_call), "wait_per_iteration": statistics.median(wait)}
+        calls.append((time.perf_counter() - start) / max(info.iterations, 1))
+        runs.append(info)
+
+    def result() -> dict:
+        comm = mc.get_runtime().comm
+        per_iteration = [slowest(comm, info.time_per_iteration) for info in runs[1:]]
+        per_call = [slowest(comm, seconds) for seconds in calls[1:]]
+        wait = [slowest(comm, info.time_reduction_wait / max(info.iterations, 1)) for info in runs[1:]]
+        last = runs[-1]
+        return {"iterations": last.iterations, "converged": bool(last.converged), "reason": last.reason,
+                "true_residual": last.true_residual, "time_per_iteration": statistics.median(per_iteration),
+                "call_per_iteration": statistics.median(per_call), "wait_per_iteration": statistics.median(wait)}
+
+    return solve, result
 
 
-def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,
-               pc: str = "jacobi") -> dict:
+def petsc_solver(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,
+                 pc: str = "jacobi") -> tuple:
+    """``(solve, result)`` of PETSc's ``ksp_type`` on the same matrix, as :func:`meshchain_solver`'s
+    (the first solve sets up: not counted); its time is the whole ``KSPSolve`` call."""
     ksp, A, b = petsc_ksp(problem, ksp_type, options, rtol=rtol or config["rtol"], maxiter=maxiter, pc=pc)
     x, r = b.duplicate(), b.duplicate()
     times = []
-    for repeat in range(config["repeats"] + 1):  # the first sets up: not counted
+
+    def solve() -> None:
         x.set(0.0)
         start = time.perf_counter()
         ksp.solve(b, x)
         seconds = time.perf_counter() - start
-        if repeat:
-            times.append(slowest(A.getComm().tompi4py(), seconds) / max(ksp.getIterationNumber(), 1))
-    A.mult(x, r)
-    r.aypx(-1.0, b)
-    return {"iterations": ksp.getIterationNumber(), "converged": ksp.getConvergedReason() > 0,
-            "reason": int(ksp.getConvergedReason()), "true_residual": r.norm() / b.norm(),
-            "norm_type": int(ksp.getNormType()), "time_per_iteration": statistics.median(times)}
+        times.append(slowest(A.getComm().tompi4py(), seconds) / max(ksp.getIterationNumber(), 1))
+
+    def result() -> dict:
+        A.mult(x, r)
+        r.aypx(-1.0, b)
+        return {"iterations": ksp.getIterationNumber(), "converged": ksp.getConvergedReason() > 0,
+                "reason": int(ksp.getConvergedReason()), "true_residual": r.norm() / b.norm(),
+                "norm_type": int(ksp.getNormType()), "time_per_iteration": statistics.median(times[1:])}
+
+    return solve, result
+
+
+def in_turns(config: dict, *solvers) -> list:
+    """The results of ``solvers`` (``(solve, result)`` pairs) solving in turns, ``repeats + 1``
+    solves each: a shared VM's drift in speed then touches meshchain's solves and PETSc's alike
+    (run one after the other, the ratio of one cell moved by up to 0.4 between two runs)."""
+    for _ in range(config["repeats"] + 1):
+        for solve, _ in solvers:
+            solve()
+    return [result() for _, result in solvers]
+
+
+def petsc_runs(problem, ksp_type: str, options: dict, config: dict, *, rtol=None, maxiter=None,
+               pc: str = "jacobi") -> dict:
+    return in_turns(config, petsc_solver(problem, ksp_type, options, config, rtol=rtol, maxiter=maxiter, pc=pc))[0]
 
 
 def scipy_iterations(problem, rtol: float) -> dict:
@@ -193,12 +219,14 @@ def worker(config: dict) -> dict:
         local = float((problem.b.data_ro ** 2).sum())
         norm_b = float(np.sqrt(local if comm is None else comm.allreduce(local)))
         row = {"per_rank": per_rank, "n": n, "unknowns": problem.mesh.nodes.size, "meshchain": {}, "petsc": {}}
-        for method in METHODS:
-            result = meshchain_runs(problem, method, config)
+        for method in METHODS:  # each with PETSc's counterpart, solving in turns
+            result, row["petsc"][method] = in_turns(config, meshchain_solver(problem, method, config),
+                                                    petsc_solver(problem, *PETSC[method], config))
             result["true_residual"] /= norm_b
             row["meshchain"][method] = result
         for name, (ksp_type, options) in PETSC.items():
-            row["petsc"][name] = petsc_runs(problem, ksp_type, options, config)
+            if name not in row["petsc"]:
+                row["petsc"][name] = petsc_runs(problem, ksp_type, options, config)
         if ranks == 1:
             row["scipy"] = scipy_iterations(problem, config["rtol"])
         cg_iterations = row["meshchain"]["cg"]["iterations"]
@@ -368,8 +396,8 @@ def nonsymmetric_row(per_rank: int, ranks: int, config: dict) -> dict:
     problem = advection_diffusion.declare(structured_tris(side, side), peclet=PECLET)
     found = {"unknowns": problem.mesh.nodes.size}
     for (method, pc), (ksp_type, petsc_pc, options) in NONSYMMETRIC.items():
-        mine = meshchain_runs(problem, method, config, pc=pc)
-        theirs = petsc_runs(problem, ksp_type, options, config, pc=petsc_pc)
+        mine, theirs = in_turns(config, meshchain_solver(problem, method, config, pc=pc),
+                                petsc_solver(problem, ksp_type, options, config, pc=petsc_pc))
         found[f"{method} {pc}"] = {"meshchain": mine, "petsc": theirs}
     return found
 
