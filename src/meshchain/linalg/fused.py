@@ -117,13 +117,31 @@ def pipecg_start(r, u, w, x, dinv, m, out):
 
 @_jit
 def pipecg_update(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv, out):
-    """Ghysels-Vanroose, one pass: ``z = n + beta z; q = m + beta q; p = u + beta p;
-    s = w + beta s; x += alpha p; u -= alpha q; w -= alpha z; r -= alpha s; m = dinv w``.
+    """Ghysels-Vanroose: ``z = n + beta z; q = m + beta q; p = u + beta p; s = w + beta s;
+    x += alpha p; u -= alpha q; w -= alpha z; r -= alpha s; m = dinv w``.
 
     ``out`` gets the next iteration's ``(r, u), (w, u), (u, u)`` and, for residual
     replacement, ``(w, w), (x, x), (s, s), (z, z), (p, p), (q, q)`` and the ``(m, m)`` of the
-    ``m`` used here."""
-    ru = wu = uu = ww = xx = ss = zz = pp = qq = mm = 0.0
+    ``m`` used here.
+
+    Three passes: ``(m, m)`` (:func:`_sum_of_squares`), the updates in one strict pass
+    (:func:`_pipecg_vectors`: the same bits as each update alone), then the nine sums in one
+    read-only pass (:func:`_pipecg_sums`). The sums may be reassociated (Numba's ``fastmath``
+    ``reassoc`` flag alone), so they run in SIMD lanes. Nine running sums made in the
+    updates' pass kept it scalar and bound by its adds. Timed alone on the Intel Xeon VM
+    (µs): 8.2 → 4.9 at 729 rows, 21.1 → 10.5 at 2197, 168 → 84 at 19 683, 1990 → 1460 at
+    200 000. The sums differ from running sums in their last bits (1e-15 to 4e-14
+    relative). The Python loop and the compiled iterations both call this function, so their
+    bits stay equal."""
+    mm = _sum_of_squares(m)
+    _pipecg_vectors(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv)
+    _pipecg_sums(u, w, z, q, p, s, x, r, out)
+    out[9] = mm
+
+
+@_jit
+def _pipecg_vectors(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv):
+    """:func:`pipecg_update`'s updates, in one pass."""
     for i in range(len(x)):
         mi = m[i]
         zi = n[i] + beta * z[i]
@@ -137,6 +155,29 @@ def pipecg_update(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv, out):
         ri = r[i] - alpha * si
         x[i], u[i], w[i], r[i] = xi, ui, wi, ri
         m[i] = dinv[i] * wi
+
+
+_reassociated = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+"""Sums that may be reassociated (vectorised); no other fast-math flag, so each product and
+update keeps its IEEE rounding."""
+
+
+@_reassociated
+def _sum_of_squares(m):
+    """``(m, m)``, reassociated."""
+    total = 0.0
+    for i in range(len(m)):
+        total += m[i] * m[i]
+    return total
+
+
+@_reassociated
+def _pipecg_sums(u, w, z, q, p, s, x, r, out):
+    """``out[:9] = (r, u), (w, u), (u, u), (w, w), (x, x), (s, s), (z, z), (p, p), (q, q)`` in
+    one read-only pass, reassociated."""
+    ru = wu = uu = ww = xx = ss = zz = pp = qq = 0.0
+    for i in range(len(x)):
+        ri, ui, wi, xi, si, zi, pi, qi = r[i], u[i], w[i], x[i], s[i], z[i], p[i], q[i]
         ru += ri * ui
         wu += wi * ui
         uu += ui * ui
@@ -146,9 +187,8 @@ def pipecg_update(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv, out):
         zz += zi * zi
         pp += pi * pi
         qq += qi * qi
-        mm += mi * mi
     out[0], out[1], out[2], out[3], out[4] = ru, wu, uu, ww, xx
-    out[5], out[6], out[7], out[8], out[9] = ss, zz, pp, qq, mm
+    out[5], out[6], out[7], out[8] = ss, zz, pp, qq
 
 
 @_jit

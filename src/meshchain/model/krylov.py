@@ -10,7 +10,8 @@ rank), and the functions here count how many of each a method does per iteration
   row (two dots, three updates, the Jacobi scaling);
 * ``pipecg``: one product, one exchange, one reduction of three numbers (in flight during
   the product; ``overlap`` is the fraction of it hidden, 0 without asynchronous progress),
-  about 36 streamed elements per row;
+  about 45 streamed elements per row (its update's pass, then ``(m, m)``'s and the other sums'
+  read-only passes: :func:`meshchain.linalg.fused.pipecg_update`);
 * ``sstep-cg`` (the block form) with ``s``: per ``s`` iterations one exchange ``s`` layers
   deep, one reduction of ``s (s + 1) + s² + 1`` numbers, the ``s`` products of the matrix
   powers kernel on the owned rows and the halo rows it recomputes (``entries[j]``: the
@@ -165,7 +166,7 @@ def cg_iteration(costs: KrylovCosts) -> float:
 def pipecg_iteration(costs: KrylovCosts, *, overlap: float = 0.0) -> float:
     """Seconds per iteration of ``pipecg`` (``overlap``: the fraction of its reduction hidden)."""
     return (product_with_exchange(costs) + max((1.0 - overlap) * costs.allreduce(3), 0.0)
-            + costs.streamed(36, 12) + DRIVER["pipecg"] * costs.call)
+            + costs.streamed(45, 12) + DRIVER["pipecg"] * costs.call)
 
 
 def block_sum_streams(steps: int, *, jacobi: bool) -> int:
