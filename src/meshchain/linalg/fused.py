@@ -74,17 +74,16 @@ def dot_pairs(a, b, c, d, e, f, out):
 
 @_jit
 def cg_update(alpha, p, w, x, r, dinv, z, out):
-    """``x += alpha p; r -= alpha w; z = dinv r``; ``out = [(r, z), (z, z)]``."""
-    rz = zz = 0.0
+    """``x += alpha p; r -= alpha w; z = dinv r``; ``out = [(r, z), (z, z)]``: the updates in
+    one strict pass, then the two sums in a read-only pass that may be reassociated (SIMD lanes,
+    :func:`_cg_sums`; see :func:`pipecg_update`). Timed alone on the Intel Xeon VM (µs): 1.8 →
+    1.4 at 729 rows, 5.0 → 3.6 at 2197, 35.8 → 20.8 at 19 683."""
     for i in range(len(x)):
         x[i] += alpha * p[i]
         ri = r[i] - alpha * w[i]
         r[i] = ri
-        zi = dinv[i] * ri
-        z[i] = zi
-        rz += ri * zi
-        zz += zi * zi
-    out[0], out[1] = rz, zz
+        z[i] = dinv[i] * ri
+    _cg_sums(r, z, out)
 
 
 @_jit
@@ -160,6 +159,17 @@ def _pipecg_vectors(alpha, beta, n, m, u, w, z, q, p, s, x, r, dinv):
 _reassociated = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 """Sums that may be reassociated (vectorised); no other fast-math flag, so each product and
 update keeps its IEEE rounding."""
+
+
+@_reassociated
+def _cg_sums(r, z, out):
+    """``out[:2] = (r, z), (z, z)``, reassociated."""
+    rz = zz = 0.0
+    for i in range(len(r)):
+        ri, zi = r[i], z[i]
+        rz += ri * zi
+        zz += zi * zi
+    out[0], out[1] = rz, zz
 
 
 @_reassociated

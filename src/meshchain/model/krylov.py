@@ -6,8 +6,9 @@ streamed), halo exchanges and reductions. :class:`KrylovCosts` holds what one of
 costs on one problem (measured by :func:`meshchain.linalg.tune.measure_costs`, slowest
 rank), and the functions here count how many of each a method does per iteration:
 
-* ``cg``: one product, one depth-1 exchange, two reductions, about 16 streamed elements per
-  row (two dots, three updates, the Jacobi scaling);
+* ``cg``: one product, one depth-1 exchange, two reductions, about 18 streamed elements per
+  row (three updates and the Jacobi scaling in one pass, its two dots in a read-only pass:
+  :func:`meshchain.linalg.fused.cg_update`);
 * ``pipecg``: one product, one exchange, one reduction of three numbers (in flight during
   the product; ``overlap`` is the fraction of it hidden, 0 without asynchronous progress),
   about 45 streamed elements per row (its update's pass, then ``(m, m)``'s and the other sums'
@@ -46,7 +47,7 @@ Examples
 >>> costs = KrylovCosts(rows=1000, entries={0: 7000, 1: 7600, 2: 8200, 3: 8800}, entry=1e-9, stream=1e-9,
 ...                     exchange={1: 20e-6, 2: 22e-6, 4: 25e-6}, reduction=30e-6, per_number=1e-8)
 >>> round(cg_iteration(costs) * 1e6, 1)
-103.0
+105.0
 >>> round(cacg_iteration(costs, 4, jacobi=True) * 1e6, 1)
 69.7
 >>> best_steps(costs, "ca-cg", jacobi=True, candidates=(1, 2, 4))
@@ -159,7 +160,7 @@ def product_with_exchange(costs: KrylovCosts) -> float:
 
 def cg_iteration(costs: KrylovCosts) -> float:
     """Seconds per iteration of ``cg``."""
-    return (product_with_exchange(costs) + 2 * costs.allreduce(1) + costs.streamed(16, 6)
+    return (product_with_exchange(costs) + 2 * costs.allreduce(1) + costs.streamed(18, 6)
             + DRIVER["cg"] * costs.call)
 
 
