@@ -173,6 +173,27 @@ def _cg_sums(r, z, out):
 
 
 @_reassociated
+def _reassociated_dot(a, b):
+    """``(a, b)``, reassociated."""
+    total = 0.0
+    for i in range(len(a)):
+        total += a[i] * b[i]
+    return total
+
+
+@_reassociated
+def _pipecr_sums(u, w, m, out):
+    """``out[:3] = (w, u), (m, w), (u, u)``, reassociated."""
+    wu = mw = uu = 0.0
+    for i in range(len(u)):
+        ui, wi = u[i], w[i]
+        wu += wi * ui
+        mw += m[i] * wi
+        uu += ui * ui
+    out[0], out[1], out[2] = wu, mw, uu
+
+
+@_reassociated
 def _sum_of_squares(m):
     """``(m, m)``, reassociated."""
     total = 0.0
@@ -204,36 +225,29 @@ def _pipecg_sums(u, w, z, q, p, s, x, r, out):
 @_jit
 def gropp_update(alpha, p, s, q, x, r, z, out):
     """Gropp's CG: ``x += alpha p; r -= alpha s; z -= alpha q`` (``q = B s``);
-    ``out = [(r, z), (z, z)]``."""
-    rz = zz = 0.0
+    ``out = [(r, z), (z, z)]`` (in a read-only reassociated pass, as :func:`cg_update`'s)."""
     for i in range(len(x)):
         x[i] += alpha * p[i]
-        ri = r[i] - alpha * s[i]
-        zi = z[i] - alpha * q[i]
-        r[i], z[i] = ri, zi
-        rz += ri * zi
-        zz += zi * zi
-    out[0], out[1] = rz, zz
+        r[i] -= alpha * s[i]
+        z[i] -= alpha * q[i]
+    _cg_sums(r, z, out)
 
 
 @_jit
 def gropp_direction(beta, z, w, p, s, out):
-    """Gropp's CG: ``p = z + beta p; s = w + beta s`` (``w = A z``); ``out[0] = (p, s)``."""
-    ps = 0.0
+    """Gropp's CG: ``p = z + beta p; s = w + beta s`` (``w = A z``); ``out[0] = (p, s)`` (in a
+    read-only reassociated pass)."""
     for i in range(len(p)):
-        pi = z[i] + beta * p[i]
-        si = w[i] + beta * s[i]
-        p[i], s[i] = pi, si
-        ps += pi * si
-    out[0] = ps
+        p[i] = z[i] + beta * p[i]
+        s[i] = w[i] + beta * s[i]
+    out[0] = _reassociated_dot(p, s)
 
 
 @_jit
 def pipecr_update(alpha, beta, n, m, u, w, z, q, p, x, dinv, out):
-    """Pipelined CR, one pass: ``z = n + beta z; q = m + beta q; p = u + beta p;
-    x += alpha p; u -= alpha q; w -= alpha z; m = dinv w``; ``out`` = the next
-    ``(w, u), (m, w), (u, u)``."""
-    wu = mw = uu = 0.0
+    """Pipelined CR: ``z = n + beta z; q = m + beta q; p = u + beta p; x += alpha p;
+    u -= alpha q; w -= alpha z; m = dinv w`` in one strict pass; ``out`` = the next
+    ``(w, u), (m, w), (u, u)`` in a read-only reassociated pass (as :func:`pipecg_update`'s)."""
     for i in range(len(x)):
         zi = n[i] + beta * z[i]
         qi = m[i] + beta * q[i]
@@ -242,12 +256,8 @@ def pipecr_update(alpha, beta, n, m, u, w, z, q, p, x, dinv, out):
         x[i] += alpha * pi
         ui = u[i] - alpha * qi
         wi = w[i] - alpha * zi
-        mi = dinv[i] * wi
-        u[i], w[i], m[i] = ui, wi, mi
-        wu += wi * ui
-        mw += mi * wi
-        uu += ui * ui
-    out[0], out[1], out[2] = wu, mw, uu
+        u[i], w[i], m[i] = ui, wi, dinv[i] * wi
+    _pipecr_sums(u, w, m, out)
 
 
 # --- the nonsymmetric methods' passes (:mod:`.nonsymmetric`) ------------------------------------
