@@ -174,7 +174,9 @@ def _cg_sums(r, z, out):
 
 @_reassociated
 def _reassociated_dot(a, b):
-    """``(a, b)``, reassociated."""
+    """``(a, b)``, reassociated: :func:`dot`'s loop under other flags. (One body for both, made
+    by a factory, would give both dispatchers one disk-cache entry, keyed by the function's
+    name and line, and so one of them the other's machine code.)"""
     total = 0.0
     for i in range(len(a)):
         total += a[i] * b[i]
