@@ -84,6 +84,7 @@ class DatStorage:
         """New rows (after the mesh was partitioned or its halos rebuilt); a device copy is
         dropped, since its rows no longer match."""
         self.host, self.n_owned, self.valid_depth, self.device = host, n_owned, valid_depth, None
+        self._flat = None  # a view of the old rows: it would keep them alive
 
     def rows_to_host(self, rows: np.ndarray) -> None:
         """Make rows ``rows`` of the host array current (before a host exchange packs them)."""

@@ -353,9 +353,10 @@ def pipebicgstab_sums(r, s, w, z, rp, out):
     out[0], out[1], out[2], out[3], out[4] = s0, s1, s2, s3, s4
 
 
-@_jit
+@_reassociated
 def _dot4(a0, a1, a2, a3, w, out, at):
-    """``out[at:at + 4] = [(a_k, w)]`` in one pass."""
+    """``out[at:at + 4] = [(a_k, w)]`` in one pass, reassociated (SIMD lanes; GMRES's
+    Gram-Schmidt sums, :func:`mdot`)."""
     s0 = s1 = s2 = s3 = 0.0
     for i in range(len(w)):
         wi = w[i]
