@@ -139,9 +139,10 @@ def petsc_solver(problem, ksp_type: str, options: dict, config: dict, *, rtol=No
 def in_turns(config: dict, *solvers) -> list:
     """The results of ``solvers`` (``(solve, result)`` pairs) solving in turns, ``repeats + 1``
     solves each: a shared VM's drift in speed then touches meshchain's solves and PETSc's alike
-    (run one after the other, the ratio of one cell moved by up to 0.4 between two runs)."""
-    for _ in range(config["repeats"] + 1):
-        for solve, _ in solvers:
+    (run one after the other, the ratio of one cell moved by up to 0.4 between two runs); each
+    turn in the other order than the last, so that none always runs first."""
+    for turn in range(config["repeats"] + 1):
+        for solve, _ in (solvers if turn % 2 == 0 else solvers[::-1]):
             solve()
     return [result() for _, result in solvers]
 
@@ -418,7 +419,7 @@ def label(result: dict) -> str:
 
 def table(results: list) -> str:
     head = ("| network | ranks | unknowns | method | its (PETSc) | true res. (PETSc) | ms/it | x PETSc | "
-            "call ms/it | x PETSc | wait ms/it | hidden |")
+            "call ms/it | call x PETSc | wait ms/it | hidden |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for result in results:
         for row in result["rows"]:

@@ -482,6 +482,11 @@ def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
         mc.solve(free, problem.x, problem.b, pc="jacobi")
     with pytest.raises(mc.SolverError, match="matrix-free"):
         mc.solve(free, problem.x, problem.b, pc="sgs")
+    seen = []  # refused before any iteration: pipecg sums ||b|| in its first reduction, asks for ||A||_inf first
+    with pytest.raises(mc.SolverError, match="'no diagonal'.*norm_inf"):
+        mc.solve(free, problem.x, problem.b, method="pipecg", pc=None, residual_replacement=True,
+                 monitor=lambda i, norm: seen.append(i))
+    assert seen == []
     with pytest.raises(mc.SolverError, match="must be a meshchain.Mat"):
         mc.solve(np.eye(3), problem.x, problem.b)
     problem.A.zero_rows([0], diagonal=-1.0)

@@ -1,7 +1,11 @@
-"""Fused vector operations of the Krylov methods: each is one compiled pass over this rank's
-owned values (every vector read once) that does an iteration's AXPYs, applies a pointwise
+"""Fused vector operations of the Krylov methods: each does an iteration's AXPYs in one
+compiled pass over this rank's owned values (every vector read once), applies a pointwise
 preconditioner (``dinv``: the inverse diagonal, or ones) and sums the iteration's dot
-products into ``out`` (combined over ranks in one reduction by the caller).
+products into ``out`` (combined over ranks in one reduction by the caller). The CG family's
+updates (:func:`cg_update`, :func:`pipecg_update`, :func:`gropp_update`,
+:func:`gropp_direction`, :func:`pipecr_update`) and GMRES's Gram-Schmidt sums make their sums
+in read-only passes that may be reassociated (SIMD lanes: :data:`_reassociated`); the other
+sums run in order, as running sums.
 
 Every dot product of a solve is computed here, never by NumPy's ``np.dot``: that calls the
 BLAS library, whose own threads (OpenBLAS starts one per core) then compete with Numba's for

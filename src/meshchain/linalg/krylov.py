@@ -185,8 +185,9 @@ def pipecg(run):
     run.B("r", "u", fused_done=False)
     run.A("u", "w")
     pipecg_start(v["r"], v["u"], v["w"], v["x"], dinv, v["m"], out)
+    make_bounds = run.replacement_bounds_of()
     # (b, b) for the replacement bounds rides on iteration 0's reduction: no reduction of its own
-    first = np.append(out, dot(v["b"], v["b"])) if run.wants_bounds() else None
+    first = None if make_bounds is None else np.append(out, dot(v["b"], v["b"]))
     i, alpha, beta, gamma_old, replacements, before, bounds = 0, 0.0, 0.0, 0.0, 0, None, None
     while True:
         if i > 0 and run.inside is not None:
@@ -201,7 +202,7 @@ def pipecg(run):
         if reason is not None:
             break
         if first is not None:  # iteration 0: the bounds, with ||b|| summed in its reduction
-            bounds = run.replacement_bounds(b_norm=math.sqrt(sums[-1]))
+            bounds = make_bounds(math.sqrt(sums[-1]))
             bounds.aim(run.target)
             sums, first = sums[:-1], None
         alpha_old, beta_old = alpha, beta

@@ -244,26 +244,26 @@ class SolveRun:
         self.maxiter = self.maxiter_total - self.iterations_before
 
     def wants_bounds(self) -> bool:
-        """Whether the solve keeps residual replacement's bounds (:meth:`replacement_bounds`)."""
+        """Whether the solve keeps residual replacement's bounds (:meth:`replacement_bounds_of`)."""
         return bool(self.replacement or self.replacement is None and self.operator.gives_bounds)
 
-    def replacement_bounds(self, *, b_norm: float | None = None):
-        """The rounding-error bounds of residual replacement (:mod:`.replacement`), or None:
-        with ``residual_replacement=None`` (the default) whenever the operator gives
-        ``||A||_inf`` and its nonzeros per row (every Mat; a LinearOperator given them), and
-        then replacing only where the tolerance is within reach of rounding
-        (:data:`~.replacement.TARGET_FRACTION`); with ``True``, by PETSc's criterion alone.
-        ``b_norm``: ``||b||`` where the caller summed it over ranks already (else summed here,
-        one reduction)."""
+    def replacement_bounds_of(self):
+        """None, or a function of ``||b||`` giving the rounding-error bounds of residual
+        replacement (:mod:`.replacement`): with ``residual_replacement=None`` (the default)
+        whenever the operator gives ``||A||_inf`` and its nonzeros per row (every Mat; a
+        LinearOperator given them), and then replacing only where the tolerance is within reach
+        of rounding (:data:`~.replacement.TARGET_FRACTION`); with ``True``, by PETSc's criterion
+        alone. ``||A||_inf`` and the nonzeros are asked for now (collective the first time), so
+        that a LinearOperator without them is refused before any iteration; ``||b||`` comes
+        later (pipecg sums it in its first reduction)."""
         if not self.wants_bounds():
             return None
         operator = self.operator
-        if b_norm is None:
-            b = self.v["b"]
-            b_norm = math.sqrt(self.sum(dot(b, b)))
+        norm_inf, nonzeros = operator.norm_inf(), operator.nonzeros_per_row()
         size = operator.row_set.size * operator.dim
-        return ReplacementBounds(norm_inf=operator.norm_inf(), nonzeros=operator.nonzeros_per_row(), size=size,
-                                 b_norm=b_norm, fraction=0.0 if self.replacement else TARGET_FRACTION)
+        fraction = 0.0 if self.replacement else TARGET_FRACTION
+        return lambda b_norm: ReplacementBounds(norm_inf=norm_inf, nonzeros=nonzeros, size=size, b_norm=b_norm,
+                                                fraction=fraction)
 
     def sum(self, value: float) -> float:
         return float(self.reduce(np.array([value]))[0])
