@@ -96,22 +96,19 @@ class SolveRun:
 
             if not available():
                 return None
-        elif any(s.host.size != n for s in self.storages.values()):
-            return None
-        return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
+            return _csr_arguments(pattern)
+        return self.one_process_matrix()
 
     def one_process_matrix(self) -> tuple | None:
         """The CSR arguments of the one-process compiled passes (``indptr, split, indices, values,
         halo``) when the operator is an assembled matrix whose rows are this process's vectors'
         (no halo rows); else None (several ranks, a matrix-free operator)."""
-        if self.inside is not None and not self.engine.distributed:
-            return self.inside
         pattern = getattr(self.operator, "pattern", None)
-        if pattern is None or self.engine.distributed or pattern.n_rows != len(self.v["x"]):
+        if pattern is None or self.engine.distributed:
             return None
         if any(s.host.size != pattern.n_rows for s in self.storages.values()):
             return None
-        return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
+        return _csr_arguments(pattern)
 
     def inside_extra(self, source: str) -> tuple:
         """What the ``..._on_ranks`` functions of :mod:`.compiled` take after their one-process
@@ -243,10 +240,6 @@ class SolveRun:
         self._restarted = True
         self.maxiter = self.maxiter_total - self.iterations_before
 
-    def wants_bounds(self) -> bool:
-        """Whether the solve keeps residual replacement's bounds (:meth:`replacement_bounds_of`)."""
-        return bool(self.replacement or self.replacement is None and self.operator.gives_bounds)
-
     def replacement_bounds_of(self):
         """None, or a function of ``||b||`` giving the rounding-error bounds of residual
         replacement (:mod:`.replacement`): with ``residual_replacement=None`` (the default)
@@ -256,7 +249,7 @@ class SolveRun:
         alone. ``||A||_inf`` and the nonzeros are asked for now (collective the first time), so
         that a LinearOperator without them is refused before any iteration; ``||b||`` comes
         later (pipecg sums it in its first reduction)."""
-        if not self.wants_bounds():
+        if not (self.replacement or self.replacement is None and self.operator.gives_bounds):
             return None
         operator = self.operator
         norm_inf, nonzeros = operator.norm_inf(), operator.nonzeros_per_row()
@@ -264,9 +257,6 @@ class SolveRun:
         fraction = 0.0 if self.replacement else TARGET_FRACTION
         return lambda b_norm: ReplacementBounds(norm_inf=norm_inf, nonzeros=nonzeros, size=size, b_norm=b_norm,
                                                 fraction=fraction)
-
-    def sum(self, value: float) -> float:
-        return float(self.reduce(np.array([value]))[0])
 
     def true_residual(self, r: str, z: str) -> tuple[float, float]:
         """``||b - A x||`` and ``||B (b - A x)||`` (``r`` and ``z`` are spare vectors): on one
@@ -285,6 +275,11 @@ class SolveRun:
         self.B(r, z, fused_done=False)
         sums = self.reduce(np.array([dot(self.v[r], self.v[r]), dot(self.v[z], self.v[z])]))
         return math.sqrt(sums[0]), math.sqrt(sums[1])
+
+
+def _csr_arguments(pattern) -> tuple:
+    """``(indptr, split, indices, values, halo)``: what the compiled passes take of a matrix."""
+    return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
 
 
 _workspaces = memo("solver work vectors", weak=True)  # per operator: (engine, method -> dats)
