@@ -77,14 +77,15 @@ class Cache:
 
     __slots__ = ("name", "limit", "events", "on_drop", "_entries", "get", "hits", "misses")
 
-    def __init__(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False):
+    def __init__(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False,
+                 weak: bool = False):
         unknown = set(events) - EVENTS
         if unknown:
             raise InternalError(f"cache {name!r}: unknown invalidation event(s) {sorted(unknown)}; known: {sorted(EVENTS)}")
         if limit < 1:
             raise InternalError(f"cache {name!r}: limit must be >= 1, got {limit}")
         self.name, self.limit, self.events, self.on_drop = name, limit, frozenset(events), on_drop
-        self._entries: dict = {}
+        self._entries = weakref.WeakKeyDictionary() if weak else {}  # weak: an entry goes with its key
         self.get = self._entries.get
         self.hits = 0 if counts_hits else None
         self.misses = 0
@@ -141,11 +142,14 @@ class CacheRegistry:
         self._caches: dict[str, Cache] = {}
         self.generation = 0  # events so far: what was built before an event may be stale
 
-    def cache(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False) -> Cache:
-        """A new cache registered under ``name``; one registered earlier under that name (by a
-        backend made anew) is emptied and replaced (its counters carry over)."""
+    def cache(self, name: str, *, limit: int, events=(), on_drop=None, counts_hits: bool = False,
+              weak: bool = False) -> Cache:
+        """A new cache registered under ``name`` (``weak``: keyed weakly, an entry goes with its
+        key object); one registered earlier under that name (by a backend made anew) is emptied
+        and replaced (its counters carry over)."""
         earlier = self._caches.pop(name, None)
-        made = self._caches[name] = Cache(name, limit=limit, events=events, on_drop=on_drop, counts_hits=counts_hits)
+        made = self._caches[name] = Cache(name, limit=limit, events=events, on_drop=on_drop, counts_hits=counts_hits,
+                                          weak=weak)
         if earlier is not None:
             earlier.clear()
             made.misses = earlier.misses

@@ -20,9 +20,13 @@ Examples
 
 from __future__ import annotations
 
+from ..core.cache import EVENTS
 from .chains import ChainOptions
 
 __all__ = ["Surface"]
+
+SOLVER_CACHE_LIMIT = 256
+"""The most operators each :meth:`Surface.solver_cache` keeps something for (the oldest goes first)."""
 
 
 class Surface:
@@ -100,6 +104,18 @@ class Surface:
     def capture(self, fn, *, name: str):
         """``fn`` as a step captured once and replayed (:mod:`.capture`), loop by loop on several ranks."""
         return self._session.capture(fn, ChainOptions.of(name, False))
+
+    def solver_cache(self, name: str):
+        """This session's cache ``name`` of what the solvers keep per operator between solves
+        (work vectors, set-ups: :mod:`meshchain.linalg`), made at first use: keyed weakly by the
+        operator, registered with the session's caches (``mc.stats()`` counts it), emptied when
+        the mesh is partitioned or laid out again or the session configured again, and gone with
+        the session (so it never keeps an old session alive)."""
+        caches = self._session.caches
+        try:
+            return caches[name]
+        except KeyError:
+            return caches.cache(name, limit=SOLVER_CACHE_LIMIT, events=EVENTS, counts_hits=True, weak=True)
 
     def overlap(self):
         """How computation runs beside messages in flight (:class:`~meshchain.engine.plans.Overlap`)."""

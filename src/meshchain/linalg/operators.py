@@ -27,7 +27,7 @@ from ..comm.agree import raise_together
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Mat, Set
 
-__all__ = ["LinearOperator", "as_operator"]
+__all__ = ["LinearOperator", "as_operator", "kept_for"]
 
 
 class LinearOperator:
@@ -160,6 +160,17 @@ class _MatrixFree(_Operator):
         if self.op.nonzeros_per_row is None:
             raise SolverError(f"LinearOperator {self.name!r}: residual replacement needs nonzeros_per_row=.")
         return int(self.op.nonzeros_per_row)
+
+
+def kept_for(engine, name: str, A) -> dict:
+    """What the session's solver cache ``name`` keeps for operator ``A`` (a Mat or
+    LinearOperator): a dict, made empty at first use
+    (:meth:`~meshchain.engine.surface.Surface.solver_cache`; its user counts the hits)."""
+    cache = engine.solver_cache(name)
+    found = cache.get(A)
+    if found is None:
+        found = cache[A] = {}
+    return found
 
 
 def as_operator(engine, A):

@@ -85,6 +85,7 @@ from ..core.cache import memo
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Set
 from .fused import dot, scale
+from .operators import kept_for
 
 __all__ = ["PRECONDITIONERS", "CHEBYSHEV_DEGREE", "CHEBYSHEV_BOUNDS", "ESTIMATE_STEPS", "ZERO_PIVOT", "Pointwise",
            "SymmetricGaussSeidel", "IncompleteLU", "Chebyshev", "Preconditioner", "UserPreconditioner",
@@ -247,7 +248,8 @@ class SymmetricGaussSeidel(IncompleteLU):
         return cls(indptr, indices, values, gauss_seidel_factors(indptr, indices, values))
 
 
-_setups = memo("preconditioner set-ups", weak=True)  # per Mat: {(pc, n): (engine, stamp, kept set-up)}
+SETUPS = "preconditioner set-ups"
+"""The session's solver cache (per Mat: ``{(pc, n): (values stamp, kept set-up)}``) of the kept set-ups."""
 _KEPT = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
 """The preconditioners whose set-up is kept with an assembled matrix (see the module docstring)."""
 
@@ -550,7 +552,7 @@ def make_preconditioner(pc, operator, n: int, *, engine):
     if kept is None:
         kept = _setup(pc, operator, n, engine)
         if stamp is not None and pc in _KEPT:
-            _setups.setdefault(operator.mat, {})[(pc, n)] = (engine, stamp, kept)
+            kept_for(engine, SETUPS, operator.mat)[(pc, n)] = (stamp, kept)
     if pc == "chebyshev":  # its vectors are views of the session's dats: made again, the estimate kept
         dinv, largest = kept
         return Chebyshev(engine, operator, dinv, largest=largest)
@@ -576,7 +578,9 @@ def _kept_setup(operator, pc: str, n: int, engine, stamp):
     (``stamp``), or None. Every rank finds the same (the stamp is the same on every rank)."""
     if stamp is None or pc not in _KEPT:
         return None
-    found = _setups.get(operator.mat, {}).get((pc, n))
-    if found is None or found[0] is not engine or found[1] != stamp:
+    cache = engine.solver_cache(SETUPS)
+    found = cache.get(operator.mat, {}).get((pc, n))
+    if found is None or found[0] != stamp:
         return None
-    return found[2]
+    cache.hits += 1
+    return found[1]

@@ -13,12 +13,12 @@ import contextlib
 import math
 import numbers
 import time
+import weakref
 
 import numpy as np
 
 from ..comm.hang import wait_request
 from ..core import activity
-from ..core.cache import memo
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat, Mat
 from .block_solve import is_block_system, solve_blocks
@@ -29,7 +29,7 @@ from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
 from .nonsymmetric import NONSYMMETRIC, UNPRECONDITIONED_NORM, nonsymmetric_vectors
 from .petsc import solve_with_petsc
-from .operators import as_operator
+from .operators import as_operator, kept_for
 from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
 from .replacement import TARGET_FRACTION, ReplacementBounds
@@ -65,20 +65,43 @@ class SolveRun:
     def __init__(self, engine, operator, dats: dict, pc, *, method: str, rtol, atol, maxiter, monitor,
                  replacement: bool | None, restart: int):
         self.engine, self.operator, self.dats, self.pc = engine, operator, dats, pc
-        self.storages = dict(zip(dats, engine.storages(tuple(dats.values()))))
-        n = engine.n_owned(operator.row_set) * operator.dim
-        self.v = {name: s.flat(n) for name, s in self.storages.items()}
-        self.rtol, self.atol, self.maxiter, self.monitor = rtol, atol, maxiter, monitor
+        self.n = n = engine.n_owned(operator.row_set) * operator.dim
+        self._look_up_vectors()
+        self.rtol, self.atol, self.maxiter_total, self.monitor = rtol, atol, maxiter, monitor
         self.comm = engine.comm
         if self.comm is not None:
             from mpi4py import MPI
 
             self.sum_op = MPI.SUM
-        self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
-        self.maxiter_total, self.iterations_before, self.restarts, self._restarted = maxiter, 0, 0, False
+        self._reset()
         self.method, self.replacement, self.restart_length = method, replacement, restart
         self.unpreconditioned = method in UNPRECONDITIONED_NORM  # the norm tested is ||b - A x||
         self.inside = self._inside(engine, operator, pc, n, monitor)
+
+    def _look_up_vectors(self) -> None:
+        """The storage records of the vectors and their flat views of the owned values."""
+        self.storages = dict(zip(self.dats, self.engine.storages(tuple(self.dats.values()))))
+        self.v = {name: s.flat(self.n) for name, s in self.storages.items()}
+
+    def _reset(self) -> None:
+        """What a solve counts and records, from nothing."""
+        self.history, self.target, self.wait_time, self.reductions = [], None, 0.0, 0
+        self.maxiter, self.iterations_before, self.restarts, self._restarted = self.maxiter_total, 0, 0, False
+
+    def renew(self, x, b) -> None:
+        """Make this run, kept from an earlier solve (:func:`_kept_run`), solve again for ``x``
+        and ``b``: their storages and every vector's view looked up again, the counts reset."""
+        self.dats["x"], self.dats["b"] = x, b
+        self._look_up_vectors()
+        if self.comm is not None:
+            self.operator.overlap = self.engine.overlap()  # as configured now
+        self._reset()
+
+    def release(self) -> None:
+        """Drop the user's ``x`` and ``b`` (and their storages and views): a kept run holds no
+        user data between solves."""
+        for kept in (self.dats, self.storages, self.v):
+            del kept["x"], kept["b"]
 
     def _inside(self, engine, operator, pc, n: int, monitor):
         """The CSR arguments of :func:`.compiled.cg_iterations` (``indptr, split, indices,
@@ -263,7 +286,10 @@ class SolveRun:
         process with an assembled matrix and a compiled preconditioner in one compiled call
         (:func:`.compiled.true_residual_sums`, the same bits); with a monitor by the Python steps,
         as the iterations (the reference the tests compare the compiled calls with)."""
-        matrix = None if self.monitor is not None else self.one_process_matrix()
+        matrix = None
+        if self.monitor is None:  # the CSR arguments the iterations took on one process, else looked for
+            one_process = self.inside is not None and not self.engine.distributed
+            matrix = self.inside if one_process else self.one_process_matrix()
         if matrix is not None and hasattr(self.pc, "compiled"):
             self.storages["x"].valid_depth = self.storages[r].valid_depth = 0  # as A() marks them
             sums = np.empty(2)
@@ -280,9 +306,6 @@ class SolveRun:
 def _csr_arguments(pattern) -> tuple:
     """``(indptr, split, indices, values, halo)``: what the compiled passes take of a matrix."""
     return (*pattern.unsigned, pattern.values, pattern.n_cols > pattern.n_owned_cols)
-
-
-_workspaces = memo("solver work vectors", weak=True)  # per operator: (engine, method -> dats)
 
 
 _solving: set = set()  # (id of the operator, method) of the solves running now
@@ -304,16 +327,22 @@ def _not_nested(A, method: str):
         _solving.discard(key)
 
 
+WORK_VECTORS = "solver work vectors"
+"""The session's solver cache (per operator: ``{method: (names, dats)}``) of the work vectors."""
+
+
 def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
-    """The method's work vectors for ``A`` (declared once per operator, method and engine;
+    """The method's work vectors for ``A`` (declared once per operator, method and session;
     again when GMRES's restart length changes, replacing the last ones)."""
-    per_operator = _workspaces.setdefault(A, {})
+    per_operator = kept_for(engine, WORK_VECTORS, A)
     names = work_vectors(method, restart)
     found = per_operator.get(method)
-    if found is None or found[0] is not engine or found[1] != names:
+    if found is None or found[0] != names:
         dats = {name: Dat(operator.row_set, operator.dim, None, f"{operator.name}:{method}:{name}") for name in names}
-        found = per_operator[method] = (engine, names, dats)
-    return found[2]
+        found = per_operator[method] = (names, dats)
+    else:
+        engine.solver_cache(WORK_VECTORS).hits += 1
+    return found[1]
 
 
 def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
@@ -349,7 +378,15 @@ def _is_count(value, *, least: int) -> bool:
 def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0, maxiter=10000,
                residual_replacement=None, restart=30, options=None, monitor=None, s=None,
                basis="newton") -> SolveInfo:
-    """:func:`meshchain.solve` on ``engine`` (see there)."""
+    """:func:`meshchain.solve` on ``engine`` (see there). A solve of the same Mat by the same
+    method with the same ``x``, ``b`` and options as the last one runs on the set-up it kept
+    (:func:`_kept_run`): the same bits as one set up anew, without its checks and look-ups."""
+    key = None if options is not None or s is not None or basis != "newton" or method not in METHODS else \
+        _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor)
+    if key is not None and engine.backend_name not in ("cupy", "cuda-emulation"):
+        kept = _kept_run(engine, A, x, b, key)
+        if kept is not None:  # the same solve again: its set-up and checks as last time
+            return _solved(engine, A, x, kept.run, kept, pc)
     if method not in S_STEP and (s is not None or basis != "newton"):
         raise SolverError(f"solve: s= and basis= are options of method='sstep-cg', 'ca-cg' and 'ca-gmres', not of "
                           f"{method!r}.")
@@ -404,10 +441,27 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     run = SolveRun(engine, operator, dats, make_preconditioner(pc, operator, n, engine=engine), method=method, rtol=rtol,
                    atol=atol, maxiter=int(maxiter), monitor=monitor, restart=restart,
                    replacement=None if residual_replacement is None else bool(residual_replacement))
+    kept = None if key is None else _Kept(x, b, key, operator.values_stamp(), run)
+    return _solved(engine, A, x, run, kept, pc)
+
+
+def _solved(engine, A, x, run, kept, pc) -> SolveInfo:
+    """Run ``run`` (its method, restarting where rounding broke it down) and say how it went;
+    ``kept``: what to keep of it for the next solve of ``A`` (:func:`_kept_run`), or None;
+    ``pc``: the preconditioner as the user named it."""
+    method = run.method
     began = time.perf_counter()
     with _not_nested(A, method):
-        iterations, reason, replacements, (true, true_preconditioned) = run_recovering(
-            METHODS[method], run, work_vectors(method, restart)[:2])
+        try:
+            iterations, reason, replacements, (true, true_preconditioned) = run_recovering(
+                METHODS[method], run, work_vectors(method, run.restart_length)[:2])
+        except BaseException:
+            kept_for(engine, KEPT_SOLVES, A).pop(method, None)  # whatever state it was left in: not kept
+            raise
+        finally:
+            run.release()
+    if kept is not None:
+        kept_for(engine, KEPT_SOLVES, A)[method] = kept
     elapsed = run.stopped - began  # the iterations, without the true residual at exit
     engine.halos_stale(x)
     return SolveInfo(iterations=iterations, converged=reason == "converged", reason=reason,
@@ -416,3 +470,51 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                      time_per_iteration=elapsed / max(iterations, 1), time_reduction_wait=run.wait_time,
                      reductions=run.reductions, replacements=replacements, method=method, pc=pc,
                      restarts=run.restarts)
+
+
+KEPT_SOLVES = "kept solves"
+"""The session's solver cache (per Mat: ``{method: _Kept}``) of the set-ups kept between solves."""
+
+
+class _Kept:
+    """A solve's set-up (its :class:`SolveRun`) kept in the session (:data:`KEPT_SOLVES`) for
+    the next solve of the same Mat by the same method, with the same ``x``, ``b`` (held weakly)
+    and options (``key``), while the matrix's values and layout (``stamp``,
+    :meth:`Matrices.values_stamp <meshchain.engine.matrices.Matrices.values_stamp>`) stay the
+    same. Between solves the run holds neither ``x`` nor ``b``."""
+
+    __slots__ = ("x", "b", "key", "stamp", "run")
+
+    def __init__(self, x, b, key: tuple, stamp, run):
+        self.x, self.b, self.key, self.stamp, self.run = weakref.ref(x), weakref.ref(b), key, stamp, run
+
+
+def _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor) -> tuple | None:
+    """What a solve's set-up is kept by: its options, or None when it is not kept (a
+    matrix-free operator, a monitor, a user's or Chebyshev preconditioner, made again per
+    solve). Integers must be ``int``s, so that a value refused by the checks never equals a
+    kept one (``maxiter=1e4``)."""
+    if (monitor is not None or not isinstance(A, Mat) or not (pc is None or type(pc) is str) or pc == "chebyshev"
+            or type(maxiter) is not int or type(restart) is not int):
+        return None
+    return (method, pc, rtol, atol, maxiter, residual_replacement, restart)
+
+
+def _kept_run(engine, A, x, b, key: tuple):
+    """The set-up this session kept from the last solve of ``A`` by ``key``'s method, made
+    ready to solve for ``x`` and ``b``, if it was kept with the same options and vectors and
+    the matrix's values and layout are unchanged; else None. Pending loops that write ``x``,
+    ``b`` or ``A`` run first, as in a solve set up anew. Every rank decides alike (the stamp is
+    the same on every rank, and a program passes the same objects on every rank)."""
+    cache = engine.solver_cache(KEPT_SOLVES)
+    kept = cache.get(A, {}).get(key[0])
+    if kept is None or kept.key != key or kept.x() is not x or kept.b() is not b:
+        return None
+    run = kept.run
+    engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
+    engine.run_pending(b)
+    if run.operator.values_stamp() != kept.stamp:
+        return None
+    run.renew(x, b)
+    cache.hits += 1
+    return kept
