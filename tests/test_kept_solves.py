@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import meshchain as mc
 from meshchain.meshes import jittered_delaunay
 from test_mat import copy_kernel
-from test_solvers import MESHES, Problem
+from test_solvers import MESHES, Problem, matrix_free
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
 
@@ -153,8 +153,9 @@ def test_nothing_is_kept_of_a_solve_that_raised(comm, monkeypatch):
 
 def test_what_is_kept_holds_no_user_vectors_and_goes_with_its_session():
     """Between solves a kept run holds neither ``x`` nor ``b``: they are freed when the user
-    drops them. What the solvers keep is the session's: a session reset frees the old one, its
-    Mat and its kept runs."""
+    drops them. What the solvers keep (work vectors, set-ups, kept runs) is the session's: after
+    solves by every kind of method and preconditioner, assembled and matrix-free, a session
+    reset frees the old session, its Mat, vectors and operators."""
     session = mc.reset_runtime()
     problem = Problem(jittered_delaunay(30, seed=1))
     for _ in range(2):
@@ -168,8 +169,14 @@ def test_what_is_kept_holds_no_user_vectors_and_goes_with_its_session():
     del x, b
     gc.collect()
     assert [ref() for ref in vectors] == [None, None]
-    held = [weakref.ref(obj) for obj in (problem.A, problem.x, problem.b, session)]
-    del problem, session
+    for method, pc in (("pipecg", "sgs"), ("cg", "chebyshev"), ("gmres", "bjacobi-ilu"), ("sstep-cg", "jacobi")):
+        assert problem.solve(method, pc, rtol=1e-8)[0].converged, (method, pc)
+    op = matrix_free(problem, 1)
+    for method in ("cg", "sstep-cg"):
+        problem.x.data[...] = 0.0
+        assert mc.solve(op, problem.x, problem.b, method=method, pc="jacobi", rtol=1e-8).converged, method
+    held = [weakref.ref(obj) for obj in (problem.A, problem.x, problem.b, op, session)]
+    del problem, session, op
     mc.reset_runtime()
     gc.collect()
-    assert [ref() for ref in held] == [None] * 4
+    assert [ref() for ref in held] == [None] * 5

@@ -37,7 +37,6 @@ import numpy as np
 
 from ..api import loop_chain, par_loop
 from ..core.access import READ, RW, WRITE
-from ..core.cache import memo
 from ..core.errors import SolverError
 from ..ir.kernel import Kernel
 from ..types import Global
@@ -45,10 +44,12 @@ from .blockcg import _BlockRun
 from .info import SolveInfo
 from .scaled import work_dats
 from .sstep import drive
+from .operators import kept_for
 
 __all__ = ["OperatorRun", "solve_free"]
 
-_globals = memo("s-step shift globals", weak=True)  # per operator: (engine, s) -> (engine, globals)
+SHIFT_GLOBALS = "s-step shift globals"
+"""The session's solver cache (per operator: ``{s: globals}``) of the shifts' globals."""
 
 
 class OperatorRun(_BlockRun):
@@ -122,13 +123,11 @@ class OperatorRun(_BlockRun):
 
 
 def _thetas(engine, A, steps: int) -> list:
-    """The shifts' globals of ``A``'s chains (declared once per operator, engine and ``s``)."""
-    per_operator = _globals.setdefault(A, {})
-    found = per_operator.get((id(engine), steps))
-    if found is None or found[0] is not engine:
-        found = per_operator[(id(engine), steps)] = (
-            engine, [Global(1, 0.0, f"{A.name}:sstep-cg:theta{k}") for k in range(steps)])
-    return found[1]
+    """The shifts' globals of ``A``'s chains (declared once per operator, session and ``s``)."""
+    per_operator = kept_for(engine, SHIFT_GLOBALS, A)
+    if steps not in per_operator:
+        per_operator[steps] = [Global(1, 0.0, f"{A.name}:sstep-cg:theta{k}") for k in range(steps)]
+    return per_operator[steps]
 
 
 @functools.lru_cache(maxsize=None)

@@ -65,12 +65,12 @@ import time
 
 import numpy as np
 
-from ..core.cache import memo
 from ..core.errors import MeshchainError, SolverError
 from ..types import Dat
 from .precond import Preconditioner, make_preconditioner
 from .info import SolveInfo
 from .recovery import FALSE_CONVERGENCE_FACTOR
+from .operators import kept_for
 
 __all__ = ["PC_OPTIONS", "petsc_settings", "solve_with_petsc"]
 
@@ -90,7 +90,8 @@ to ``||B r_0||`` as meshchain's other methods test (with a nonzero initial guess
 default is relative to ``||B b||``)."""
 
 _prefixes = itertools.count()
-_shell_vectors = memo("petsc shell matrix vectors", weak=True)  # per LinearOperator: (engine, (source, target))
+SHELL_VECTORS = "petsc shell matrix vectors"
+"""The session's solver cache (per LinearOperator: ``{"vectors": (source, target)}``) of the shell matrix's dats."""
 
 
 def solve_with_petsc(engine, A, operator, x, b, *, pc, options: dict, rtol: float, atol: float, maxiter: int,
@@ -317,11 +318,11 @@ def _work_vectors(operator) -> tuple:
     """The two dats the shell matrix applies a matrix-free operator between (declared once
     per LinearOperator and session)."""
     engine, op = operator.engine, operator.op
-    found = _shell_vectors.get(op)
-    if found is None or found[0] is not engine:
-        found = _shell_vectors[op] = (engine, tuple(Dat(op.row_set, op.dim, None, f"{op.name}:petsc:{what}")
-                                                    for what in ("source", "target")))
-    return found[1]
+    per_operator = kept_for(engine, SHELL_VECTORS, op)
+    if "vectors" not in per_operator:
+        per_operator["vectors"] = tuple(Dat(op.row_set, op.dim, None, f"{op.name}:petsc:{what}")
+                                        for what in ("source", "target"))
+    return per_operator["vectors"]
 
 
 class _ShellOperator:

@@ -81,7 +81,6 @@ import numba
 import numpy as np
 
 from ..backends.sparse import gauss_seidel_factors, ilu0, ilu_apply, owned_block, split_factors
-from ..core.cache import memo
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Set
 from .fused import dot, scale
@@ -253,19 +252,18 @@ SETUPS = "preconditioner set-ups"
 _KEPT = ("jacobi", "sgs", "bjacobi-ilu", "chebyshev")
 """The preconditioners whose set-up is kept with an assembled matrix (see the module docstring)."""
 
-_scratch = memo("preconditioner work vectors", weak=True)  # per row set: (engine, (purpose, dim) -> dats)
+SCRATCH = "preconditioner work vectors"
+"""The session's solver cache (per row set: ``{(purpose, dim): dats}``) of the preconditioners' work vectors."""
 
 
 def _scratch_dats(engine, operator, purpose: str, names) -> list:
     """Two or more dats on ``operator``'s rows for ``purpose`` (declared once per row set,
-    dim and engine; collective on several ranks, as every set-up is)."""
-    found = _scratch.get(operator.row_set)
-    if found is None or found[0] is not engine:
-        found = _scratch[operator.row_set] = (engine, {})
+    dim and session; collective on several ranks, as every set-up is)."""
+    found = kept_for(engine, SCRATCH, operator.row_set)
     key = (purpose, operator.dim)
-    if key not in found[1]:
-        found[1][key] = [Dat(operator.row_set, operator.dim, None, f"{purpose}:{name}") for name in names]
-    return found[1][key]
+    if key not in found:
+        found[key] = [Dat(operator.row_set, operator.dim, None, f"{purpose}:{name}") for name in names]
+    return found[key]
 
 
 class _Vectors:

@@ -30,11 +30,12 @@ from ..core.cache import memo
 from ..core.errors import SolverError
 from ..types import Dat, Mat
 from .fused import dot
-from .operators import LinearOperator
+from .operators import LinearOperator, kept_for
 
 __all__ = ["ScaledRun", "work_dats", "enter", "leave", "check_matrix"]
 
-_workspaces = memo("s-step work vectors", weak=True)  # per matrix: (engine, method, steps) -> dats
+WORK_VECTORS = "s-step work vectors"
+"""The session's solver cache (per matrix: ``{(method, steps): dats}``) of the s-step methods' work vectors."""
 _scales = memo("Jacobi scalings", weak=True)  # per matrix: engine -> (values stamp, D^-1/2 on the owned rows)
 _held = memo("scale vectors' contents", weak=True)  # per work dat "scale": the key of the scaling it holds
 
@@ -53,14 +54,13 @@ def check_matrix(A, pc, method: str) -> None:
 
 def work_dats(engine, A, method: str, steps: int, names) -> dict:
     """The work vectors ``names`` of ``method`` with ``steps`` for ``A`` (declared once per
-    matrix, engine, method and ``steps``)."""
-    per_matrix = _workspaces.setdefault(A, {})
-    key = (id(engine), method, steps)
-    found = per_matrix.get(key)
-    if found is None or found[0] is not engine:
-        found = per_matrix[key] = (engine, {name: Dat(A.row_set, A.dim, None, f"{A.name}:{method}:{name}")
-                                            for name in names})
-    return found[1]
+    matrix, session, method and ``steps``)."""
+    per_matrix = kept_for(engine, WORK_VECTORS, A)
+    found = per_matrix.get((method, steps))
+    if found is None:
+        found = per_matrix[(method, steps)] = {name: Dat(A.row_set, A.dim, None, f"{A.name}:{method}:{name}")
+                                               for name in names}
+    return found
 
 
 class ScaledRun:
