@@ -17,6 +17,7 @@ import weakref
 
 import numpy as np
 
+from ..backends.sparse import csr_halo, csr_owned
 from ..comm.hang import wait_request
 from ..core import activity
 from ..core.errors import SetMismatchError, SolverError
@@ -74,6 +75,7 @@ class SolveRun:
 
             self.sum_op = MPI.SUM
         self._reset()
+        self._mpi_handles = None  # the communicator's handles for compiled calls, made at first use
         self.method, self.replacement, self.restart_length = method, replacement, restart
         self.unpreconditioned = method in UNPRECONDITIONED_NORM  # the norm tested is ||b - A x||
         self.inside = self._inside(engine, operator, pc, n, monitor)
@@ -140,12 +142,19 @@ class SolveRun:
         between solves) and the MPI handles."""
         if not self.engine.distributed:
             return ()
-        from ..comm.compiled import handles
-
         vector = self.storages[source]
         e = self.operator.compiled_exchange(vector.tag)
         return (vector.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
-                handles(self.comm))
+                self.mpi_handles())
+
+    def mpi_handles(self) -> np.ndarray:
+        """The communicator's handles the compiled calls take (:func:`~meshchain.comm.compiled.handles`),
+        made once per run."""
+        if self._mpi_handles is None:
+            from ..comm.compiled import handles
+
+            self._mpi_handles = handles(self.comm)
+        return self._mpi_handles
 
     def inside_halos(self, sources) -> tuple:
         """What iterations by address (:func:`.compiled.bicgstab_iterations`,
@@ -157,12 +166,12 @@ class SolveRun:
             empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
                      np.zeros(1, np.uint8))
             return False, tuple(self.v[name] for name in sources), empty, np.zeros(4, np.int64), np.zeros(3, np.int64)
-        from ..comm.compiled import addresses, handles  # mpi4py: only on several ranks
+        from ..comm.compiled import addresses  # mpi4py: only on several ranks
 
         e = self.operator.compiled_exchange(self.storages[sources[0]].tag)
         exchange = (e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses)
         return (True, tuple(self.storages[name].host.reshape(-1) for name in sources), exchange, addresses(),
-                handles(self.comm))
+                self.mpi_handles())
 
     def divergence_limit(self) -> float:
         """The norm above which :meth:`check` calls the solve diverged (PETSc's ``dtol``;
@@ -187,7 +196,29 @@ class SolveRun:
     def A(self, src: str, dst: str) -> None:  # noqa: N802 - the operator's name
         source = self.storages[src]
         source.valid_depth = 0  # written in place by the solver: its halo is stale
-        self.operator.apply(self.dats[src], self.dats[dst], source, self.storages[dst])
+        if self.inside is not None and self.comm is not None:
+            self._product_on_ranks(source, dst)
+        else:
+            self.operator.apply(self.dats[src], self.dats[dst], source, self.storages[dst])
+
+    def _product_on_ranks(self, source, dst: str) -> None:
+        """``dst = A source`` on several ranks by the halo exchange and CSR passes the compiled
+        iterations make their products with (:meth:`inside_extra`'s exchange; the owned rows
+        while the messages travel): the bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path,
+        with less Python between its parts."""
+        from ..comm.compiled import finish_rows, start_rows
+
+        indptr, split, indices, values, halo = self.inside
+        x, y = source.host.reshape(-1), self.v[dst]
+        e = self.operator.compiled_exchange(source.tag)
+        error = start_rows(x, e.send_at, e.send, e.requests)
+        csr_owned(indptr, split, indices, values, x, y)
+        error = error or finish_rows(x, e.receive_at, e.receive, e.requests, e.statuses)
+        if error:
+            self.communication_failed(error)
+        if halo:
+            csr_halo(indptr, split, indices, values, x, y)
+        self.storages[dst].valid_depth = 0
 
     def B(self, src: str, dst: str, *, fused_done: bool = True) -> None:  # noqa: N802
         """``dst = B src``; with ``fused_done`` a pointwise preconditioner already did it."""
