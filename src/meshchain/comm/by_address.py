@@ -1,10 +1,11 @@
 """MPI called by address from compiled code that the disk cache can keep.
 
-:mod:`.compiled`'s functions call MPI through ``ctypes`` functions, whose addresses Numba
-writes into the machine code: they are compiled in every process. The functions here take
-the addresses as data instead (:func:`meshchain.comm.compiled.addresses`, one int64 array:
-``MPI_Startall``, ``MPI_Waitall``, ``clock_gettime``, ``MPI_Allreduce``, ``MPI_Iallreduce``,
-``MPI_Wait``, ``MPI_Testall``), so compiled code calling them is cached on disk like any other (a captured
+:mod:`.compiled` finds the MPI library; compiled code calling its functions through
+``ctypes`` would have their addresses written into the machine code and be compiled in every
+process. The functions here take the addresses as data instead
+(:func:`meshchain.comm.compiled.addresses`, one int64 array: ``MPI_Startall``,
+``MPI_Waitall``, ``clock_gettime``, ``MPI_Allreduce``, ``MPI_Iallreduce``, ``MPI_Wait``,
+``MPI_Testall``), so compiled code calling them is cached on disk like any other (a captured
 step's compiled replay, :mod:`meshchain.backends.numba_replay`; the Krylov iterations of
 :mod:`meshchain.linalg.compiled`). Handles are C ints (MPICH's ABI; :mod:`.compiled` says
 where that holds). Importing this module does not import mpi4py (which would initialise MPI
@@ -238,8 +239,8 @@ def cycle_seconds(spin: float = 0.005):
 
 @numba.njit(cache=True, nogil=True)
 def sum_all(functions, values, out, handles):
-    """``out = sum over ranks of values`` (float64, contiguous; collective), as
-    :func:`.compiled.sum_over_ranks` but by address: the MPI error code."""
+    """``out = sum over ranks of values`` (float64, contiguous; collective) by ``MPI_Allreduce``
+    with ``handles`` ``[comm, datatype, op]`` (:func:`.compiled.handles`); the MPI error code."""
     return _call_allreduce(functions[3], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
                            handles[0])
 
@@ -279,7 +280,8 @@ def sum_in_pairs(functions, values, other, requests, phases, statuses):
 
 @numba.njit(cache=True, nogil=True)
 def start_exchange(functions, x, rows, send, requests):
-    """:func:`.compiled.start_rows` by address: pack ``x[rows]`` into ``send``, start ``requests``."""
+    """Pack ``x[rows]`` into ``send`` and start the exchange's persistent ``requests``
+    (:class:`.compiled.CompiledExchange`); the MPI error code."""
     for k in range(len(rows)):
         send[k] = x[rows[k]]
     return start_all(functions, requests)
@@ -287,7 +289,7 @@ def start_exchange(functions, x, rows, send, requests):
 
 @numba.njit(cache=True, nogil=True)
 def finish_exchange(functions, x, rows, receive, requests, statuses):
-    """:func:`.compiled.finish_rows` by address: wait for ``requests``, unpack ``receive`` into ``x[rows]``."""
+    """Wait for ``requests`` and unpack ``receive`` into ``x[rows]``; the MPI error code."""
     error = wait_all(functions, requests, statuses)
     for k in range(len(rows)):
         x[rows[k]] = receive[k]

@@ -2,24 +2,24 @@
 
 A loop that runs many iterations inside one compiled call on several ranks (the Krylov
 methods' iterations, :mod:`meshchain.linalg.compiled`) cannot return to Python for each
-exchange and reduction. This module gives it the MPI library's own functions, called
-through ``ctypes`` from compiled code:
+exchange and reduction. This module gives it the MPI library's own functions, which
+compiled code calls by address (:func:`addresses`, :mod:`.by_address`: the addresses are
+data, so the compiled code is cached on disk like any other), and the objects they work on:
 
-* :func:`sum_over_ranks` -- ``MPI_Allreduce`` with ``MPI_SUM`` of float64 values;
+* :func:`handles` -- a communicator, ``MPI_DOUBLE`` and ``MPI_SUM`` as the C handles
+  ``MPI_Allreduce`` takes (:func:`.by_address.sum_all`);
 * :class:`CompiledExchange` -- a halo exchange of one float64 vector with persistent
-  requests made once (``Send_init``/``Recv_init``, by mpi4py), run by :func:`start_rows`
-  (pack the exported values, ``MPI_Startall``) and :func:`finish_rows` (``MPI_Waitall``,
-  unpack the imported values) with the owned work between the two (its calls by address,
-  :mod:`.by_address`, add ``MPI_Testall`` called during that work: over a network module
-  that moves messages only inside MPI calls, MPICH over TCP, the messages then travel while
-  the rank computes instead of when it waits);
+  requests made once (``Send_init``/``Recv_init``, by mpi4py), run by
+  :func:`.by_address.start_exchange` (pack the exported values, ``MPI_Startall``) and
+  :func:`.by_address.finish_exchange` (``MPI_Waitall``, unpack the imported values) with the
+  owned work between the two (``MPI_Testall`` may be called during that work,
+  :func:`.by_address.progress_all`: over a network module that moves messages only inside
+  MPI calls, MPICH over TCP, the messages then travel while the rank computes instead of
+  when it waits);
 * :class:`CompiledPairwiseSum` -- a short sum over ranks by recursive doubling with persistent
   requests (:func:`meshchain.comm.pairwise.pairwise_sum`'s messages and bits).
 
-The same MPI calls as mpi4py's on the same buffers: the results are the same bits. Compiled
-functions that call them through ``ctypes`` cannot be cached on disk (the library's addresses
-change from process to process): each process compiles them once, at first use (about a
-second); those taking the addresses as data (:func:`addresses`, :mod:`.by_address`) can.
+The same MPI calls as mpi4py's on the same buffers: the results are the same bits.
 
 :func:`available` says whether this works with the MPI library loaded (an ABI whose handles
 are C ints, as MPICH's, and the library found among the process's mapped files); callers run
@@ -29,9 +29,10 @@ Examples
 --------
 >>> import numpy as np
 >>> from mpi4py import MPI
->>> from meshchain.comm.compiled import available, handles, sum_over_ranks
+>>> from meshchain.comm.by_address import sum_all
+>>> from meshchain.comm.compiled import addresses, available, handles
 >>> out = np.zeros(2)
->>> available() and sum_over_ranks(np.array([1.0, 2.0]), out, handles(MPI.COMM_SELF)) == 0
+>>> available() and sum_all(addresses(), np.array([1.0, 2.0]), out, handles(MPI.COMM_SELF)) == 0
 True
 >>> out.tolist()
 [1.0, 2.0]
@@ -42,14 +43,13 @@ from __future__ import annotations
 import ctypes
 import functools
 
-import numba
 import numpy as np
 from mpi4py import MPI
 
 from . import pairwise
 
-__all__ = ["available", "handles", "sum_over_ranks", "CompiledExchange", "CompiledReduction", "start_rows",
-           "finish_rows", "addresses", "CompiledPairwiseSum", "abort_on_error"]
+__all__ = ["available", "handles", "CompiledExchange", "CompiledReduction", "addresses", "CompiledPairwiseSum",
+           "abort_on_error"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,23 +70,8 @@ def available() -> bool:
     return _library() is not None
 
 
-def _function(name: str, *argtypes):
-    library = _library()
-    if library is None:
-        return None
-    function = getattr(library, name)
-    function.restype, function.argtypes = ctypes.c_int, list(argtypes)
-    return function
-
-
-_INT, _POINTER = ctypes.c_int, ctypes.c_void_p
-_allreduce = _function("MPI_Allreduce", _POINTER, _POINTER, _INT, _INT, _INT, _INT)
-_startall = _function("MPI_Startall", _INT, _POINTER)
-_waitall = _function("MPI_Waitall", _INT, _POINTER, _POINTER)
-
-
 def handles(comm) -> np.ndarray:
-    """``[comm, MPI_DOUBLE, MPI_SUM]`` as the C handles :func:`sum_over_ranks` takes."""
+    """``[comm, MPI_DOUBLE, MPI_SUM]`` as the C handles :func:`.by_address.sum_all` takes."""
     return _as_c_ints([MPI._handleof(comm), MPI._handleof(MPI.DOUBLE), MPI._handleof(MPI.SUM)]).astype(np.int64)
 
 
@@ -95,38 +80,11 @@ def _as_c_ints(values) -> np.ndarray:
     return np.array([value & 0xFFFFFFFF for value in values], dtype=np.uint32).view(np.int32)
 
 
-@numba.njit(nogil=True)
-def sum_over_ranks(values, out, handles):
-    """``out = sum over ranks of values`` (float64, contiguous; collective); the MPI error code."""
-    return _allreduce(values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2], handles[0])
-
-
-@numba.njit(nogil=True)
-def start_rows(x, rows, send, requests):
-    """Pack ``x[rows]`` into ``send`` and start the exchange's persistent requests; the MPI error code."""
-    for k in range(len(rows)):
-        send[k] = x[rows[k]]
-    if len(requests) == 0:
-        return 0
-    return _startall(len(requests), requests.ctypes.data)
-
-
-@numba.njit(nogil=True)
-def finish_rows(x, rows, receive, requests, statuses):
-    """Wait for the exchange's requests and unpack ``receive`` into ``x[rows]``; the MPI error code."""
-    error = 0
-    if len(requests):
-        error = _waitall(len(requests), requests.ctypes.data, statuses.ctypes.data)
-    for k in range(len(rows)):
-        x[rows[k]] = receive[k]
-    return error
-
-
 class CompiledExchange:
     """A halo exchange of one float64 vector ``x`` (``dim`` values per row) run from compiled
     code: per neighbour the rows sent (``exports``) and received (``imports``), in wire order.
 
-    The arguments of :func:`start_rows` and :func:`finish_rows` are attributes:
+    The arguments of :func:`.by_address.start_exchange` and :func:`.by_address.finish_exchange` are attributes:
     ``send_at``/``send`` (flat positions in ``x`` and the send buffer), ``receive_at``/
     ``receive``, ``requests`` (the persistent requests' C handles) and ``statuses``;
     :func:`meshchain.comm.by_address.progress_all` takes ``requests``, ``flag`` and ``statuses``.

@@ -4,7 +4,7 @@ nonsymmetric methods also with ILU(0), ``"bjacobi-ilu"``: :func:`precondition`).
 
 Nothing between two CG iterations needs Python. :func:`cg_iterations` (one process) and
 :func:`cg_iterations_on_ranks` (several: the halo exchange of ``p`` and the two sums over
-ranks called from compiled code, :mod:`meshchain.comm.compiled`) run the iterations of
+ranks called from compiled code by address, :mod:`meshchain.comm.by_address`) run the iterations of
 :func:`.krylov.cg`; :func:`cg1_iterations` and :func:`cg1_iterations_on_ranks` those of
 :func:`.krylov.cg1` (one sum per iteration), calling the very passes the Python loop calls (:mod:`.fused` and the
 CSR product of :mod:`meshchain.backends.sparse`) and the same MPI operations in the same
@@ -16,8 +16,8 @@ order, so its bits are those of the separate pass, and its adds no longer wait o
 in a pass of their own: 6.9 → 6.0-6.4 µs a CG iteration on 729 unknowns);
 :func:`bicgstab_iterations`, :func:`pipebicgstab_iterations` and :func:`gmres_cycle` those of
 :func:`.nonsymmetric.bicgstab`, :func:`.nonsymmetric.pipebicgstab` and one restart cycle of
-:func:`.nonsymmetric.gmres`, on one process and on several (their MPI calls by address, so they
-are cached on disk like the one-process functions). They stop
+:func:`.nonsymmetric.gmres`, on one process and on several. All of them call MPI by address, so they
+are cached on disk like the one-process functions. They stop
 at the first iteration whose outcome Python decides (a norm test that is met or fails, a
 non-positive curvature) or after ``len(history)`` iterations, and say which;
 :func:`.krylov.cg` turns that into the same reason the Python loop gives. A solve with a
@@ -42,7 +42,6 @@ Examples
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numba
@@ -146,59 +145,53 @@ COMMUNICATION = 4
 """Why :func:`cg_iterations_on_ranks` returned: an MPI call failed (``value``: its error code)."""
 
 
-def cg_iterations_on_ranks(*args):
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cg_iterations_on_ranks(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter,
+                           history, p_all, send_at, send, receive_at, receive, requests, statuses, functions, handles):
     """:func:`cg_iterations` on several ranks (collective): before each product the halo of
     ``p`` is exchanged (``exchange``: a :class:`~meshchain.comm.compiled.CompiledExchange`'s
     arrays, the owned rows computed while the messages travel) and the two dot products of an
     iteration are summed over ranks, as the Python loop's ``Allreduce`` calls do. The same
-    arguments as :func:`cg_iterations` with ``p_all`` (``p`` with its halo rows) and then
-    ``exchange`` (``send_at, send, receive_at, receive, requests, statuses``) and ``handles``
-    (:func:`~meshchain.comm.compiled.handles`) at the end. Compiled at first use in each
-    process (it calls the MPI library: no disk cache)."""
-    return _on_ranks()(*args)
-
-
-@functools.lru_cache(maxsize=None)
-def _on_ranks():
-    from ..comm.compiled import finish_rows, start_rows, sum_over_ranks
-
-    @numba.njit(nogil=True, error_model="numpy")
-    def iterate(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history,
-                p_all, send_at, send, receive_at, receive, requests, statuses, handles):
-        out, mine, total = np.zeros(3), np.zeros(2), np.zeros(2)
-        dinv, factored = pc[0], len(pc[7]) > 0
-        for k in range(len(history)):
-            error = start_rows(p_all, send_at, send, requests)
-            if halo:
-                csr_owned(indptr, split, indices, values, p_all, w)
-                error = error or finish_rows(p_all, receive_at, receive, requests, statuses)
-                mine[0] = csr_product_dot(indptr, split, indices, values, True, p_all, w)
-            else:  # no halo column: the product while the messages travel
-                mine[0] = csr_product_dot(indptr, split, indices, values, False, p_all, w)
-                error = error or finish_rows(p_all, receive_at, receive, requests, statuses)
-            error = error or sum_over_ranks(mine[:1], total[:1], handles)
-            if error:
-                return i, COMMUNICATION, float(error), 2 * k + 1, k
-            pw = total[0]
-            if not (math.isfinite(pw) and pw > 0.0):
-                return i, CURVATURE, pw, 2 * k + 1, k
-            cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
-            if factored:
-                precondition(pc, r, z)
-                dot_pairs(r, z, z, z, z, z, out)
-            mine[0], mine[1] = out[0], out[1]
-            error = sum_over_ranks(mine, total, handles)
-            if error:
-                return i, COMMUNICATION, float(error), 2 * k + 2, k
-            i += 1
-            history[k], why, value = _outcome(i, total[1], total[0], target, maxiter)
-            if why != GOING:
-                return i, why, value, 2 * k + 2, k + 1
-            aypx(total[0] / state[0], z, p)
-            state[0] = total[0]
-        return i, GOING, 0.0, 2 * len(history), len(history)
-
-    return iterate
+    arguments as :func:`cg_iterations` with ``p_all`` (``p`` with its halo rows), the
+    exchange's arrays (``send_at, send, receive_at, receive, requests, statuses``), then
+    ``functions`` and ``handles`` (:func:`~meshchain.comm.compiled.addresses`,
+    :func:`~meshchain.comm.compiled.handles`) at the end: MPI called by address
+    (:mod:`meshchain.comm.by_address`), so it is cached on disk like :func:`cg_iterations`."""
+    out, mine, total = np.zeros(3), np.zeros(2), np.zeros(2)
+    dinv, factored = pc[0], len(pc[7]) > 0
+    for k in range(len(history)):
+        error = start_exchange(functions, p_all, send_at, send, requests)
+        if halo:
+            csr_owned(indptr, split, indices, values, p_all, w)
+            if not error:
+                error = finish_exchange(functions, p_all, receive_at, receive, requests, statuses)
+            mine[0] = csr_product_dot(indptr, split, indices, values, True, p_all, w)
+        else:  # no halo column: the product while the messages travel
+            mine[0] = csr_product_dot(indptr, split, indices, values, False, p_all, w)
+            if not error:
+                error = finish_exchange(functions, p_all, receive_at, receive, requests, statuses)
+        if not error:
+            error = sum_all(functions, mine[:1], total[:1], handles)
+        if error:
+            return i, COMMUNICATION, float(error), 2 * k + 1, k
+        pw = total[0]
+        if not (math.isfinite(pw) and pw > 0.0):
+            return i, CURVATURE, pw, 2 * k + 1, k
+        cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
+        if factored:
+            precondition(pc, r, z)
+            dot_pairs(r, z, z, z, z, z, out)
+        mine[0], mine[1] = out[0], out[1]
+        error = sum_all(functions, mine, total, handles)
+        if error:
+            return i, COMMUNICATION, float(error), 2 * k + 2, k
+        i += 1
+        history[k], why, value = _outcome(i, total[1], total[0], target, maxiter)
+        if why != GOING:
+            return i, why, value, 2 * k + 2, k + 1
+        aypx(total[0] / state[0], z, p)
+        state[0] = total[0]
+    return i, GOING, 0.0, 2 * len(history), len(history)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -239,41 +232,34 @@ def cg1_iterations(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv,
     return i, GOING, 0.0, len(history), len(history)
 
 
-def cg1_iterations_on_ranks(*args):
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cg1_iterations_on_ranks(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter,
+                            history, z_all, send_at, send, receive_at, receive, requests, statuses, functions, handles):
     """:func:`cg1_iterations` on several ranks (collective), as :func:`cg_iterations_on_ranks`
-    is :func:`cg_iterations`'s: ``z`` with its halo rows, the exchange's arrays and the handles
-    after :func:`cg1_iterations`'s arguments."""
-    return _cg1_on_ranks()(*args)
-
-
-@functools.lru_cache(maxsize=None)
-def _cg1_on_ranks():
-    from ..comm.compiled import finish_rows, start_rows, sum_over_ranks
-
-    @numba.njit(nogil=True, error_model="numpy")
-    def iterate(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter, history,
-                z_all, send_at, send, receive_at, receive, requests, statuses, handles):
-        out, total = np.zeros(3), np.zeros(3)
-        for k in range(len(history)):
-            error = start_rows(z_all, send_at, send, requests)
-            if halo:
-                csr_owned(indptr, split, indices, values, z_all, s)
-                error = error or finish_rows(z_all, receive_at, receive, requests, statuses)
-                csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
-            else:  # no halo column: the product while the messages travel
-                csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
-                error = error or finish_rows(z_all, receive_at, receive, requests, statuses)
-            error = error or sum_over_ranks(out, total, handles)
-            if error:
-                return i, COMMUNICATION, float(error), k + 1, k
-            history[k], why, value, beta = _cg1_step(i, total, state, target, maxiter)
-            if why != GOING:
-                return i, why, value, k + 1, k + 1
-            cg1_update(state[0], beta, z, s, p, w, x, r, dinv)
-            i += 1
-        return i, GOING, 0.0, len(history), len(history)
-
-    return iterate
+    is :func:`cg_iterations`'s: ``z`` with its halo rows, the exchange's arrays, the MPI
+    functions' addresses and the handles after :func:`cg1_iterations`'s arguments."""
+    out, total = np.zeros(3), np.zeros(3)
+    for k in range(len(history)):
+        error = start_exchange(functions, z_all, send_at, send, requests)
+        if halo:
+            csr_owned(indptr, split, indices, values, z_all, s)
+            if not error:
+                error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
+            csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
+        else:  # no halo column: the product while the messages travel
+            csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
+            if not error:
+                error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
+        if not error:
+            error = sum_all(functions, out, total, handles)
+        if error:
+            return i, COMMUNICATION, float(error), k + 1, k
+        history[k], why, value, beta = _cg1_step(i, total, state, target, maxiter)
+        if why != GOING:
+            return i, why, value, k + 1, k + 1
+        cg1_update(state[0], beta, z, s, p, w, x, r, dinv)
+        i += 1
+    return i, GOING, 0.0, len(history), len(history)
 
 
 # --- BiCGStab ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import weakref
 import numpy as np
 
 from ..backends.sparse import csr_halo, csr_owned
+from ..comm.by_address import finish_exchange, start_exchange
 from ..comm.hang import wait_request
 from ..core import activity
 from ..core.errors import SetMismatchError, SolverError
@@ -111,15 +112,15 @@ class SolveRun:
         matrix, a pointwise preconditioner (the nonsymmetric methods and ``cg``: any with a
         ``compiled`` form, ILU(0) and SGS too: :data:`FACTORS_INSIDE`), no monitor, and on
         several ranks an MPI library compiled code can call
-        (:func:`meshchain.comm.compiled.available`); else None."""
+        (:func:`meshchain.comm.compiled.available`, with the functions' addresses); else None."""
         pattern = getattr(operator, "pattern", None)
         compiled_pc = pc.pointwise or (self.method in FACTORS_INSIDE and hasattr(pc, "compiled"))
         if pattern is None or monitor is not None or not compiled_pc or pattern.n_rows != n:  # n_rows: scalar rows
             return None
         if engine.distributed:
-            from ..comm.compiled import available
+            from ..comm.compiled import addresses, available
 
-            if not available():
+            if not available() or addresses() is None:
                 return None
             return _csr_arguments(pattern)
         return self.one_process_matrix()
@@ -139,13 +140,15 @@ class SolveRun:
         """What the ``..._on_ranks`` functions of :mod:`.compiled` take after their one-process
         counterparts' arguments (``()`` on one process): vector ``source`` (the operator's
         input) with its halo rows, the arrays of a halo exchange of it (kept with the matrix
-        between solves) and the MPI handles."""
+        between solves), the MPI functions' addresses and the MPI handles."""
         if not self.engine.distributed:
             return ()
+        from ..comm.compiled import addresses
+
         vector = self.storages[source]
         e = self.operator.compiled_exchange(vector.tag)
         return (vector.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
-                self.mpi_handles())
+                addresses(), self.mpi_handles())
 
     def mpi_handles(self) -> np.ndarray:
         """The communicator's handles the compiled calls take (:func:`~meshchain.comm.compiled.handles`),
@@ -206,14 +209,14 @@ class SolveRun:
         iterations make their products with (:meth:`inside_extra`'s exchange; the owned rows
         while the messages travel): the bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path,
         with less Python between its parts."""
-        from ..comm.compiled import finish_rows, start_rows
+        from ..comm.compiled import addresses
 
         indptr, split, indices, values, halo = self.inside
-        x, y = source.host.reshape(-1), self.v[dst]
+        x, y, functions = source.host.reshape(-1), self.v[dst], addresses()
         e = self.operator.compiled_exchange(source.tag)
-        error = start_rows(x, e.send_at, e.send, e.requests)
+        error = start_exchange(functions, x, e.send_at, e.send, e.requests)
         csr_owned(indptr, split, indices, values, x, y)
-        error = error or finish_rows(x, e.receive_at, e.receive, e.requests, e.statuses)
+        error = error or finish_exchange(functions, x, e.receive_at, e.receive, e.requests, e.statuses)
         if error:
             self.communication_failed(error)
         if halo:
