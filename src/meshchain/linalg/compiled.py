@@ -120,25 +120,9 @@ def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, pc, state
     :data:`BREAKDOWN` (``value``: ``(r, B r)``). ``halo``: whether the matrix has halo columns.
     ``pc``: the preconditioner's ``compiled`` form (:func:`precondition`): pointwise, fused
     into the update, or ILU(0), applied after it as the Python loop does."""
-    out = np.zeros(3)
-    dinv, factored = pc[0], len(pc[7]) > 0
-    for k in range(len(history)):
-        if halo:
-            csr_owned(indptr, split, indices, values, p, w)
-        pw = csr_product_dot(indptr, split, indices, values, halo, p, w)  # the bits of the product, then dot(p, w)
-        if not (math.isfinite(pw) and pw > 0.0):
-            return i, CURVATURE, pw, 2 * k + 1, k
-        cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
-        if factored:
-            precondition(pc, r, z)
-            dot_pairs(r, z, z, z, z, z, out)
-        i += 1
-        history[k], why, value = _outcome(i, out[1], out[0], target, maxiter)
-        if why != GOING:
-            return i, why, value, 2 * k + 2, k + 1
-        aypx(out[0] / state[0], z, p)
-        state[0] = out[0]
-    return i, GOING, 0.0, 2 * len(history), len(history)
+    no_rows, no_handles = np.zeros(0, np.int64), np.zeros(0, np.int32)
+    return _cg(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history, False,
+               p, no_rows, x[:0], no_rows, x[:0], no_handles, np.zeros(0, np.uint8), no_rows, no_rows)
 
 
 COMMUNICATION = 4
@@ -157,34 +141,61 @@ def cg_iterations_on_ranks(indptr, split, indices, values, halo, x, r, z, p, w, 
     ``functions`` and ``handles`` (:func:`~meshchain.comm.compiled.addresses`,
     :func:`~meshchain.comm.compiled.handles`) at the end: MPI called by address
     (:mod:`meshchain.comm.by_address`), so it is cached on disk like :func:`cg_iterations`."""
+    return _cg(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history, True,
+               p_all, send_at, send, receive_at, receive, requests, statuses, functions, handles)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _product_on_ranks(indptr, split, indices, values, halo, x_all, y, send_at, send, receive_at, receive, requests,
+                      statuses, functions):
+    """``y = A x`` and ``(x, A x)`` on several ranks, the halo of ``x`` exchanged while the
+    owned rows are computed (the bits of :func:`~meshchain.backends.sparse.csr_product_dot`):
+    ``(the rank's sum, MPI error code)``."""
+    error = start_exchange(functions, x_all, send_at, send, requests)
+    if halo:
+        csr_owned(indptr, split, indices, values, x_all, y)
+        if not error:
+            error = finish_exchange(functions, x_all, receive_at, receive, requests, statuses)
+        return csr_product_dot(indptr, split, indices, values, True, x_all, y), error
+    mine = csr_product_dot(indptr, split, indices, values, False, x_all, y)  # while the messages travel
+    if not error:
+        error = finish_exchange(functions, x_all, receive_at, receive, requests, statuses)
+    return mine, error
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _cg(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history, distributed,
+        p_all, send_at, send, receive_at, receive, requests, statuses, functions, handles):
+    """The iterations of :func:`cg_iterations` (``distributed`` False) and
+    :func:`cg_iterations_on_ranks` (True: the arguments after it are used)."""
     out, mine, total = np.zeros(3), np.zeros(2), np.zeros(2)
     dinv, factored = pc[0], len(pc[7]) > 0
     for k in range(len(history)):
-        error = start_exchange(functions, p_all, send_at, send, requests)
-        if halo:
-            csr_owned(indptr, split, indices, values, p_all, w)
+        if distributed:
+            mine[0], error = _product_on_ranks(indptr, split, indices, values, halo, p_all, w, send_at, send,
+                                               receive_at, receive, requests, statuses, functions)
             if not error:
-                error = finish_exchange(functions, p_all, receive_at, receive, requests, statuses)
-            mine[0] = csr_product_dot(indptr, split, indices, values, True, p_all, w)
-        else:  # no halo column: the product while the messages travel
-            mine[0] = csr_product_dot(indptr, split, indices, values, False, p_all, w)
-            if not error:
-                error = finish_exchange(functions, p_all, receive_at, receive, requests, statuses)
-        if not error:
-            error = sum_all(functions, mine[:1], total[:1], handles)
-        if error:
-            return i, COMMUNICATION, float(error), 2 * k + 1, k
-        pw = total[0]
+                error = sum_all(functions, mine[:1], total[:1], handles)
+            if error:
+                return i, COMMUNICATION, float(error), 2 * k + 1, k
+            pw = total[0]
+        else:
+            if halo:
+                csr_owned(indptr, split, indices, values, p, w)
+            pw = csr_product_dot(indptr, split, indices, values, halo, p, w)  # the bits of the product, then dot(p, w)
         if not (math.isfinite(pw) and pw > 0.0):
             return i, CURVATURE, pw, 2 * k + 1, k
         cg_update(state[0] / pw, p, w, x, r, dinv, z, out)
         if factored:
             precondition(pc, r, z)
             dot_pairs(r, z, z, z, z, z, out)
-        mine[0], mine[1] = out[0], out[1]
-        error = sum_all(functions, mine, total, handles)
-        if error:
-            return i, COMMUNICATION, float(error), 2 * k + 2, k
+        if distributed:
+            mine[0], mine[1] = out[0], out[1]
+            error = sum_all(functions, mine, total, handles)
+            if error:
+                return i, COMMUNICATION, float(error), 2 * k + 2, k
+        else:
+            total[0], total[1] = out[0], out[1]
         i += 1
         history[k], why, value = _outcome(i, total[1], total[0], target, maxiter)
         if why != GOING:
@@ -219,17 +230,10 @@ def cg1_iterations(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv,
     ``state = [alpha, gamma_old]``: ``(iteration, why, value, reductions, norms written to
     history)``, ``why`` and ``value`` as :func:`cg_iterations`'s (:data:`CURVATURE`: the step's
     denominator)."""
-    out = np.zeros(3)
-    for k in range(len(history)):
-        if halo:
-            csr_owned(indptr, split, indices, values, z, s)
-        csr_product_dots(indptr, split, indices, values, halo, z, s, r, out)  # as dot_pairs(r, z, z, s, z, z)
-        history[k], why, value, beta = _cg1_step(i, out, state, target, maxiter)
-        if why != GOING:
-            return i, why, value, k + 1, k + 1
-        cg1_update(state[0], beta, z, s, p, w, x, r, dinv)
-        i += 1
-    return i, GOING, 0.0, len(history), len(history)
+    no_rows = np.zeros(0, np.int64)
+    return _cg1(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter, history,
+                False, z, no_rows, x[:0], no_rows, x[:0], np.zeros(0, np.int32), np.zeros(0, np.uint8), no_rows,
+                no_rows)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -238,22 +242,36 @@ def cg1_iterations_on_ranks(indptr, split, indices, values, halo, x, r, z, s, p,
     """:func:`cg1_iterations` on several ranks (collective), as :func:`cg_iterations_on_ranks`
     is :func:`cg_iterations`'s: ``z`` with its halo rows, the exchange's arrays, the MPI
     functions' addresses and the handles after :func:`cg1_iterations`'s arguments."""
+    return _cg1(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter, history,
+                True, z_all, send_at, send, receive_at, receive, requests, statuses, functions, handles)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _cg1(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, target, i, maxiter, history,
+         distributed, z_all, send_at, send, receive_at, receive, requests, statuses, functions, handles):
+    """The iterations of :func:`cg1_iterations` (``distributed`` False) and
+    :func:`cg1_iterations_on_ranks` (True: the arguments after it are used)."""
     out, total = np.zeros(3), np.zeros(3)
     for k in range(len(history)):
-        error = start_exchange(functions, z_all, send_at, send, requests)
-        if halo:
-            csr_owned(indptr, split, indices, values, z_all, s)
+        if distributed:
+            error = start_exchange(functions, z_all, send_at, send, requests)
+            if halo:
+                csr_owned(indptr, split, indices, values, z_all, s)
+                if not error:
+                    error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
+                csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
+            else:  # no halo column: the product while the messages travel
+                csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
+                if not error:
+                    error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
             if not error:
-                error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
-            csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
-        else:  # no halo column: the product while the messages travel
-            csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
-            if not error:
-                error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
-        if not error:
-            error = sum_all(functions, out, total, handles)
-        if error:
-            return i, COMMUNICATION, float(error), k + 1, k
+                error = sum_all(functions, out, total, handles)
+            if error:
+                return i, COMMUNICATION, float(error), k + 1, k
+        else:
+            if halo:
+                csr_owned(indptr, split, indices, values, z, s)
+            csr_product_dots(indptr, split, indices, values, halo, z, s, r, total)  # as dot_pairs(r, z, z, s, z, z)
         history[k], why, value, beta = _cg1_step(i, total, state, target, maxiter)
         if why != GOING:
             return i, why, value, k + 1, k + 1
