@@ -8,7 +8,10 @@ loop chain (``ca=False``: one phase that calls the four loops, compiled too), or
 ``--tile-size N`` as one sparse-tiled chain. With ``--app mgcfd`` it declares MG-CFD on
 ``channel_bump(--mesh)`` (default ``16, levels=3``) with two synthetic loops and times the
 first multigrid cycle and then the steady one, or with ``--captured`` the cycle captured
-(``mc.capture``: its 120 loops one compiled replay). The trees take turns within every round, so that a
+(``mc.capture``: its 120 loops one compiled replay). With ``--app poisson`` it assembles the P1
+Poisson problem on ``structured_tets(--mesh)`` (default ``12, 12, 12``) and times the first
+``mc.solve`` (``--method``, Jacobi, rtol 1e-8: its compiled iterations loaded or compiled; the
+right-hand side's pending loop runs in it) and then the steady one. The trees take turns within every round, so that a
 shared VM's drift touches them alike; the table gives medians over ``--rounds`` rounds and
 each tree's ratio to the first one. The user's environment: no thread variables set, unless
 ``--threads N`` sets ``MESHCHAIN_THREADS`` (what ``make demo`` does with 1; the table says so).
@@ -24,6 +27,7 @@ Usage::
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --chain
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --app mgcfd --captured
     .venv/bin/python benchmarks/first_run.py --src /tmp/old/src src --ranks 2 --warm
+    .venv/bin/python benchmarks/first_run.py --app poisson --method cg --ranks 2 --warm
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ DECLARE = {
               "mgcfd.initialise(p)\n"
               "def stage():\n"
               "    mgcfd.run(p, 1, captured={captured})\n"),
+    "poisson": ("from meshchain.apps import poisson\n"
+                "from meshchain.meshes import structured_tets\n"
+                "p = poisson.declare(structured_tets({mesh}))\n"
+                "def stage():\n"
+                "    poisson.solve(p, method={method!r}, rtol=1e-8)\n"),
 }
 """Per application: declare the problem, and ``stage()``, the step timed."""
 
@@ -107,23 +116,27 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", nargs="+", default=[str(HERE.parent / "src")], help="source trees to compare")
     parser.add_argument("--app", choices=sorted(DECLARE), default="airfoil")
-    parser.add_argument("--mesh", help="naca0012's arguments (default 100, 150: 45 000 cells), or with --app mgcfd "
-                        "channel_bump's (default 16, levels=3)")
+    parser.add_argument("--mesh", help="naca0012's arguments (default 100, 150: 45 000 cells), with --app mgcfd "
+                        "channel_bump's (default 16, levels=3), with --app poisson structured_tets' (12, 12, 12)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--threads", type=int, help="set MESHCHAIN_THREADS (default: the environment as it is)")
     parser.add_argument("--chain", action="store_true", help="run the stage as one loop chain (ca=False)")
     parser.add_argument("--tile-size", type=int, help="run the stage as one sparse-tiled chain of these tiles")
     parser.add_argument("--captured", action="store_true", help="--app mgcfd: replay the cycle captured")
+    parser.add_argument("--method", help="--app poisson: the Krylov method (default cg)")
     parser.add_argument("--ranks", type=int, default=1, help="MPI ranks sharing the cache directory")
     parser.add_argument("--warm", action="store_true", help="time the first stage with the loops on disk already")
     parser.add_argument("--json", default=str(HERE / "results" / "first_run.json"))
     args = parser.parse_args(argv)
-    if args.app == "airfoil" and args.captured or args.app == "mgcfd" and (args.chain or args.tile_size):
+    if args.app != "mgcfd" and args.captured or args.app != "airfoil" and (args.chain or args.tile_size):
         parser.error("--captured is for --app mgcfd; --chain and --tile-size for --app airfoil")
-    mesh = args.mesh or {"airfoil": "100, 150", "mgcfd": "16, levels=3"}[args.app]
+    if args.method is not None and args.app != "poisson":
+        parser.error("--method is for --app poisson")
+    args.method = args.method or "cg"
+    mesh = args.mesh or {"airfoil": "100, 150", "mgcfd": "16, levels=3", "poisson": "12, 12, 12"}[args.app]
     how = {} if not (args.chain or args.tile_size) else {"ca": False, "tile_size": args.tile_size}
-    declare = DECLARE[args.app].format(mesh=mesh, how=how, captured=args.captured)
+    declare = DECLARE[args.app].format(mesh=mesh, how=how, captured=args.captured, method=args.method)
     runs = {src: [] for src in args.src}
     for _ in range(args.rounds):
         for src in args.src:
@@ -137,10 +150,12 @@ def main(argv=None) -> int:
     threads = "the environment's" if args.threads is None else f"MESHCHAIN_THREADS={args.threads}"
     if args.app == "mgcfd":
         title = f"MG-CFD on channel_bump({mesh}), 2 synthetic loops, {'captured' if args.captured else 'loop by loop'}"
+    elif args.app == "poisson":
+        title = f"Poisson on structured_tets({mesh}), mc.solve(method={args.method!r}, pc='jacobi')"
     else:
         title = f"Airfoil on naca0012({mesh}), {'loop by loop' if not how else f'one chain, tile_size={args.tile_size}'}"
     print(f"{title}, threads: {threads}, {args.ranks} rank(s), {'warm' if args.warm else 'empty'} cache")
-    step = "cycle" if args.app == "mgcfd" else "stage"
+    step = {"mgcfd": "cycle", "poisson": "solve"}.get(args.app, "stage")
     print(f"| source | first {step} s (each round) | ratio | steady {step} ms | ratio | compiled (stats) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -148,7 +163,8 @@ def main(argv=None) -> int:
               f"{row['first_s'] / base['first_s']:.2f} | {row['steady_ms']:.3f} | "
               f"{row['steady_ms'] / base['steady_ms']:.2f} | {row['compiled']} |")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"app": args.app, "mesh": mesh, "threads": args.threads, "how": how,
+    Path(args.json).write_text(json.dumps({"app": args.app, "mesh": mesh, "method": args.method,
+                                           "threads": args.threads, "how": how,
                                            "captured": args.captured, "ranks": args.ranks, "warm": args.warm,
                                            "rows": rows}, indent=2))
     return 0

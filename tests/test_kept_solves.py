@@ -107,8 +107,9 @@ def test_a_changed_matrix_vectors_or_options_are_set_up_anew(comm):
     run = kept_run(problem.A, "cg")
     loose, _ = problem.solve("cg", "jacobi", rtol=1e-3)
     assert kept_run(problem.A, "cg") is not run and loose.iterations < info.iterations
-    for bad in (dict(maxiter=1e4), dict(maxiter=True), dict(restart=30.0), dict(rtol=-1.0)):
-        problem.solve("cg", "jacobi", rtol=1e-3)  # kept
+    for kept, bad in ((dict(maxiter=10000), dict(maxiter=1e4)), (dict(maxiter=1), dict(maxiter=True)),
+                      (dict(), dict(restart=30.0)), (dict(), dict(rtol=-1.0))):
+        problem.solve("cg", "jacobi", rtol=1e-3, **kept)  # kept, with options equal to the bad ones as numbers
         with pytest.raises(mc.errors.SolverError):
             problem.solve("cg", "jacobi", **{"rtol": 1e-3, **bad})
 
@@ -151,6 +152,22 @@ def test_nothing_is_kept_of_a_solve_that_raised(comm, monkeypatch):
     assert krylov.cg is solve_module.METHODS["cg"]
 
 
+def test_a_solve_nested_in_another_of_the_same_matrix_is_refused_and_keeps_nothing():
+    """A solve of the same Mat by the same method inside another (here from a monitor) is
+    refused as before, even where a kept run would fit it, and holds none of its vectors."""
+    mc.reset_runtime()
+    problem = Problem(jittered_delaunay(30, seed=2))
+    problem.solve("cg", "jacobi", rtol=1e-8)
+    run = kept_run(problem.A, "cg")
+
+    def monitor(i, norm):  # the kept run's own Mat, vectors and options
+        mc.solve(problem.A, problem.x, problem.b, method="cg", pc="jacobi", rtol=1e-8)
+
+    with pytest.raises(mc.errors.SolverError, match="inside"):
+        problem.solve("cg", "jacobi", rtol=1e-8, monitor=monitor)
+    assert kept_run(problem.A, "cg") is run and "x" not in run.dats and "b" not in run.storages
+
+
 def test_what_is_kept_holds_no_user_vectors_and_goes_with_its_session():
     """Between solves a kept run holds neither ``x`` nor ``b``: they are freed when the user
     drops them. What the solvers keep (work vectors, set-ups, kept runs) is the session's: after
@@ -175,8 +192,12 @@ def test_what_is_kept_holds_no_user_vectors_and_goes_with_its_session():
     for method in ("cg", "sstep-cg"):
         problem.x.data[...] = 0.0
         assert mc.solve(op, problem.x, problem.b, method=method, pc="jacobi", rtol=1e-8).converged, method
+    A, x, b = problem.A, problem.x, problem.b  # kept by the user across the reset
     held = [weakref.ref(obj) for obj in (problem.A, problem.x, problem.b, op, session)]
     del problem, session, op
     mc.reset_runtime()
+    gc.collect()
+    assert held[-1]() is None  # the old session, though its Mat and vectors live on
+    del A, x, b
     gc.collect()
     assert [ref() for ref in held] == [None] * 5

@@ -208,16 +208,16 @@ def test_a_block_solve_tells_the_next_auto_solve_the_iterations_it_needed(monkey
 
     mc.reset_runtime()
     p = poisson.declare(structured_tris(14, 14))
-    A = p.A
+    A, engine = p.A, mc.api.engine_surface()
     info = SimpleNamespace(residual_history=[1.0, 1e-3, 1e-5, 1e-7], iterations=50, steps=5, converged=True)
-    tune.record_iterations(A, "sstep-cg", info, jacobi=True, rtol=1e-6, atol=0.0)
-    assert tune.iterations_needed(A, "sstep-cg", jacobi=True, rtol=1e-6, atol=0.0) == 48  # 45 + 5 x 1/2
-    assert tune.iterations_needed(A, "sstep-cg", jacobi=False, rtol=1e-6, atol=0.0) is None  # another pc
-    tune.record_iterations(A, "sstep-cg", SimpleNamespace(residual_history=[1.0], iterations=8, steps=4,
+    tune.record_iterations(engine, A, "sstep-cg", info, jacobi=True, rtol=1e-6, atol=0.0)
+    assert tune.iterations_needed(engine, A, "sstep-cg", jacobi=True, rtol=1e-6, atol=0.0) == 48  # 45 + 5 x 1/2
+    assert tune.iterations_needed(engine, A, "sstep-cg", jacobi=False, rtol=1e-6, atol=0.0) is None  # another pc
+    tune.record_iterations(engine, A, "sstep-cg", SimpleNamespace(residual_history=[1.0], iterations=8, steps=4,
                                                           converged=True), jacobi=True, rtol=1e-10, atol=0.0)
-    assert tune.iterations_needed(A, "sstep-cg", jacobi=True, rtol=1e-10, atol=0.0) == 7  # half a block: 6.5
-    tune.record_iterations(A, "ca-cg", info, jacobi=True, rtol=1e-6, atol=0.0)  # CG's own iterations: nothing to keep
-    assert tune.iterations_needed(A, "ca-cg", jacobi=True, rtol=1e-6, atol=0.0) is None
+    assert tune.iterations_needed(engine, A, "sstep-cg", jacobi=True, rtol=1e-10, atol=0.0) == 7  # half a block: 6.5
+    tune.record_iterations(engine, A, "ca-cg", info, jacobi=True, rtol=1e-6, atol=0.0)  # CG's own: nothing kept
+    assert tune.iterations_needed(engine, A, "ca-cg", jacobi=True, rtol=1e-6, atol=0.0) is None
     costs = KrylovCosts(rows=1000, entries={j: 7000 + 600 * j for j in range(5)}, entry=1e-9, stream=3e-10,
                         exchange={k: 20e-6 for k in range(1, 6)}, reduction=60e-6, per_number=1e-8)
     assert best_steps(costs, "sstep-cg") == 5 and best_steps(costs, "sstep-cg", iterations=46) == 4
@@ -225,7 +225,7 @@ def test_a_block_solve_tells_the_next_auto_solve_the_iterations_it_needed(monkey
     asked, real = [], tune.best_steps
     monkeypatch.setattr(tune, "best_steps", lambda *a, **k: asked.append(k["iterations"]) or real(*a, **k))
     first = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
-    needed = tune.iterations_needed(A, "sstep-cg", jacobi=True, rtol=1e-8, atol=0.0)
+    needed = tune.iterations_needed(engine, A, "sstep-cg", jacobi=True, rtol=1e-8, atol=0.0)
     second = poisson.solve(p, method="sstep-cg", pc="jacobi", rtol=1e-8, s="auto")
     assert first.converged and second.converged and asked == [None, needed]
     assert first.iterations - first.steps < needed <= first.iterations

@@ -24,9 +24,10 @@ are not counted, such as those on the per-``par_loop`` path, to keep it cheap).
 caches do, so a loop that builds a new plan at every step shows at a glance.
 
 What belongs to the process rather than a session (a plain function's kernel wrapper, a
-value MPI fixes at start-up, interned chain options, a solver's work vectors per operator)
-is kept in a *memo* from :func:`memo`, registered by name in :data:`MEMOS`: keyed weakly
-(``weak=True``: an entry goes with its key object) or bounded by ``limit``.
+value MPI fixes at start-up, interned chain options) is kept in a *memo* from :func:`memo`,
+registered by name in :data:`MEMOS`: keyed weakly (``weak=True``: an entry goes with its
+key object) or bounded by ``limit``. What the solvers keep per operator is the session's
+(a weakly keyed cache, ``Cache(..., weak=True)``).
 
 Examples
 --------
@@ -70,9 +71,9 @@ class CacheCounts(NamedTuple):
 class Cache:
     """A bounded mapping emptied by the events it names (see the module docstring).
 
-    ``get`` is the underlying dict's own ``get``: a hit costs one dict look-up (the caller
-    adds it to ``hits`` if the cache was made with ``counts_hits``); storing under a new key
-    adds one to ``misses``.
+    ``get`` is the underlying dict's own ``get``: a hit costs one dict look-up (with ``weak``,
+    a weak reference to the key is made too; the caller adds it to ``hits`` if the cache was
+    made with ``counts_hits``); storing under a new key adds one to ``misses``.
     """
 
     __slots__ = ("name", "limit", "events", "on_drop", "_entries", "get", "hits", "misses")

@@ -25,8 +25,11 @@ from .chains import ChainOptions
 
 __all__ = ["Surface"]
 
-SOLVER_CACHE_LIMIT = 256
-"""The most operators each :meth:`Surface.solver_cache` keeps something for (the oldest goes first)."""
+SOLVER_CACHE_LIMIT = 2 ** 62
+"""No limit, in effect, on the operators a :meth:`Surface.solver_cache` keeps something for:
+evicting one would make its work vectors be declared again on the ranks that evicted it, and
+on several ranks every rank must declare alike (an entry of a dead operator not yet collected
+would count on one rank and not on another)."""
 
 
 class Surface:
@@ -107,10 +110,12 @@ class Surface:
 
     def solver_cache(self, name: str):
         """This session's cache ``name`` of what the solvers keep per operator between solves
-        (work vectors, set-ups: :mod:`meshchain.linalg`), made at first use: keyed weakly by the
-        operator, registered with the session's caches (``mc.stats()`` counts it), emptied when
-        the mesh is partitioned or laid out again or the session configured again, and gone with
-        the session (so it never keeps an old session alive)."""
+        (work vectors, set-ups: :mod:`meshchain.linalg`), made at first use and registered with
+        the session's caches (``mc.stats()`` counts it). Keyed weakly: an entry goes with a
+        LinearOperator the user drops (a Mat lives as long as its session). Emptied when the
+        mesh is partitioned, repartitioned or given deeper halo layers, or when a new
+        configuration changes plans; gone with the session, so it never keeps an old session
+        alive."""
         caches = self._session.caches
         try:
             return caches[name]

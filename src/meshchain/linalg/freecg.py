@@ -44,7 +44,7 @@ from .blockcg import _BlockRun
 from .info import SolveInfo
 from .scaled import work_dats
 from .sstep import drive
-from .operators import kept_for
+from .operators import found_kept, kept_for
 
 __all__ = ["OperatorRun", "solve_free"]
 
@@ -127,6 +127,8 @@ def _thetas(engine, A, steps: int) -> list:
     per_operator = kept_for(engine, SHIFT_GLOBALS, A)
     if steps not in per_operator:
         per_operator[steps] = [Global(1, 0.0, f"{A.name}:sstep-cg:theta{k}") for k in range(steps)]
+    else:
+        found_kept(engine, SHIFT_GLOBALS)
     return per_operator[steps]
 
 

@@ -27,7 +27,7 @@ from ..comm.agree import raise_together
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Mat, Set
 
-__all__ = ["LinearOperator", "as_operator", "kept_for"]
+__all__ = ["LinearOperator", "as_operator", "kept_for", "found_kept"]
 
 
 class LinearOperator:
@@ -164,13 +164,20 @@ class _MatrixFree(_Operator):
 
 def kept_for(engine, name: str, A) -> dict:
     """What the session's solver cache ``name`` keeps for operator ``A`` (a Mat or
-    LinearOperator): a dict, made empty at first use
-    (:meth:`~meshchain.engine.surface.Surface.solver_cache`; its user counts the hits)."""
+    LinearOperator, or a row set): a dict, made empty at first use (a miss of the cache,
+    :meth:`~meshchain.engine.surface.Surface.solver_cache`); :func:`found_kept` counts the
+    look-ups that find what they look for in it."""
     cache = engine.solver_cache(name)
     found = cache.get(A)
     if found is None:
         found = cache[A] = {}
     return found
+
+
+def found_kept(engine, name: str) -> None:
+    """Count a hit of the session's solver cache ``name``: something kept was used again
+    (``mc.stats().caches[name].hits``)."""
+    engine.solver_cache(name).hits += 1
 
 
 def as_operator(engine, A):

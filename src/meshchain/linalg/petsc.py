@@ -70,7 +70,7 @@ from ..types import Dat
 from .precond import Preconditioner, make_preconditioner
 from .info import SolveInfo
 from .recovery import FALSE_CONVERGENCE_FACTOR
-from .operators import kept_for
+from .operators import found_kept, kept_for
 
 __all__ = ["PC_OPTIONS", "petsc_settings", "solve_with_petsc"]
 
@@ -322,6 +322,8 @@ def _work_vectors(operator) -> tuple:
     if "vectors" not in per_operator:
         per_operator["vectors"] = tuple(Dat(op.row_set, op.dim, None, f"{op.name}:petsc:{what}")
                                         for what in ("source", "target"))
+    else:
+        found_kept(engine, SHELL_VECTORS)
     return per_operator["vectors"]
 
 

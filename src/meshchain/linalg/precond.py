@@ -84,7 +84,7 @@ from ..backends.sparse import gauss_seidel_factors, ilu0, ilu_apply, owned_block
 from ..core.errors import CaptureError, MeshchainWarning, SolverError
 from ..types import Dat, Set
 from .fused import dot, scale
-from .operators import kept_for
+from .operators import found_kept, kept_for
 
 __all__ = ["PRECONDITIONERS", "CHEBYSHEV_DEGREE", "CHEBYSHEV_BOUNDS", "ESTIMATE_STEPS", "ZERO_PIVOT", "Pointwise",
            "SymmetricGaussSeidel", "IncompleteLU", "Chebyshev", "Preconditioner", "UserPreconditioner",
@@ -263,6 +263,8 @@ def _scratch_dats(engine, operator, purpose: str, names) -> list:
     key = (purpose, operator.dim)
     if key not in found:
         found[key] = [Dat(operator.row_set, operator.dim, None, f"{purpose}:{name}") for name in names]
+    else:
+        found_kept(engine, SCRATCH)
     return found[key]
 
 
@@ -580,5 +582,5 @@ def _kept_setup(operator, pc: str, n: int, engine, stamp):
     found = cache.get(operator.mat, {}).get((pc, n))
     if found is None or found[0] != stamp:
         return None
-    cache.hits += 1
+    found_kept(engine, SETUPS)
     return found[1]

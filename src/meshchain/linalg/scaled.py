@@ -30,13 +30,13 @@ from ..core.cache import memo
 from ..core.errors import SolverError
 from ..types import Dat, Mat
 from .fused import dot
-from .operators import LinearOperator, kept_for
+from .operators import LinearOperator, found_kept, kept_for
 
 __all__ = ["ScaledRun", "work_dats", "enter", "leave", "check_matrix"]
 
 WORK_VECTORS = "s-step work vectors"
 """The session's solver cache (per matrix: ``{(method, steps): dats}``) of the s-step methods' work vectors."""
-_scales = memo("Jacobi scalings", weak=True)  # per matrix: engine -> (values stamp, D^-1/2 on the owned rows)
+SCALES = "Jacobi scalings"  # the session's solver cache, per matrix: {"scale": (values stamp, owned rows of D^-1/2)}
 _held = memo("scale vectors' contents", weak=True)  # per work dat "scale": the key of the scaling it holds
 
 
@@ -60,6 +60,8 @@ def work_dats(engine, A, method: str, steps: int, names) -> dict:
     if found is None:
         found = per_matrix[(method, steps)] = {name: Dat(A.row_set, A.dim, None, f"{A.name}:{method}:{name}")
                                                for name in names}
+    else:
+        found_kept(engine, WORK_VECTORS)
     return found
 
 
@@ -166,11 +168,12 @@ def _scale(engine, A, run: ScaledRun) -> np.ndarray:
             raise SolverError(f"LinearOperator {A.name!r}: pc='jacobi' needs its diagonal; pass diagonal=<Dat>.")
         return _positive(run, A, engine.dat_values(A.diagonal, write=False).reshape(-1)[:run.n].copy())
     stamp = engine.matrices.values_stamp(A)
-    found = _scales.get(A, {}).get(id(engine))
+    found = kept_for(engine, SCALES, A).get("scale")
     if found is not None and found[0] == stamp:
+        found_kept(engine, SCALES)
         return found[1]
     scale = _positive(run, A, engine.matrices.diagonal_values(A))
-    _scales.setdefault(A, {})[id(engine)] = (stamp, scale)
+    kept_for(engine, SCALES, A)["scale"] = (stamp, scale)
     return scale
 
 

@@ -1,10 +1,13 @@
 """``mc.solve``: Krylov methods on dats, with the true residual checked at exit.
 
 Vectors are dats on the operator's row set: ``x`` and ``b`` are the user's, the work
-vectors are dats the solver declares once per operator and method. The methods work on
-each rank's owned values through fused compiled passes (:mod:`.fused`), apply the operator
-through :meth:`Mat.mult <meshchain.Mat.mult>`'s overlapped SpMV (or the matrix-free loops)
-and combine every dot product of a step in one ``Iallreduce``.
+vectors are dats the solver declares once per operator, method and session. The methods work
+on each rank's owned values through fused compiled passes (:mod:`.fused`), apply the operator
+through :meth:`Mat.mult <meshchain.Mat.mult>`'s overlapped SpMV (or the matrix-free loops;
+with an assembled matrix and no monitor, through the compiled halo exchange and product the
+compiled iterations use) and combine every dot product of a step in one reduction. A solve
+like the last one (the same Mat, vectors and options) runs on the :class:`SolveRun` that
+solve kept (:func:`_kept_run`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
 from .nonsymmetric import NONSYMMETRIC, UNPRECONDITIONED_NORM, nonsymmetric_vectors
 from .petsc import solve_with_petsc
-from .operators import as_operator, kept_for
+from .operators import as_operator, found_kept, kept_for
 from .precond import PRECONDITIONERS, Preconditioner, make_preconditioner
 from .recovery import run_recovering
 from .replacement import TARGET_FRACTION, ReplacementBounds
@@ -62,7 +65,8 @@ def work_vectors(method: str, restart: int) -> tuple[str, ...]:
     return VECTORS[method] if method in VECTORS else nonsymmetric_vectors(method, restart)
 
 class SolveRun:
-    """One solve's vectors, operator, preconditioner, reductions and convergence test."""
+    """A solve's vectors, operator, preconditioner, reductions and convergence test (kept for
+    the next solve like it: :meth:`renew` and :meth:`release`)."""
 
     def __init__(self, engine, operator, dats: dict, pc, *, method: str, rtol, atol, maxiter, monitor,
                  replacement: bool | None, restart: int):
@@ -375,7 +379,7 @@ def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
         dats = {name: Dat(operator.row_set, operator.dim, None, f"{operator.name}:{method}:{name}") for name in names}
         found = per_operator[method] = (names, dats)
     else:
-        engine.solver_cache(WORK_VECTORS).hits += 1
+        found_kept(engine, WORK_VECTORS)
     return found[1]
 
 
@@ -417,8 +421,8 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     (:func:`_kept_run`): the same bits as one set up anew, without its checks and look-ups."""
     key = None if options is not None or s is not None or basis != "newton" or method not in METHODS else \
         _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor)
-    if key is not None and engine.backend_name not in ("cupy", "cuda-emulation"):
-        kept = _kept_run(engine, A, x, b, key)
+    if key is not None and (id(A), method) not in _solving and engine.backend_name not in ("cupy", "cuda-emulation"):
+        kept = _kept_run(engine, A, x, b, key)  # (a solve nested in this one's is refused by the full path)
         if kept is not None:  # the same solve again: its set-up and checks as last time
             return _solved(engine, A, x, kept.run, kept, pc)
     if method not in S_STEP and (s is not None or basis != "newton"):
@@ -455,7 +459,7 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
         tolerances = dict(jacobi=pc == "jacobi", rtol=rtol, atol=atol)
         if auto:  # the Krylov model's choice, from costs measured on A (collective)
             steps, predicted = choose_steps(engine, A, method, jacobi=pc == "jacobi", restart=int(restart),
-                                            iterations=iterations_needed(A, method, **tolerances))
+                                            iterations=iterations_needed(engine, A, method, **tolerances))
         options = dict(steps=steps, basis=basis, pc=pc, rtol=rtol, atol=atol, maxiter=int(maxiter), monitor=monitor)
         with _not_nested(A, method):
             if method == "ca-gmres":
@@ -465,7 +469,7 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                 info = run(engine, A, x, b, **options)
         info.steps, info.predicted = steps, predicted
         if auto:
-            record_iterations(A, method, info, **tolerances)
+            record_iterations(engine, A, method, info, **tolerances)
         return info
     restart = int(restart)
     dats = dict(_work_dats(engine, A, operator, method, restart), x=x, b=b)
@@ -490,7 +494,9 @@ def _solved(engine, A, x, run, kept, pc) -> SolveInfo:
             iterations, reason, replacements, (true, true_preconditioned) = run_recovering(
                 METHODS[method], run, work_vectors(method, run.restart_length)[:2])
         except BaseException:
-            kept_for(engine, KEPT_SOLVES, A).pop(method, None)  # whatever state it was left in: not kept
+            per_matrix = kept_for(engine, KEPT_SOLVES, A)
+            if getattr(per_matrix.get(method), "run", None) is run:
+                del per_matrix[method]  # whatever state it was left in: not kept
             raise
         finally:
             run.release()
@@ -540,15 +546,16 @@ def _kept_run(engine, A, x, b, key: tuple):
     the matrix's values and layout are unchanged; else None. Pending loops that write ``x``,
     ``b`` or ``A`` run first, as in a solve set up anew. Every rank decides alike (the stamp is
     the same on every rank, and a program passes the same objects on every rank)."""
-    cache = engine.solver_cache(KEPT_SOLVES)
-    kept = cache.get(A, {}).get(key[0])
+    per_matrix = engine.solver_cache(KEPT_SOLVES).get(A, {})
+    kept = per_matrix.get(key[0])
     if kept is None or kept.key != key or kept.x() is not x or kept.b() is not b:
         return None
     run = kept.run
     engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
     engine.run_pending(b)
     if run.operator.values_stamp() != kept.stamp:
+        del per_matrix[key[0]]  # never to be used again: its run, preconditioner and vectors go
         return None
     run.renew(x, b)
-    cache.hits += 1
+    found_kept(engine, KEPT_SOLVES)
     return kept

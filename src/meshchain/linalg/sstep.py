@@ -64,11 +64,11 @@ import time
 import numba
 import numpy as np
 
-from ..core.cache import memo
 from ..core.errors import SolverError
 from ..types import Mat
 from .fused import dot
 from .info import SolveInfo
+from .operators import found_kept, kept_for
 from .eigen import leja, tridiagonal_eigenvalues
 from .recovery import FALSE_CONVERGENCE_FACTOR
 from .scaled import ScaledRun, check_matrix, enter, leave, work_dats
@@ -89,7 +89,7 @@ is no longer conjugate to anything, and carrying it on made the residual creep (
 Krylov space, 9 unknowns on 3 ranks: 46 iterations to CG's 9; restarted, 12)."""
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-_shifts = memo("s-step Newton shifts", weak=True)  # per matrix: (engine, jacobi, s) -> (values stamp, shifts)
+SHIFTS = "s-step Newton shifts"  # the session's solver cache, per matrix: (jacobi, s) -> (values stamp, shifts)
 
 
 _fast = numba.njit(cache=True, nogil=True, fastmath=True)  # sums may be reordered (vectorised): not bit-exact
@@ -478,7 +478,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
             reason = "converged" if met else None
             shifts = leja(ritz, steps)
             if not met and stamp is not None:
-                _shifts.setdefault(A, {})[(id(engine), run.jacobi, steps)] = (stamp, shifts)
+                kept_for(engine, SHIFTS, A)[(run.jacobi, steps)] = (stamp, shifts)
     reason, replacements = _iterate(run, shifts, reason, maxiter)
     if reason.startswith("diverged: maxiter") and basis == "monomial":
         reason += (f"; the monomial basis of s = {steps} steps may have lost rank (the residual fell only "
@@ -556,9 +556,10 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
 def _known_shifts(engine, A, jacobi: bool, steps: int, stamp) -> np.ndarray | None:
     """The Newton shifts an earlier solve found for ``A`` with these values (``stamp``),
     scaling and ``s``."""
-    found = None if stamp is None else _shifts.get(A, {}).get((id(engine), jacobi, steps))
+    found = None if stamp is None else kept_for(engine, SHIFTS, A).get((jacobi, steps))
     if found is None or found[0] != stamp:
         return None
+    found_kept(engine, SHIFTS)
     return found[1]
 
 

@@ -42,20 +42,20 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_rows, sequence_on_ranks
-from ..core.cache import memo
 from ..model.krylov import STEP_CANDIDATES, KrylovCosts, best_steps, candidates_of, predict
 from .blockcg import block_sums, block_update
 from .fused import dot
+from .operators import found_kept, kept_for
 from .scaled import work_dats
 
 __all__ = ["measure_costs", "choose_steps", "iterations_needed", "record_iterations", "REPEATS"]
 
 REPEATS = 7  # timings per piece; the median counts
 WORKING_SETS = (6, 12, 24, 48)  # vectors a pass works among: CG's, pipelined CG's, s-step bases, GMRES's basis
-_measured = memo("Krylov costs", weak=True)  # per matrix: key -> (the pattern's indptr, KrylovCosts)
-_chosen = memo("Krylov choices", weak=True)  # per matrix: (id(costs), method, jacobi, restart) ->
-# (costs, predicted, {iterations: s})
-_needed = memo("Krylov iterations needed", weak=True)  # per matrix: (method, jacobi, rtol, atol) -> iterations
+# the session's solver caches (:meth:`~meshchain.engine.surface.Surface.solver_cache`), per matrix:
+MEASURED = "Krylov costs"  # (candidates, block parts) -> (the pattern's indptr, KrylovCosts)
+CHOSEN = "Krylov choices"  # (id(costs), method, jacobi, restart) -> (costs, predicted, {iterations: s})
+NEEDED = "Krylov iterations needed"  # (method, jacobi, rtol, atol) -> iterations
 
 
 def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int, iterations: int | None = None
@@ -69,25 +69,30 @@ def choose_steps(engine, A, method: str, *, jacobi: bool, restart: int, iteratio
     candidates = candidates_of(method)
     costs = measure_costs(engine, A, candidates=candidates, block_parts=method == "sstep-cg")
     key = (id(costs), method, jacobi, restart)
-    chosen = _chosen.setdefault(A, {})
+    chosen = kept_for(engine, CHOSEN, A)
     if key not in chosen:  # (each entry holds its costs: their id is not reused while it lives)
-        current = {id(found) for _, found in _measured.get(A, {}).values()}
+        current = {id(found) for _, found in kept_for(engine, MEASURED, A).values()}
         for stale in [k for k, entry in chosen.items() if id(entry[0]) not in current]:
             del chosen[stale]  # costs measured again (a new layout): the choices made from the old ones
         chosen[key] = (costs, predict(costs, jacobi=jacobi, restart=restart, candidates=candidates), {})
+    else:
+        found_kept(engine, CHOSEN)
     _, predicted, steps = chosen[key]
     if iterations not in steps:
         steps[iterations] = best_steps(costs, method, jacobi=jacobi, restart=restart, iterations=iterations)
     return steps[iterations], dict(predicted)
 
 
-def iterations_needed(A, method: str, *, jacobi: bool, rtol: float, atol: float) -> int | None:
+def iterations_needed(engine, A, method: str, *, jacobi: bool, rtol: float, atol: float) -> int | None:
     """CG's iterations the last converged ``s="auto"`` solve of ``method`` with ``A`` and these
-    tolerances needed (:func:`record_iterations`), or None."""
-    return _needed.get(A, {}).get((method, jacobi, rtol, atol))
+    tolerances needed in this session (:func:`record_iterations`), or None."""
+    needed = kept_for(engine, NEEDED, A).get((method, jacobi, rtol, atol))
+    if needed is not None:
+        found_kept(engine, NEEDED)
+    return needed
 
 
-def record_iterations(A, method: str, info, *, jacobi: bool, rtol: float, atol: float) -> None:
+def record_iterations(engine, A, method: str, info, *, jacobi: bool, rtol: float, atol: float) -> None:
     """Keep what a converged block s-step CG solve (``info``) says of the iterations CG needs:
     it tests the residual every ``s`` iterations, so they lie between its last two tests; the
     last two norms, on the line of their rate, place the tolerance between them (the same on
@@ -101,7 +106,7 @@ def record_iterations(A, method: str, info, *, jacobi: bool, rtol: float, atol: 
     if len(history) >= 2 and history[-2] > target >= history[-1] > 0:
         fraction = math.log(history[-2] / target) / math.log(history[-2] / history[-1])
         needed = k - s + s * min(max(fraction, 0.0), 1.0)
-    _needed.setdefault(A, {})[(method, jacobi, rtol, atol)] = max(1, math.ceil(needed - 1e-9))
+    kept_for(engine, NEEDED, A)[(method, jacobi, rtol, atol)] = max(1, math.ceil(needed - 1e-9))
 
 
 def measure_costs(engine, A, *, candidates=STEP_CANDIDATES, block_parts: bool = False) -> KrylovCosts:
@@ -117,11 +122,11 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES, block_parts: bool = 
     (their sums are compensated; 2 ranks over TCP, 4096 unknowns, an Intel Xeon VM), so
     ``s = "auto"`` was chosen from costs that were not the solve's."""
     deepest = max(candidates)
-    key = (id(engine), tuple(candidates), block_parts)
-    per_matrix = _measured.setdefault(A, {})
-    found = per_matrix.get(key)
+    key = (tuple(candidates), block_parts)
+    found = kept_for(engine, MEASURED, A).get(key)
     if found is not None and found[0] is engine.matrices.pattern(A).indptr:  # the same pattern (a new layout
-        return found[1]  # makes a new one): nothing prepared, so no rows of these products fetched again
+        found_kept(engine, MEASURED)  # makes a new one): nothing prepared, so no rows of these products fetched again
+        return found[1]
     pattern, rows = engine.matrices.prepare_products(A, deepest)
     for steps in candidates:
         engine.matrices.prepare_products(A, steps)
@@ -182,7 +187,8 @@ def measure_costs(engine, A, *, candidates=STEP_CANDIDATES, block_parts: bool = 
                         exchange=dict(zip(candidates, exchanges)), reduction=one,
                         per_number=max(many - one, 0.0) / (MANY - 1), depth=pattern.depth,
                         basis=dict(zip(candidates, bases)), block=dict(zip(candidates, blocks)))
-    per_matrix[key] = (pattern.indptr, costs)
+    kept_for(engine, MEASURED, A)[key] = (pattern.indptr, costs)  # (after the halo layers added: a new layout
+    # empties the session's solver caches)
     return costs
 
 
