@@ -137,7 +137,9 @@ def compiled_exchanges(matrices, A) -> list:
 def test_compiled_iterations_keep_their_halo_exchange_with_the_matrix(comm):
     """On several ranks the iterations inside compiled calls exchange the operator's input
     (``p``), and the start's and the exit's products ``x``, through persistent requests made at
-    the first solve and kept with the matrix: the next solve starts the same ones. Halo layers
+    the first solve and kept with the matrix (two: one per message tag, ``p``'s and that of the
+    method's first work vector, ``r``, which the products outside the iterations use): the next
+    solve starts the same ones, also for another ``x``. Halo layers
     added (an s-step solve's matrix powers) move the matrix to the new layout and free them;
     the next solve makes new ones and reaches the answer a fresh runtime reaches."""
     mc.reset_runtime(comm=comm)
@@ -148,6 +150,9 @@ def test_compiled_iterations_keep_their_halo_exchange_with_the_matrix(comm):
     assert len(kept) == 2 and all(len(e.requests) > 0 for e in kept), kept
     again = poisson.solve(p, method="cg")
     assert compiled_exchanges(matrices, p.A) == kept and again.residual_history == first.residual_history
+    for _ in range(3):  # a new x each time: no new exchange
+        assert mc.solve(p.A, mc.Dat(p.u.dataset, 1, None, "u again"), p.b, method="cg", rtol=1e-10).converged
+    assert compiled_exchanges(matrices, p.A) == kept
     assert poisson.solve(p, method="sstep-cg", s=3).converged  # three halo layers: the matrix moves
     assert all(len(e.requests) == 0 for e in kept) and compiled_exchanges(matrices, p.A) == []
     after = poisson.solve(p, method="cg")

@@ -210,14 +210,16 @@ class SolveRun:
 
     def _product_on_ranks(self, source, dst: str) -> None:
         """``dst = A source`` on several ranks by the halo exchange and CSR passes the compiled
-        iterations make their products with (:meth:`inside_extra`'s exchange; the owned rows
-        while the messages travel): the bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path,
-        with less Python between its parts."""
+        iterations make their products with (the owned rows while the messages travel): the
+        bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path, with less Python between its
+        parts. The exchange's persistent requests carry any vector of the matrix's columns: the
+        one kept with the matrix for the message tag of the method's first work vector is used
+        for every such product (a user's ``x`` made anew for every solve makes no new one)."""
         from ..comm.compiled import addresses
 
         indptr, split, indices, values, halo = self.inside
         x, y, functions = source.host.reshape(-1), self.v[dst], addresses()
-        e = self.operator.compiled_exchange(source.tag)
+        e = self.operator.compiled_exchange(self.storages[next(iter(self.dats))].tag)  # the first: a work vector
         error = start_exchange(functions, x, e.send_at, e.send, e.requests)
         csr_owned(indptr, split, indices, values, x, y)
         error = error or finish_exchange(functions, x, e.receive_at, e.receive, e.requests, e.statuses)
