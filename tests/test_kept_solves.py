@@ -53,8 +53,9 @@ def assert_same_solve(one, other, comm):
        pc=st.sampled_from([None, "jacobi", "bjacobi-ilu", "sgs"]), method=st.sampled_from(ALL_METHODS))
 def test_a_solve_again_keeps_its_set_up_and_gives_the_bits_of_one_set_up_anew(comm, mesh, dim, seed, pc, method):
     """The second solve with the same Mat, vectors and options runs on the first one's kept
-    run; so does a third after the right-hand side's values changed in place (a time loop).
-    Each gives the bits of a solve set up anew, on every rank."""
+    run; so does a third after the right-hand side's values changed in place (a time loop),
+    and a fourth into new Dats ``x`` and ``b`` (temporaries made for every step). Each gives
+    the bits of a solve set up anew, on every rank."""
     mc.reset_runtime(comm=comm)
     problem = Problem(mesh, dim=dim, seed=seed)
     options = dict(rtol=1e-9, **({"restart": 5} if method.endswith("gmres") else {}))
@@ -75,12 +76,23 @@ def test_a_solve_again_keeps_its_set_up_and_gives_the_bits_of_one_set_up_anew(co
     if comm.rank == 0:
         np.testing.assert_allclose(kept[1], -0.5 * first[1], rtol=1e-6, atol=1e-8 * np.abs(first[1]).max())
 
+    run = kept_run(problem.A, method)
+    x, b = problem.x, problem.b
+    problem.x = mc.Dat(x.dataset, x.dim, None, "new x")  # temporaries: the solve writes its answer there
+    problem.b = mc.Dat(b.dataset, b.dim, None, "new b")
+    problem.b.data[...] = -2.0 * b.data_ro  # the owned rows: the two dats are laid out alike
+    kept = problem.solve(method, pc, **options)
+    assert kept_run(problem.A, method) is run
+    assert_same_solve(kept, forgotten(problem, method, pc, **options), comm)
+    if comm.rank == 0:
+        np.testing.assert_allclose(kept[1], first[1], rtol=1e-6, atol=1e-8 * np.abs(first[1]).max())  # -2 x -0.5
+
 
 @pytest.mark.mpi(nprocs=(1, 2), timeout=300)
 def test_a_changed_matrix_vectors_or_options_are_set_up_anew(comm):
-    """New values assembled into the Mat, another ``x``, other options: each solve is set up
-    anew and solves the problem it is given; options refused the first time are refused
-    after a kept solve too, on every rank."""
+    """New values assembled into the Mat, other options: each solve is set up anew and solves
+    the problem it is given; another ``x`` is solved on the kept run; vectors and options
+    refused the first time are refused after a kept solve too, on every rank."""
     mc.reset_runtime(comm=comm)
     problem = Problem(jittered_delaunay(40, seed=6), dim=2, seed=3)
     scale = np.linalg.norm(problem.expected)
@@ -99,7 +111,7 @@ def test_a_changed_matrix_vectors_or_options_are_set_up_anew(comm):
     run = kept_run(problem.A, "cg")
     other = mc.Dat(d.nodes, 2, None, "other x")
     info = mc.solve(problem.A, other, problem.b, method="cg", pc="jacobi", rtol=1e-10)
-    assert info.converged and kept_run(problem.A, "cg") is not run
+    assert info.converged and kept_run(problem.A, "cg") is run
     gathered = other.gather()
     if comm.rank == 0:
         np.testing.assert_allclose(gathered.ravel(), problem.expected / 2, atol=1e-6 * scale)
@@ -112,6 +124,14 @@ def test_a_changed_matrix_vectors_or_options_are_set_up_anew(comm):
         problem.solve("cg", "jacobi", rtol=1e-3, **kept)  # kept, with options equal to the bad ones as numbers
         with pytest.raises(mc.errors.SolverError):
             problem.solve("cg", "jacobi", **{"rtol": 1e-3, **bad})
+    on_cells = mc.Dat(d.cells, 2, None, "on cells")
+    refused = ((on_cells, problem.b, mc.errors.SetMismatchError), (problem.b, problem.b, mc.errors.SolverError),
+               (mc.Dat(d.nodes, 1, None, "dim 1"), problem.b, mc.errors.SolverError),
+               (np.zeros(3), problem.b, mc.errors.SolverError))
+    for x, b, error in refused:
+        problem.solve("cg", "jacobi", rtol=1e-3)  # kept
+        with pytest.raises(error):
+            mc.solve(problem.A, x, b, method="cg", pc="jacobi", rtol=1e-3)
 
 
 @pytest.mark.mpi(nprocs=2, timeout=300)

@@ -149,12 +149,12 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
 
     Notes
     -----
-    A solve of the same assembled Mat by the same method, with the same ``x`` and ``b`` Dats
-    (their values may change) and the same options as the last one, runs on the set-up that
-    solve kept (the checks, work vectors, preconditioner and compiled arguments), as a time
-    loop solving every step does: the same bits as a solve set up anew. New values assembled
-    into the Mat, other vectors or options, a monitor, a user's or Chebyshev preconditioner,
-    or a mesh partitioned or laid out again set it up anew. ``mc.stats().caches["kept
+    A solve of the same assembled Mat by the same method with the same options as the last
+    one (any ``x`` and ``b``: the same Dats with new values, or new Dats, as a time loop passes
+    them) runs on the set-up that solve kept (work vectors, preconditioner, compiled
+    arguments): the same bits as a solve set up anew. New values assembled into the Mat, other
+    options, a monitor, a user's or Chebyshev preconditioner, or a mesh partitioned or laid
+    out again set it up anew. ``mc.stats().caches["kept
     solves"]`` counts the solves that ran on a kept set-up (``hits``).
     """
     return solve_with(engine_surface(), A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,

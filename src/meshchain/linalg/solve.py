@@ -16,7 +16,6 @@ import contextlib
 import math
 import numbers
 import time
-import weakref
 
 import numpy as np
 
@@ -391,6 +390,15 @@ def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
                           f"{', '.join(map(repr, (*METHODS, *S_STEP, 'petsc')))}.")
     if not isinstance(pc, Preconditioner) and pc not in PRECONDITIONERS:
         raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
+    _check_vectors(operator, x, b)
+    if not (rtol >= 0 and atol >= 0) or (rtol == 0 and atol == 0):
+        raise SolverError(f"solve: need rtol >= 0 and atol >= 0, not both zero; got rtol={rtol}, atol={atol}.")
+    if not _is_count(maxiter, least=0):
+        raise SolverError(f"solve: maxiter must be a non-negative integer, got {maxiter!r}.")
+
+
+def _check_vectors(operator, x, b) -> None:
+    """Refuse ``x`` and ``b`` unless they are two float64 Dats on the operator's rows, of its dim."""
     for what, dat in (("x", x), ("b", b)):
         if not isinstance(dat, Dat):
             raise SolverError(f"solve: {what} must be a meshchain.Dat, got {type(dat).__name__}.")
@@ -402,10 +410,6 @@ def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
                               f"{operator.name!r} needs float64 dats of dim {operator.dim}.")
     if x is b:
         raise SolverError(f"solve: x and b are the same Dat {x.name!r}; pass two.")
-    if not (rtol >= 0 and atol >= 0) or (rtol == 0 and atol == 0):
-        raise SolverError(f"solve: need rtol >= 0 and atol >= 0, not both zero; got rtol={rtol}, atol={atol}.")
-    if not _is_count(maxiter, least=0):
-        raise SolverError(f"solve: maxiter must be a non-negative integer, got {maxiter!r}.")
 
 
 def _is_count(value, *, least: int) -> bool:
@@ -419,7 +423,7 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                residual_replacement=None, restart=30, options=None, monitor=None, s=None,
                basis="newton") -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there). A solve of the same Mat by the same
-    method with the same ``x``, ``b`` and options as the last one runs on the set-up it kept
+    method with the same options as the last one (any ``x`` and ``b``) runs on the set-up it kept
     (:func:`_kept_run`): the same bits as one set up anew, without its checks and look-ups."""
     key = None if options is not None or s is not None or basis != "newton" or method not in METHODS else \
         _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor)
@@ -481,7 +485,7 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     run = SolveRun(engine, operator, dats, make_preconditioner(pc, operator, n, engine=engine), method=method, rtol=rtol,
                    atol=atol, maxiter=int(maxiter), monitor=monitor, restart=restart,
                    replacement=None if residual_replacement is None else bool(residual_replacement))
-    kept = None if key is None else _Kept(x, b, key, operator.values_stamp(), run)
+    kept = None if key is None else _Kept(key, operator.values_stamp(), run)
     return _solved(engine, A, x, run, kept, pc)
 
 
@@ -520,15 +524,15 @@ KEPT_SOLVES = "kept solves"
 
 class _Kept:
     """A solve's set-up (its :class:`SolveRun`) kept in the session (:data:`KEPT_SOLVES`) for
-    the next solve of the same Mat by the same method, with the same ``x``, ``b`` (held weakly)
-    and options (``key``), while the matrix's values and layout (``stamp``,
-    :meth:`Matrices.values_stamp <meshchain.engine.matrices.Matrices.values_stamp>`) stay the
-    same. Between solves the run holds neither ``x`` nor ``b``."""
+    the next solve of the same Mat by the same method with the same options (``key``), while
+    the matrix's values and layout (``stamp``, :meth:`Matrices.values_stamp
+    <meshchain.engine.matrices.Matrices.values_stamp>`) stay the same. Between solves the run
+    holds neither ``x`` nor ``b``: any two Dats on the matrix's rows may come next."""
 
-    __slots__ = ("x", "b", "key", "stamp", "run")
+    __slots__ = ("key", "stamp", "run")
 
-    def __init__(self, x, b, key: tuple, stamp, run):
-        self.x, self.b, self.key, self.stamp, self.run = weakref.ref(x), weakref.ref(b), key, stamp, run
+    def __init__(self, key: tuple, stamp, run):
+        self.key, self.stamp, self.run = key, stamp, run
 
 
 def _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor) -> tuple | None:
@@ -544,15 +548,16 @@ def _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart,
 
 def _kept_run(engine, A, x, b, key: tuple):
     """The set-up this session kept from the last solve of ``A`` by ``key``'s method, made
-    ready to solve for ``x`` and ``b``, if it was kept with the same options and vectors and
-    the matrix's values and layout are unchanged; else None. Pending loops that write ``x``,
-    ``b`` or ``A`` run first, as in a solve set up anew. Every rank decides alike (the stamp is
-    the same on every rank, and a program passes the same objects on every rank)."""
+    ready to solve for ``x`` and ``b`` (any two Dats on ``A``'s rows, checked as in a solve set
+    up anew), if it was kept with the same options and the matrix's values and layout are
+    unchanged; else None. Pending loops that write ``x``, ``b`` or ``A`` run first, as in a
+    solve set up anew. Every rank decides alike (the stamp is the same on every rank)."""
     per_matrix = engine.solver_cache(KEPT_SOLVES).get(A, {})
     kept = per_matrix.get(key[0])
-    if kept is None or kept.key != key or kept.x() is not x or kept.b() is not b:
+    if kept is None or kept.key != key or type(x) is not Dat or type(b) is not Dat:
         return None
     run = kept.run
+    _check_vectors(run.operator, x, b)  # refused as in a solve set up anew
     engine.dat_values(x, write=True)  # pending loops that write x have run; its halo is stale
     engine.run_pending(b)
     if run.operator.values_stamp() != kept.stamp:
