@@ -6,7 +6,7 @@ on each rank's owned values through fused compiled passes (:mod:`.fused`), apply
 through :meth:`Mat.mult <meshchain.Mat.mult>`'s overlapped SpMV (or the matrix-free loops;
 with an assembled matrix and no monitor, through the compiled halo exchange and product the
 compiled iterations use) and combine every dot product of a step in one reduction. A solve
-like the last one (the same Mat, vectors and options) runs on the :class:`SolveRun` that
+like the last one (the same Mat and options; any x and b) runs on the :class:`SolveRun` that
 solve kept (:func:`_kept_run`).
 """
 
@@ -423,13 +423,14 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
                residual_replacement=None, restart=30, options=None, monitor=None, s=None,
                basis="newton") -> SolveInfo:
     """:func:`meshchain.solve` on ``engine`` (see there). A solve of the same Mat by the same
-    method with the same options as the last one (any ``x`` and ``b``) runs on the set-up it kept
-    (:func:`_kept_run`): the same bits as one set up anew, without its checks and look-ups."""
+    method with the same options as the last one (any ``x`` and ``b``) runs on the set-up it
+    kept (:func:`_kept_run`): the same bits as one set up anew, its vectors checked, its other
+    checks and look-ups not made again."""
     key = None if options is not None or s is not None or basis != "newton" or method not in METHODS else \
         _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor)
     if key is not None and (id(A), method) not in _solving and engine.backend_name not in ("cupy", "cuda-emulation"):
         kept = _kept_run(engine, A, x, b, key)  # (a solve nested in this one's is refused by the full path)
-        if kept is not None:  # the same solve again: its set-up and checks as last time
+        if kept is not None:  # a solve like the last: its set-up as last time
             return _solved(engine, A, x, kept.run, kept, pc)
     if method not in S_STEP and (s is not None or basis != "newton"):
         raise SolverError(f"solve: s= and basis= are options of method='sstep-cg', 'ca-cg' and 'ca-gmres', not of "
