@@ -56,7 +56,8 @@ from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot,
                     waxpy, waxpy_dots)
 from .replacement import EPS, TOL
 
-__all__ = ["cg_start", "true_residual_sums", "cg_iterations", "cg_iterations_on_ranks", "cg1_iterations",
+__all__ = ["cg_start", "true_residual_sums", "product_on_ranks", "cg_iterations", "cg_iterations_on_ranks",
+           "cg1_iterations",
            "cg1_iterations_on_ranks",
            "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "pipegmres_cycle",
@@ -146,8 +147,8 @@ def cg_iterations_on_ranks(indptr, split, indices, values, halo, x, r, z, p, w, 
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _product_on_ranks(indptr, split, indices, values, halo, x_all, y, send_at, send, receive_at, receive, requests,
-                      statuses, functions):
+def product_on_ranks(indptr, split, indices, values, halo, x_all, y, send_at, send, receive_at, receive, requests,
+                     statuses, functions):
     """``y = A x`` and ``(x, A x)`` on several ranks, the halo of ``x`` exchanged while the
     owned rows are computed (the bits of :func:`~meshchain.backends.sparse.csr_product_dot`):
     ``(the rank's sum, MPI error code)``."""
@@ -172,7 +173,7 @@ def _cg(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, 
     dinv, factored = pc[0], len(pc[7]) > 0
     for k in range(len(history)):
         if distributed:
-            mine[0], error = _product_on_ranks(indptr, split, indices, values, halo, p_all, w, send_at, send,
+            mine[0], error = product_on_ranks(indptr, split, indices, values, halo, p_all, w, send_at, send,
                                                receive_at, receive, requests, statuses, functions)
             if not error:
                 error = sum_all(functions, mine[:1], total[:1], handles)

@@ -19,15 +19,13 @@ import time
 
 import numpy as np
 
-from ..backends.sparse import csr_halo, csr_owned
-from ..comm.by_address import finish_exchange, start_exchange
 from ..comm.hang import wait_request
 from ..core import activity
 from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat, Mat
 from .block_solve import is_block_system, solve_blocks
 from .cagmres import solve_cagmres
-from .compiled import true_residual_sums
+from .compiled import product_on_ranks, true_residual_sums
 from .fused import dot, residual
 from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
@@ -208,24 +206,19 @@ class SolveRun:
             self.operator.apply(self.dats[src], self.dats[dst], source, self.storages[dst])
 
     def _product_on_ranks(self, source, dst: str) -> None:
-        """``dst = A source`` on several ranks by the halo exchange and CSR passes the compiled
-        iterations make their products with (the owned rows while the messages travel): the
-        bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path, with less Python between its
-        parts. The exchange's persistent requests carry any vector of the matrix's columns: the
+        """``dst = A source`` on several ranks by the compiled product the compiled iterations
+        make theirs with (:func:`.compiled.product_on_ranks`, its sum unused; the owned rows
+        while the messages travel): the bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path,
+        in one compiled call. The exchange's persistent requests carry any vector of the matrix's columns: the
         one kept with the matrix for the message tag of the method's first work vector is used
         for every such product (a user's ``x`` made anew for every solve makes no new one)."""
         from ..comm.compiled import addresses
 
-        indptr, split, indices, values, halo = self.inside
-        x, y, functions = source.host.reshape(-1), self.v[dst], addresses()
         e = self.operator.compiled_exchange(self.storages[next(iter(self.dats))].tag)  # the first: a work vector
-        error = start_exchange(functions, x, e.send_at, e.send, e.requests)
-        csr_owned(indptr, split, indices, values, x, y)
-        error = error or finish_exchange(functions, x, e.receive_at, e.receive, e.requests, e.statuses)
+        _, error = product_on_ranks(*self.inside, source.host.reshape(-1), self.v[dst], e.send_at, e.send,
+                                    e.receive_at, e.receive, e.requests, e.statuses, addresses())
         if error:
             self.communication_failed(error)
-        if halo:
-            csr_halo(indptr, split, indices, values, x, y)
         self.storages[dst].valid_depth = 0
 
     def B(self, src: str, dst: str, *, fused_done: bool = True) -> None:  # noqa: N802
