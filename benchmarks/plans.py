@@ -13,7 +13,9 @@ variables set):
   whole array of its values on every rank (``new Dat of values``); time per step (median
   of ``--rounds`` rounds of ``--steps`` steps, the variants taking turns in each round;
   slowest rank), its ratio to the reused one,
-  and the plans built per step (``mc.stats().caches["plans"]``); and the step with a new
+  and the plans built per step (``mc.stats().caches["plans"]``) and the Python bytecode
+  instructions one step executes (rank 0; the Python work, whatever the machine's speed); and
+  the step with a new
   Dat and Global made inside it, captured with ``mc.capture`` and replayed (the sum read
   after each step);
 * **cg**: a matrix-free CG written with par_loops the way OP2's C apps write it (P1
@@ -73,6 +75,27 @@ def slowest_median(comm, rounds: list) -> float:
     return max(comm.allgather(statistics.median(rounds)))
 
 
+def bytecodes(run) -> int:
+    """The Python bytecode instructions ``run()`` executes on this rank (``sys.settrace`` with
+    opcode events): the Python work of a step, free of the machine's speed, which moves by
+    up to 2x within minutes on the shared VMs these tables come from. It counts the
+    benchmark's own step function too (the same few lines for every variant)."""
+    executed = [0]
+
+    def trace(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            executed[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return executed[0]
+
+
 def steps_worker(config: dict) -> dict:
     import meshchain as mc
     from meshchain.meshes import structured_quads
@@ -128,8 +151,13 @@ def steps_worker(config: dict) -> dict:
             values.add(value)
     assert len(values) == 1, values  # the same sum whatever the objects
     steps = config["rounds"] * config["steps"]
+    executed = {}
+    for variant in VARIANTS:  # a step like the one before (the plans bound to this variant's objects), counted
+        step(variant)
+        executed[variant] = bytecodes(lambda: step(variant))  # noqa: B023 - called at once
     rows = {variant: {"seconds_per_step": slowest_median(comm, rounds[variant]),
-                      "plans_built_per_step": built[variant] / steps} for variant in VARIANTS}
+                      "plans_built_per_step": built[variant] / steps,
+                      "bytecodes_per_step": executed[variant]} for variant in VARIANTS}
     return {"nodes": d.nodes.size, "cells": d.cells.size, "rows": rows}
 
 
@@ -359,8 +387,8 @@ WORKERS = {"steps": steps_worker, "cg": cg_worker, "arithmetic": arithmetic_work
 
 
 def table_steps(results: list) -> str:
-    lines = ["| network | ranks | nodes | variant | µs per step | × reused | plans built per step |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| network | ranks | nodes | variant | µs per step | × reused | plans built per step "
+             "| bytecodes per step |", "|---|---|---|---|---|---|---|---|"]
     for result in results:
         rows = result["rows"]
         floor = rows["reused"]["seconds_per_step"]
@@ -368,7 +396,7 @@ def table_steps(results: list) -> str:
             row = rows[variant]
             lines.append(f"| {result['network']} | {result['ranks']} | {result['nodes']} | {variant} | "
                          f"{row['seconds_per_step'] * 1e6:.1f} | {row['seconds_per_step'] / floor:.2f} | "
-                         f"{row['plans_built_per_step']:.1f} |")
+                         f"{row['plans_built_per_step']:.1f} | {row['bytecodes_per_step']} |")
     return "\n".join(lines)
 
 

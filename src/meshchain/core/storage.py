@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 import numpy as np
@@ -118,6 +119,9 @@ class GlobalStorage:
                 profiler.span(getattr(pending, "label", _REDUCTION_WAIT), began, _profiling._clock())
 
 
+_uid = operator.attrgetter("uid")
+
+
 class DataStore:
     """The storage of every live dat and global of one session, by the object's ``uid``.
 
@@ -143,8 +147,7 @@ class DataStore:
 
     def records_of(self, objects) -> tuple:
         """The records of ``objects``, in order (None for one this session does not know)."""
-        get = self._records.get
-        return tuple([get(obj.uid) for obj in objects])
+        return tuple(map(self._records.get, map(_uid, objects)))  # (C-level: this runs for every new object)
 
     def __len__(self) -> int:
         return len(self._records)

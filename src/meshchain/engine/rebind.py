@@ -42,6 +42,9 @@ Examples
 
 from __future__ import annotations
 
+from itertools import compress, count
+from operator import is_not
+
 import numpy as np
 
 from ..backends.base import readonly
@@ -63,7 +66,7 @@ class Binding:
     write)]`` given to ``prepare(record, write=...)`` (the backend's ``prepare_data``) for
     new records, as the build did. Only what changed is bound again."""
 
-    __slots__ = ("records", "_exchanges", "_prepared", "_prepare", "_steps", "_calls", "_uses", "supported")
+    __slots__ = ("records", "_exchanges", "_prepared", "_prepare", "_steps", "_calls", "_uses", "_named", "supported")
 
     def __init__(self, records, *, steps, exchanges=(), prepared=(), prepare=None):
         self.records = tuple(records)
@@ -89,6 +92,7 @@ class Binding:
                     break
                 for position, key, ro in recipe:
                     self._uses.setdefault(key, []).append((number, position, ro))
+        self._named = _places(self._steps, self._exchanges)
 
     def rebind(self, plan, records) -> bool:
         """Bind ``plan`` to ``records`` (the unit's, in object-key order); False (and nothing
@@ -96,7 +100,9 @@ class Binding:
         old = self.records
         if not self.supported or len(records) != len(old):
             return False
-        changed = [key for key in range(len(old)) if old[key] is not records[key]]
+        changed = list(compress(count(), map(is_not, old, records)))
+        if len(changed) == 1:  # the common case (a new Global or Dat): see _rebind_one
+            return self._rebind_one(changed[0], records)
         arrays = _alike(old, records, changed)
         if arrays is None:
             return False
@@ -120,6 +126,35 @@ class Binding:
         self.records = tuple(records)
         return True
 
+    def _rebind_one(self, key: int, records) -> bool:
+        """:meth:`rebind` where only the object of ``key`` is new (a new Global or Dat in a step
+        otherwise alike): the same checks and changes, made only at the steps, exchanges and
+        call arguments that name it, with no grouping per call."""
+        before, new = self.records[key], records[key]
+        if type(before) is not type(new):
+            return False
+        was, array = (before.value, new.value) if type(new) is GlobalStorage else (before.host, new.host)
+        if was.shape != array.shape or was.strides != array.strides or was.dtype != array.dtype:
+            return False  # (as _alike)
+        if self._prepared:
+            for write in self._prepared.get(key, ()):
+                self._prepare(new, write=write)
+        steps, exchanges = self._named.get(key, _NOWHERE)
+        for step, settle, validity, reductions in steps:
+            step.settle = tuple([records[k] for k in settle])
+            step.validity = tuple([(records[k], depth) for k, depth in validity])
+            for reduction, k in reductions:
+                if k == key:
+                    reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
+                    reduction.storage = new
+        for exchange, keys in exchanges:
+            exchange.rebind([_array(records[k]) for k in keys])
+        calls = self._calls
+        for number, position, ro in self._uses.get(key, ()):
+            calls[number].rebind(((position, readonly(array) if ro else array),))
+        self.records = tuple(records)
+        return True
+
     def _substitute(self, changed: list, arrays: list) -> None:
         """Put ``arrays`` (the new arrays of the ``changed`` object keys) in the calls' arguments."""
         calls, uses = self._calls, self._uses
@@ -134,6 +169,23 @@ class Binding:
                 substitutions.setdefault(number, []).append((position, readonly(array) if ro else array))
         for number, pairs in substitutions.items():
             calls[number].rebind(pairs)
+
+
+_NOWHERE = ((), ())
+
+
+def _places(steps, exchanges) -> dict:
+    """Object key -> ``([entries of steps], [(exchange, keys)])``: where rebinding that one
+    object makes a change (:meth:`Binding._rebind_one`)."""
+    places: dict = {}
+    for entry in steps:
+        _, settle, validity, reductions = entry
+        for key in {*settle, *(k for k, _ in validity), *(k for _, k in reductions)}:
+            places.setdefault(key, ([], []))[0].append(entry)
+    for exchange, keys in exchanges:
+        for key in set(keys):
+            places.setdefault(key, ([], []))[1].append((exchange, keys))
+    return places
 
 
 def _alike(old, new, changed) -> list | None:

@@ -87,7 +87,7 @@ class Trace:
     def take_needed(self, obj, *, write: bool) -> list:
         """Remove and return the entries that must run before ``obj`` is read (or, with
         ``write=True``, overwritten), in recording order."""
-        return self._take(needed_entries([e[0] for e in self.entries], obj, write=write))
+        return self._take(needed_entries(list(map(_loop_of, self.entries)), obj, write=write))
 
     def take_chain(self, chain) -> list:
         """Remove and return the entries of ``chain`` and everything they depend on."""
@@ -96,6 +96,8 @@ class Trace:
         return self._take(_closure(loops, seeds, set(), set()))
 
     def _take(self, chosen: set) -> list:
+        if len(chosen) == len(self.entries):  # all of them (a value read after the loops that make it)
+            return self.take()
         picked = [e for i, e in enumerate(self.entries) if i in chosen]
         self.entries = [e for i, e in enumerate(self.entries) if i not in chosen]
         self.removals += 1
