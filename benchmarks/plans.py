@@ -12,12 +12,11 @@ variables set):
   of this table), a new Global per step, a new Dat per step, both, a new Dat given the
   whole array of its values on every rank (``new Dat of values``); time per step (median
   of ``--rounds`` rounds of ``--steps`` steps, the variants taking turns in each round;
-  slowest rank), its ratio to the reused one,
-  and the plans built per step (``mc.stats().caches["plans"]``) and the Python bytecode
-  instructions one step executes (rank 0; the Python work, whatever the machine's speed); and
-  the step with a new
-  Dat and Global made inside it, captured with ``mc.capture`` and replayed (the sum read
-  after each step);
+  slowest rank), its ratio to the reused one, the plans built per step
+  (``mc.stats().caches["plans"]``) and the Python bytecode instructions one step executes
+  (rank 0; the Python work, whatever the machine's speed); and the step with a new Dat and
+  Global made inside it, captured with ``mc.capture`` and replayed (the sum read after each
+  step);
 * **cg**: a matrix-free CG written with par_loops the way OP2's C apps write it (P1
   stiffness plus a small mass term on ``structured_tris(n, n)``, at least ``--cells``
   cells, element matrices in a cell dat; every reduction and every scalar a new Global),

@@ -331,3 +331,110 @@ def test_entry_point_keys_tell_apart_what_numba_types_tell_apart():
                 assert numba.typeof(a) == numba.typeof(b), (a, b)
     assert all(_type_key(v) is not None for v in values)
     assert _type_key(2**63) is None and _type_key((1, 2)) is None  # left to numba.typeof
+
+
+def _array_of(record):
+    from meshchain.core.storage import GlobalStorage
+
+    return record.value if isinstance(record, GlobalStorage) else record.host
+
+
+class _Call:
+    """A prepared call's stand-in: its arguments and their substitutions."""
+
+    def __init__(self, arguments):
+        self.arguments = tuple(arguments)
+
+    def rebind(self, substitutions):
+        arguments = list(self.arguments)
+        for position, array in substitutions:
+            arguments[position] = array
+        self.arguments = tuple(arguments)
+
+
+class _Exchange:
+    rebindable = True
+
+    def __init__(self):
+        self.rebound = []
+
+    def rebind(self, arrays):
+        self.rebound.append(list(arrays))
+
+
+class _Reduction:
+    def __init__(self, storage):
+        self.storage = storage
+
+
+def _bound_plan(records):
+    """A plan whose steps, exchange and call name the records of keys 0-2 in every way a
+    rebind changes: settle, validity, reductions, an exchange naming key 0 twice, a call
+    taking key 0's array writable and read-only, key 1's and key 2's read-only."""
+    from meshchain.backends.base import readonly
+    from meshchain.engine.plans import Step
+    from meshchain.engine.rebind import Binding
+
+    call = _Call([_array_of(records[0]), readonly(_array_of(records[0])), _array_of(records[1]),
+                  readonly(_array_of(records[2]))])
+    steps = [Step(core=call, settle=(records[0], records[2]), validity=((records[1], 1),),
+                  reductions=(_Reduction(records[0]), _Reduction(records[2]))),
+             Step(settle=(records[1],))]
+    exchange = _Exchange()
+    prepared = []
+    binding = Binding(records, steps=steps, exchanges=[(exchange, (0, 0, 1))], prepared=[(1, True)],
+                      prepare=lambda record, write: prepared.append((record, write)))
+    return binding, steps, exchange, call, prepared
+
+
+def _plan_state(records, steps, exchange, call, prepared):
+    """What the plan names, as keys of ``records`` (an array: its record's key, or None, and
+    whether it is writable)."""
+    key = {id(r): k for k, r in enumerate(records)}
+    arrays = {id(_array_of(r)): k for k, r in enumerate(records)}
+
+    def array_key(a):
+        return arrays.get(id(a), arrays.get(id(a.base))), a.flags.writeable
+
+    return ([([key[id(r)] for r in step.settle], [(key[id(r)], d) for r, d in step.validity],
+              [key[id(red.storage)] for red in step.reductions]) for step in steps],
+            [[array_key(a) for a in rebound] for rebound in exchange.rebound],
+            [array_key(a) for a in call.arguments], [(key[id(r)], w) for r, w in prepared])
+
+
+@pytest.mark.parametrize("changed", [0, 1, 2])
+def test_rebinding_one_object_changes_what_rebinding_the_general_way_changes(changed):
+    """``Binding.rebind`` with one new object (its own path, ``_rebind_one``) leaves the plan
+    as the general path (``_rebind_many``) does: the same steps, exchange, call arguments and
+    prepared records, the old object's reduction over ranks finished before it is let go."""
+    from meshchain.core.storage import DatStorage, GlobalStorage
+
+    def records():
+        return (GlobalStorage(np.zeros(2)), DatStorage(np.zeros((5, 1)), n_owned=4), GlobalStorage(np.ones(2)))
+
+    class Pending:
+        def __init__(self, settled, storage):
+            self.settled, self.storage = settled, storage
+
+        def finish(self, value):
+            self.settled.append(id(self.storage))
+
+    outcomes = []
+    for way in ("one", "general"):
+        old = records()
+        binding, steps, exchange, call, prepared = _bound_plan(old)
+        settled = []
+        for record in (old[0], old[2]):
+            record.pending = Pending(settled, record)
+        new = tuple(records()[k] if k == changed else old[k] for k in range(3))
+        done = binding.rebind(None, new) if way == "one" else binding._rebind_many([changed], new)
+        assert done and binding.records == new
+        outcomes.append((_plan_state(new, steps, exchange, call, prepared),
+                         [k for s in settled for k, r in enumerate(old) if id(r) == s]))
+    assert outcomes[0] == outcomes[1]
+    (steps_named, exchanged, arguments, prepared), settled = outcomes[0]
+    assert steps_named == [([0, 2], [(1, 1)], [0, 2]), ([1], [], [])]
+    assert exchanged == ([[(0, True), (0, True), (1, True)]] if changed in (0, 1) else [])
+    assert arguments == [(0, True), (0, False), (1, True), (2, False)]  # the new records' arrays
+    assert prepared == ([(1, True)] if changed == 1 else [])
+    assert settled == ([changed] if changed in (0, 2) else [])  # the old global's reduction finished first

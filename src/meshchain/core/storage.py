@@ -147,7 +147,7 @@ class DataStore:
 
     def records_of(self, objects) -> tuple:
         """The records of ``objects``, in order (None for one this session does not know)."""
-        return tuple(map(self._records.get, map(_uid, objects)))  # (C-level: this runs for every new object)
+        return tuple(map(self._records.get, map(_uid, objects)))  # C-level: every unit bound to new objects
 
     def __len__(self) -> int:
         return len(self._records)

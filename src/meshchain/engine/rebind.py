@@ -103,6 +103,12 @@ class Binding:
         changed = list(compress(count(), map(is_not, old, records)))
         if len(changed) == 1:  # the common case (a new Global or Dat): see _rebind_one
             return self._rebind_one(changed[0], records)
+        return self._rebind_many(changed, records)
+
+    def _rebind_many(self, changed: list, records) -> bool:
+        """:meth:`rebind` where the objects of the keys ``changed`` are new (any number of them):
+        every step, exchange and call argument is looked at."""
+        old = self.records
         arrays = _alike(old, records, changed)
         if arrays is None:
             return False
@@ -158,11 +164,6 @@ class Binding:
     def _substitute(self, changed: list, arrays: list) -> None:
         """Put ``arrays`` (the new arrays of the ``changed`` object keys) in the calls' arguments."""
         calls, uses = self._calls, self._uses
-        if len(changed) == 1:  # the common case (a new Global or Dat): no grouping per call
-            array = arrays[0]
-            for number, position, ro in uses.get(changed[0], ()):
-                calls[number].rebind(((position, readonly(array) if ro else array),))
-            return
         substitutions: dict = {}
         for key, array in zip(changed, arrays):
             for number, position, ro in uses.get(key, ()):
