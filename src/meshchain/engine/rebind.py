@@ -108,58 +108,36 @@ class Binding:
     def _rebind_many(self, changed: list, records) -> bool:
         """:meth:`rebind` where the objects of the keys ``changed`` are new (any number of them):
         every step, exchange and call argument is looked at."""
-        old = self.records
-        arrays = _alike(old, records, changed)
+        arrays = _alike(self.records, records, changed)
         if arrays is None:
             return False
-        if self._prepared:
-            for key in changed:
-                for write in self._prepared.get(key, ()):
-                    self._prepare(records[key], write=write)
-        for step, settle, validity, reductions in self._steps:
-            step.settle = tuple([records[key] for key in settle])
-            step.validity = tuple([(records[key], depth) for key, depth in validity])
-            for reduction, key in reductions:
-                if records[key] is not reduction.storage:
-                    reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
-                    reduction.storage = records[key]
-        if self._exchanges:
-            moved = set(changed)
-            for exchange, keys in self._exchanges:
-                if moved.intersection(keys):
-                    exchange.rebind([_array(records[key]) for key in keys])
+        moved = set(changed)
+        self._prepare_new(changed, records)
+        _update(self._steps, [(e, keys) for e, keys in self._exchanges if moved.intersection(keys)], records)
         self._substitute(changed, arrays)
         self.records = tuple(records)
         return True
 
     def _rebind_one(self, key: int, records) -> bool:
         """:meth:`rebind` where only the object of ``key`` is new (a new Global or Dat in a step
-        otherwise alike): the same checks and changes, made only at the steps, exchanges and
-        call arguments that name it, with no grouping per call."""
-        before, new = self.records[key], records[key]
-        if type(before) is not type(new):
+        otherwise alike): the same, at the steps, exchanges and call arguments that name it."""
+        array = _alike_array(self.records[key], records[key])
+        if array is None:
             return False
-        was, array = (before.value, new.value) if type(new) is GlobalStorage else (before.host, new.host)
-        if was.shape != array.shape or was.strides != array.strides or was.dtype != array.dtype:
-            return False  # (as _alike)
-        if self._prepared:
-            for write in self._prepared.get(key, ()):
-                self._prepare(new, write=write)
-        steps, exchanges = self._named.get(key, _NOWHERE)
-        for step, settle, validity, reductions in steps:
-            step.settle = tuple([records[k] for k in settle])
-            step.validity = tuple([(records[k], depth) for k, depth in validity])
-            for reduction, k in reductions:
-                if k == key:
-                    reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
-                    reduction.storage = new
-        for exchange, keys in exchanges:
-            exchange.rebind([_array(records[k]) for k in keys])
+        self._prepare_new((key,), records)
+        _update(*self._named.get(key, _NOWHERE), records)
         calls = self._calls
         for number, position, ro in self._uses.get(key, ()):
             calls[number].rebind(((position, readonly(array) if ro else array),))
         self.records = tuple(records)
         return True
+
+    def _prepare_new(self, changed, records) -> None:
+        """``prepare`` the new records of ``changed`` as the build prepared the old ones."""
+        if self._prepared:
+            for key in changed:
+                for write in self._prepared.get(key, ()):
+                    self._prepare(records[key], write=write)
 
     def _substitute(self, changed: list, arrays: list) -> None:
         """Put ``arrays`` (the new arrays of the ``changed`` object keys) in the calls' arguments."""
@@ -189,19 +167,42 @@ def _places(steps, exchanges) -> dict:
     return places
 
 
+def _update(steps, exchanges, records) -> None:
+    """Name ``records`` (by object key) in ``steps`` (entries of ``Binding._steps``) and
+    ``exchanges`` (``(exchange, keys)``): the in-flight reduction over ranks of a record let go
+    is finished first."""
+    for step, settle, validity, reductions in steps:
+        step.settle = tuple([records[key] for key in settle])
+        step.validity = tuple([(records[key], depth) for key, depth in validity])
+        for reduction, key in reductions:
+            if records[key] is not reduction.storage:
+                reduction.storage.settle()  # its reduction over ranks may be in flight: finished before reuse
+                reduction.storage = records[key]
+    for exchange, keys in exchanges:
+        exchange.rebind([_array(records[key]) for key in keys])
+
+
 def _alike(old, new, changed) -> list | None:
-    """The arrays of the ``changed`` new records, or None unless each has the shape, strides
-    and dtype of the old one's."""
+    """The arrays of the ``changed`` new records, or None unless each is alike the old one's
+    (:func:`_alike_array`)."""
     arrays = []
     for key in changed:
-        a, b = old[key], new[key]
-        if type(a) is not type(b):
+        array = _alike_array(old[key], new[key])
+        if array is None:
             return None
-        x, y = _array(a), _array(b)
-        if x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
-            return None
-        arrays.append(y)
+        arrays.append(array)
     return arrays
+
+
+def _alike_array(old, new):
+    """``new``'s array, or None unless it has the kind, shape, strides and dtype of ``old``'s
+    (the compiled calls were specialised to them)."""
+    if type(old) is not type(new):
+        return None
+    x, y = (old.value, new.value) if type(new) is GlobalStorage else (old.host, new.host)
+    if x.shape != y.shape or x.strides != y.strides or x.dtype != y.dtype:
+        return None
+    return y
 
 
 def argument_recipe(arguments, records):

@@ -57,8 +57,7 @@ from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot,
 from .replacement import EPS, TOL
 
 __all__ = ["cg_start", "true_residual_sums", "product_on_ranks", "cg_iterations", "cg_iterations_on_ranks",
-           "cg1_iterations",
-           "cg1_iterations_on_ranks",
+           "cg1_iterations", "cg1_iterations_on_ranks",
            "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "pipegmres_cycle",
            "pipecg_iterations", "pipecr_iterations", "groppcg_iterations", "bounds_after_update", "BOUNDS",
@@ -174,7 +173,7 @@ def _cg(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, 
     for k in range(len(history)):
         if distributed:
             mine[0], error = product_on_ranks(indptr, split, indices, values, halo, p_all, w, send_at, send,
-                                               receive_at, receive, requests, statuses, functions)
+                                              receive_at, receive, requests, statuses, functions)
             if not error:
                 error = sum_all(functions, mine[:1], total[:1], handles)
             if error:
