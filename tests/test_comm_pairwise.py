@@ -31,7 +31,9 @@ def test_pairwise_sum_gives_every_rank_the_same_bits_and_mpis_sum(comm, seed, co
         rng.standard_normal(count) * 10.0 ** rng.integers(-8, 8, count)
     reference = mpi_sum(comm, values)
     assert np.array_equal(compiled_sum(comm, values), pairwise_sum(comm, values.copy()))
-    for total in (pairwise_sum(comm, values.copy()), short_sum(comm, values.copy()), compiled_sum(comm, values)):
+    assert np.array_equal(compiled_short_sum(comm, values), short_sum(comm, values.copy()))
+    for total in (pairwise_sum(comm, values.copy()), short_sum(comm, values.copy()), compiled_sum(comm, values),
+                  compiled_short_sum(comm, values)):
         every = comm.allgather(total)
         assert all(np.array_equal(total, other) for other in every)  # the same bits on every rank
         if whole or comm.size <= 2:  # whole numbers: exact; two ranks: one addition, as MPI's
@@ -56,6 +58,38 @@ def compiled_sum(comm, values):
     finally:
         pairs.close()
     return values
+
+
+def compiled_short_sum(comm, values):
+    """The sum the compiled Krylov iterations make (:func:`~meshchain.comm.by_address.sum_all`
+    with :func:`~meshchain.comm.compiled.handles`: recursive doubling by ``MPI_Sendrecv`` where
+    ``MPI_Allreduce`` would take two rounds), where compiled code can call MPI; else short_sum's."""
+    from meshchain.comm.by_address import sum_all
+    from meshchain.comm.compiled import addresses, handles
+
+    if addresses() is None:
+        return short_sum(comm, values.copy())
+    out = np.full_like(values, np.nan)
+    assert sum_all(addresses(), values, out, handles(comm)) == 0
+    return out
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 8])
+@pytest.mark.mpi(nprocs=(2, 3, 4), timeout=120)
+def test_compiled_sums_round_as_short_sum_chooses(comm, count, monkeypatch):
+    """The compiled sums go by ``MPI_Sendrecv`` exactly where short_sum goes by pairwise_sum
+    (at least as many values as the largest power of two of ranks), else by ``MPI_Allreduce``:
+    seen by the function each calls, with a value whose grouping shows in its bits."""
+    import meshchain.comm.pairwise as pairwise
+
+    chosen = []
+    monkeypatch.setattr(pairwise, "pairwise_sum", lambda c, v: chosen.append(len(v)) or v)
+    short_sum(comm, np.zeros(count))
+    top = 1 << (comm.size.bit_length() - 1)
+    assert bool(chosen) == (count >= top)
+    values = np.full(count, [1.0, 1e-16, -1.0, 1e-16][comm.rank % 4])  # the grouping decides the bits
+    monkeypatch.undo()
+    assert np.array_equal(compiled_short_sum(comm, values), short_sum(comm, values.copy()))
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=120)

@@ -5,7 +5,7 @@
 process. The functions here take the addresses as data instead
 (:func:`meshchain.comm.compiled.addresses`, one int64 array: ``MPI_Startall``,
 ``MPI_Waitall``, ``clock_gettime``, ``MPI_Allreduce``, ``MPI_Iallreduce``, ``MPI_Wait``,
-``MPI_Testall``), so compiled code calling them is cached on disk like any other (a captured
+``MPI_Testall``, ``MPI_Sendrecv``), so compiled code calling them is cached on disk like any other (a captured
 step's compiled replay, :mod:`meshchain.backends.numba_replay`; the Krylov iterations of
 :mod:`meshchain.linalg.compiled`). Handles are C ints (MPICH's ABI; :mod:`.compiled` says
 where that holds). Importing this module does not import mpi4py (which would initialise MPI
@@ -32,10 +32,13 @@ import platform
 import time
 
 import numba
+import numpy as np
 from llvmlite import ir as _llvm
 from numba.core import cgutils as _cgutils
 from numba.core import types as _types
 from numba.extending import intrinsic
+
+from .pairwise import TAG
 
 __all__ = ["start_all", "wait_all", "progress_all", "clock", "ticks", "cycle_seconds", "sum_all", "start_allreduce",
            "wait_one", "start_exchange", "finish_exchange", "sum_in_pairs"]
@@ -237,12 +240,83 @@ def cycle_seconds(spin: float = 0.005):
     return (ended - began) / (last - first) if last > first else None
 
 
+@intrinsic
+def _call_sendrecv(typingctx, address, send, count, datatype, destination, tag, receive, source, comm, status):
+    """``MPI_Sendrecv(send, count, datatype, destination, tag, receive, count, datatype, source,
+    tag, comm, status)`` at ``address``, handles and ranks as C ints (MPICH's ABI)."""
+
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        pointer, i32 = _llvm.IntType(8).as_pointer(), _llvm.IntType(32)
+        function_type = _llvm.FunctionType(i32, [pointer, i32, i32, i32, i32, pointer, i32, i32, i32, i32, i32,
+                                                 pointer])
+        function = builder.inttoptr(context.cast(builder, args[0], kinds[0], _types.intp), function_type.as_pointer())
+        count, datatype, destination, tag, source, comm = (
+            _as_int32(context, builder, args[k], kinds[k]) for k in (2, 3, 4, 5, 7, 8))
+        return builder.call(function, [_as_pointer(context, builder, args[1], kinds[1]), count, datatype, destination,
+                                       tag, _as_pointer(context, builder, args[6], kinds[6]), count, datatype, source,
+                                       tag, comm, _as_pointer(context, builder, args[9], kinds[9])])
+
+    return _types.int32(address, send, count, datatype, destination, tag, receive, source, comm, status), codegen
+
+
 @numba.njit(cache=True, nogil=True)
 def sum_all(functions, values, out, handles):
-    """``out = sum over ranks of values`` (float64, contiguous; collective) by ``MPI_Allreduce``
-    with ``handles`` ``[comm, datatype, op]`` (:func:`.compiled.handles`); the MPI error code."""
+    """``out = sum over ranks of values`` (float64, contiguous; collective) with ``handles``
+    ``[comm, MPI_DOUBLE, MPI_SUM, rank, size, MPI_PROC_NULL]`` (:func:`.compiled.handles`): as
+    :func:`meshchain.comm.pairwise.short_sum` sums, so with its bits: by recursive doubling
+    (:func:`_doubling_sum`) where MPICH's ``MPI_Allreduce`` would take two message rounds
+    (reduce-scatter then allgather: at least as many values as the largest power of two of
+    ranks), else by ``MPI_Allreduce`` (also with only ``[comm, datatype, op]``); the MPI error code."""
+    if len(handles) > 5 and handles[4] > 1 and values.size >= _largest_power_of_two(handles[4]):
+        return _doubling_sum(functions, values, out, handles)
     return _call_allreduce(functions[3], values.ctypes.data, out.ctypes.data, values.size, handles[1], handles[2],
                            handles[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def _largest_power_of_two(size):
+    top = 1
+    while 2 * top <= size:
+        top *= 2
+    return top
+
+
+@numba.njit(cache=True, nogil=True)
+def _doubling_sum(functions, values, out, handles):
+    """``out = values`` summed over ranks with the messages and additions of
+    :func:`meshchain.comm.pairwise.pairwise_sum` (tag :data:`~meshchain.comm.pairwise.TAG`),
+    each round one ``MPI_Sendrecv``; the MPI error code."""
+    rank, size, nobody = handles[3], handles[4], handles[5]
+    top = _largest_power_of_two(size)
+    out[:] = values
+    other, status = np.empty_like(values), np.empty(_STATUS_BYTES, np.uint8)
+    if rank >= top:  # beyond the power of two: ours into a partner, the total back from it
+        error = _round(functions, out, other, handles, rank - top, nobody, status)
+        return error or _round(functions, other, out, handles, nobody, rank - top, status)
+    extra = rank + top < size
+    error = 0
+    if extra:
+        error = _round(functions, out, other, handles, nobody, rank + top, status)
+        out += other
+    mask = 1
+    while mask < top and not error:
+        error = _round(functions, out, other, handles, rank ^ mask, rank ^ mask, status)
+        out += other
+        mask *= 2
+    if extra and not error:
+        error = _round(functions, out, other, handles, rank + top, nobody, status)
+    return error
+
+
+_STATUS_BYTES = 64  # room for one MPI_Status (MPICH's: 20 bytes)
+
+
+@numba.njit(cache=True, nogil=True)
+def _round(functions, send, receive, handles, destination, source, status):
+    """``send`` to ``destination`` and ``receive`` from ``source`` (either may be MPI_PROC_NULL)."""
+    return _call_sendrecv(functions[7], send.ctypes.data, send.size, handles[1], destination, TAG,
+                          receive.ctypes.data, source, handles[0], status.ctypes.data)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -7,7 +7,8 @@ compiled code calls by address (:func:`addresses`, :mod:`.by_address`: the addre
 data, so the compiled code is cached on disk like any other), and the objects they work on:
 
 * :func:`handles` -- a communicator, ``MPI_DOUBLE`` and ``MPI_SUM`` as the C handles
-  ``MPI_Allreduce`` takes (:func:`.by_address.sum_all`);
+  ``MPI_Allreduce`` takes, and the rank, size and ``MPI_PROC_NULL`` for the rounds of
+  recursive doubling that replace it where it would take two (:func:`.by_address.sum_all`);
 * :class:`CompiledExchange` -- a halo exchange of one float64 vector with persistent
   requests made once (``Send_init``/``Recv_init``, by mpi4py), run by
   :func:`.by_address.start_exchange` (pack the exported values, ``MPI_Startall``) and
@@ -71,8 +72,10 @@ def available() -> bool:
 
 
 def handles(comm) -> np.ndarray:
-    """``[comm, MPI_DOUBLE, MPI_SUM]`` as the C handles :func:`.by_address.sum_all` takes."""
-    return _as_c_ints([MPI._handleof(comm), MPI._handleof(MPI.DOUBLE), MPI._handleof(MPI.SUM)]).astype(np.int64)
+    """``[comm, MPI_DOUBLE, MPI_SUM, rank, size, MPI_PROC_NULL]`` as the C ints
+    :func:`.by_address.sum_all` takes (the rank and size: its rounds of recursive doubling)."""
+    return _as_c_ints([MPI._handleof(comm), MPI._handleof(MPI.DOUBLE), MPI._handleof(MPI.SUM), comm.rank, comm.size,
+                       MPI.PROC_NULL]).astype(np.int64)
 
 
 def _as_c_ints(values) -> np.ndarray:
@@ -218,9 +221,9 @@ class CompiledReduction:
 @functools.lru_cache(maxsize=None)
 def addresses() -> np.ndarray:
     """``[MPI_Startall, MPI_Waitall, clock_gettime, MPI_Allreduce, MPI_Iallreduce, MPI_Wait,
-    MPI_Testall]``'s addresses in this process (int64), for the calls by address of
+    MPI_Testall, MPI_Sendrecv]``'s addresses in this process (int64), for the calls by address of
     :mod:`.by_address` (``start_all``, ``wait_all``, ``clock``, ``sum_all``, ``start_allreduce``,
-    ``wait_one``, ``progress_all``); None where
+    ``wait_one``, ``progress_all``, ``sum_all`` again); None where
     :func:`available` is False or the C library has no ``clock_gettime``."""
     library = _library()
     if library is None:
@@ -230,7 +233,7 @@ def addresses() -> np.ndarray:
     except (OSError, AttributeError):
         return None
     functions = (library.MPI_Startall, library.MPI_Waitall, clock_gettime, library.MPI_Allreduce,
-                 library.MPI_Iallreduce, library.MPI_Wait, library.MPI_Testall)
+                 library.MPI_Iallreduce, library.MPI_Wait, library.MPI_Testall, library.MPI_Sendrecv)
     found = np.array([ctypes.cast(function, ctypes.c_void_p).value for function in functions], dtype=np.int64)
     found.flags.writeable = False
     return found

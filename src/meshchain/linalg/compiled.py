@@ -135,7 +135,7 @@ def cg_iterations_on_ranks(indptr, split, indices, values, halo, x, r, z, p, w, 
     """:func:`cg_iterations` on several ranks (collective): before each product the halo of
     ``p`` is exchanged (``exchange``: a :class:`~meshchain.comm.compiled.CompiledExchange`'s
     arrays, the owned rows computed while the messages travel) and the two dot products of an
-    iteration are summed over ranks, as the Python loop's ``Allreduce`` calls do. The same
+    iteration are summed over ranks, as the Python loop's blocking sums do. The same
     arguments as :func:`cg_iterations` with ``p_all`` (``p`` with its halo rows), the
     exchange's arrays (``send_at, send, receive_at, receive, requests, statuses``), then
     ``functions`` and ``handles`` (:func:`~meshchain.comm.compiled.addresses`,
@@ -375,7 +375,8 @@ def bicgstab_iterations(indptr, split, indices, values, halo, x, r, rp, p, v, s,
     full (``state`` holds the loop's state). On several ranks (``distributed``) the operator's
     input (``p_all``, ``s_all``: ``p`` and ``s`` with their halo rows) is exchanged through
     ``exchange`` (``send_at, send, receive_at, receive, requests, statuses``) and the sums go
-    through ``MPI_Allreduce``, by address (``functions``, ``handles``: :mod:`meshchain.comm.by_address`)."""
+    through :func:`~meshchain.comm.by_address.sum_all`, by address (``functions``, ``handles``:
+    :mod:`meshchain.comm.by_address`)."""
     rho, rho_old, alpha, omega_old = state[0], state[1], state[2], state[3]
     one, two, out = np.zeros(1), np.zeros(2), np.zeros(2)
     done = 0

@@ -42,6 +42,7 @@ import numba
 import numpy as np
 
 from ..backends.sparse import csr_rows, sequence_on_ranks
+from ..comm.pairwise import short_sum
 from ..model.krylov import STEP_CANDIDATES, KrylovCosts, best_steps, candidates_of, predict
 from .blockcg import block_sums, block_update
 from .fused import dot
@@ -301,16 +302,16 @@ def _median(timing) -> float:
 
 
 def _reduction_times(comm, seed: float) -> tuple[float, float]:
-    """Seconds of an ``Allreduce`` of one and of :data:`MANY` numbers (0 on one process)."""
+    """Seconds of a sum over ranks of one and of :data:`MANY` numbers as the solvers' blocking
+    sums make it (:func:`~meshchain.comm.pairwise.short_sum`; 0 on one process)."""
     if comm is None:
         return 0.0, 0.0
-    from mpi4py import MPI
 
     def reduce(count: int) -> float:
         values = np.full(count, seed)
         comm.Barrier()
         began = time.perf_counter()
-        comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        short_sum(comm, values)
         return time.perf_counter() - began
 
     reduce(MANY)
