@@ -176,6 +176,7 @@ def oracle(spec, runs):
     return outcome(spec, [(None, None)] * len(runs), comm=MPI.COMM_SELF, flat=True, backend="reference")
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # int64 sums may wrap, alike everywhere
 @settings(max_examples=8, **NO_CHECKS)
 @given(spec=extruded_programs(), backend=st.sampled_from(["reference", "numba"]), runs=st.permutations(RUNS),
        block_size=st.sampled_from([3, 2048]))
