@@ -79,7 +79,9 @@ def compiled_short_sum(comm, values):
 def test_compiled_sums_round_as_short_sum_chooses(comm, count, monkeypatch):
     """The compiled sums go by ``MPI_Sendrecv`` exactly where short_sum goes by pairwise_sum
     (at least as many values as the largest power of two of ranks), else by ``MPI_Allreduce``:
-    seen by the function each calls, with a value whose grouping shows in its bits."""
+    short_sum's way seen by the function it calls, the compiled sum's by its bits, with values
+    whose grouping shows in them (on 3 ranks MPI's grouping and the rounds' differ: summing by
+    ``MPI_Allreduce`` throughout fails this test and the one above)."""
     import meshchain.comm.pairwise as pairwise
 
     chosen = []

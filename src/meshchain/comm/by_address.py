@@ -262,7 +262,7 @@ def _call_sendrecv(typingctx, address, send, count, datatype, destination, tag, 
 
 @numba.njit(cache=True, nogil=True)
 def sum_all(functions, values, out, handles):
-    """``out = sum over ranks of values`` (float64, contiguous; collective) with ``handles``
+    """``out[:values.size] = sum over ranks of values`` (float64, contiguous; collective) with ``handles``
     ``[comm, MPI_DOUBLE, MPI_SUM, rank, size, MPI_PROC_NULL]`` (:func:`.compiled.handles`): as
     :func:`meshchain.comm.pairwise.short_sum` sums, so with its bits: by recursive doubling
     (:func:`_doubling_sum`) where MPICH's ``MPI_Allreduce`` would take two message rounds
@@ -289,23 +289,24 @@ def _doubling_sum(functions, values, out, handles):
     each round one ``MPI_Sendrecv``; the MPI error code."""
     rank, size, nobody = handles[3], handles[4], handles[5]
     top = _largest_power_of_two(size)
-    out[:] = values
-    other, status = np.empty_like(values), np.empty(_STATUS_BYTES, np.uint8)
+    total = out[:values.size]
+    total[:] = values
+    other, status = np.empty_like(total), np.empty(_STATUS_BYTES, np.uint8)
     if rank >= top:  # beyond the power of two: ours into a partner, the total back from it
-        error = _round(functions, out, other, handles, rank - top, nobody, status)
-        return error or _round(functions, other, out, handles, nobody, rank - top, status)
+        error = _round(functions, total, other, handles, rank - top, nobody, status)
+        return error or _round(functions, other, total, handles, nobody, rank - top, status)
     extra = rank + top < size
     error = 0
     if extra:
-        error = _round(functions, out, other, handles, nobody, rank + top, status)
-        out += other
+        error = _round(functions, total, other, handles, nobody, rank + top, status)
+        total += other
     mask = 1
     while mask < top and not error:
-        error = _round(functions, out, other, handles, rank ^ mask, rank ^ mask, status)
-        out += other
+        error = _round(functions, total, other, handles, rank ^ mask, rank ^ mask, status)
+        total += other
         mask *= 2
     if extra and not error:
-        error = _round(functions, out, other, handles, rank + top, nobody, status)
+        error = _round(functions, total, other, handles, rank + top, nobody, status)
     return error
 
 

@@ -20,7 +20,8 @@ data, so the compiled code is cached on disk like any other), and the objects th
 * :class:`CompiledPairwiseSum` -- a short sum over ranks by recursive doubling with persistent
   requests (:func:`meshchain.comm.pairwise.pairwise_sum`'s messages and bits).
 
-The same MPI calls as mpi4py's on the same buffers: the results are the same bits.
+The same MPI calls as mpi4py's on the same buffers, and the same messages and additions as
+:func:`meshchain.comm.pairwise.short_sum`'s: the results are the same bits.
 
 :func:`available` says whether this works with the MPI library loaded (an ABI whose handles
 are C ints, as MPICH's, and the library found among the process's mapped files); callers run

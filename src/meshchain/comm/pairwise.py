@@ -2,8 +2,8 @@
 
 A solver's block reduction (an s-step method's Gram matrix: a few dozen float64 values)
 is latency-bound. MPICH's ``MPI_Allreduce`` picks reduce-scatter then allgather for any
-count of at least the number of ranks: two message rounds on two ranks where one would
-do. Over MPICH's TCP module on this project's machines a sum of 2 to 64 float64 values on 2
+count of at least the largest power of two of the ranks: two message rounds on two ranks
+where one would do. Over MPICH's TCP module on this project's machines a sum of 2 to 64 float64 values on 2
 ranks took 19-36 µs that way against 11-20 µs in one ``Sendrecv`` round; over shared
 memory both take about 3.8 µs (``benchmarks/comm.py --parts sums`` measures it).
 
@@ -76,7 +76,8 @@ def phases(rank: int, size: int) -> list:
     """What :func:`pairwise_sum` does on ``rank`` of ``size``, phase by phase: ``(messages,
     add)``, the messages made together (``(kind, partner, buffer)``: ``"send"`` or
     ``"receive"``, of ``"values"`` or into ``"other"``) and whether ``other`` is then added
-    to ``values``. :class:`meshchain.comm.compiled.CompiledPairwiseSum` makes the same.
+    to ``values``. :class:`meshchain.comm.compiled.CompiledPairwiseSum` and
+    :func:`meshchain.comm.by_address.sum_all` make the same.
 
     >>> [add for _, add in phases(0, 3)], phases(2, 3)
     ([True, True, False], [([('send', 0, 'values')], False), ([('receive', 0, 'values')], False)])
