@@ -64,7 +64,11 @@ machine: such rows say "(over)".
     s = 4): a bare mpi4py ``Allreduce`` (the floor) against
     :func:`meshchain.comm.pairwise.pairwise_sum` (recursive doubling, what the s-step
     methods reduce with), interleaved, ``--sum-reps`` sums per sample; and whether every
-    rank got the same bits, and ``MPI_Allreduce``'s.
+    rank got the same bits, and ``MPI_Allreduce``'s. From compiled code, as the Krylov
+    iterations sum (``--sum-reps`` sums in one compiled loop, where compiled code can call
+    MPI): ``MPI_Allreduce`` by address (the floor there) against
+    :func:`meshchain.comm.by_address.sum_all`, which sums by ``MPI_Sendrecv`` rounds where
+    ``MPI_Allreduce`` would take two.
 
 Output: JSON (``--out``, default ``benchmarks/results/comm.json``) with the machine (CPU
 model, cores, MPICH version, Python, numba, mpi4py) and every measurement; Markdown
@@ -483,12 +487,17 @@ def sums_worker(config: dict) -> dict:
             pairwise_sum(comm, work)
 
         variants = {"MPI_Allreduce": by_mpi, "pairwise": by_pairs}
+        compiled = _compiled_sums(comm, start, work)
         for action in variants.values():
             timed(comm, action, 50)
-        times = {name: [] for name in variants}
+        for action in compiled.values():
+            action(50)
+        times = {name: [] for name in (*variants, *compiled)}
         for _ in range(config["repeats"]):
             for name, action in variants.items():
                 times[name].append(timed(comm, action, reps))
+            for name, action in compiled.items():
+                times[name].append(timed(comm, lambda: action(reps), 1) / reps)
         reference = np.empty(count)
         comm.Allreduce(start, reference, op=MPI.SUM)
         mine = pairwise_sum(comm, start.copy())
@@ -497,6 +506,32 @@ def sums_worker(config: dict) -> dict:
                      "equal_to_mpi": bool(comm.allreduce(np.array_equal(mine, reference), op=MPI.LAND)),
                      **{name: sorted(values)[len(values) // 2] for name, values in times.items()}})
     return {"rows": rows}
+
+
+def _compiled_sums(comm, start, work) -> dict:
+    """``{name: run(k)}``: ``k`` sums of ``start`` into ``work`` in one compiled loop, by
+    ``MPI_Allreduce`` (``handles`` without the rank and size) and by
+    :func:`meshchain.comm.by_address.sum_all` as the Krylov iterations call it; ``{}`` where
+    compiled code cannot call MPI."""
+    import numba
+
+    from meshchain.comm.by_address import sum_all
+    from meshchain.comm.compiled import addresses, handles
+
+    functions = addresses()
+    if functions is None:
+        return {}
+
+    @numba.njit
+    def loop(k, values, out, chosen):
+        error = 0
+        for _ in range(k):
+            error |= sum_all(functions, values, out, chosen)
+        return error
+
+    full = handles(comm)
+    return {name: (lambda k, chosen=chosen: loop(k, start, work, chosen))
+            for name, chosen in (("compiled MPI_Allreduce", full[:3].copy()), ("compiled sum_all", full))}
 
 
 WORKERS = {"transports": transports_worker, "sparse": sparse_worker, "repartition": repartition_worker,
@@ -781,12 +816,15 @@ def sparse_table(results: list) -> str:
 
 
 def sums_table(results: list) -> str:
-    head = "| network | ranks | values | MPI_Allreduce µs | pairwise µs | pairwise ÷ MPI | same bits on every rank | bits of MPI |"
+    head = ("| network | ranks | values | MPI_Allreduce µs | pairwise µs | pairwise ÷ MPI | compiled MPI_Allreduce µs | "
+            "compiled sum_all µs | sum_all ÷ MPI | same bits on every rank | bits of MPI |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for entry in results:
         for r in entry["rows"]:
+            floor, ours = r.get("compiled MPI_Allreduce"), r.get("compiled sum_all")
+            compiled = (f"{floor * 1e6:.1f} | {ours * 1e6:.1f} | {ours / floor:.2f}" if floor and ours else "- | - | -")
             lines.append(f"| {entry['network']} | {_ranks(entry)} | {r['count']} | {r['MPI_Allreduce'] * 1e6:.1f} | "
-                         f"{r['pairwise'] * 1e6:.1f} | {r['pairwise'] / r['MPI_Allreduce']:.2f} | "
+                         f"{r['pairwise'] * 1e6:.1f} | {r['pairwise'] / r['MPI_Allreduce']:.2f} | {compiled} | "
                          f"{'yes' if r['same_on_every_rank'] else 'no'} | {'yes' if r['equal_to_mpi'] else 'no'} |")
     return "\n".join(lines)
 
@@ -878,7 +916,8 @@ def main(argv=None) -> int:
         print(repartition_table(results["repartition"]))
     if "sums" in results:
         print("\nShort sums over ranks (float64, µs per sum, median of the rounds, slowest rank): MPI_Allreduce "
-              "against meshchain.comm.pairwise.pairwise_sum (recursive doubling):\n")
+              "against meshchain.comm.pairwise.pairwise_sum (recursive doubling), from Python; from compiled code "
+              "(one loop of sums), MPI_Allreduce by address against meshchain.comm.by_address.sum_all:\n")
         print(sums_table(results["sums"]))
     checks = [(part, e["network"], e["ranks"], e["checks"]) for part in ("transports", "repartition")
               for e in results.get(part, []) if any(e["checks"].values())]
