@@ -816,8 +816,8 @@ def sparse_table(results: list) -> str:
 
 
 def sums_table(results: list) -> str:
-    head = ("| network | ranks | values | MPI_Allreduce µs | pairwise µs | pairwise ÷ MPI | compiled MPI_Allreduce µs | "
-            "compiled sum_all µs | sum_all ÷ MPI | same bits on every rank | bits of MPI |")
+    head = ("| network | ranks | values | MPI_Allreduce µs | pairwise µs | pairwise ÷ MPI | "
+            "compiled MPI_Allreduce µs | compiled sum_all µs | sum_all ÷ MPI | same bits on every rank | bits of MPI |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for entry in results:
         for r in entry["rows"]:
