@@ -5,8 +5,8 @@
 process. The functions here take the addresses as data instead
 (:func:`meshchain.comm.compiled.addresses`, one int64 array: ``MPI_Startall``,
 ``MPI_Waitall``, ``clock_gettime``, ``MPI_Allreduce``, ``MPI_Iallreduce``, ``MPI_Wait``,
-``MPI_Testall``, ``MPI_Sendrecv``), so compiled code calling them is cached on disk like any other (a captured
-step's compiled replay, :mod:`meshchain.backends.numba_replay`; the Krylov iterations of
+``MPI_Testall``, ``MPI_Sendrecv``), so compiled code calling them is cached on disk like
+any other (a captured step's compiled replay, :mod:`meshchain.backends.numba_replay`; the Krylov iterations of
 :mod:`meshchain.linalg.compiled`). Handles are C ints (MPICH's ABI; :mod:`.compiled` says
 where that holds). Importing this module does not import mpi4py (which would initialise MPI
 before the session chooses its thread level).
@@ -262,8 +262,9 @@ def _call_sendrecv(typingctx, address, send, count, datatype, destination, tag, 
 
 @numba.njit(cache=True, nogil=True)
 def sum_all(functions, values, out, handles):
-    """``out[:values.size] = sum over ranks of values`` (float64, contiguous; collective) with ``handles``
-    ``[comm, MPI_DOUBLE, MPI_SUM, rank, size, MPI_PROC_NULL]`` (:func:`.compiled.handles`): as
+    """``out[:values.size] = sum over ranks of values`` (float64, contiguous; collective)
+    with ``handles`` ``[comm, MPI_DOUBLE, MPI_SUM, rank, size, MPI_PROC_NULL]``
+    (:func:`.compiled.handles`): as
     :func:`meshchain.comm.pairwise.short_sum` sums, so with its bits: by recursive doubling
     (:func:`_doubling_sum`) where MPICH's ``MPI_Allreduce`` would take two message rounds
     (reduce-scatter then allgather: at least as many values as the largest power of two of

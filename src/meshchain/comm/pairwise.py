@@ -3,9 +3,10 @@
 A solver's block reduction (an s-step method's Gram matrix: a few dozen float64 values)
 is latency-bound. MPICH's ``MPI_Allreduce`` picks reduce-scatter then allgather for any
 count of at least the largest power of two of the ranks: two message rounds on two ranks
-where one would do. Over MPICH's TCP module on this project's machines a sum of 2 to 64 float64 values on 2
-ranks took 19-36 µs that way against 11-20 µs in one ``Sendrecv`` round; over shared
-memory both take about 3.8 µs (``benchmarks/comm.py --parts sums`` measures it).
+where one would do. Over MPICH's TCP module on this project's machines a sum of 2 to 64
+float64 values on 2 ranks took 19-36 µs that way against 11-20 µs in one ``Sendrecv``
+round; over shared memory both take about 3.8 µs (``benchmarks/comm.py --parts sums``
+measures it).
 
 :func:`pairwise_sum` sums by recursive doubling: ranks pair up in ``log2 p`` rounds
 (``p`` the largest power of two not above the size; the ranks beyond it first add theirs

@@ -87,10 +87,10 @@ class KrylovCosts:
     same for every working set; a dict ``{vectors: seconds}``: the rate of the smallest
     measured working set at least that large, since a basis of many vectors leaves the
     caches); ``exchange[k]`` a halo exchange for ``k`` products (``k`` layers of the
-    pattern's depth); ``reduction`` a blocking sum over ranks of one number and ``per_number`` each
-    number more (:func:`meshchain.comm.pairwise.short_sum`, as the solvers sum); ``call`` the
-    engine's and the interpreter's work around one compiled
-    call (the driver overhead unit, :data:`DRIVER`); ``rows`` this rank's owned scalar rows
+    pattern's depth); ``reduction`` a blocking sum over ranks of one number and
+    ``per_number`` each number more (:func:`meshchain.comm.pairwise.short_sum`, as the
+    solvers sum); ``call`` the engine's and the interpreter's work around one compiled call
+    (the driver overhead unit, :data:`DRIVER`); ``rows`` this rank's owned scalar rows
     and ``entries[j]`` the entries of the rows of halo layers ``0..j`` (``entries[0]``: the
     owned rows'); ``basis[k]``, where measured, a block s-step CG's basis of ``k`` products with
     its exchange as its compiled outer iterations make it (on several ranks: one compiled call
