@@ -70,6 +70,18 @@ machine: such rows say "(over)".
     :func:`meshchain.comm.by_address.sum_all`, which sums by ``MPI_Sendrecv`` rounds where
     ``MPI_Allreduce`` would take two.
 
+``cold``: a halo exchange after a sweep (issue 36's model)
+    Ranks in pairs (``r`` and ``r ^ 1``; even rank counts) exchange 171 rows of two float64
+    (the synthetic chain's 2736-byte message at 40 000 edges per rank) with persistent
+    requests, packed and unpacked by :mod:`meshchain.comm.packing`; between posting and
+    waiting each rank sweeps a working set of 0.25 to 16 MiB (half of it the dat the rows
+    are unpacked into), or nothing: the floor, an exchange with its data and MPI's state
+    warm; then it spins without touching memory until the partner has surely sent. The
+    sizes take turns, round by round. ``MPI_Waitall`` and the unpacking timed apart: the
+    median of a round's ``--exchange-reps`` exchanges (slowest rank), median of
+    ``--repeats`` rounds. What a loop that sweeps more than the caches hold between two
+    exchanges adds to each exchange's round.
+
 Output: JSON (``--out``, default ``benchmarks/results/comm.json``) with the machine (CPU
 model, cores, MPICH version, Python, numba, mpi4py) and every measurement; Markdown
 tables on stdout (progress on stderr).
@@ -82,6 +94,7 @@ Usage::
     .venv/bin/python benchmarks/comm.py                            # Airfoil at 20000 cells per rank
     .venv/bin/python benchmarks/comm.py --parts sparse --network shm --ranks 2 4 --per-item-max 100000
     .venv/bin/python benchmarks/comm.py --parts sums --ranks 2 3 4                 # short sums, ~1 min
+    .venv/bin/python benchmarks/comm.py --parts cold --ranks 2 4                   # exchanges after sweeps
 """
 
 from __future__ import annotations
@@ -100,9 +113,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TCP = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
-PARTS = ("transports", "sparse", "repartition", "sums")
+PARTS = ("transports", "sparse", "repartition", "sums", "cold")
 SUM_COUNTS = (1, 2, 4, 16, 37, 64)
 """Float64 values per sum of the ``sums`` part (37: an s-step CG block's reduction at s = 4)."""
+COLD_MEGABYTES = (0.25, 1, 2, 4, 8, 16)
+"""Working sets swept between two exchanges in the ``cold`` part (the L2 cache here: 2 MiB a core)."""
+COLD_ROWS = 171
+"""Rows of two float64 values each rank sends and unpacks per exchange in the ``cold`` part: the
+2736-byte message of the synthetic chain at 40 000 edges per rank (``benchmarks/model.py``)."""
 TERMINATIONS = ("nbx", "allreduce", "neighbourhood")
 METHODS = ("block", "kway", "rib")
 MODES = {"loop": None, "ca": True}
@@ -534,8 +552,84 @@ def _compiled_sums(comm, start, work) -> dict:
             for name, chosen in (("compiled MPI_Allreduce", full[:3].copy()), ("compiled sum_all", full))}
 
 
+def cold_worker(config: dict) -> dict:
+    """A halo exchange after a sweep: each rank sends :data:`COLD_ROWS` rows to its partner
+    (rank ``r ^ 1``) with persistent requests, packed and unpacked by
+    :mod:`meshchain.comm.packing` as the compiled plans do, and between two exchanges sweeps a
+    working set of each size of :data:`COLD_MEGABYTES` (half of it the dat the rows are
+    unpacked into), or nothing (the warm floor), then spins (no memory traffic) for 30 µs and
+    half the slowest rank's sweep, so that the partner's message was sent before the
+    wait: what is timed is the exchange's own completion, not one rank waiting for the other.
+    Times: ``MPI_Waitall`` and the unpacking, per exchange: the median exchange of a round
+    (the slowest rank's), median of the rounds; the sweep alone for reference."""
+    import numba
+    import numpy as np
+    from mpi4py import MPI
+
+    from meshchain.comm.packing import pack, unpack
+
+    comm = MPI.COMM_WORLD
+    if comm.size % 2:  # every rank alike: none waits for a partner that is not there
+        raise RuntimeError("the cold part pairs ranks 0-1, 2-3, ...: run it on an even number of ranks")
+
+    @numba.njit(cache=True)
+    def sweep(dat, a):
+        for i in range(dat.shape[0]):
+            dat[i, 0] += 0.5 * a[2 * i]
+            dat[i, 1] -= 0.5 * a[2 * i + 1]
+
+    rng = np.random.default_rng(comm.rank)
+    reps = config["exchange_reps"]
+    cases = [_cold_case(comm, rng, megabytes) for megabytes in (None, *COLD_MEGABYTES)]
+    for round_ in range(config["repeats"] + 1):  # the sizes take turns; the first round compiles and warms up
+        for case in cases:
+            times = np.zeros((reps, 3))
+            comm.Barrier()
+            for k in range(reps):
+                pack(case["send"], case["views"], case["table"])
+                MPI.Prequest.Startall(case["requests"])
+                t0 = time.perf_counter()
+                if case["megabytes"] is not None:
+                    sweep(*case["views"], case["a"])
+                swept = time.perf_counter()
+                while time.perf_counter() < swept + case["slack"]:  # the partner's sweep done: no wait for it
+                    pass
+                t1 = time.perf_counter()
+                MPI.Request.Waitall(case["requests"])
+                t2 = time.perf_counter()
+                unpack(case["receive"], case["views"], case["table"])
+                times[k] = t2 - t1, time.perf_counter() - t2, swept - t0
+            medians = np.median(times, axis=0)  # an exchange the machine interrupted does not count
+            comm.Allreduce(MPI.IN_PLACE, medians, op=MPI.MAX)
+            case["slack"] = 30e-6 + 0.5 * medians[2]
+            if round_:
+                for name, seconds in zip(("wait", "unpack", "sweep"), medians):
+                    case["samples"].setdefault(name, []).append(float(seconds))
+    rows = []
+    for case in cases:
+        for request in case["requests"]:
+            request.Free()
+        rows.append({"megabytes": case["megabytes"],
+                     **{name: sorted(v)[len(v) // 2] for name, v in case["samples"].items()}})
+    return {"rows": rows}
+
+
+def _cold_case(comm, rng, megabytes) -> dict:
+    """The arrays, rows and persistent requests of one working set of the ``cold`` part."""
+    import numpy as np
+
+    n = max(int((megabytes or COLD_MEGABYTES[0]) * 2**20) // 32, 4 * COLD_ROWS)
+    table = np.zeros((COLD_ROWS, 3), dtype=np.int64)
+    table[:, 1] = np.sort(rng.choice(n, COLD_ROWS, replace=False))
+    table[:, 2] = 2 * np.arange(COLD_ROWS)
+    send, receive = np.empty(2 * COLD_ROWS), np.empty(2 * COLD_ROWS)
+    requests = [comm.Recv_init(receive, comm.rank ^ 1, 41), comm.Send_init(send, comm.rank ^ 1, 41)]
+    return {"megabytes": megabytes, "views": (rng.uniform(-1.0, 1.0, (n, 2)),), "a": rng.uniform(-1.0, 1.0, 2 * n),
+            "table": table, "send": send, "receive": receive, "requests": requests, "slack": 1e-3, "samples": {}}
+
+
 WORKERS = {"transports": transports_worker, "sparse": sparse_worker, "repartition": repartition_worker,
-           "sums": sums_worker}
+           "sums": sums_worker, "cold": cold_worker}
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -829,6 +923,20 @@ def sums_table(results: list) -> str:
     return "\n".join(lines)
 
 
+def cold_table(results: list) -> str:
+    head = ("| network | ranks | swept between exchanges | MPI_Waitall µs | unpack µs | wait + unpack µs | "
+            "× no sweep | the sweep µs |")
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for entry in results:
+        floor = entry["rows"][0]["wait"] + entry["rows"][0]["unpack"]
+        for r in entry["rows"]:
+            both = r["wait"] + r["unpack"]
+            swept = "nothing" if r["megabytes"] is None else f"{r['megabytes']:g} MiB"
+            lines.append(f"| {entry['network']} | {_ranks(entry)} | {swept} | {r['wait'] * 1e6:.2f} | "
+                         f"{r['unpack'] * 1e6:.2f} | {both * 1e6:.2f} | {both / floor:.2f} | {r['sweep'] * 1e6:.0f} |")
+    return "\n".join(lines)
+
+
 def repartition_table(results: list) -> str:
     head = ("| network | ranks | cells | method | repartition ms | spread % | iteration ms | spread % | "
             "repartition ÷ iteration | rebuild ms (1st iteration − steady) | sparse rounds | messages | MB moved |")
@@ -919,6 +1027,10 @@ def main(argv=None) -> int:
               "against meshchain.comm.pairwise.pairwise_sum (recursive doubling), from Python; from compiled code "
               "(one loop of sums), MPI_Allreduce by address against meshchain.comm.by_address.sum_all:\n")
         print(sums_table(results["sums"]))
+    if "cold" in results:
+        print(f"\nA halo exchange after a sweep ({COLD_ROWS} rows of 2 float64 to the partner rank, persistent "
+              f"requests, meshchain's pack and unpack; µs per exchange, {config['exchange_reps']} per round):\n")
+        print(cold_table(results["cold"]))
     checks = [(part, e["network"], e["ranks"], e["checks"]) for part in ("transports", "repartition")
               for e in results.get(part, []) if any(e["checks"].values())]
     if checks:
