@@ -215,6 +215,7 @@ def test_calibrate_takes_loop_costs_from_timed_runs(tmp_path):
     calibration = mc.model.calibrate(repeats=3)
     g = calibration.loop_costs["square"]
     assert 1e-12 < g < 1e-4  # seconds per iteration
+    assert calibration.costs(ca=True) == calibration.costs(ca=False)  # one process: no CA segment ran
     # a later run on this host with as many ranks finds it
     mc.reset_runtime(cache_dir=str(tmp_path))
     assert mc.model.load_calibration().loop_costs["square"] == g

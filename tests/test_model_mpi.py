@@ -35,7 +35,17 @@ def test_stats_carry_predictions_and_table_5_columns(comm, tmp_path_factory):
     # loop-by-loop plan is rebuilt once CA has built the deeper halo layers)
     for ca in (False, True) * 5:
         synthetic.step(problem, ca=ca)
+    # a loop's compute is kept apart by how it ran, and so are its calibrated costs
+    loops = mc.stats().loops
+    for name in ("update", "edge_flux"):
+        record = loops[name]
+        assert 0 < record.ca_iterations < record.iterations and 0 < record.ca_time_compute < record.time_compute
+        alone = (record.time_compute - record.ca_time_compute) / (record.iterations - record.ca_iterations)
+        assert mc.model.loop_costs()[name] == pytest.approx(alone, rel=1e-12)
+        assert mc.model.loop_costs(ca=True)[name] == pytest.approx(record.ca_time_compute / record.ca_iterations,
+                                                                   rel=1e-12)
     calibration = mc.model.calibrate(repeats=5)
+    assert set(calibration.ca_loop_costs) == set(calibration.loop_costs) >= {"update", "edge_flux"}
     assert mc.get_runtime().config.transport == "auto" and calibration.applied == {}  # nothing applied
     synthetic.step(problem, ca=True)
     chain = mc.stats().chains["synthetic"]
@@ -44,8 +54,8 @@ def test_stats_carry_predictions_and_table_5_columns(comm, tmp_path_factory):
     assert np.isfinite(chain.predicted_gain)
     # predicted from the calibration alone (fitted on the executions before it), never refitted on
     # the executions it is compared with
-    expected = (chain.profile.per_loop_time(calibration.loop_costs, calibration.machine),
-                chain.profile.ca_time(calibration.loop_costs, calibration.machine))
+    expected = (chain.profile.per_loop_time(calibration.costs(ca=False), calibration.machine),
+                chain.profile.ca_time(calibration.costs(ca=True), calibration.machine))
     for ca in (False, True) * 3:
         synthetic.step(problem, ca=ca)
     chain = mc.stats().chains["synthetic"]

@@ -33,6 +33,27 @@ def _exact(size, loops):
     return work + loops * (O_R + O_L), work + O_R + loops * O_L
 
 
+def test_held_out_model_takes_each_execution_kinds_own_loop_costs():
+    # the calibration rows computed CA at half the loop-by-loop rate: (1000, 2) is predicted with
+    # G loop by loop and G / 2 in its segment, and the overheads still come out exact
+    def row(size, loops, per_loop, ca):
+        found = _row(size, loops, per_loop, ca)
+        found["calibration"]["ca_loop_costs"] = {"a": G / 2}
+        return found
+
+    def exact(size, loops):
+        per_loop, ca = _exact(size, loops)
+        return per_loop, ca - loops * size * G / 2
+
+    rows = [row(1000, 2, *exact(1000, 2)), row(4000, 8, *exact(4000, 8)), row(1000, 8, *exact(1000, 8)),
+            row(4000, 2, *exact(4000, 2))]
+    first = held_out(rows)[0]
+    assert first["predicted_per_loop"] == pytest.approx(2 * 1000 * G + 2 * (O_R + O_L))
+    assert first["predicted_ca"] == pytest.approx(2 * 1000 * G / 2 + O_R + 2 * O_L)
+    assert first["held_out_machine"]["round_overhead"] == pytest.approx(O_R)
+    assert first["error"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_calibration_rows_differ_in_every_swept_dimension_and_skip_noisy_and_other_groups():
     rows = [_row(s, n, *_exact(s, n)) for s in (1000, 4000) for n in (2, 8)]
     rows.append(_row(9000, 4, *_exact(9000, 4), noisy=True))

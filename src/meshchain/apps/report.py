@@ -265,11 +265,11 @@ def predicted(mc, comm, name: str, calibration) -> dict:
     from mpi4py import MPI
 
     profile = mc.stats().chains[name].profile
-    g = calibration.loop_costs
+    g, ca_g = calibration.costs(ca=False), calibration.costs(ca=True)
     machine = calibration.machine
     paper = dataclasses.replace(machine, round_overhead=0.0, loop_overhead=0.0)
-    times = np.array([profile.per_loop_time(g, machine), profile.ca_time(g, machine),
-                      profile.per_loop_time(g, paper), profile.ca_time(g, paper)])
+    times = np.array([profile.per_loop_time(g, machine), profile.ca_time(ca_g, machine),
+                      profile.per_loop_time(g, paper), profile.ca_time(ca_g, paper)])
     comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
     totals = profile.totals()
     keys = sorted(totals)

@@ -44,6 +44,8 @@ class LoopStats:
     compilations: int = 0
     cache_hits: int = 0
     colours: int = 0
+    ca_iterations: int = 0  # of ``iterations``, those run in communication-avoiding segments
+    ca_time_compute: float = 0.0  # of ``time_compute``, that of those iterations
 
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "hidden": self.hidden}

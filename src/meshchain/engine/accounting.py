@@ -140,8 +140,11 @@ class PlanAccount:
     def add_to(self, recorder) -> None:
         """Add what the runs so far contributed to ``recorder``'s records."""
         self.fold()
+        ca = self.chain is not None and self.chain.mode == "ca"
         for name, seconds in self.device.items():
             recorder.loop(name).time_compute += seconds
+            if ca:
+                recorder.loop(name).ca_time_compute += seconds
         n = self.runs
         if n == 0:
             return
@@ -158,6 +161,11 @@ class PlanAccount:
             total = sum(count for _, count in shares) or 1
             for name, count in shares:
                 recorder.loop(name).time_compute += seconds * count / total
+                if ca:
+                    recorder.loop(name).ca_time_compute += seconds * count / total
+        if ca:
+            for name, delta in self.loops.items():
+                recorder.loop(name).ca_iterations += n * delta.iterations
         for name, seconds in self.wait.items():
             recorder.loop(name).time_wait += seconds
         for name, (flight, hidden) in self.flight.items():

@@ -115,7 +115,8 @@ class ModelState:
         path = calibration_path(session.config.cache_dir, key) if save else None
         options = {} if sizes is None else {"sizes": sizes}
         calibration = measure(comm, costs=loop_costs(session.recorder), observations=self.observations,
-                              previous=previous, path=path, key=key, repeats=repeats, **options)
+                              previous=previous, path=path, key=key, repeats=repeats,
+                              ca_costs=loop_costs(session.recorder, ca=True), **options)
         self._use(calibration)
         return self.apply(calibration) if apply else calibration
 
@@ -152,24 +153,27 @@ class ModelState:
         return calibration
 
     def fitted(self, calibration, *, fresh: bool = False):
-        """``(g, machine)``: loop costs (measured in this run where a loop ran, else calibrated)
-        and the calibrated machine with the overheads fitted from this run's observations
-        (when it has enough of both kinds), else the calibration's own (machine None when it
-        has none). Refitted every :data:`REFIT_EVERY` observations, or when ``fresh``."""
+        """``(g, ca_g, machine)``: loop costs loop by loop and communication-avoiding (measured in
+        this run where a loop ran, else calibrated) and the calibrated machine with the
+        overheads fitted from this run's observations (when it has enough of both kinds), else
+        the calibration's own (machine None when it has none). Refitted every
+        :data:`REFIT_EVERY` observations, or when ``fresh``."""
         observations = self.observations
         cached = self._fitted
         if (cached is not None and not fresh and cached[0] is calibration
                 and observations.added - cached[1] < REFIT_EVERY):
-            return cached[2], cached[3]
-        g = {**calibration.loop_costs, **loop_costs(self.session.recorder)}
+            return cached[2:]
+        recorder = self.session.recorder
+        g = {**calibration.costs(ca=False), **loop_costs(recorder)}
+        ca_g = {**calibration.costs(ca=True), **loop_costs(recorder, ca=True)}
         if observations.missing():
             machine = calibration.machine if calibration.overheads else None
         else:
             machine = dataclasses.replace(calibration.machine, round_overhead=0.0, loop_overhead=0.0)
-            o_r, o_l = fit_overheads(observations.residuals(g, machine))
+            o_r, o_l = fit_overheads(observations.residuals(g, machine, ca_g))
             machine = dataclasses.replace(machine, round_overhead=o_r, loop_overhead=o_l)
-        self._fitted = (calibration, observations.added, g, machine)
-        return g, machine
+        self._fitted = (calibration, observations.added, g, ca_g, machine)
+        return g, ca_g, machine
 
     # --- per execution ----------------------------------------------------------------------------
 
@@ -194,7 +198,7 @@ class ModelState:
         calibration = self.calibration
         if calibration is None or not calibration.overheads:
             return
-        g = calibration.loop_costs
+        g, ca_g = calibration.costs(ca=False), calibration.costs(ca=True)
         basis = f"{calibration.describe()}; fitted on executions before the ones predicted"
         for account in accounts:
             if account.predicted_from is None:
@@ -203,7 +207,7 @@ class ModelState:
             account.prediction = None
             if not profile.missing(g):
                 account.prediction = (profile.per_loop_time(g, calibration.machine),
-                                      profile.ca_time(g, calibration.machine), basis)
+                                      profile.ca_time(ca_g, calibration.machine), basis)
 
     def _calibrated(self) -> None:
         """A calibration became known: the runs of live chain plans are predicted from now on."""
@@ -246,13 +250,13 @@ class ModelState:
 
     def _decide(self, profile):
         calibration = self.current_calibration(measure_now=True)
-        g, machine = self.fitted(calibration, fresh=True)
+        g, ca_g, machine = self.fitted(calibration, fresh=True)
         missing = profile.missing(g)
         unobserved = self.observations.missing() if machine is None else []
         predicted = np.array([0.0, 0.0, float(bool(missing)), float(False in unobserved),
                               float(True in unobserved)])
         if not missing and machine is not None:
-            predicted[:2] = profile.per_loop_time(g, machine), profile.ca_time(g, machine)
+            predicted[:2] = profile.per_loop_time(g, machine), profile.ca_time(ca_g, machine)
         from mpi4py import MPI
 
         self.session.comm.Allreduce(MPI.IN_PLACE, predicted, op=MPI.MAX)

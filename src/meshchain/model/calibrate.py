@@ -71,8 +71,9 @@ SIZES = (8, 1024, 16384, 131072, 1048576)
 @dataclass(frozen=True)
 class Calibration:
     """A calibrated :class:`Machine` and loop costs ``g_l`` (seconds per iteration, by loop
-    name) for ``ranks`` ranks on ``host``; ``overheads``: whether the machine's ``o_r`` and
-    ``o_l`` were fitted (from executions of both kinds) or are unknown.
+    name: ``loop_costs`` run loop by loop, ``ca_loop_costs`` in communication-avoiding
+    segments; :meth:`costs`) for ``ranks`` ranks on ``host``; ``overheads``: whether the
+    machine's ``o_r`` and ``o_l`` were fitted (from executions of both kinds) or are unknown.
 
     ``transport`` and ``progress`` are the fastest measured (``transport_times``,
     ``progress_times``, and ``overlaps``: ``φ`` per progress mode); ``network``,
@@ -98,6 +99,7 @@ class Calibration:
     session_transport: str = ""
     session_progress: str = ""
     applied: dict = field(default_factory=dict)
+    ca_loop_costs: dict = field(default_factory=dict)  # g_l in communication-avoiding segments (:func:`loop_costs`)
 
     @property
     def key(self) -> CalibrationKey:
@@ -113,7 +115,8 @@ class Calibration:
                 "overlaps": dict(self.overlaps), "copy_bandwidth": self.copy_bandwidth, "network": self.network,
                 "threads": self.threads, "session_transport": self.session_transport,
                 "session_progress": self.session_progress,
-                "applied": {k: list(v) if isinstance(v, tuple) else v for k, v in self.applied.items()}}
+                "applied": {k: list(v) if isinstance(v, tuple) else v for k, v in self.applied.items()},
+                "ca_loop_costs": dict(self.ca_loop_costs)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
@@ -124,7 +127,14 @@ class Calibration:
                    dict(data.get("overlaps", {})), float(data.get("copy_bandwidth", 0.0)),
                    str(data.get("network", "")), int(data.get("threads", 0)),
                    str(data.get("session_transport", "")), str(data.get("session_progress", "")),
-                   {k: tuple(v) if isinstance(v, list) else v for k, v in data.get("applied", {}).items()})
+                   {k: tuple(v) if isinstance(v, list) else v for k, v in data.get("applied", {}).items()},
+                   dict(data.get("ca_loop_costs", {})))
+
+    def costs(self, *, ca: bool) -> dict:
+        """The loop costs of an execution loop by loop (``ca`` False) or communication-avoiding:
+        ``ca_loop_costs`` over ``loop_costs`` (a calibration saved before they were kept apart
+        has only the latter)."""
+        return {**self.loop_costs, **self.ca_loop_costs} if ca else dict(self.loop_costs)
 
     def describe(self, machine: Machine | None = None) -> str:
         """The constants in words (``machine``: these instead of the calibration's)."""
@@ -190,10 +200,11 @@ def apply(calibration: Calibration) -> Calibration:
 
 
 def measure(comm, *, costs: dict, observations, previous, path: Path | None, key: CalibrationKey,
-            repeats: int = 30, sizes=SIZES) -> Calibration:
+            repeats: int = 30, sizes=SIZES, ca_costs: dict | None = None) -> Calibration:
     """A new :class:`Calibration` measured on ``comm`` (collective; ``comm`` may be
     ``MPI.COMM_SELF``) for ``key`` (the session's settings: ``φ`` is the overlap of its
-    progress mode): ``costs`` are this rank's loop costs ``g_l`` so far, ``observations``
+    progress mode): ``costs`` are this rank's loop costs ``g_l`` so far loop by loop and
+    ``ca_costs`` in communication-avoiding segments (None: ``costs``), ``observations``
     the timed executions (:class:`~meshchain.model.overheads.Observations`), ``previous`` the
     saved calibration for ``key`` or None; written to ``path`` by rank 0 unless ``path`` is
     None.
@@ -206,14 +217,16 @@ def measure(comm, *, costs: dict, observations, previous, path: Path | None, key
     times = measure_transports(comm, repeats=max(5, repeats // 2))
     progress_times, overlaps = measure_overlap(comm, repeats=max(5, repeats // 4))
     machine = Machine(latency, bandwidth, pack_cost, overlap=overlap_of(key.progress, overlaps))
+    ca_costs = {**(previous.ca_loop_costs if previous else {}), **_agreed_costs(comm, costs if ca_costs is None
+                                                                                   else ca_costs)}
     costs = {**(previous.loop_costs if previous else {}), **_agreed_costs(comm, costs)}
-    machine, fitted = _overheads(comm, observations, machine, costs, previous)
+    machine, fitted = _overheads(comm, observations, machine, costs, previous, ca_costs)
     created = comm.bcast(datetime.datetime.now().isoformat(timespec="seconds"), root=0)  # rank 0's, as saved
     calibration = Calibration(machine, costs, comm.size, key.host, created, fitted,
                               min(times, key=times.get) if times else "", times,
                               min(progress_times, key=progress_times.get) if progress_times else "", progress_times,
                               overlaps, measure_copy_bandwidth(comm), key.network, key.threads, key.transport,
-                              key.progress)
+                              key.progress, ca_loop_costs=ca_costs)
     if path is not None and comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -234,7 +247,7 @@ def overlap_of(progress: str, overlaps: dict) -> float:
     return float(overlaps.get(progress, min(overlaps.values())))
 
 
-def _overheads(comm, observations, machine: Machine, costs: dict, previous) -> tuple[Machine, bool]:
+def _overheads(comm, observations, machine: Machine, costs: dict, previous, ca_costs: dict) -> tuple[Machine, bool]:
     """``machine`` with ``o_r`` and ``o_l`` fitted from this run's timed executions (largest
     over ranks) when they include both kinds, else the previous calibration's (saved for
     the same key)."""
@@ -243,7 +256,7 @@ def _overheads(comm, observations, machine: Machine, costs: dict, previous) -> t
     have = np.array([0.0 if observations.missing() else 1.0])
     comm.Allreduce(MPI.IN_PLACE, have, op=MPI.MIN)
     if have[0]:
-        fitted = np.array(fit_overheads(observations.residuals(costs, machine)))
+        fitted = np.array(fit_overheads(observations.residuals(costs, machine, {**costs, **ca_costs})))
         comm.Allreduce(MPI.IN_PLACE, fitted, op=MPI.MAX)
         return dataclasses.replace(machine, round_overhead=float(fitted[0]), loop_overhead=float(fitted[1])), True
     if previous is not None and previous.overheads:
@@ -252,14 +265,36 @@ def _overheads(comm, observations, machine: Machine, costs: dict, previous) -> t
     return machine, False
 
 
-def loop_costs(stats=None) -> dict:
+def loop_costs(stats=None, *, ca: bool = False) -> dict:
     """``g_l``: seconds per iteration of each loop timed so far on this rank (compute time
     over iterations; compilation excluded), from ``stats`` (anything with a ``loops`` table
-    of :class:`~meshchain.core.stats.LoopStats`) or the current session's ``mc.stats()``."""
+    of :class:`~meshchain.core.stats.LoopStats`) or the current session's ``mc.stats()``:
+    from its runs loop by loop (``ca`` False) or in communication-avoiding segments (``ca``
+    True), where it ran that way, else from all its runs.
+
+    A loop runs at another rate in each: in a segment the chain's loops follow one another
+    with no exchange in between (the synthetic chain of ``benchmarks/model.py``, 2 ranks:
+    3-5 % faster per iteration at 10 000 edges per rank, 25 % at 1000). A segment's time is
+    shared among its loops by iterations, so each loop's CA cost is its segment's rate.
+
+    >>> from meshchain.core.stats import LoopStats
+    >>> from types import SimpleNamespace
+    >>> stats = SimpleNamespace(loops={"a": LoopStats("a", iterations=300, time_compute=5.0, ca_iterations=100,
+    ...                                               ca_time_compute=1.0)})
+    >>> loop_costs(stats), loop_costs(stats, ca=True)
+    ({'a': 0.02}, {'a': 0.01})
+    """
     if stats is None:
         stats = context.current().statistics()
-    return {name: s.time_compute / s.iterations for name, s in stats.loops.items()
-            if s.iterations and s.time_compute > 0}
+    out = {}
+    for name, s in stats.loops.items():
+        iterations, seconds = (s.ca_iterations, s.ca_time_compute) if ca else \
+            (s.iterations - s.ca_iterations, s.time_compute - s.ca_time_compute)
+        if not (iterations and seconds > 0):
+            iterations, seconds = s.iterations, s.time_compute
+        if iterations and seconds > 0:
+            out[name] = seconds / iterations
+    return out
 
 
 def calibration_path(cache_dir, key: CalibrationKey) -> Path:

@@ -72,12 +72,14 @@ class Observations:
         ``True``: CA)."""
         return [kind for kind, seen in self.kinds.items() if len(seen) < enough]
 
-    def residuals(self, g: dict, machine) -> list[Residual]:
-        """A :class:`Residual` per observation (``machine`` without overheads)."""
+    def residuals(self, g: dict, machine, ca_g: dict | None = None) -> list[Residual]:
+        """A :class:`Residual` per observation (``machine`` without overheads; ``g`` the loop
+        costs loop by loop, ``ca_g`` communication-avoiding, None: ``g``)."""
         rows = []
+        ca_g = g if ca_g is None else ca_g
         for kind, seen in self.kinds.items():
             for obs in seen:
-                model = obs.profile.ca_time(g, machine) if kind else obs.profile.per_loop_time(g, machine)
+                model = obs.profile.ca_time(ca_g, machine) if kind else obs.profile.per_loop_time(g, machine)
                 rows.append(Residual(*obs.terms(), obs.seconds - model, obs.seconds, kind))
         return rows
 

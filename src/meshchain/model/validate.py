@@ -11,7 +11,8 @@ the row itself:
 * ``L``, ``B``, ``c`` and ``φ``: the medians over the calibration rows; each ``g_l``:
   their medians per size interpolated in ``log(size)`` to the row's size per rank
   (:func:`loop_costs_at`: a loop's cost per iteration depends on its size through the
-  caches);
+  caches), loop by loop and communication-avoiding apart (where the rows measured both:
+  :func:`meshchain.model.calibrate.loop_costs`);
 * ``o_r`` and ``o_l``: fitted last (:func:`~meshchain.model.overheads.fit_overheads`) to
   what the equations, with those constants (``φ`` included), leave unexplained in the
   calibration rows' measured times, both variants and their difference, relative to the
@@ -68,11 +69,11 @@ def calibration_rows(row: dict, rows) -> list[dict]:
     return [r for r in group if r is not row and not r.get("noisy") and all(r[k] != row[k] for k in swept)]
 
 
-def fit(rows, *, size=None) -> tuple[dict, Machine]:
-    """``(g, machine)`` from calibration ``rows``: medians of their measured constants, the
-    loop costs at ``size`` per rank (see :func:`loop_costs_at`; None: their medians), and
-    the overheads fitted to what the equations leave unexplained in their times (each row
-    with the loop costs at its own size)."""
+def fit(rows, *, size=None) -> tuple[dict, dict, Machine]:
+    """``(g, ca_g, machine)`` from calibration ``rows``: medians of their measured constants,
+    the loop costs loop by loop and communication-avoiding at ``size`` per rank (see
+    :func:`loop_costs_at`; None: their medians), and the overheads fitted to what the
+    equations leave unexplained in their times (each row with the loop costs at its own size)."""
     machines = [r["calibration"]["machine"] for r in rows]
     base = Machine(latency=float(np.median([m["latency"] for m in machines])),
                    bandwidth=float(np.median([m["bandwidth"] for m in machines])),
@@ -80,32 +81,42 @@ def fit(rows, *, size=None) -> tuple[dict, Machine]:
                    overlap=float(np.median([m.get("overlap", 1.0) for m in machines])))
     residuals = []
     for number, r in enumerate(rows):
-        g_r = loop_costs_at(rows, r.get("per_rank") if size is not None else None)
+        at = r.get("per_rank") if size is not None else None
+        g_r, ca_g_r = loop_costs_at(rows, at), loop_costs_at(rows, at, ca=True)
         profiles = [ChainProfile.from_dict(p) for p in r["profiles"]]
         for ca, measured in ((False, r["per_loop"]), (True, r["ca"])):
-            equations = max(p.ca_time(g_r, base) if ca else p.per_loop_time(g_r, base) for p in profiles)
+            equations = max(p.ca_time(ca_g_r, base) if ca else p.per_loop_time(g_r, base) for p in profiles)
             terms = Observation(ca, measured, profiles[0]).terms()
             residuals.append(Residual(*terms, measured - equations, measured, ca, number))
     o_r, o_l = fit_overheads(residuals)
-    return loop_costs_at(rows, size), dataclasses.replace(base, round_overhead=o_r, loop_overhead=o_l)
+    return (loop_costs_at(rows, size), loop_costs_at(rows, size, ca=True),
+            dataclasses.replace(base, round_overhead=o_r, loop_overhead=o_l))
 
 
-def loop_costs_at(rows, size=None) -> dict:
+def _costs(row: dict, ca: bool) -> dict:
+    """A row's calibrated loop costs, loop by loop or communication-avoiding (rows measured
+    before the two were kept apart have one set)."""
+    calibration = row["calibration"]
+    return {**calibration["loop_costs"], **calibration.get("ca_loop_costs", {})} if ca else calibration["loop_costs"]
+
+
+def loop_costs_at(rows, size=None, *, ca: bool = False) -> dict:
     """Each loop's cost per iteration ``g_l`` at ``size`` per rank, from the calibration
-    ``rows``: the median per size, interpolated linearly in ``log(size)`` (the nearest
-    size's beyond their range), since a loop's cost per iteration depends on its size
-    through the caches; ``size`` None: the median over all rows.
+    ``rows`` (``ca``: in communication-avoiding segments): the median per size, interpolated
+    linearly in ``log(size)`` (the nearest size's beyond their range), since a loop's cost
+    per iteration depends on its size through the caches; ``size`` None: the median over
+    all rows.
 
     >>> rows = [{"per_rank": 1000, "calibration": {"loop_costs": {"a": 1.0}}},
     ...         {"per_rank": 100000, "calibration": {"loop_costs": {"a": 3.0}}}]
     >>> loop_costs_at(rows, 10000), loop_costs_at(rows, 10), loop_costs_at(rows)
     ({'a': 2.0}, {'a': 1.0}, {'a': 2.0})
     """
-    names = {name for r in rows for name in r["calibration"]["loop_costs"]}
+    costs = [(r.get("per_rank"), _costs(r, ca)) for r in rows]
+    names = {name for _, found in costs for name in found}
     out = {}
     for name in names:
-        found = [(r.get("per_rank"), r["calibration"]["loop_costs"][name]) for r in rows
-                 if name in r["calibration"]["loop_costs"]]
+        found = [(at, known[name]) for at, known in costs if name in known]
         if size is None or any(at is None for at, _ in found):
             out[name] = float(np.median([cost for _, cost in found]))
             continue
@@ -115,10 +126,12 @@ def loop_costs_at(rows, size=None) -> dict:
     return out
 
 
-def predict(row: dict, g: dict, machine: Machine) -> tuple[float, float]:
-    """Predicted seconds per execution loop by loop and CA for ``row`` (slowest rank)."""
+def predict(row: dict, g: dict, machine: Machine, ca_g: dict | None = None) -> tuple[float, float]:
+    """Predicted seconds per execution loop by loop and CA for ``row`` (slowest rank; ``ca_g``:
+    the loop costs in communication-avoiding segments, None: ``g``)."""
     profiles = [ChainProfile.from_dict(p) for p in row["profiles"]]
-    return (max(p.per_loop_time(g, machine) for p in profiles), max(p.ca_time(g, machine) for p in profiles))
+    ca_g = g if ca_g is None else ca_g
+    return (max(p.per_loop_time(g, machine) for p in profiles), max(p.ca_time(ca_g, machine) for p in profiles))
 
 
 def held_out(rows) -> list[dict]:
@@ -132,8 +145,8 @@ def held_out(rows) -> list[dict]:
         basis = calibration_rows(row, rows)
         result = dict(row, calibrated_on=len(basis), predicted_gain=None, error=None, right_choice=None, tie=None)
         if basis:
-            g, machine = fit(basis, size=row.get("per_rank"))
-            per_loop, ca = predict(row, g, machine)
+            g, ca_g, machine = fit(basis, size=row.get("per_rank"))
+            per_loop, ca = predict(row, g, machine, ca_g)
             predicted = gain_percent(per_loop, ca)
             measured = gain_percent(row["per_loop"], row["ca"])
             spread = 100 * max(row.get("per_loop_spread", 0.0), row.get("ca_spread", 0.0))
