@@ -111,6 +111,47 @@ def true_residual_sums(indptr, split, indices, values, halo, x, b, r, z, pc, out
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def cg_start_on_ranks(indptr, split, indices, values, halo, x_all, b, r, z, p, w, pc, total, send_at, send,
+                      receive_at, receive, requests, statuses, functions, handles):
+    """CG's start on several ranks in one call (collective), with the bits of
+    :func:`.krylov.cg`'s Python steps there: ``w = A x`` (the halo of ``x_all``, ``x`` with its
+    halo rows, exchanged while the owned rows are computed: :func:`product_on_ranks`),
+    ``r = b - w``, ``z = B r``, ``p = z`` and ``total = [(r, z), (z, z)]`` summed over ranks as
+    :meth:`.solve.SolveRun.reduce` sums (:func:`~meshchain.comm.by_address.sum_all`): no
+    Python, so no rank waits for another's Python between the product and the sum. The MPI
+    error code."""
+    _, error = product_on_ranks(indptr, split, indices, values, halo, x_all, w, send_at, send, receive_at, receive,
+                                requests, statuses, functions)
+    if error:
+        return error
+    out = np.zeros(3)
+    residual(b, w, r)
+    precondition(pc, r, z)
+    dot_pairs(r, z, z, z, z, z, out)
+    p[:] = z
+    return sum_all(functions, out[:2].copy(), total, handles)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def true_residual_sums_on_ranks(indptr, split, indices, values, halo, x_all, b, r, z, pc, total, send_at, send,
+                                receive_at, receive, requests, statuses, functions, handles):
+    """:func:`true_residual_sums` on several ranks (collective), with the bits of
+    :meth:`.solve.SolveRun.true_residual`'s Python steps there: ``r = A x`` (as
+    :func:`product_on_ranks` makes it), ``r = b - r``, ``z = B r`` and ``total = [(r, r), (z, z)]``
+    summed over ranks as :meth:`.solve.SolveRun.reduce` sums. The MPI error code."""
+    _, error = product_on_ranks(indptr, split, indices, values, halo, x_all, r, send_at, send, receive_at, receive,
+                                requests, statuses, functions)
+    if error:
+        return error
+    residual(b, r, r)
+    precondition(pc, r, z)
+    mine = np.empty(2)
+    mine[0] = dot(r, r)
+    mine[1] = dot(z, z)
+    return sum_all(functions, mine, total, handles)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def cg_iterations(indptr, split, indices, values, halo, x, r, z, p, w, pc, state, target, i, maxiter, history):
     """Iterations ``i + 1, ...`` of preconditioned CG from ``state = [(r, z)]`` and ``p``:
     ``(iteration, why, value, reductions, norms written)``, the norms tested written to

@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations, cg_start,
-                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, groppcg_iterations,
-                       pipecg_iterations, pipecr_iterations)
+from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
+                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, cg_start, cg_start_on_ranks,
+                       groppcg_iterations, pipecg_iterations, pipecr_iterations)
 from .fused import (aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start,
                     pipecg_update, pipecr_update, residual)
 
@@ -61,14 +61,17 @@ def cg(run):
     """Classical preconditioned CG (Hestenes-Stiefel; PETSc's KSPCG): two reductions per
     iteration, each waited for at once."""
     v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
-    if run.inside is not None and not run.engine.distributed:  # the start below in one compiled call
-        cg_start(*run.inside, v["x"], v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, out)
+    if run.inside is not None and run.engine.distributed:  # the start below and its sum in one compiled call
+        rz, zz = _started_on_ranks(run)
     else:
-        _start_residual(run, "r", "w")
-        run.B("r", "z", fused_done=False)
-        dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
-        v["p"][:] = v["z"]
-    rz, zz = run.reduce(out[:2].copy())
+        if run.inside is not None:  # the start below in one compiled call
+            cg_start(*run.inside, v["x"], v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, out)
+        else:
+            _start_residual(run, "r", "w")
+            run.B("r", "z", fused_done=False)
+            dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
+            v["p"][:] = v["z"]
+        rz, zz = run.reduce(out[:2].copy())
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
     if reason is None and run.inside is not None:
@@ -94,6 +97,23 @@ def cg(run):
             aypx(rz_new / rz, v["z"], v["p"])
             rz = rz_new
     return i, reason, 0
+
+
+def _started_on_ranks(run) -> np.ndarray:
+    """CG's start on several ranks and its sum over them, in one compiled call
+    (:func:`.compiled.cg_start_on_ranks`: the bits of the Python steps and their blocking sum):
+    ``[(r, z), (z, z)]``."""
+    v, x = run.v, run.storages["x"]
+    x.valid_depth = 0  # as run.A() marks its source and target
+    total = np.empty(2)
+    x_all, *exchange, functions, handles = run.exchange_extra(x)
+    error = cg_start_on_ranks(*run.inside, x_all, v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, total,
+                              *exchange, functions, handles)
+    if error:
+        run.communication_failed(error)
+    run.storages["w"].valid_depth = 0
+    run.reductions += 1
+    return total
 
 
 INSIDE_ITERATIONS = 1024

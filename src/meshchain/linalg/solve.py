@@ -26,7 +26,7 @@ from ..core.errors import SetMismatchError, SolverError
 from ..types import Dat, Mat
 from .block_solve import is_block_system, solve_blocks
 from .cagmres import solve_cagmres
-from .compiled import product_on_ranks, true_residual_sums
+from .compiled import product_on_ranks, true_residual_sums, true_residual_sums_on_ranks
 from .fused import dot, residual
 from .info import SolveInfo
 from .krylov import METHODS as SYMMETRIC, VECTORS
@@ -213,14 +213,23 @@ class SolveRun:
         in one compiled call. The exchange's persistent requests carry any vector of the matrix's columns: the
         one kept with the matrix for the message tag of the method's first work vector is used
         for every such product (a user's ``x`` made anew for every solve makes no new one)."""
-        from ..comm.compiled import addresses
-
-        e = self.operator.compiled_exchange(self.storages[next(iter(self.dats))].tag)  # the first: a work vector
-        _, error = product_on_ranks(*self.inside, source.host.reshape(-1), self.v[dst], e.send_at, e.send,
-                                    e.receive_at, e.receive, e.requests, e.statuses, addresses())
+        x_all, *exchange, functions, _ = self.exchange_extra(source)
+        _, error = product_on_ranks(*self.inside, x_all, self.v[dst], *exchange, functions)
         if error:
             self.communication_failed(error)
         self.storages[dst].valid_depth = 0
+
+    def exchange_extra(self, source) -> tuple:
+        """``(source with its halo rows, send_at, send, receive_at, receive, requests, statuses,
+        MPI functions, MPI handles)``: what a compiled product on several ranks of ``source`` (a
+        storage) takes beside the matrix. The exchange's persistent requests carry any vector of
+        the matrix's columns: the one kept with the matrix for the message tag of the method's
+        first work vector serves every such product."""
+        from ..comm.compiled import addresses
+
+        e = self.operator.compiled_exchange(self.storages[next(iter(self.dats))].tag)  # the first: a work vector
+        return (source.host.reshape(-1), e.send_at, e.send, e.receive_at, e.receive, e.requests, e.statuses,
+                addresses(), self.mpi_handles())
 
     def B(self, src: str, dst: str, *, fused_done: bool = True) -> None:  # noqa: N802
         """``dst = B src``; with ``fused_done`` a pointwise preconditioner already did it."""
@@ -325,6 +334,8 @@ class SolveRun:
         if self.monitor is None:  # the CSR arguments the iterations took on one process, else looked for
             one_process = self.inside is not None and not self.engine.distributed
             matrix = self.inside if one_process else self.one_process_matrix()
+            if self.inside is not None and self.engine.distributed and hasattr(self.pc, "compiled"):
+                return self._true_residual_on_ranks(r, z)
         if matrix is not None and hasattr(self.pc, "compiled"):
             self.storages["x"].valid_depth = self.storages[r].valid_depth = 0  # as A() marks them
             sums = np.empty(2)
@@ -336,6 +347,23 @@ class SolveRun:
         self.B(r, z, fused_done=False)
         sums = self.reduce(np.array([dot(self.v[r], self.v[r]), dot(self.v[z], self.v[z])]))
         return math.sqrt(sums[0]), math.sqrt(sums[1])
+
+
+    def _true_residual_on_ranks(self, r: str, z: str) -> tuple[float, float]:
+        """:meth:`true_residual` on several ranks in one compiled call
+        (:func:`.compiled.true_residual_sums_on_ranks`: the bits of its Python steps, with no
+        Python between the product and the sum for another rank to wait on)."""
+        x = self.storages["x"]
+        x.valid_depth = 0  # as A() marks it
+        total = np.empty(2)
+        x_all, *exchange, functions, handles = self.exchange_extra(x)
+        error = true_residual_sums_on_ranks(*self.inside, x_all, self.v["b"], self.v[r], self.v[z], self.pc.compiled,
+                                            total, *exchange, functions, handles)
+        if error:
+            self.communication_failed(error)
+        self.storages[r].valid_depth = 0
+        self.reductions += 1
+        return math.sqrt(total[0]), math.sqrt(total[1])
 
 
 def _csr_arguments(pattern) -> tuple:
