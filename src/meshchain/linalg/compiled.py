@@ -89,6 +89,13 @@ def cg_start(indptr, split, indices, values, halo, x, b, r, z, p, w, pc, out):
     csr_owned(indptr, split, indices, values, x, w)
     if halo:
         csr_halo(indptr, split, indices, values, x, w)
+    _cg_begun(b, w, r, z, p, pc, out)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _cg_begun(b, w, r, z, p, pc, out):
+    """What CG's start does after ``w = A x``: ``r = b - w``, ``z = B r``,
+    ``out = [(r, z), (z, z), (z, z)]``, ``p = z``."""
     residual(b, w, r)
     precondition(pc, r, z)
     dot_pairs(r, z, z, z, z, z, out)
@@ -104,6 +111,13 @@ def true_residual_sums(indptr, split, indices, values, halo, x, b, r, z, pc, out
     csr_owned(indptr, split, indices, values, x, r)
     if halo:
         csr_halo(indptr, split, indices, values, x, r)
+    _residual_sums(b, r, z, pc, out)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _residual_sums(b, r, z, pc, out):
+    """What the true residual does after ``r = A x``: ``r = b - r``, ``z = B r``,
+    ``out = [(r, r), (z, z)]``."""
     residual(b, r, r)
     precondition(pc, r, z)
     out[0] = dot(r, r)
@@ -125,10 +139,7 @@ def cg_start_on_ranks(indptr, split, indices, values, halo, x_all, b, r, z, p, w
     if error:
         return error
     out = np.zeros(3)
-    residual(b, w, r)
-    precondition(pc, r, z)
-    dot_pairs(r, z, z, z, z, z, out)
-    p[:] = z
+    _cg_begun(b, w, r, z, p, pc, out)
     return sum_all(functions, out[:2].copy(), total, handles)
 
 
@@ -143,11 +154,8 @@ def true_residual_sums_on_ranks(indptr, split, indices, values, halo, x_all, b, 
                                 requests, statuses, functions)
     if error:
         return error
-    residual(b, r, r)
-    precondition(pc, r, z)
     mine = np.empty(2)
-    mine[0] = dot(r, r)
-    mine[1] = dot(z, z)
+    _residual_sums(b, r, z, pc, mine)
     return sum_all(functions, mine, total, handles)
 
 

@@ -62,7 +62,7 @@ def cg(run):
     iteration, each waited for at once."""
     v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
     if run.inside is not None and run.engine.distributed:  # the start below and its sum in one compiled call
-        rz, zz = _started_on_ranks(run)
+        rz, zz = run.summed_on_ranks(cg_start_on_ranks, "w", v["b"], v["r"], v["z"], v["p"], v["w"])
     else:
         if run.inside is not None:  # the start below in one compiled call
             cg_start(*run.inside, v["x"], v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, out)
@@ -97,23 +97,6 @@ def cg(run):
             aypx(rz_new / rz, v["z"], v["p"])
             rz = rz_new
     return i, reason, 0
-
-
-def _started_on_ranks(run) -> np.ndarray:
-    """CG's start on several ranks and its sum over them, in one compiled call
-    (:func:`.compiled.cg_start_on_ranks`: the bits of the Python steps and their blocking sum):
-    ``[(r, z), (z, z)]``."""
-    v, x = run.v, run.storages["x"]
-    x.valid_depth = 0  # as run.A() marks its source and target
-    total = np.empty(2)
-    x_all, *exchange, functions, handles = run.exchange_extra(x)
-    error = cg_start_on_ranks(*run.inside, x_all, v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, total,
-                              *exchange, functions, handles)
-    if error:
-        run.communication_failed(error)
-    run.storages["w"].valid_depth = 0
-    run.reductions += 1
-    return total
 
 
 INSIDE_ITERATIONS = 1024

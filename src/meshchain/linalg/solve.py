@@ -210,9 +210,8 @@ class SolveRun:
         """``dst = A source`` on several ranks by the compiled product the compiled iterations
         make theirs with (:func:`.compiled.product_on_ranks`, its sum unused; the owned rows
         while the messages travel): the bits of :meth:`Mat.mult <meshchain.Mat.mult>`'s path,
-        in one compiled call. The exchange's persistent requests carry any vector of the matrix's columns: the
-        one kept with the matrix for the message tag of the method's first work vector is used
-        for every such product (a user's ``x`` made anew for every solve makes no new one)."""
+        in one compiled call, with the exchange :meth:`exchange_extra` gives (a user's ``x`` made
+        anew for every solve makes no new one)."""
         x_all, *exchange, functions, _ = self.exchange_extra(source)
         _, error = product_on_ranks(*self.inside, x_all, self.v[dst], *exchange, functions)
         if error:
@@ -328,14 +327,17 @@ class SolveRun:
     def true_residual(self, r: str, z: str) -> tuple[float, float]:
         """``||b - A x||`` and ``||B (b - A x)||`` (``r`` and ``z`` are spare vectors): on one
         process with an assembled matrix and a compiled preconditioner in one compiled call
-        (:func:`.compiled.true_residual_sums`, the same bits); with a monitor by the Python steps,
+        (:func:`.compiled.true_residual_sums`, the same bits), so on several ranks after
+        compiled iterations (:func:`.compiled.true_residual_sums_on_ranks`, its sum over ranks
+        included: :meth:`summed_on_ranks`); with a monitor by the Python steps,
         as the iterations (the reference the tests compare the compiled calls with)."""
         matrix = None
         if self.monitor is None:  # the CSR arguments the iterations took on one process, else looked for
             one_process = self.inside is not None and not self.engine.distributed
-            matrix = self.inside if one_process else self.one_process_matrix()
             if self.inside is not None and self.engine.distributed and hasattr(self.pc, "compiled"):
-                return self._true_residual_on_ranks(r, z)
+                total = self.summed_on_ranks(true_residual_sums_on_ranks, r, self.v["b"], self.v[r], self.v[z])
+                return math.sqrt(total[0]), math.sqrt(total[1])
+            matrix = self.inside if one_process else self.one_process_matrix()
         if matrix is not None and hasattr(self.pc, "compiled"):
             self.storages["x"].valid_depth = self.storages[r].valid_depth = 0  # as A() marks them
             sums = np.empty(2)
@@ -348,22 +350,22 @@ class SolveRun:
         sums = self.reduce(np.array([dot(self.v[r], self.v[r]), dot(self.v[z], self.v[z])]))
         return math.sqrt(sums[0]), math.sqrt(sums[1])
 
-
-    def _true_residual_on_ranks(self, r: str, z: str) -> tuple[float, float]:
-        """:meth:`true_residual` on several ranks in one compiled call
-        (:func:`.compiled.true_residual_sums_on_ranks`: the bits of its Python steps, with no
-        Python between the product and the sum for another rank to wait on)."""
-        x = self.storages["x"]
-        x.valid_depth = 0  # as A() marks it
+    def summed_on_ranks(self, function, target: str, *vectors) -> np.ndarray:
+        """Two sums over the ranks made by one compiled call on several ranks that takes the
+        product of ``x`` into work vector ``target`` with ``vectors`` (the preconditioner, the
+        sums and the exchange after them): :func:`.compiled.cg_start_on_ranks` or
+        :func:`.compiled.true_residual_sums_on_ranks`, the bits of their Python steps with no
+        Python between the product and the sum for another rank to wait on. Counted as
+        :meth:`reduce` counts its sum."""
+        self.storages["x"].valid_depth = 0  # as A() marks its source and target
         total = np.empty(2)
-        x_all, *exchange, functions, handles = self.exchange_extra(x)
-        error = true_residual_sums_on_ranks(*self.inside, x_all, self.v["b"], self.v[r], self.v[z], self.pc.compiled,
-                                            total, *exchange, functions, handles)
+        x_all, *exchange, functions, handles = self.exchange_extra(self.storages["x"])
+        error = function(*self.inside, x_all, *vectors, self.pc.compiled, total, *exchange, functions, handles)
         if error:
             self.communication_failed(error)
-        self.storages[r].valid_depth = 0
+        self.storages[target].valid_depth = 0
         self.reductions += 1
-        return math.sqrt(total[0]), math.sqrt(total[1])
+        return total
 
 
 def _csr_arguments(pattern) -> tuple:
