@@ -284,7 +284,8 @@ def test_compiled_iterations_on_ranks_without_halo_columns_keep_the_python_loops
                                         np.vstack([one.cells, one.cells + one.nnode]), one.cell_type)
     mc.reset_runtime(comm=comm)
     problem = Problem(apart, seed=3)
-    for method, pc in (("cg", None), ("cg", "jacobi"), ("cg1", "jacobi"), ("bicgstab", "jacobi"),
+    for method, pc in (("cg", None), ("cg", "jacobi"), ("cg1", "jacobi"), ("pipecg", "jacobi"), ("pipecr", "jacobi"),
+                       ("groppcg", "jacobi"), ("groppcg", "bjacobi-ilu"), ("bicgstab", "jacobi"),
                        ("bicgstab", "bjacobi-ilu")):
         compiled, x_compiled = problem.solve(method, pc, rtol=1e-10)
         assert halos[-1] is False, (method, pc, halos)  # compiled, with no halo column on this rank
@@ -296,11 +297,44 @@ def test_compiled_iterations_on_ranks_without_halo_columns_keep_the_python_loops
             np.testing.assert_array_equal(x_compiled, x_loop)
 
 
+@pytest.mark.mpi(nprocs=(1, 2), timeout=300)
+def test_the_cg_family_makes_no_product_or_sum_in_python(comm, monkeypatch):
+    """With an assembled matrix and a compiled preconditioner the CG family's solves make no product
+    and no sum over ranks from Python: their starts (``linalg/starts.py``), iterations and true
+    residuals at exit run in compiled calls, so no rank waits for another's Python between two of
+    them. A monitor makes them run their Python steps (the reference the bit-for-bit tests compare
+    with), which do."""
+    solve_module = importlib.import_module("meshchain.linalg.solve")
+    calls = []
+
+    def spy(name):
+        original = getattr(solve_module.SolveRun, name)
+        return lambda run, *args, **options: calls.append(name) or original(run, *args, **options)
+
+    for name in ("A", "start", "wait", "reduce"):
+        monkeypatch.setattr(solve_module.SolveRun, name, spy(name))
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_quads(7, 7), seed=6)
+    for method, pc in (("cg", "jacobi"), ("cg1", "jacobi"), ("pipecg", "jacobi"), ("pipecr", None),
+                       ("groppcg", "jacobi"), ("groppcg", "bjacobi-ilu")):
+        options = {"residual_replacement": False} if method == "pipecg" else {}  # a replacement multiplies
+        calls.clear()
+        compiled, x_compiled = problem.solve(method, pc, rtol=1e-10, **options)
+        assert compiled.converged and calls == [], (method, pc, calls)
+        calls.clear()
+        loop, x_loop = problem.solve(method, pc, rtol=1e-10, monitor=lambda i, norm: None, **options)
+        assert "A" in calls and ("reduce" in calls or "start" in calls), (method, pc, calls)
+        assert compiled.residual_history == loop.residual_history and compiled.reductions == loop.reductions
+        if comm.rank == 0:
+            np.testing.assert_array_equal(x_compiled, x_loop)
+
+
 @pytest.mark.mpi(nprocs=(1, 2, 3), timeout=300)
 @pytest.mark.parametrize("method", ["cg", "cg1", "pipecg", "pipecr", "groppcg"])
 def test_long_solves_run_inside_compiled_calls_in_several_parts(comm, monkeypatch, method):
     """More iterations than one compiled call runs (``INSIDE_ITERATIONS``): the parts join up
-    (pipecg's and pipecr's first iteration runs in Python, their compiled calls from the second)."""
+    (cg1's, pipecg's and pipecr's first iteration ends in Python after their compiled start,
+    their compiled iterations run from the second)."""
     from meshchain.linalg import krylov
 
     calls = []

@@ -56,7 +56,7 @@ from .fused import (_axpy4, _dot4, aypx, axpy, cg1_update, cg_update, copy, dot,
                     waxpy, waxpy_dots)
 from .replacement import EPS, TOL
 
-__all__ = ["cg_start", "true_residual_sums", "product_on_ranks", "cg_iterations", "cg_iterations_on_ranks",
+__all__ = ["true_residual_sums", "product_on_ranks", "cg_iterations", "cg_iterations_on_ranks",
            "cg1_iterations", "cg1_iterations_on_ranks",
            "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "pipegmres_cycle",
@@ -82,27 +82,6 @@ def _outcome(i, zz, rz, target, maxiter):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def cg_start(indptr, split, indices, values, halo, x, b, r, z, p, w, pc, out):
-    """CG's start on one process in one call, with the bits of :func:`.krylov.cg`'s Python
-    steps: ``w = A x``, ``r = b - w``, ``z = B r``, ``out = [(r, z), (z, z), (z, z)]``,
-    ``p = z``."""
-    csr_owned(indptr, split, indices, values, x, w)
-    if halo:
-        csr_halo(indptr, split, indices, values, x, w)
-    _cg_begun(b, w, r, z, p, pc, out)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _cg_begun(b, w, r, z, p, pc, out):
-    """What CG's start does after ``w = A x``: ``r = b - w``, ``z = B r``,
-    ``out = [(r, z), (z, z), (z, z)]``, ``p = z``."""
-    residual(b, w, r)
-    precondition(pc, r, z)
-    dot_pairs(r, z, z, z, z, z, out)
-    p[:] = z
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
 def true_residual_sums(indptr, split, indices, values, halo, x, b, r, z, pc, out):
     """The true residual at a solve's exit on one process in one call, with the bits of
     :meth:`.solve.SolveRun.true_residual`'s Python steps: ``r = A x``, ``r = b - r``,
@@ -125,38 +104,20 @@ def _residual_sums(b, r, z, pc, out):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def cg_start_on_ranks(indptr, split, indices, values, halo, x_all, b, r, z, p, w, pc, total, send_at, send,
-                      receive_at, receive, requests, statuses, functions, handles):
-    """CG's start on several ranks in one call (collective), with the bits of
-    :func:`.krylov.cg`'s Python steps there: ``w = A x`` (the halo of ``x_all``, ``x`` with its
-    halo rows, exchanged while the owned rows are computed: :func:`product_on_ranks`),
-    ``r = b - w``, ``z = B r``, ``p = z`` and ``total = [(r, z), (z, z)]`` summed over ranks as
-    :meth:`.solve.SolveRun.reduce` sums (:func:`~meshchain.comm.by_address.sum_all`): no
-    Python, so no rank waits for another's Python between the product and the sum. The MPI
-    error code."""
-    _, error = product_on_ranks(indptr, split, indices, values, halo, x_all, w, send_at, send, receive_at, receive,
-                                requests, statuses, functions)
-    if error:
-        return error
-    out = np.zeros(3)
-    _cg_begun(b, w, r, z, p, pc, out)
-    return sum_all(functions, out[:2].copy(), total, handles)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def true_residual_sums_on_ranks(indptr, split, indices, values, halo, x_all, b, r, z, pc, total, send_at, send,
-                                receive_at, receive, requests, statuses, functions, handles):
+def true_residual_sums_on_ranks(indptr, split, indices, values, halo, distributed, functions, handles, x_all, b, r, z,
+                                pc, total, exchange):
     """:func:`true_residual_sums` on several ranks (collective), with the bits of
-    :meth:`.solve.SolveRun.true_residual`'s Python steps there: ``r = A x`` (as
-    :func:`product_on_ranks` makes it), ``r = b - r``, ``z = B r`` and ``total = [(r, r), (z, z)]``
-    summed over ranks as :meth:`.solve.SolveRun.reduce` sums. The MPI error code."""
-    _, error = product_on_ranks(indptr, split, indices, values, halo, x_all, r, send_at, send, receive_at, receive,
-                                requests, statuses, functions)
+    :meth:`.solve.SolveRun.true_residual`'s Python steps there: ``r = A x`` (``x_all``: ``x``
+    with its halo rows, exchanged while the owned rows are computed), ``r = b - r``, ``z = B r``
+    and ``total = [(r, r), (z, z)]`` summed over ranks as :meth:`.solve.SolveRun.reduce` sums.
+    The arguments of :mod:`.starts`' functions (:meth:`.solve.SolveRun.products_and_sums`). The MPI
+    error code."""
+    error = _product(distributed, functions, handles, indptr, split, indices, values, halo, x_all, r, exchange)
     if error:
         return error
     mine = np.empty(2)
     _residual_sums(b, r, z, pc, mine)
-    return sum_all(functions, mine, total, handles)
+    return _summed(distributed, functions, handles, mine, total)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -301,32 +262,45 @@ def _cg1(indptr, split, indices, values, halo, x, r, z, s, p, w, dinv, state, ta
     """The iterations of :func:`cg1_iterations` (``distributed`` False) and
     :func:`cg1_iterations_on_ranks` (True: the arguments after it are used)."""
     out, total = np.zeros(3), np.zeros(3)
+    exchange = (send_at, send, receive_at, receive, requests, statuses)
     for k in range(len(history)):
-        if distributed:
-            error = start_exchange(functions, z_all, send_at, send, requests)
-            if halo:
-                csr_owned(indptr, split, indices, values, z_all, s)
-                if not error:
-                    error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
-                csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
-            else:  # no halo column: the product while the messages travel
-                csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
-                if not error:
-                    error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
-            if not error:
-                error = sum_all(functions, out, total, handles)
-            if error:
-                return i, COMMUNICATION, float(error), k + 1, k
-        else:
-            if halo:
-                csr_owned(indptr, split, indices, values, z, s)
-            csr_product_dots(indptr, split, indices, values, halo, z, s, r, total)  # as dot_pairs(r, z, z, s, z, z)
+        error = cg1_product_sums(distributed, functions, handles, indptr, split, indices, values, halo, z_all, s, r,
+                                 out, total, exchange)
+        if error:
+            return i, COMMUNICATION, float(error), k + 1, k
         history[k], why, value, beta = _cg1_step(i, total, state, target, maxiter)
         if why != GOING:
             return i, why, value, k + 1, k + 1
         cg1_update(state[0], beta, z, s, p, w, x, r, dinv)
         i += 1
     return i, GOING, 0.0, len(history), len(history)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cg1_product_sums(distributed, functions, handles, indptr, split, indices, values, halo, z_all, s, r, out, total,
+                     exchange):
+    """Chronopoulos/Gear CG's product and sums: ``s = A z`` (``z_all``: ``z`` with its halo rows,
+    exchanged first on several ranks while the owned rows, or with no halo column all of them,
+    are computed) and ``total = [(r, z), (z, s), (z, z)]`` summed over ranks, made in the
+    product's pass (:func:`~meshchain.backends.sparse.csr_product_dots`, the bits of
+    ``dot_pairs(r, z, z, s, z, z)``; ``out``: this rank's). The MPI error code."""
+    if not distributed:
+        if halo:
+            csr_owned(indptr, split, indices, values, z_all, s)
+        csr_product_dots(indptr, split, indices, values, halo, z_all, s, r, total)
+        return 0
+    send_at, send, receive_at, receive, requests, statuses = exchange
+    error = start_exchange(functions, z_all, send_at, send, requests)
+    if halo:
+        csr_owned(indptr, split, indices, values, z_all, s)
+        if not error:
+            error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
+        csr_product_dots(indptr, split, indices, values, True, z_all, s, r, out)
+    else:  # no halo column: the product while the messages travel
+        csr_product_dots(indptr, split, indices, values, False, z_all, s, r, out)
+        if not error:
+            error = finish_exchange(functions, z_all, receive_at, receive, requests, statuses)
+    return error or sum_all(functions, out, total, handles)
 
 
 # --- BiCGStab ---------------------------------------------------------------------------------------

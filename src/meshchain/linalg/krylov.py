@@ -16,10 +16,11 @@ import math
 import numpy as np
 
 from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
-                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, cg_start, cg_start_on_ranks,
-                       groppcg_iterations, pipecg_iterations, pipecr_iterations)
+                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, groppcg_iterations,
+                       pipecg_iterations, pipecr_iterations)
 from .fused import (aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start,
                     pipecg_update, pipecr_update, residual)
+from .starts import cg_begin, cg1_begin, groppcg_begin, pipecg_begin, pipecr_begin
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
 
@@ -61,16 +62,13 @@ def cg(run):
     """Classical preconditioned CG (Hestenes-Stiefel; PETSc's KSPCG): two reductions per
     iteration, each waited for at once."""
     v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
-    if run.inside is not None and run.engine.distributed:  # the start below and its sum in one compiled call
-        rz, zz = run.summed_on_ranks(cg_start_on_ranks, "w", v["b"], v["r"], v["z"], v["p"], v["w"])
+    if run.inside is not None:  # the start below and its sum in one compiled call
+        rz, zz = run.products_and_sums(cg_begin, ("x",), ("w",), v["b"], v["r"], v["z"], v["p"], v["w"], sums=2)
     else:
-        if run.inside is not None:  # the start below in one compiled call
-            cg_start(*run.inside, v["x"], v["b"], v["r"], v["z"], v["p"], v["w"], run.pc.compiled, out)
-        else:
-            _start_residual(run, "r", "w")
-            run.B("r", "z", fused_done=False)
-            dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
-            v["p"][:] = v["z"]
+        _start_residual(run, "r", "w")
+        run.B("r", "z", fused_done=False)
+        dot_pairs(v["r"], v["z"], v["z"], v["z"], v["z"], v["z"], out)
+        v["p"][:] = v["z"]
         rz, zz = run.reduce(out[:2].copy())
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
@@ -137,16 +135,22 @@ def cg1(run):
     """Chronopoulos/Gear CG (PETSc's ``-ksp_cg_single_reduction``): ``(r, z)``, ``(z, A z)``
     and the norm in one blocking reduction per iteration."""
     v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
-    _start_residual(run, "r", "w")
-    run.B("r", "z", fused_done=False)
+    if run.inside is not None:  # the start and iteration 0's product and sum in one compiled call
+        sums = run.products_and_sums(cg1_begin, ("x", "z"), ("w", "s"), v["b"], v["r"], v["s"], v["w"], sums=3)
+    else:
+        _start_residual(run, "r", "w")
+        run.B("r", "z", fused_done=False)
+        sums = None
     i, alpha, gamma_old = 0, 0.0, 0.0
     while True:
         if i > 0 and run.inside is not None:
             return _inside(run, cg1_iterations, cg1_iterations_on_ranks, ("x", "r", "z", "s", "p", "w"),
                            ("z", "s"), np.array([alpha, gamma_old]), i, "the step's (p, A p)")
-        run.A("z", "s")
-        dot_pairs(v["r"], v["z"], v["z"], v["s"], v["z"], v["z"], out)
-        gamma, delta, zz = run.reduce(out.copy())
+        if sums is None:
+            run.A("z", "s")
+            dot_pairs(v["r"], v["z"], v["z"], v["s"], v["z"], v["z"], out)
+            sums = run.reduce(out.copy())
+        (gamma, delta, zz), sums = sums, None
         reason = run.check(i, math.sqrt(max(zz, 0.0)))
         if reason is not None:
             break
@@ -184,30 +188,36 @@ def pipecg(run):
     v, dinv, out = run.v, run.pc.dinv, np.zeros(10)
     for name in ("z", "q", "p", "s"):
         v[name][:] = 0.0
-    _start_residual(run, "r", "n")
-    run.B("r", "u", fused_done=False)
-    run.A("u", "w")
-    pipecg_start(v["r"], v["u"], v["w"], v["x"], dinv, v["m"], out)
     make_bounds = run.replacement_bounds_of()
     # (b, b) for the replacement bounds rides on iteration 0's reduction: no reduction of its own
-    first = None if make_bounds is None else np.append(out, dot(v["b"], v["b"]))
+    with_b = make_bounds is not None
+    if run.inside is not None:  # the start and iteration 0's top in one compiled call
+        sums = run.products_and_sums(pipecg_begin, ("x", "u", "m"), ("n", "w"), v["b"], v["r"], v["w"], v["n"], out,
+                                     sums=len(out) + with_b)
+    else:
+        _start_residual(run, "r", "n")
+        run.B("r", "u", fused_done=False)
+        run.A("u", "w")
+        pipecg_start(v["r"], v["u"], v["w"], v["x"], dinv, v["m"], out)
+        sums = None
     i, alpha, beta, gamma_old, replacements, before, bounds = 0, 0.0, 0.0, 0.0, 0, None, None
     while True:
         if i > 0 and run.inside is not None:
             return _pipecg_inside(run, out, bounds, before, i, np.array([alpha, beta, gamma_old]), replacements)
-        handle = run.start(out.copy() if first is None else first)
-        run.B("w", "m")
-        run.A("m", "n")
-        sums = run.wait(handle)
+        if sums is None:
+            handle = run.start(np.append(out, dot(v["b"], v["b"])) if i == 0 and with_b else out.copy())
+            run.B("w", "m")
+            run.A("m", "n")
+            sums = run.wait(handle)
         gamma, delta = sums[0], sums[1]
         norm = math.sqrt(max(sums[2], 0.0))
         reason = run.check(i, norm)
         if reason is not None:
             break
-        if first is not None:  # iteration 0: the bounds, with ||b|| summed in its reduction
+        if i == 0 and with_b:  # the bounds, with ||b|| summed in iteration 0's reduction
             bounds = make_bounds(math.sqrt(sums[-1]))
             bounds.aim(run.target)
-            sums, first = sums[:-1], None
+            sums = sums[:-1]
         alpha_old, beta_old = alpha, beta
         alpha, beta, reason = _step_lengths(i, gamma, delta, gamma_old, alpha, ("the step's (p, A p)", "(r, B r)"))
         if reason is not None:
@@ -221,7 +231,7 @@ def pipecg(run):
                 _pipecg_restart(run, out)
                 replacements += 1
             before = now
-        i += 1
+        i, sums = i + 1, None
     return i, reason, replacements
 
 
@@ -275,15 +285,20 @@ def groppcg(run):
     """Gropp's asynchronous CG (PETSc's KSPGROPPCG): two ``Iallreduce`` per iteration,
     ``(p, s)`` in flight while ``q = B s`` is applied, ``(r, z)`` while ``w = A z`` is."""
     v, out = run.v, np.zeros(3)
-    _start_residual(run, "r", "w")
-    run.B("r", "z", fused_done=False)
-    v["p"][:] = v["z"]
-    run.A("p", "s")
-    dot_pairs(v["r"], v["z"], v["z"], v["z"], v["p"], v["s"], out)
-    gamma, zz, delta = run.reduce(out.copy())
+    if run.inside is not None:  # the start, its sum and q = B s in one compiled call
+        gamma, zz, delta = run.products_and_sums(groppcg_begin, ("x", "p"), ("w", "s"), v["b"], v["r"], v["z"],
+                                                 v["s"], v["q"], v["w"], sums=3)
+    else:
+        _start_residual(run, "r", "w")
+        run.B("r", "z", fused_done=False)
+        v["p"][:] = v["z"]
+        run.A("p", "s")
+        dot_pairs(v["r"], v["z"], v["z"], v["z"], v["p"], v["s"], out)
+        gamma, zz, delta = run.reduce(out.copy())
     i = 0
     reason = run.check(i, math.sqrt(max(zz, 0.0)))
-    run.B("s", "q", fused_done=False)
+    if run.inside is None:
+        run.B("s", "q", fused_done=False)
     if reason is None and run.inside is not None:
         return _pipelined_inside(run, groppcg_iterations, ("x", "r", "z", "p", "s", "q", "w"),
                                  (np.array([gamma, delta]), out), i, 0, ("(p, A p)", "(r, B r)"), operands=("z", "w"))
@@ -313,19 +328,26 @@ def pipecr(run):
     v, dinv, out = run.v, run.pc.dinv, np.zeros(3)
     for name in ("z", "q", "p"):
         v[name][:] = 0.0
-    _start_residual(run, "r", "n")
-    run.B("r", "u", fused_done=False)
-    run.A("u", "w")
-    run.B("w", "m", fused_done=False)
-    dot_pairs(v["w"], v["u"], v["m"], v["w"], v["u"], v["u"], out)
+    if run.inside is not None:  # the start and iteration 0's top in one compiled call
+        sums = run.products_and_sums(pipecr_begin, ("x", "u", "m"), ("n", "w"), v["b"], v["r"], v["w"], v["n"], out,
+                                     sums=3)
+    else:
+        _start_residual(run, "r", "n")
+        run.B("r", "u", fused_done=False)
+        run.A("u", "w")
+        run.B("w", "m", fused_done=False)
+        dot_pairs(v["w"], v["u"], v["m"], v["w"], v["u"], v["u"], out)
+        sums = None
     i, alpha, gamma_old = 0, 0.0, 0.0
     while True:
         if i > 0 and run.inside is not None:
             return _pipelined_inside(run, pipecr_iterations, ("x", "u", "w", "m", "n", "z", "q", "p"),
                                      (np.array([alpha, gamma_old]), out), i, 0, ("the step's (A p, B A p)", "(A u, u)"))
-        handle = run.start(out.copy())
-        run.A("m", "n")
-        gamma, delta, uu = run.wait(handle)
+        if sums is None:
+            handle = run.start(out.copy())
+            run.A("m", "n")
+            sums = run.wait(handle)
+        (gamma, delta, uu), sums = sums, None
         reason = run.check(i, math.sqrt(max(uu, 0.0)))
         if reason is not None:
             break

@@ -168,9 +168,7 @@ class SolveRun:
         on one process the vectors themselves and empty arrays. The exchange is kept with the
         matrix between solves."""
         if not self.engine.distributed:
-            empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
-                     np.zeros(1, np.uint8))
-            return False, tuple(self.v[name] for name in sources), empty, np.zeros(4, np.int64), np.zeros(3, np.int64)
+            return False, tuple(self.v[name] for name in sources), *_ONE_PROCESS
         from ..comm.compiled import addresses  # mpi4py: only on several ranks
 
         e = self.operator.compiled_exchange(self.storages[sources[0]].tag)
@@ -329,13 +327,14 @@ class SolveRun:
         process with an assembled matrix and a compiled preconditioner in one compiled call
         (:func:`.compiled.true_residual_sums`, the same bits), so on several ranks after
         compiled iterations (:func:`.compiled.true_residual_sums_on_ranks`, its sum over ranks
-        included: :meth:`summed_on_ranks`); with a monitor by the Python steps,
+        included: :meth:`products_and_sums`); with a monitor by the Python steps,
         as the iterations (the reference the tests compare the compiled calls with)."""
         matrix = None
         if self.monitor is None:  # the CSR arguments the iterations took on one process, else looked for
             one_process = self.inside is not None and not self.engine.distributed
             if self.inside is not None and self.engine.distributed and hasattr(self.pc, "compiled"):
-                total = self.summed_on_ranks(true_residual_sums_on_ranks, r, self.v["b"], self.v[r], self.v[z])
+                total = self.products_and_sums(true_residual_sums_on_ranks, ("x",), (r,), self.v["b"], self.v[r],
+                                               self.v[z], sums=2)
                 return math.sqrt(total[0]), math.sqrt(total[1])
             matrix = self.inside if one_process else self.one_process_matrix()
         if matrix is not None and hasattr(self.pc, "compiled"):
@@ -350,22 +349,38 @@ class SolveRun:
         sums = self.reduce(np.array([dot(self.v[r], self.v[r]), dot(self.v[z], self.v[z])]))
         return math.sqrt(sums[0]), math.sqrt(sums[1])
 
-    def summed_on_ranks(self, function, target: str, *vectors) -> np.ndarray:
-        """Two sums over the ranks made by one compiled call on several ranks that takes the
-        product of ``x`` into work vector ``target`` with ``vectors`` (the preconditioner, the
-        sums and the exchange after them): :func:`.compiled.cg_start_on_ranks` or
-        :func:`.compiled.true_residual_sums_on_ranks`, the bits of their Python steps with no
-        Python between the product and the sum for another rank to wait on. Counted as
-        :meth:`reduce` counts its sum."""
-        self.storages["x"].valid_depth = 0  # as A() marks its source and target
-        total = np.empty(2)
-        x_all, *exchange, functions, handles = self.exchange_extra(self.storages["x"])
-        error = function(*self.inside, x_all, *vectors, self.pc.compiled, total, *exchange, functions, handles)
+    def products_and_sums(self, function, sources: tuple, targets: tuple, *vectors, sums: int) -> np.ndarray:
+        """Products by the matrix and sums over ranks in one compiled call, on one process or several
+        ranks: a method's start (:mod:`.starts`) or the true residual at exit
+        (:func:`.compiled.true_residual_sums_on_ranks`), with no Python between the products and the
+        sums for another rank to wait on. ``function`` takes the matrix, whether distributed, the
+        MPI functions and handles, the vectors ``sources`` (names, ``x`` first: the products'
+        inputs) with their halo rows, ``vectors``, the compiled preconditioner, ``total`` (``sums``
+        values: returned) and the halo exchange's arrays (:meth:`exchange_extra`'s). The products'
+        inputs and outputs (``targets``) are marked stale as :meth:`A` marks them; the sum is
+        counted as :meth:`reduce` and :meth:`start` count theirs."""
+        storages = self.storages
+        for name in (*sources, *targets):
+            storages[name].valid_depth = 0
+        if self.engine.distributed:
+            _, *exchange, functions, handles = self.exchange_extra(storages["x"])
+            halos, exchange = [storages[name].host.reshape(-1) for name in sources], tuple(exchange)
+        else:
+            halos, (exchange, functions, handles) = [self.v[name] for name in sources], _ONE_PROCESS
+        total = np.empty(sums)
+        error = function(*self.inside, self.engine.distributed, functions, handles, *halos, *vectors, self.pc.compiled,
+                         total, exchange)
         if error:
             self.communication_failed(error)
-        self.storages[target].valid_depth = 0
         self.reductions += 1
         return total
+
+
+
+_ONE_PROCESS = ((np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32),
+                 np.zeros(1, np.uint8)), np.zeros(4, np.int64), np.zeros(3, np.int64))
+"""What the compiled calls that also run on several ranks take on one process for the halo exchange's
+arrays, the MPI functions and the MPI handles (not used there)."""
 
 
 def _csr_arguments(pattern) -> tuple:
