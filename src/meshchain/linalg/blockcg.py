@@ -34,13 +34,9 @@ before ``maxiter``, a residual expected to converge). They call what the Python 
 the same order: the same bits. A solve with a ``monitor``, a matrix-free operator or on one
 process runs each outer iteration from Python.
 
-**Basis.** The Newton shifts ``θ`` come from the Ritz values of ``2s`` classical CG
-iterations at the start (they count), ``s`` of them in Leja order; their last ``s`` directions
-are the block the first outer iteration makes its own ``Â``-conjugate to. (From ``s`` Ritz
-values, the shifts of ``s = 8`` cover the spectrum worse and its blocks lose directions: Jacobi-
-preconditioned Poisson on ``structured_tets``, rtol 1e-8, 144 iterations on one process at
-39 304 unknowns and 304 on 4 ranks at 79 507, where CG takes 104 and 136; from ``2s``, 104 and
-136. ``s = 4`` took CG's iterations either way.) ``basis="monomial"`` takes ``θ = 0``.
+**Basis.** The Newton shifts ``θ`` come from the Ritz values of ``s`` classical CG
+iterations at the start (they count), in Leja order; their directions are the block the
+first outer iteration makes its own ``Â``-conjugate to. ``basis="monomial"`` takes ``θ = 0``.
 The small systems are solved by Cholesky factorisation; a pivot below
 :data:`PIVOT` of its diagonal entry (the block's last directions dependent on the others: a
 basis losing rank) keeps the leading directions only, so that outer iteration makes fewer
@@ -554,7 +550,6 @@ class _BlockRun(CGRun):
     the factor of its ``W``."""
 
     progress = 0.9  # a residual not 10% below the smallest so far is no progress
-    ritz_per_step = 2  # Ritz iterations per step of the block (see the module docstring's Basis)
 
     def __init__(self, engine, A, dats: dict, steps: int, **options):
         super().__init__(engine, A, dats, **options)
@@ -745,10 +740,7 @@ class _BlockRun(CGRun):
         return True
 
     def direction_taken(self, pap: float) -> None:
-        """The Ritz iterations' last ``s`` directions (``Â``-conjugate) are the first block's last
-        block."""
-        if self.count == self.steps:  # more Ritz iterations than s (RITZ_PER_STEP): the last s kept
-            self.count = 0
+        """The Ritz iterations' directions (``Â``-conjugate) are the first block's last block."""
         if self.count == 0:
             self.factors[0].fill(0.0)
         last, k = self.blocks[0], self.count

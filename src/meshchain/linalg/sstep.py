@@ -217,8 +217,6 @@ class CGRun(ScaledRun):
     """What both s-step CG methods do on the scaled system: the norm of the convergence test,
     residual replacement, the classical CG iterations whose Ritz values give the Newton shifts."""
 
-    ritz_per_step = 1  # the classical CG iterations per step whose Ritz values give the Newton shifts
-
     fresh_residual = False  # the block form: r changed and its norm is not recorded yet
     residual_plan = None  # the product of the true residual (a sequence plan, made at first use)
     progress = 1.0  # a new smallest residual is below this fraction of the last one
@@ -476,7 +474,7 @@ def drive(run: CGRun, A, x, b, *, steps: int, basis: str, pc, method: str) -> So
         stamp = run.stamp()
         shifts = _known_shifts(engine, A, run.jacobi, steps, stamp)
         if shifts is None:
-            ritz, met = run.ritz_values(run.ritz_per_step * steps)
+            ritz, met = run.ritz_values(steps)
             reason = "converged" if met else None
             shifts = leja(ritz, steps)
             if not met and stamp is not None:

@@ -38,9 +38,8 @@ rank), and the functions here count how many of each a method does per iteration
 The counts of streamed elements are the kernels' (fused passes read and write several
 vectors at once); the driver's own work (Python between compiled calls) is counted in units
 of one call's overhead, :data:`DRIVER`. The initial Ritz iterations of the Newton basis
-(``2s`` iterations at CG's cost for ``sstep-cg``, ``s`` for ``ca-cg``, in a matrix's first
-solve) and the block form's last outer iteration (whose basis only tests the residual) are not
-counted. ``benchmarks/krylov.py`` and the
+(``s`` iterations at CG's cost, in a matrix's first solve) and the block form's last outer
+iteration (whose basis only tests the residual) are not counted. ``benchmarks/krylov.py`` and the
 profitability notebook show predicted against measured.
 
 Examples
