@@ -43,7 +43,9 @@ basis losing rank) keeps the leading directions only, so that outer iteration ma
 iterations. The block form's attainable accuracy falls as ``s`` grows (its ``W`` is about as
 ill-conditioned as the basis squared): after about 16 iterations (at least 2 outer ones)
 without the residual falling 10% below its smallest, the true residual replaces it and the
-directions start again from it; where that does not lower the true residual, ``s`` is halved
+directions start again from it (unless it agrees with the recursive one: then the plateau is
+CG's own and the directions go on, :data:`~meshchain.linalg.sstep.ACCURATE`); where that does
+not lower the true residual, ``s`` is halved
 with a :class:`~meshchain.MeshchainWarning`, down to 1. **Accuracy**, **preconditioning** and the recovery from a non-positive
 curvature are CA-CG's (residual replacement, the symmetric Jacobi scaling, a restart from
 the true residual; see :mod:`.sstep`). ``SolveInfo.residual_history`` holds one norm per

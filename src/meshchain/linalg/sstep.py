@@ -35,8 +35,9 @@ weighted Gram matrix.
 tolerance, the true residual is computed; where it does not, it replaces the recursive one
 (Carson and Demmel's residual replacement) and the method goes on; so it does after
 :data:`PATIENCE` outer iterations without a new smallest residual (a basis that lost rank
-stops making progress); a replacement that does not lower the residual ends the solve as
-``stagnated``. A curvature ``(p, Â p) <= 0`` in the
+stops making progress), but there the directions go on where the true residual agrees with
+the recursive one (within :data:`ACCURATE`: the plateau is CG's own); a replacement that does
+not lower the residual ends the solve as ``stagnated``. A curvature ``(p, Â p) <= 0`` in the
 coordinates restarts the basis from the true residual; twice in a row ends the solve as
 ``breakdown``. At exit ``||b - A x||`` is computed, as for every method.
 
@@ -80,6 +81,12 @@ DEFAULT_STEPS = 4
 MAX_STEPS = 16
 STAGNATION = 0.9  # a residual replacement must lower the true residual below this fraction of the last one
 PATIENCE = 4  # outer iterations without a new smallest residual before the true residual is looked at
+ACCURATE = 1.1
+"""A true residual no more than this times the recursive one, looked at after outer iterations
+without progress, says the recursive residual was right: the plateau is the method's own (CG's
+residual norm need not fall, and on a P1 Poisson problem with a random right-hand side rose
+for 60 iterations), so the directions go on; a replacement that restarted them there threw the
+Krylov space away, and the solve stagnated where CG converges."""
 RESTART_DROP = 1e-5
 """An outer iteration of CA-CG whose residual fell below this fraction of the one it started from
 starts the next one's directions from the residual. The coordinate iterations compute
@@ -533,24 +540,34 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
             if idle < run.patience():
                 continue
             outcome, idle = "idle", 0  # no new smallest residual for a while: look at the true one
+        recursive = run.history[-1]
         true = run.replace_residual()
         if outcome == "curvature":
             run.restart_directions()
             curvatures += 1
             if curvatures > 1:
                 reason = "breakdown: the curvature (p, A p) in the s-step coordinates was <= 0 twice in a row"
-        elif true <= run.target * FALSE_CONVERGENCE_FACTOR:
+        elif true <= run.target * (FALSE_CONVERGENCE_FACTOR if outcome == "converged" else 1.0):
             reason = "converged"
+        elif outcome == "idle" and true <= ACCURATE * recursive:
+            replacements += 1  # a plateau of CG's own: the recursive residual was right, the directions go on
         else:
             replacements += 1
             run.replaced()
             if true > STAGNATION * last_true and not run.fewer_steps(true, last_true):
-                why = ("; the s-step basis may have lost rank: try basis='newton' or a smaller s"
-                       if outcome == "idle" else "")
                 reason = (f"stagnated: the true residual {true:.3e} after a residual replacement did not fall "
-                          f"below {STAGNATION} times the last one ({last_true:.3e}){why}")
+                          f"below {STAGNATION} times the last one ({last_true:.3e})"
+                          f"{_advice(shifts, run.steps) if outcome == 'idle' else ''}")
         last_true = true
     return reason, replacements
+
+
+def _advice(shifts: np.ndarray, steps: int) -> str:
+    """What a stagnated solve's reason suggests: a basis that lost rank is helped by the Newton
+    basis (if the shifts are the monomial basis's zeros) or a smaller ``s`` (if ``steps``, the
+    one the solve ended with, is above 1)."""
+    tries = ([] if shifts.any() else ["basis='newton'"]) + (["a smaller s"] if steps > 1 else [])
+    return "; the s-step basis may have lost rank" + (f": try {' or '.join(tries)}" if tries else "")
 
 
 def _known_shifts(engine, A, jacobi: bool, steps: int, stamp) -> np.ndarray | None:
