@@ -3,6 +3,8 @@ element matrices on 1-4 ranks, ``zero_rows`` and ``mult`` as specified, bad use 
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -10,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meshchain as mc
+from helpers import layout_of
 from meshchain.meshes import jittered_delaunay, structured_quads
 
 pytestmark = pytest.mark.filterwarnings("ignore::meshchain.MeshchainWarning")
@@ -209,6 +212,47 @@ def test_a_matrix_assembled_before_a_repartition_must_be_zeroed_and_assembled_ag
     if comm.rank == 0:
         assert abs(gathered - reference(mesh.cells, blocks, mesh.nnode, 1)).max() == 0.0
         np.testing.assert_allclose(after, before, rtol=1e-13)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=300)
+@pytest.mark.parametrize("dim", [1, 2])
+def test_a_matrix_keeps_its_values_when_deeper_halo_layers_order_its_owned_rows_otherwise(comm, dim):
+    """A rank's owned elements are ordered by their distance from the halo, through the maps
+    alive when the layout is built. A map collected between the partition and a deeper halo
+    (here a map of probe pairs; in the test suite, whatever the garbage collector freed between
+    two sessions on one mesh) reorders the owned nodes, and a matrix assembled before raised
+    ``InternalError: owned rows moved`` at its next deeper use. Now its rows move by global id,
+    as its columns and every dat's rows do: the same matrix after, and its powers SciPy's."""
+    mc.reset_runtime(comm=comm)
+    mesh = structured_quads(10, 10)
+    d = mesh.declare()
+    rng = np.random.default_rng(0)
+    width = d.cell2node.arity * dim
+    blocks = rng.integers(-4, 5, size=(mesh.ncell, width * width)).astype(np.float64)
+    k = mc.Dat(d.cells, width * width, blocks, "k")
+    probes = mc.Set(40, "probes")
+    pairs = mc.Map(probes, d.nodes, 2, rng.integers(0, mesh.nnode, (40, 2)), "pairs")
+    mc.partition("rib", coords=d.coords)
+    A = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A", dim=dim)
+    mc.par_loop(copy_kernel(width, width), d.cells, A(mc.INC, (d.cell2node, d.cell2node)), k(mc.READ))
+    owned = layout_of(d.nodes)
+    before = owned.global_ids[:owned.n_owned].copy()
+    del pairs, probes
+    gc.collect()
+    values = rng.integers(-3, 4, size=(mesh.nnode, dim)).astype(np.float64)
+    x, ys = mc.Dat(d.nodes, dim, values, "x"), [mc.Dat(d.nodes, dim, None, f"y{i}") for i in range(3)]
+    A.powers(x, ys)  # three halo layers
+    owned = layout_of(d.nodes)
+    reordered = comm.allreduce(int(not np.array_equal(owned.global_ids[:owned.n_owned], before)))
+    assert reordered, "the owned nodes kept their order: this test tests nothing"
+    gathered, powers = A.to_scipy(), [y.gather() for y in ys]
+    if comm.rank == 0:
+        expected = reference(mesh.cells, blocks.reshape(mesh.ncell, width, width), mesh.nnode, dim)
+        assert abs(gathered - expected).max() == 0.0
+        product = values.ravel()
+        for power in powers:
+            product = expected @ product
+            np.testing.assert_array_equal(power.ravel(), product)  # integers: exact in any order
 
 
 def test_assembling_again_reuses_the_generated_loop():

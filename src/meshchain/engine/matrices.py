@@ -155,19 +155,29 @@ class Matrices:
 
     def _relaid(self, mat, pattern: Pattern) -> Pattern | None:
         """``pattern`` moved to the session's layout when it is the same partition with more
-        halo layers (the same owners, so every rank keeps its rows): columns renumbered by
-        global id, values kept; None after a repartition. The scatters of assemblies are
-        worked out again when used."""
+        halo layers (the same owners, so every rank keeps its rows): rows and columns
+        renumbered by global id, values kept; None after a repartition. The scatters of
+        assemblies are worked out again when used.
+
+        The owned rows may come in another order: the layout orders them by their distance
+        from the halo through the maps alive when it is built, and a map collected in between
+        changes it (a second session on the same mesh: the InternalError "owned rows moved"
+        before)."""
         session = self.session
         if session.layout.owner_blocks is None or session.layout.owner_blocks is not pattern.layout.owner_blocks:
             return None
         rows_layout, cols_layout = session.layout_of(mat.row_set), session.layout_of(mat.col_set)
-        if not np.array_equal(rows_layout.global_ids[:rows_layout.n_owned], pattern.row_gids):
-            raise InternalError(f"Mat {mat.name!r}: owned rows moved when halo layers were added (please report it)")
+        owned = rows_layout.global_ids[:rows_layout.n_owned]
+        rows, cols = np.divmod(pattern.keys, pattern.n_cols)
+        if not np.array_equal(owned, pattern.row_gids):
+            place = _places_of(owned, pattern.row_gids)  # each old owned row element's place now
+            if place is None:
+                raise InternalError(f"Mat {mat.name!r}: owned rows changed when halo layers were added "
+                                    f"(please report it)")
+            rows = place[rows // mat.dim] * mat.dim + rows % mat.dim
         col_dim = mat.col_dim
         old_gids = pattern.col_layout.global_ids
         order = np.argsort(cols_layout.global_ids, kind="stable")
-        rows, cols = np.divmod(pattern.keys, pattern.n_cols)
         elements = old_gids[cols // col_dim]
         found = np.minimum(np.searchsorted(cols_layout.global_ids, elements, sorter=order), len(order) - 1)
         where = order[found] if len(order) else found
@@ -181,7 +191,7 @@ class Matrices:
         for _, exchange in pattern.exchanges.values():
             exchange.close()
         moved = Pattern(keys[sort], pattern.n_rows, n_cols, pattern.n_owned_cols, pattern.depth, session.layout,
-                        cols_layout, pattern.row_gids)
+                        cols_layout, owned.copy())
         moved.values[:] = pattern.values[sort]
         moved.assembled, moved.version = pattern.assembled, pattern.version + 1
         return moved
@@ -708,3 +718,13 @@ def _petsc():
         raise BackendUnavailableError("petsc4py is not installed: pip install meshchain[petsc] (PETSc builds from "
                                       "source, about 10 minutes)") from exc
     return PETSc
+
+
+def _places_of(new_ids: np.ndarray, old_ids: np.ndarray) -> np.ndarray | None:
+    """Where each of ``old_ids`` is in ``new_ids`` (the same ids in another order), or None if
+    they are not the same ids."""
+    if len(new_ids) != len(old_ids):
+        return None
+    order = np.argsort(new_ids, kind="stable")
+    found = order[np.minimum(np.searchsorted(new_ids, old_ids, sorter=order), len(order) - 1)] if len(order) else order
+    return found if np.array_equal(new_ids[found], old_ids) else None

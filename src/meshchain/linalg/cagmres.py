@@ -60,7 +60,7 @@ from ..core.errors import MeshchainWarning
 from .eigen import hessenberg_eigenvalues, newton_steps
 from .fused import dot
 from .info import SolveInfo
-from .nonsymmetric import _LeastSquares
+from .nonsymmetric import ESTIMATE_DRIFT, _LeastSquares
 from .recovery import FALSE_CONVERGENCE_FACTOR
 from .scaled import ScaledRun, enter, leave, work_dats
 
@@ -356,16 +356,16 @@ class _CAGMRESRun(ScaledRun):
         self.shifts, self.pulls = newton_steps(*self.ritz, self.block_size)
         self.ritz_wanted = False
 
-    def smaller_blocks(self, beta: float, last_true: float) -> None:
-        """Halve the block size after a cycle whose basis lost rank (its estimate met the
-        tolerance, the true residual did not fall), and say so."""
+    def smaller_blocks(self, beta: float, last_true: float, estimate: float) -> None:
+        """Halve the block size after a cycle whose basis lost rank (its ``estimate`` met the
+        tolerance or fell below the true residual ``beta``, which did not fall), and say so."""
         before = self.block_size
         self.block_size = max(1, before // 2)
         if self.ritz is not None:
             self.shifts, self.pulls = newton_steps(*self.ritz, self.block_size)
         warnings.warn(MeshchainWarning(
-            f"solve: method='ca-gmres' with s={before}: the basis of a cycle lost rank (its residual estimate met the "
-            f"tolerance, the true residual {beta:.3e} did not fall below {STAGNATION} times {last_true:.3e}); "
+            f"solve: method='ca-gmres' with s={before}: the basis of a cycle lost rank (its residual estimate fell to "
+            f"{estimate:.3e}, the true residual {beta:.3e} did not fall below {STAGNATION} times {last_true:.3e}); "
             f"going on with s={self.block_size}. A Jacobi-scaled or better-conditioned system keeps larger s."),
             stacklevel=2)
 
@@ -375,18 +375,21 @@ class _CAGMRESRun(ScaledRun):
         while True:
             self.residual("W0")
             beta = self.plain_norm("W0")
+            estimate = math.inf
             if not self.history:
                 met = self.tested(beta)
             else:  # the true residual's norm replaces the estimate of the cycle's last iteration
-                self.history[-1] = beta
+                estimate, self.history[-1] = self.history[-1], beta
                 met = beta <= self.target or (outcome is not None and beta <= FALSE_CONVERGENCE_FACTOR * self.target)
             if met:
                 return "converged"
-            if outcome is not None and beta > STAGNATION * last_true:
+            # an estimate that met the tolerance or fell below the true residual (ESTIMATE_DRIFT) is rounding
+            if (outcome is not None or estimate < ESTIMATE_DRIFT * beta) and beta > STAGNATION * last_true:
                 if self.block_size == 1:
-                    return (f"stagnated: the true residual {beta:.3e} after a cycle whose estimate met the tolerance "
-                            f"did not fall below {STAGNATION} times the one before it ({last_true:.3e})")
-                self.smaller_blocks(beta, last_true)
+                    return (f"stagnated: the true residual {beta:.3e} after a cycle whose estimate fell to "
+                            f"{estimate:.3e} did not fall below {STAGNATION} times the one before it "
+                            f"({last_true:.3e}): the tolerance is below what the method attains on this problem")
+                self.smaller_blocks(beta, last_true, estimate)
             if self.iterations >= self.maxiter:
                 return f"diverged: maxiter {self.maxiter} reached"
             self.v["W0"] *= 1.0 / beta

@@ -24,7 +24,10 @@ bits as these Python loops, which a monitor makes them run.
 BiCGStab's breakdowns (a zero ``(r, r~)``, ``(B A p, r~)`` or ``omega``) end a run with
 ``reason="breakdown: ..."``; :mod:`.recovery` restarts from the current ``x`` while that makes
 progress before reporting them. A zero new Hessenberg entry in GMRES is a happy breakdown:
-the Krylov space holds the solution.
+the Krylov space holds the solution. A GMRES cycle whose estimate fell below half the true
+residual that the next cycle starts from, where that true residual did not fall below 0.9
+times the last cycle's, ends the solve as ``reason="stagnated: ..."`` (a tolerance below the
+attainable accuracy: :data:`ESTIMATE_DRIFT`), not at ``maxiter``.
 
 Examples
 --------
@@ -53,10 +56,21 @@ from .compiled import (COMMUNICATION, DENOMINATOR, HAPPY_TOLERANCE, NORM, REPLAC
 from .fused import axpy, copy, dot, dot_two, lincomb, maxpy, mdot, residual, scal, waxpy
 
 __all__ = ["NONSYMMETRIC", "nonsymmetric_vectors", "gmres", "pipegmres", "bicgstab", "pipebicgstab",
-           "UNPRECONDITIONED_NORM"]
+           "UNPRECONDITIONED_NORM", "ESTIMATE_DRIFT", "CYCLE_PROGRESS", "cycle_stagnated"]
 
 UNPRECONDITIONED_NORM = frozenset({"pipebicgstab"})
 """Methods that test ``||b - A x||`` (right preconditioning) rather than ``||B (b - A x)||``."""
+
+ESTIMATE_DRIFT = 0.5
+"""A GMRES cycle whose last residual estimate is below this fraction of the true residual the
+next cycle starts from, where that true residual is not :data:`CYCLE_PROGRESS` times below the
+last cycle's, ends the solve as stagnated: the estimate is rounding there (the tolerance is
+below the attainable accuracy), and restarting again changes nothing (``rtol=1e-20`` on 81
+unknowns: estimates of 1e-18 against a true residual of 1e-14, cycle after cycle, to
+``maxiter``)."""
+
+CYCLE_PROGRESS = 0.9
+"""See :data:`ESTIMATE_DRIFT`."""
 
 
 def nonsymmetric_vectors(method: str, restart: int) -> tuple[str, ...]:
@@ -167,19 +181,34 @@ def _restarted(run, cycle, slots: int):
     whose norm (the true residual's) replaces the estimate recorded for its iteration, and
     ``cycle(run, basis, beta, i)`` returns ``(iterations, reason)``; ``basis`` names
     ``restart_length + slots`` vectors."""
-    i, first = 0, True
+    i, first, last_true = 0, True, math.inf
     basis = [f"v{k}" for k in range(run.restart_length + slots)]
     while True:
         _preconditioned_residual(run, basis[0], "w")
         beta = _norm(run, basis[0])
+        estimate = None if first else run.history[-1]  # the last cycle's last estimate, which beta replaces
         reason = run.check(i, beta) if first else run.check_again(i, beta)
         first = False
+        if reason is None and estimate is not None:
+            reason = cycle_stagnated(estimate, beta, last_true)
         if reason is not None:
             return i, reason, 0
+        last_true = beta
         scal(1.0 / beta, run.v[basis[0]])
         i, reason = cycle(run, basis, beta, i)
         if reason is not None:
             return i, reason, 0
+
+
+def cycle_stagnated(estimate: float, true: float, last_true: float) -> str | None:
+    """Why a restarted GMRES solve ends as stagnated (:data:`ESTIMATE_DRIFT`), or None: the last
+    cycle's final ``estimate``, the ``true`` residual the next cycle starts from and the one the
+    last cycle started from."""
+    if estimate < ESTIMATE_DRIFT * true and true > CYCLE_PROGRESS * last_true:
+        return (f"stagnated: the true residual {true:.3e} did not fall below {CYCLE_PROGRESS} times the last "
+                f"cycle's ({last_true:.3e}) while that cycle's estimate fell to {estimate:.3e}: the tolerance is "
+                f"below what the method attains on this problem in floating point")
+    return None
 
 
 def gmres(run):

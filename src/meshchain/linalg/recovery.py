@@ -48,7 +48,7 @@ import numpy as np
 from .fused import dot, residual
 from .nonsymmetric import NONSYMMETRIC
 
-__all__ = ["run_recovering", "FALSE_CONVERGENCE_FACTOR", "RESTARTS", "PROGRESS", "CURVATURE_NOISE"]
+__all__ = ["run_recovering", "FALSE_CONVERGENCE_FACTOR", "RESTARTS", "PROGRESS", "CURVATURE_NOISE", "ROUNDING_LEVEL"]
 
 FALSE_CONVERGENCE_FACTOR = 10.0
 """A solve counts as converged only if its true preconditioned residual is within this

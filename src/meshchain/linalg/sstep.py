@@ -71,7 +71,7 @@ from .fused import dot
 from .info import SolveInfo
 from .operators import found_kept, kept_for
 from .eigen import leja, tridiagonal_eigenvalues
-from .recovery import FALSE_CONVERGENCE_FACTOR
+from .recovery import FALSE_CONVERGENCE_FACTOR, ROUNDING_LEVEL
 from .scaled import ScaledRun, check_matrix, enter, leave, work_dats
 
 __all__ = ["solve_cacg", "drive", "CGRun", "BASES", "DEFAULT_STEPS", "MAX_STEPS", "leja", "basis_change", "tridiagonal_eigenvalues"]
@@ -86,7 +86,10 @@ ACCURATE = 1.1
 without progress, says the recursive residual was right: the plateau is the method's own (CG's
 residual norm need not fall, and on a P1 Poisson problem with a random right-hand side rose
 for 60 iterations), so the directions go on; a replacement that restarted them there threw the
-Krylov space away, and the solve stagnated where CG converges."""
+Krylov space away, and the solve stagnated where CG converges. Not at the attainable accuracy
+(a true residual below :data:`~meshchain.linalg.recovery.ROUNDING_LEVEL` of the first): there
+the plateau is rounding's, and the replacements that find no progress end the solve as
+stagnated (``rtol=1e-20``: after 6808 iterations when they did not)."""
 RESTART_DROP = 1e-5
 """An outer iteration of CA-CG whose residual fell below this fraction of the one it started from
 starts the next one's directions from the residual. The coordinate iterations compute
@@ -549,7 +552,7 @@ def _iterate(run: CGRun, shifts: np.ndarray, reason, maxiter: int) -> tuple:
                 reason = "breakdown: the curvature (p, A p) in the s-step coordinates was <= 0 twice in a row"
         elif true <= run.target * (FALSE_CONVERGENCE_FACTOR if outcome == "converged" else 1.0):
             reason = "converged"
-        elif outcome == "idle" and true <= ACCURATE * recursive:
+        elif outcome == "idle" and true <= ACCURATE * recursive and true > ROUNDING_LEVEL * run.history[0]:
             replacements += 1  # a plateau of CG's own: the recursive residual was right, the directions go on
         else:
             replacements += 1
