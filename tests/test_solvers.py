@@ -496,6 +496,25 @@ def test_matrix_free_operator_solves_like_the_assembled_matrix(comm, method):
         np.testing.assert_allclose(x_free, x_assembled, atol=1e-8 * np.linalg.norm(x_assembled))
 
 
+@pytest.mark.mpi(nprocs=(1, 2, 3), timeout=200)
+@pytest.mark.parametrize("method", ["cg", "pipecg", "gmres", "sstep-cg", "ca-gmres"])
+def test_a_monitor_that_raises_on_one_rank_raises_on_every_rank(comm, method):
+    """A monitor raising on the last rank only left the other ranks waiting in the solve's next
+    sum (a hang); now every rank raises its exception (``comm/agree.py``), and the session goes
+    on: the next solve converges."""
+    mc.reset_runtime(comm=comm)
+    problem = Problem(structured_quads(4, 4), seed=3)
+
+    def monitor(i, norm):
+        if comm.rank == comm.size - 1 and i == 2:
+            raise ValueError("the user's monitor failed")
+
+    with pytest.raises(ValueError, match="the user's monitor failed"):
+        problem.solve(method, "jacobi", rtol=1e-10, monitor=monitor)
+    info, _ = problem.solve(method, "jacobi", rtol=1e-10)
+    assert info.converged, info.reason
+
+
 @pytest.mark.mpi(nprocs=(1, 2), timeout=200)
 def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
     mc.reset_runtime(comm=comm)
@@ -510,6 +529,12 @@ def test_bad_solver_input_is_refused_on_every_rank_naming_the_object(comm):
         (dict(x=wide), mc.SolverError, r"'wide'\) has dim 2"),
         (dict(method="cg", residual_replacement=True), mc.SolverError, "residual_replacement"),
         (dict(rtol=-1.0), mc.SolverError, "rtol"),
+        (dict(rtol=None), mc.SolverError, "rtol=None"),  # these raised TypeError from inside the set-up
+        (dict(atol="0"), mc.SolverError, "atol='0'"),
+        (dict(rtol=float("nan")), mc.SolverError, "rtol=nan"),
+        (dict(maxiter=2.5), mc.SolverError, "maxiter"),
+        (dict(monitor=5), mc.SolverError, "monitor must be None or a function"),
+        (dict(method="sstep-cg", monitor="print"), mc.SolverError, "monitor must be None or a function"),
     ]
     for options, error, message in cases:
         args = dict(A=problem.A, x=problem.x, b=problem.b, method="cg", pc="jacobi")

@@ -124,10 +124,13 @@ def solve(A, x, b, *, method: str = "cg", pc: str | None = "jacobi", rtol: float
         (the default, stable for larger ``s``; complex Ritz pairs as real three-term steps in
         ``"ca-gmres"``) or monomials.
     monitor : callable, keyword-only
-        ``monitor(iteration, norm)``, called on every rank. Without one, ``"cg"`` and
+        ``monitor(iteration, norm)``, called on every rank; an exception it raises on some
+        ranks is raised on every rank (one small ``Allreduce`` per call on several ranks).
+        Without one, ``"cg"`` and
         ``"cg1"`` with an assembled matrix and ``pc=None`` or ``"jacobi"`` runs its iterations inside
         compiled calls, on several ranks with MPI called from them (no Python between
         iterations; the same bits as with a monitor, see :mod:`meshchain.linalg.compiled`).
+        Anything but None or a callable is refused.
 
     Returns
     -------

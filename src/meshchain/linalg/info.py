@@ -1,10 +1,29 @@
-"""What a solve reports: :class:`SolveInfo` (every method, ``method="petsc"`` included)."""
+"""What a solve reports: :class:`SolveInfo` (every method, ``method="petsc"`` included), and
+the user's ``monitor`` called with every norm (:func:`monitored`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["SolveInfo"]
+from ..comm.agree import raise_together
+
+__all__ = ["SolveInfo", "monitored"]
+
+
+def monitored(comm, monitor, iteration: int, norm: float) -> None:
+    """Call ``monitor(iteration, norm)``; an exception it raises on some ranks is raised on
+    every rank (:func:`~meshchain.comm.agree.raise_together`: one small ``Allreduce`` per call
+    on several ranks), so that no rank waits in the solve's next sum for one that left it.
+
+    >>> monitored(None, lambda i, norm: print(i, norm), 3, 0.5)
+    3 0.5
+    """
+    error = None
+    try:
+        monitor(iteration, norm)
+    except Exception as exc:  # the user's code: any exception, raised on every rank below
+        error = exc
+    raise_together(comm, error)
 
 
 @dataclasses.dataclass

@@ -30,6 +30,7 @@ from ..core.cache import memo
 from ..core.errors import SolverError
 from ..types import Dat, Mat
 from .fused import dot
+from .info import monitored
 from .operators import LinearOperator, found_kept, kept_for
 
 __all__ = ["ScaledRun", "work_dats", "enter", "leave", "check_matrix"]
@@ -112,7 +113,7 @@ class ScaledRun:
             self.target = max(self.rtol * norm, self.atol)
         self.history.append(norm)
         if self.monitor is not None:
-            self.monitor(len(self.history) - 1 if iteration is None else iteration, norm)
+            monitored(self.comm, self.monitor, len(self.history) - 1 if iteration is None else iteration, norm)
         return norm <= self.target
 
     def residual(self, into: str) -> None:

@@ -28,7 +28,7 @@ from .block_solve import is_block_system, solve_blocks
 from .cagmres import solve_cagmres
 from .compiled import product_on_ranks, true_residual_sums, true_residual_sums_on_ranks
 from .fused import dot, residual
-from .info import SolveInfo
+from .info import SolveInfo, monitored
 from .krylov import METHODS as SYMMETRIC, VECTORS
 from .nonsymmetric import NONSYMMETRIC, UNPRECONDITIONED_NORM, nonsymmetric_vectors
 from .petsc import solve_with_petsc
@@ -276,7 +276,7 @@ class SolveRun:
         else:
             self.history.append(norm)
             if self.monitor is not None:
-                self.monitor(self.iterations_before + i, norm)
+                monitored(self.comm, self.monitor, self.iterations_before + i, norm)
         if not math.isfinite(norm):
             return "diverged: the residual norm is not finite"
         if self.target is None:
@@ -425,17 +425,32 @@ def _work_dats(engine, A, operator, method: str, restart: int) -> dict:
     return found[1]
 
 
-def _check(A, operator, x, b, method, pc, rtol, atol, maxiter) -> None:
+def _check(A, operator, x, b, method, pc) -> None:
     if method not in METHODS and method not in ("petsc", *S_STEP):
         raise SolverError(f"solve: unknown method {method!r}; choose one of "
                           f"{', '.join(map(repr, (*METHODS, *S_STEP, 'petsc')))}.")
     if not isinstance(pc, Preconditioner) and pc not in PRECONDITIONERS:
         raise SolverError(f"solve: unknown preconditioner {pc!r}; choose one of {', '.join(map(repr, PRECONDITIONERS))}.")
     _check_vectors(operator, x, b)
-    if not (rtol >= 0 and atol >= 0) or (rtol == 0 and atol == 0):
-        raise SolverError(f"solve: need rtol >= 0 and atol >= 0, not both zero; got rtol={rtol}, atol={atol}.")
+
+
+def _check_stopping(rtol, atol, maxiter, monitor) -> None:
+    """Refuse tolerances that are not real numbers ``>= 0`` (not both zero), a ``maxiter`` that
+    is not a count and a ``monitor`` that cannot be called, before anything is set up (the
+    same arguments on every rank: every rank raises)."""
+    if not (_is_tolerance(rtol) and _is_tolerance(atol)) or (rtol == 0 and atol == 0):
+        raise SolverError(f"solve: need rtol >= 0 and atol >= 0 (real numbers), not both zero; got rtol={rtol!r}, "
+                          f"atol={atol!r}.")
     if not _is_count(maxiter, least=0):
         raise SolverError(f"solve: maxiter must be a non-negative integer, got {maxiter!r}.")
+    if monitor is not None and not callable(monitor):
+        raise SolverError(f"solve: monitor must be None or a function monitor(iteration, norm), got "
+                          f"{type(monitor).__name__} {monitor!r}.")
+
+
+def _is_tolerance(value) -> bool:
+    """Whether ``value`` is a real number (not a bool) of at least 0 (NaN is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0
 
 
 def _check_vectors(operator, x, b) -> None:
@@ -476,12 +491,13 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     if method not in S_STEP and (s is not None or basis != "newton"):
         raise SolverError(f"solve: s= and basis= are options of method='sstep-cg', 'ca-cg' and 'ca-gmres', not of "
                           f"{method!r}.")
+    _check_stopping(rtol, atol, maxiter, monitor)
     if is_block_system(A, x, b):
         return solve_blocks(engine, A, x, b, method=method, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
                             residual_replacement=residual_replacement, restart=restart, options=options,
                             monitor=monitor)
     operator = as_operator(engine, A)
-    _check(A, operator, x, b, method, pc, rtol, atol, maxiter)
+    _check(A, operator, x, b, method, pc)
     if options is not None and method != "petsc":
         raise SolverError(f"solve: options= are PETSc options, for method='petsc' only (method={method!r}).")
     if method == "petsc":
