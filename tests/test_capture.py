@@ -115,11 +115,18 @@ def test_loops_pending_before_a_step_run_first_in_order():
     np.testing.assert_array_equal(u.data_ro, (((start * 2) * 3 + 1) * 2) * 3 + 1)
 
 
-@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "replayed", "assembly", "nothing"])
+@pytest.mark.parametrize("inside", ["read", "write", "flush", "chain", "nested", "replayed", "assembly", "solve",
+                                    "nothing"])
 def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarded(inside):
     d, u = mesh()
     start = u.data_ro.copy()
     inner = mc.capture(lambda: scale(d, u, 3), name="inner")
+    if inside == "solve":  # a matrix assembled before the step, solved inside it
+        matrix = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A")
+        spring = mc.Kernel.from_source("def spring(a):\n" + "".join(f"    a[{i}, {j}] += {3.0 if i == j else -1.0}\n"
+                                                                      for i in range(3) for j in range(3)))
+        mc.par_loop(spring, d.cells, matrix(mc.INC, (d.cell2node, d.cell2node)))
+        x, b = mc.Dat(d.nodes, 1, None, "x"), mc.Dat(d.nodes, 1, np.ones(d.nodes.size), "b")
 
     def body():
         if inside != "nothing":
@@ -135,6 +142,8 @@ def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarde
                 pass
         elif inside in ("nested", "replayed"):  # a step captured inside, or one captured before and replayed
             inner()
+        elif inside == "solve":  # (refused naming an internal dat before)
+            mc.solve(matrix, x, b)
         elif inside == "assembly":
             A = mc.Mat(d.nodes, d.nodes, [(d.cell2node, d.cell2node)], "A")
             ones = mc.Kernel.from_source("def ones(a):\n" + "".join(f"    a[{i}, {j}] += 1.0\n"
@@ -145,7 +154,7 @@ def test_what_a_replay_cannot_repeat_is_refused_and_the_steps_loops_are_discarde
     if inside == "replayed":
         inner()
         start = u.data_ro.copy()
-    with pytest.raises(mc.CaptureError, match="'refused'"):
+    with pytest.raises(mc.CaptureError, match="'refused': mc.solve" if inside == "solve" else "'refused'"):
         step()
     assert len(mc.get_runtime().trace) == 0  # the step's loops were discarded
     np.testing.assert_array_equal(u.data_ro, start)

@@ -197,6 +197,12 @@ def test_integer_dats_take_integers_and_refuse_truncation():
                        (lambda: i.__itruediv__(2), "would truncate"), (lambda: f.copy(i), "would truncate")):
         with pytest.raises(mc.DataShapeError, match=match):
             bad()
+    u = mc.Dat(s, 1, np.arange(4, dtype=np.uint32), "u")
+    w = mc.Dat(s, 1, np.ones(4, dtype=np.uint32), "w")
+    assert (u - w).dtype == np.uint32  # a Dat operand: as NumPy
+    for bad in (lambda: -u, lambda: u * -1, lambda: u.axpy(-1, w), lambda: i.__imul__(2**70)):
+        with pytest.raises(mc.DataShapeError, match=r"Dat '[ui]' holds u?int\d+, which cannot hold a = "):
+            bad()  # (they named the session's internal Global 'scalar')
 
 
 def test_bad_operands_are_refused():

@@ -149,6 +149,8 @@ class Arithmetic:
             dtype = np.dtype(np.float64)  # an integer dat times 0.5 is a float dat, as in NumPy
         if op == "idiv" and dtype.kind in "iu":
             dtype = np.dtype(np.float64)
+        if not isinstance(other, Dat) and dtype == x.dtype:
+            _checked_scalar(x, other, op)  # refused naming x, not the result dat
         out = Dat(x.dataset, x.dim, None, f"{x.name}_{op[1:]}", dtype=dtype)
         self._loop("copy", x, x(Access.READ), out(Access.WRITE))
         self.apply(op, out, other)
@@ -218,3 +220,9 @@ def _checked_scalar(x: Dat, value, op: str) -> None:
         raise DataShapeError(f"Dat {x.name!r}: {op} takes a Dat or a real number, got {value!r}.")
     if op in ("idiv", "idiv_scalar"):
         _refuse_integer_division(x)
+    if x.dtype.kind in "iu":
+        bounds = np.iinfo(x.dtype)
+        if not bounds.min <= value <= bounds.max:  # (not the internal Global's "values do not fit")
+            spelled = {"imul": "x * a (or -x)", "iadd": "x + a", "isub": "x - a", "axpy": "x.axpy(a, y)"}.get(op, op)
+            raise DataShapeError(f"Dat {x.name!r} holds {x.dtype}, which cannot hold a = {value!r} in {spelled}; "
+                                 f"use a dat of a signed or a float dtype.")

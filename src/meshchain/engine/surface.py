@@ -108,6 +108,13 @@ class Surface:
         """``fn`` as a step captured once and replayed (:mod:`.capture`), loop by loop on several ranks."""
         return self._session.capture(fn, ChainOptions.of(name, False))
 
+    def refuse_in_capture(self, what: str) -> None:
+        """Raise :class:`~meshchain.CaptureError` if a step is being captured now: ``what`` (a
+        solve, say) cannot be part of its replays."""
+        recording = self._session.tracing.capturing
+        if recording is not None:
+            recording.refuse(what)
+
     def solver_cache(self, name: str):
         """This session's cache ``name`` of what the solvers keep per operator between solves
         (work vectors, set-ups: :mod:`meshchain.linalg`), made at first use and registered with

@@ -482,6 +482,7 @@ def solve_with(engine, A, x, b, *, method="cg", pc="jacobi", rtol=1e-8, atol=0.0
     method with the same options as the last one (any ``x`` and ``b``) runs on the set-up it
     kept (:func:`_kept_run`): the same bits as one set up anew, its vectors checked, its other
     checks and look-ups not made again."""
+    engine.refuse_in_capture(f"mc.solve (method={method!r}: its iterations and tests run in Python)")
     key = None if options is not None or s is not None or basis != "newton" or method not in METHODS else \
         _kept_key(A, method, pc, rtol, atol, maxiter, residual_replacement, restart, monitor)
     if key is not None and (id(A), method) not in _solving and engine.backend_name not in ("cupy", "cuda-emulation"):
