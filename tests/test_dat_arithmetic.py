@@ -197,6 +197,8 @@ def test_integer_dats_take_integers_and_refuse_truncation():
                        (lambda: i.__itruediv__(2), "would truncate"), (lambda: f.copy(i), "would truncate")):
         with pytest.raises(mc.DataShapeError, match=match):
             bad()
+    big = mc.Dat(s, 1, [4_000_000_000, 1, 2, 3], "big", dtype=np.int64)  # its int64 sum of squares wraps
+    assert big.norm == np.linalg.norm(big.data_ro[:, 0])  # summed as float64 (math.sqrt raised ValueError)
     u = mc.Dat(s, 1, np.arange(4, dtype=np.uint32), "u")
     w = mc.Dat(s, 1, np.ones(4, dtype=np.uint32), "w")
     assert (u - w).dtype == np.uint32  # a Dat operand: as NumPy

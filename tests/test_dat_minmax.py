@@ -100,6 +100,58 @@ def check(mesh, results):
     np.testing.assert_array_equal(out[:, 0], want_low[f2c[:, 0]] + want_low[f2c[:, 1]])
 
 
+@mc.kernel
+def row_extremes(w, low, high):
+    for r in range(3):
+        low[r, 0] = min(low[r, 0], w[0] * (r + 1))
+        high[r, 0] = max(high[r, 0], w[0] * (r + 1))
+
+
+def repeated_targets(comm=None, ca=None):
+    """MIN and MAX through a map of arity 3 whose rows reach a target two or three times (rows
+    ``[a, a, b]``, ``[a, a, a]``): a plain write-back of each row kept the last position's value
+    on every backend. Gathered on rank 0 (None elsewhere), with NumPy's answer."""
+    rng = np.random.default_rng(7)
+    nodes, edges = mc.Set(10, "nodes"), mc.Set(24, "edges")
+    rows = rng.integers(0, 10, (24, 3))
+    rows[::3, 1] = rows[::3, 0]  # a target twice in a row
+    rows[1::6, :] = rows[1::6, :1]  # three times
+    e2n = mc.Map(edges, nodes, 3, rows, "e2n")
+    weights = rng.uniform(-1.0, 1.0, 24)
+    w = mc.Dat(edges, 1, weights, "w")
+    low, high = mc.Dat(nodes, 1, np.full(10, 5.0), "low"), mc.Dat(nodes, 1, np.full(10, -5.0), "high")
+    if comm is not None:
+        mc.partition("block")
+    if ca is None:
+        mc.par_loop(row_extremes, edges, w(mc.READ), low(mc.MIN, e2n), high(mc.MAX, e2n))
+    else:
+        with mc.loop_chain("repeated", ca=ca):
+            mc.par_loop(row_extremes, edges, w(mc.READ), low(mc.MIN, e2n), high(mc.MAX, e2n))
+    contributions = weights[:, None] * np.arange(1, 4)[None, :]
+    want_low, want_high = np.full(10, 5.0), np.full(10, -5.0)
+    np.minimum.at(want_low, rows.ravel(), contributions.ravel())
+    np.maximum.at(want_high, rows.ravel(), contributions.ravel())
+    return low.gather(), high.gather(), want_low, want_high
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba", *DEVICE_BACKENDS])
+def test_minmax_through_a_map_row_that_repeats_a_target_keeps_the_extreme(backend):
+    mc.reset_runtime(backend=backend)
+    low, high, want_low, want_high = repeated_targets()
+    np.testing.assert_array_equal(low[:, 0], want_low)
+    np.testing.assert_array_equal(high[:, 0], want_high)
+
+
+@pytest.mark.mpi(nprocs=(2, 3), timeout=240)
+@pytest.mark.parametrize("ca", [None, True])
+def test_minmax_through_a_map_row_that_repeats_a_target_on_ranks(comm, ca):
+    mc.reset_runtime(comm=comm)
+    low, high, want_low, want_high = repeated_targets(comm, ca)
+    if comm.rank == 0:
+        np.testing.assert_array_equal(low[:, 0], want_low)
+        np.testing.assert_array_equal(high[:, 0], want_high)
+
+
 def test_minmax_arguments_may_repeat_but_not_mix():
     mc.reset_runtime()
     s = mc.Set(2, "s")

@@ -458,3 +458,20 @@ def test_the_partition_keeps_columns_whole(comm, method):
     found = [whole_columns_here(s) for s in (m["cells"], m["sides"], m["xyz"].dataset)]
     assert comm.allreduce(all(found), op=MPI.LAND), found
     mc.reset_runtime()
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba", *DEVICE_BACKENDS])
+def test_max_over_interior_facets_keeps_the_extreme_of_both_prisms_on_their_shared_level(backend):
+    """On an interior facet the map's rows reach the middle level twice (the top of the prism
+    below, the bottom of the one above): MAX kept the last of the two before, not the larger."""
+    mc.reset_runtime(backend=backend)
+    layers = 2
+    columns, vertices = mc.Set(1, "triangles"), mc.Set(3, "vertices")
+    cells, nodes = mc.ExtrudedSet(columns, layers, "cells"), mc.ExtrudedSet(vertices, layers + 1, "nodes")
+    bottom = np.array([[0, 1, 2]]) * (layers + 1)
+    c2n = mc.Map(cells, nodes, 6, np.concatenate([bottom, bottom + 1], axis=1), "c2n", offset=[1] * 6)
+    high = mc.Dat(nodes, 1, np.zeros(3 * (layers + 1)), "high")
+    marks = mc.Kernel.from_source("def marks(h):\n    for j in range(6):\n        h[j, 0] = max(h[j, 0], 1.0)\n"
+                                  "        h[6 + j, 0] = max(h[6 + j, 0], 0.5)\n")
+    mc.par_loop(marks, cells, high(mc.MAX, c2n), region=mc.ON_INTERIOR_FACETS)
+    np.testing.assert_array_equal(high.data_ro[:, 0], np.tile([1.0, 1.0, 0.5], 3))  # per column: levels 0, 1, 2

@@ -472,8 +472,10 @@ def test_deeper_halos_built_on_demand_keep_values_and_results(comm):
     assert_layers_match((d.nodes, d.cells, d.facets, d.bfacets), mesh_maps_of(mesh, d), 3)
 
 
-@pytest.mark.mpi(nprocs=(2,), timeout=120)
+@pytest.mark.mpi(nprocs=(1, 2), timeout=120)
 def test_rib_with_a_seed_set_other_than_the_coordinates_set_says_why_on_every_rank(comm):
+    """On one process too (it was accepted there: a script refused when it first ran on several ranks)."""
+    mc.reset_runtime(comm=comm)
     _, d = declare_quads(3, 3, partition=False)
     with pytest.raises(mc.ConfigurationError, match="bisects the coordinates, which belong to set"):
         mc.partition("rib", coords=d.coords, seed_set=d.cells)

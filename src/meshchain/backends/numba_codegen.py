@@ -447,10 +447,16 @@ def _scalar_scatter(i, s) -> list[str]:
 
 
 def _after_kernel(i, s) -> list[str]:
+    """A whole-map argument's gathered rows written back: INC adds them; MIN and MAX keep the
+    smaller or larger of each row and the target's value, so that a target a map row reaches
+    twice keeps the extreme of both (a plain store kept the last one's); WRITE and RW store."""
     if s.kind != WHOLE_MAP or s.access is Access.READ:
         return []
-    op = "+=" if s.access is Access.INC else "="
-    return _whole_map_loop(i, s, f"_mc_d{s.slot}[_mc_row, _mc_k] {op} _mc_w{i}[_mc_a, _mc_k]")
+    target, value = f"_mc_d{s.slot}[_mc_row, _mc_k]", f"_mc_w{i}[_mc_a, _mc_k]"
+    if s.access in (Access.MIN, Access.MAX):
+        compare = "<" if s.access is Access.MIN else ">"
+        return _whole_map_loop(i, s, f"if {value} {compare} {target}: {target} = {value}")
+    return _whole_map_loop(i, s, f"{target} {'+=' if s.access is Access.INC else '='} {value}")
 
 
 def _final_reduction(i, s) -> list[str]:

@@ -107,9 +107,12 @@ def _whole_map_accessor(access, array, values):
     if access is Access.READ:
         return gather, None
 
+    combine = {Access.MIN: np.minimum, Access.MAX: np.maximum}.get(access)
+
     def scatter(e, view):
-        for r in range(arity):
-            array[values[e, r]] = view[r]
+        for r in range(arity):  # MIN/MAX: a target reached twice keeps the extreme of both
+            row = values[e, r]
+            array[row] = view[r] if combine is None else combine(array[row], view[r])
 
     return gather, scatter
 

@@ -138,6 +138,13 @@ class Arithmetic:
         return int(value) if total.dtype.kind in "iu" else float(value)
 
     def norm(self, x: Dat) -> float:
+        """``sqrt(inner(x, x))``; an integer dat's squares are summed as float64, as NumPy's
+        ``linalg.norm`` does (an int64 sum of squares wraps: 4e9 squared, and ``math.sqrt`` then
+        raised ValueError)."""
+        if x.dtype.kind in "iu":
+            as_float = Dat(x.dataset, x.dim, None, f"{x.name}_float", dtype=np.float64)
+            self._loop("copy", x, x(Access.READ), as_float(Access.WRITE))
+            x = as_float
         return math.sqrt(self.inner_product(x, x))
 
     def result(self, x: Dat, op: str, other) -> Dat:

@@ -29,7 +29,7 @@ from ..core.errors import DeclarationError, LoopError
 from ..core.storage import DataStore
 from ..inspector.colouring import colour_blocks, touched_keys
 from ..ir.loop import exclusivity_error
-from ..partition.distribute import check_options, deepen, distribute, moved_rows, seed_set_of
+from ..partition.distribute import check_options, checked_seed_set, deepen, distribute, moved_rows, seed_set_of
 from ..partition.layout import MeshLayout
 from .accounting import add_planning
 from .declare import Declarations
@@ -126,6 +126,9 @@ class MeshState:
     def partition(self, method: str, *, coords, seed_set, depth: int, seed: int, blocks) -> bool:
         """Distribute the declared mesh over the ranks; False on one process (nothing moved)."""
         if not self.distributed:
+            sets, maps, _ = self.declarations.declared()
+            if sets:  # the arguments several ranks would refuse are refused here too
+                checked_seed_set(method, sets, maps, None if coords is None else coords.dataset, seed_set)
             self.partitioned = True
             self.seed_set = seed_set if seed_set is not None else (coords.dataset if coords is not None else None)
             return False

@@ -31,8 +31,8 @@ from ..types.subsets import Subset
 from .grid_layout import GridParts, grid_layouts
 from .layout import MeshLayout, build_layouts
 
-__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "derive_owners", "laid_out",
-           "primary_maps", "seed_adjacency", "METHODS", "MAX_DEPTH"]
+__all__ = ["distribute", "deepen", "moved_rows", "check_options", "seed_set_of", "checked_seed_set",
+           "derive_owners", "laid_out", "primary_maps", "seed_adjacency", "METHODS", "MAX_DEPTH"]
 
 METHODS = ("rib", "kway", "block")
 MAX_DEPTH = 48  # halo layers: enough for a grid chain of 40 sweeps (the CA stencil study's steps)
@@ -50,16 +50,7 @@ def distribute(comm, *, sets, maps, map_blocks: dict, method: str, coords_rows=N
     sets = [s for s in sets if not grids.holds(s)]
     if not sets:
         return laid_out(comm, sets, maps, map_blocks, {}, depth, grids=grids)
-    for role, chosen in (("seed_set", seed_set), ("the coordinates' set", coords_set)):
-        if isinstance(chosen, Subset):  # every rank has the same arguments: every rank raises
-            raise ConfigurationError(f"partition: {role} {chosen.name!r} is a Subset, which follows its parent's "
-                                     f"partition; partition by {chosen.parent.name!r} (or a set it is part of).")
-    seed_set = seed_set_of(sets, maps, coords_set, seed_set)
-    if method == "rib" and coords_set is not None and seed_set is not coords_set:
-        # every rank has the same arguments: every rank raises
-        raise ConfigurationError(
-            f"partition('rib') bisects the coordinates, which belong to set {coords_set.name!r}, but the seed set "
-            f"is {seed_set.name!r}: pass coordinates of {seed_set.name!r} or leave seed_set out.")
+    seed_set = checked_seed_set(method, sets, maps, coords_set, seed_set)
     seed_owners = _seed_owners(comm, method, seed_set, primary_maps(maps), map_blocks, coords_rows, seed)
     owners = derive_owners(comm, sets, maps, map_blocks, seed_set, seed_owners)
     return laid_out(comm, sets, maps, map_blocks, owners, depth, grids=grids)
@@ -121,6 +112,23 @@ def check_options(method, coords, depth, *, needs_coords: bool = True) -> None:
         raise ConfigurationError("partition('rib') needs coordinates: pass coords=<Dat of coordinates>.")
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
         raise ConfigurationError(f"depth must be an integer in [1, {MAX_DEPTH}], got {depth!r}.")
+
+
+def checked_seed_set(method: str, sets, maps, coords_set, seed_set):
+    """The seed set (:func:`seed_set_of`) after refusing a subset as the seed or the
+    coordinates' set, and ``"rib"`` coordinates of another set than the seed set (the same
+    arguments on every rank: every rank raises; on one process too, so that a script refused on
+    several ranks is refused when it is tried on one)."""
+    for role, chosen in (("seed_set", seed_set), ("the coordinates' set", coords_set)):
+        if isinstance(chosen, Subset):
+            raise ConfigurationError(f"partition: {role} {chosen.name!r} is a Subset, which follows its parent's "
+                                     f"partition; partition by {chosen.parent.name!r} (or a set it is part of).")
+    seed_set = seed_set_of(sets, maps, coords_set, seed_set)
+    if method == "rib" and coords_set is not None and seed_set is not coords_set:
+        raise ConfigurationError(
+            f"partition('rib') bisects the coordinates, which belong to set {coords_set.name!r}, but the seed set "
+            f"is {seed_set.name!r}: pass coordinates of {seed_set.name!r} or leave seed_set out.")
+    return seed_set
 
 
 def seed_set_of(sets, maps, coords_set, seed_set):

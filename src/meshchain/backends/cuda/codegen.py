@@ -278,10 +278,13 @@ def _after(i, s, colour: bool, staged: bool = False) -> list:
                 f"  for (int k = 0; k < {s.dim}; ++k) {add(f'd{s.slot}[row * {s.dim} + k]', f'mc_l{i}[k]')} }}"]
     if s.kind != WHOLE_MAP or s.access is Access.READ:
         return []
+    target, value = f"d{s.slot}[row * {s.dim} + k]", f"mc_w{i}[a * {s.dim} + k]"
     if s.access is Access.INC:
-        store = add(f"d{s.slot}[row * {s.dim} + k]", f"mc_w{i}[a * {s.dim} + k]")
+        store = add(target, value)
+    elif s.access in (Access.MIN, Access.MAX):  # a target the map row reaches twice keeps the extreme of both
+        store = f"{target} = mc_{s.access.name.lower()}({target}, {value});"
     else:
-        store = f"d{s.slot}[row * {s.dim} + k] = mc_w{i}[a * {s.dim} + k];"
+        store = f"{target} = {value};"
     return [f"for (int a = 0; a < {s.arity}; ++a) {{",
             f"    const long long row = {_target(s, 'a')};",
             f"    for (int k = 0; k < {s.dim}; ++k) {store}",
