@@ -234,6 +234,13 @@ def test_globals_combine_their_values():
     assert h.value.tolist() == [0.0, 0.0]
     with pytest.raises(mc.DataShapeError, match="has dim 2 but 'k' has dim 1"):
         g += mc.Global(1, 1.0, "k")
+    total = g + 2 * g - g / 2  # new Globals, as for dats (a plain TypeError before)
+    assert isinstance(total, mc.Global) and total.value.tolist() == [9.5 * 2.5, 14.0 * 2.5] and g.value[0] == 9.5
+    assert (-g).value.tolist() == [-9.5, -14.0]
+    counts = mc.Global(1, 3, "counts", dtype=np.int64)
+    assert (counts + 1).dtype == np.int64 and (counts / 2).dtype == np.float64  # NumPy's dtypes
+    with pytest.raises(mc.DataShapeError, match="has dim 2 but 'k' has dim 1"):
+        g + mc.Global(1, 1.0, "k")
 
 
 @pytest.mark.mpi(nprocs=(2, 3), timeout=240)

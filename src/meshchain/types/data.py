@@ -378,6 +378,35 @@ class Global:
         self.value = self.value / _global_operand(self, other)
         return self
 
+    def _combined(self, values, op: str) -> "Global":
+        """A new Global holding ``values`` (NumPy's dtype: an integer global divided is a float one)."""
+        values = np.asarray(values)
+        return Global(self.dim, values, f"{self.name}_{op}", dtype=values.dtype)
+
+    def __add__(self, other) -> "Global":
+        """A new Global ``self + other`` (as for dats: ``g + h``, ``g * a``, ``-g``; every rank the same).
+
+        >>> g = Global(2, [1.0, 2.0], "g")
+        >>> (g + g).value.tolist(), (2 * g).value.tolist(), (-g).value.tolist(), (g / 2).value.tolist()
+        ([2.0, 4.0], [2.0, 4.0], [-1.0, -2.0], [0.5, 1.0])
+        """
+        return self._combined(self.value + _global_operand(self, other), "add")
+
+    def __sub__(self, other) -> "Global":
+        return self._combined(self.value - _global_operand(self, other), "sub")
+
+    def __mul__(self, other) -> "Global":
+        return self._combined(self.value * _global_operand(self, other), "mul")
+
+    def __truediv__(self, other) -> "Global":
+        return self._combined(self.value / _global_operand(self, other), "div")
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    def __neg__(self) -> "Global":
+        return self._combined(-self.value, "neg")
+
     def __repr__(self) -> str:
         return f"Global({self.dim}, {self.name!r}, dtype={self.dtype})"
 
