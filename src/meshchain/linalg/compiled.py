@@ -61,6 +61,7 @@ __all__ = ["true_residual_sums", "product_on_ranks", "cg_iterations", "cg_iterat
            "bicgstab_iterations", "gmres_cycle", "givens_norm", "HAPPY_TOLERANCE", "pipebicgstab_iterations", "REPLACE",
            "pipegmres_cycle",
            "pipecg_iterations", "pipecr_iterations", "groppcg_iterations", "bounds_after_update", "BOUNDS",
+           "STALLED", "STALL_ITERATIONS", "STALL_PROGRESS", "stalled",
            "GOING", "NORM", "CURVATURE", "BREAKDOWN", "COMMUNICATION", "RHO", "DENOMINATOR", "STALLED_T", "STALLED_S"]
 
 GOING, NORM, CURVATURE, BREAKDOWN = 0, 1, 2, 3
@@ -623,6 +624,27 @@ REPLACE = 9
 """Why :func:`pipebicgstab_iterations` returned: iteration ``i`` is one whose residual PETSc
 recomputes (Python does it, then tests the norm ``state`` holds)."""
 
+STALLED = 10
+"""Why :func:`groppcg_iterations` returned: its residual norm made no new low
+(:data:`STALL_PROGRESS` times the smallest) for :data:`STALL_ITERATIONS` iterations while the
+smallest was below the rounding level (``value``: the norm). Its recursive norm stalls there
+above a tolerance it cannot attain, where the other methods' recurrences fall below it and are
+caught as false convergence: Python restarts it (:mod:`.recovery`), and a restart that finds no
+progress ends the solve as stagnated, not at ``maxiter``."""
+
+STALL_ITERATIONS = 100
+STALL_PROGRESS = 0.9
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def stalled(stall, i, norm) -> bool:
+    """Whether iteration ``i``'s ``norm`` ends a stall (:data:`STALLED`); ``stall = [smallest,
+    its iteration, rounding level]`` is updated with a new low. The Python loop calls it too."""
+    if norm < STALL_PROGRESS * stall[0]:
+        stall[0], stall[1] = norm, i
+        return False
+    return stall[0] <= stall[2] and i - stall[1] >= STALL_ITERATIONS
+
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _started(distributed, functions, handles, mine, total, request):
@@ -969,16 +991,16 @@ def pipecr_iterations(indptr, split, indices, values, halo, x, u, w, m, n, z, q,
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def groppcg_iterations(indptr, split, indices, values, halo, x, r, z, p, s, q, w, pc, state, out, target, i, maxiter,
-                       history, distributed, z_all, exchange, functions, handles):
+def groppcg_iterations(indptr, split, indices, values, halo, x, r, z, p, s, q, w, pc, state, stall, out, target, i,
+                       maxiter, history, distributed, z_all, exchange, functions, handles):
     """Iterations from the top of :func:`.krylov.groppcg`'s loop at iteration ``i`` (``state =
     [gamma, delta]``, the last ``(r, B r)`` and ``(p, A p)``; ``q = B s`` applied) with any
     compiled preconditioner (``pc``: :func:`precondition`'s): per iteration the update, then
     ``[(r, z), (z, z)]`` summed (``MPI_Iallreduce``) while ``w = A z`` is computed, the direction,
     then ``(p, s)`` summed while ``q = B s`` is applied. ``(iteration, why, value, reductions,
     norms written to history)`` as :func:`pipecg_iterations`; :data:`CURVATURE`: ``(p, A p)``,
-    :data:`BREAKDOWN`: ``(r, B r)``. The same passes, sums and decisions as the Python loop, bit
-    for bit."""
+    :data:`BREAKDOWN`: ``(r, B r)``, :data:`STALLED` (``stall``: :func:`stalled`'s). The same
+    passes, sums and decisions as the Python loop, bit for bit."""
     gamma, delta = state[0], state[1]
     mine, total = np.zeros(2), np.zeros(2)
     request, status = np.zeros(1, np.int32), np.zeros(64, np.uint8)
@@ -1003,6 +1025,8 @@ def groppcg_iterations(indptr, split, indices, values, halo, x, r, z, p, s, q, w
             return i, NORM, norm, done, k + 1
         if not (math.isfinite(gamma_new) and gamma_new > 0.0):
             return i, BREAKDOWN, gamma_new, done, k + 1
+        if stalled(stall, i, norm):
+            return i, STALLED, norm, done, k + 1
         gropp_direction(gamma_new / gamma, z, w, p, s, out)
         gamma = gamma_new
         error = _started(distributed, functions, handles, out[:1], total[:1], request)

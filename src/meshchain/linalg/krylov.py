@@ -15,11 +15,12 @@ import math
 
 import numpy as np
 
-from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, cg1_iterations,
-                       cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks, groppcg_iterations,
-                       pipecg_iterations, pipecr_iterations)
+from .compiled import (BOUNDS, BREAKDOWN, COMMUNICATION, CURVATURE, NORM, REPLACE, STALL_ITERATIONS, STALLED,
+                       cg1_iterations, cg1_iterations_on_ranks, cg_iterations, cg_iterations_on_ranks,
+                       groppcg_iterations, pipecg_iterations, pipecr_iterations, stalled)
 from .fused import (aypx, cg1_update, cg_update, dot, dot_pairs, gropp_direction, gropp_update, pipecg_start,
                     pipecg_update, pipecr_update, residual)
+from .recovery import ROUNDING_LEVEL
 from .starts import cg_begin, cg1_begin, groppcg_begin, pipecg_begin, pipecr_begin
 
 __all__ = ["METHODS", "VECTORS", "cg", "cg1", "pipecg", "groppcg", "pipecr"]
@@ -276,6 +277,8 @@ def _pipelined_inside(run, iterate, vectors, arguments, i: int, replacements: in
             elif why == REPLACE:
                 replace()
                 replacements += 1
+            elif why == STALLED:
+                reason = _stall_reason(value)
     finally:
         run.inside_done(*operands)
     return i, reason, replacements
@@ -295,13 +298,15 @@ def groppcg(run):
         run.A("p", "s")
         dot_pairs(v["r"], v["z"], v["z"], v["z"], v["p"], v["s"], out)
         gamma, zz, delta = run.reduce(out.copy())
-    i = 0
-    reason = run.check(i, math.sqrt(max(zz, 0.0)))
+    i, norm = 0, math.sqrt(max(zz, 0.0))
+    reason = run.check(i, norm)
+    stall = np.array([norm, 0.0, ROUNDING_LEVEL * run.history[0]])  # (see .compiled.stalled)
     if run.inside is None:
         run.B("s", "q", fused_done=False)
     if reason is None and run.inside is not None:
         return _pipelined_inside(run, groppcg_iterations, ("x", "r", "z", "p", "s", "q", "w"),
-                                 (np.array([gamma, delta]), out), i, 0, ("(p, A p)", "(r, B r)"), operands=("z", "w"))
+                                 (np.array([gamma, delta]), stall, out), i, 0, ("(p, A p)", "(r, B r)"),
+                                 operands=("z", "w"))
     while reason is None:
         reason = _indefinite("(p, A p)", delta)
         if reason is not None:
@@ -310,8 +315,10 @@ def groppcg(run):
         handle = run.start(out[:2].copy())
         run.A("z", "w")
         gamma_new, zz = run.wait(handle)
-        i += 1
-        reason = run.check(i, math.sqrt(max(zz, 0.0))) or _indefinite("(r, B r)", gamma_new)
+        i, norm = i + 1, math.sqrt(max(zz, 0.0))
+        reason = run.check(i, norm) or _indefinite("(r, B r)", gamma_new)
+        if reason is None and stalled(stall, i, norm):
+            reason = _stall_reason(norm)
         if reason is not None:
             break
         gropp_direction(gamma_new / gamma, v["z"], v["w"], v["p"], v["s"], out)
@@ -320,6 +327,13 @@ def groppcg(run):
         run.B("s", "q", fused_done=False)
         delta = run.wait(handle)[0]
     return i, reason, 0
+
+
+def _stall_reason(norm: float) -> str:
+    """Why a run whose recursive norm stalled below the rounding level ends (:data:`.compiled.STALLED`):
+    a breakdown, from which :mod:`.recovery` restarts, then calls the solve stagnated."""
+    return (f"breakdown: the residual norm {norm:.3e} made no new low in {STALL_ITERATIONS} iterations below the "
+            f"rounding level")
 
 
 def pipecr(run):
